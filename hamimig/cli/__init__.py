@@ -1,0 +1,1 @@
+"""The command line: parse, call the engine, render. Nothing else lives here."""

@@ -1,0 +1,46 @@
+"""The global options every command shares, and the one way a command runs the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import typer
+
+from hamimig.cli import render
+from hamimig.engine.node import Node
+from hamimig.engine.views import Result
+from hamimig.errors import HamimigError, HardwareError
+
+OUTPUTS = ("table", "json", "yaml")
+
+
+@dataclass
+class Globals:
+    node: Node
+    output: str
+
+
+def globals_of(ctx: typer.Context) -> Globals:
+    root = ctx.find_root()
+    obj = root.obj
+    assert isinstance(obj, Globals), "the root callback sets the globals"
+    return obj
+
+
+def execute(ctx: typer.Context, action: Callable[[Node], Result]) -> None:
+    """Run one engine call and render its result or its failure with the contract exit code."""
+    g = globals_of(ctx)
+    try:
+        try:
+            result = action(g.node)
+        finally:
+            g.node.close()
+    except HamimigError as err:
+        render.error(err, g.output)
+        raise typer.Exit(err.exit_code) from None
+    except OSError as exc:
+        io_error = HardwareError(f"I/O error: {exc}")
+        render.error(io_error, g.output)
+        raise typer.Exit(io_error.exit_code) from None
+    render.emit(result, g.output)

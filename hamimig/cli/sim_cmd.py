@@ -1,0 +1,131 @@
+"""`sim …`: build and manipulate a simulated node (CONTRACT.md "Simulated node")."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from hamimig.cli.context import execute
+from hamimig.engine import simulator
+from hamimig.engine.node import Node
+from hamimig.engine.views import SimView
+from hamimig.errors import UsageError
+
+app = typer.Typer(
+    help="Manage a simulated MIG node (needs --sim PATH).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+fault_app = typer.Typer(
+    help="Inject or clear NVML and file-operation faults.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(fault_app, name="fault")
+
+Gpu = Annotated[str, typer.Option("--gpu", help="NVML index or GPU UUID.")]
+
+
+@app.command("init")
+def init(
+    ctx: typer.Context,
+    model: Annotated[
+        str,
+        typer.Option(help="A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB or H200-SXM5-141GB."),
+    ],
+    count: Annotated[int, typer.Option(help="Number of GPUs.")] = 1,
+) -> None:
+    """Create the simulated node: COUNT GPUs of MODEL, MIG enabled, no instances."""
+    execute(ctx, lambda node: simulator.sim_init(node.sim, model, count))
+
+
+@app.command("show")
+def show(ctx: typer.Context) -> None:
+    """GPUs, live GI/CI layout, busy marks, faults and NVML call counts."""
+    execute(ctx, lambda node: simulator.sim_show(node.sim))
+
+
+@app.command("create")
+def create(
+    ctx: typer.Context,
+    gpu: Gpu,
+    profile: Annotated[str, typer.Option(help="Profile name, e.g. 1g.10gb.")],
+    placement: Annotated[str, typer.Option(help="START or START:SIZE.")],
+    no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
+) -> None:
+    """Make an instance behind hamimig's back (an external or leftover instance)."""
+    execute(ctx, lambda node: simulator.sim_create(node.sim, gpu, profile, placement, no_ci))
+
+
+@app.command("busy")
+def busy(
+    ctx: typer.Context,
+    mig_uuid: Annotated[str, typer.Option("--mig-uuid", help="The instance.")],
+    gi_only: Annotated[
+        bool, typer.Option("--gi-only", help="Only the GI is held (a monitoring client).")
+    ] = False,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the busy marks.")] = False,
+) -> None:
+    """A process holds the instance: destroying it fails with IN_USE."""
+    execute(ctx, lambda node: simulator.sim_busy(node.sim, mig_uuid, gi_only, clear))
+
+
+@app.command("reset")
+def reset(ctx: typer.Context, gpu: Gpu) -> None:
+    """Every instance on the GPU vanishes, as after a GPU reset."""
+    execute(ctx, lambda node: simulator.sim_reset(node.sim, gpu))
+
+
+@app.command("mig-mode")
+def mig_mode(
+    ctx: typer.Context,
+    gpu: Gpu,
+    enable: Annotated[
+        bool | None, typer.Option("--enable/--disable", help="Turn MIG on or off.")
+    ] = None,
+    pending: Annotated[
+        bool,
+        typer.Option("--pending", help="Only request the change (it waits for a GPU reset)."),
+    ] = False,
+) -> None:
+    """Set MIG mode."""
+
+    def action(node: Node) -> SimView:
+        if enable is None:
+            raise UsageError("say --enable or --disable")
+        return simulator.sim_mig_mode(node.sim, gpu, enable, pending)
+
+    execute(ctx, action)
+
+
+@fault_app.command("add")
+def fault_add(
+    ctx: typer.Context,
+    op: Annotated[
+        str,
+        typer.Option(
+            help="pynvml function name (nvmlGpuInstanceDestroy, ...) or record.write, "
+            "record.remove, cdi.write, cdi.remove."
+        ),
+    ],
+    error: Annotated[
+        str | None,
+        typer.Option(help="NVML error name (IN_USE, UNKNOWN, ...) or errno name (EIO, ...)."),
+    ] = None,
+    action: Annotated[str, typer.Option(help="raise, crash-before or crash-after.")] = "raise",
+    times: Annotated[int, typer.Option(help="Fire on this many matching calls.")] = 1,
+    skip: Annotated[int, typer.Option(help="Let this many matching calls pass first.")] = 0,
+    gpu: Annotated[str | None, typer.Option(help="Only calls on this GPU.")] = None,
+) -> None:
+    """Inject a fault: the matching call fails, or the process dies before or after it."""
+    execute(
+        ctx,
+        lambda node: simulator.sim_fault_add(node.sim, op, error, action, times, skip, gpu),
+    )
+
+
+@fault_app.command("clear")
+def fault_clear(ctx: typer.Context) -> None:
+    """Remove all faults."""
+    execute(ctx, lambda node: simulator.sim_fault_clear(node.sim))

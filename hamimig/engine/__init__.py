@@ -1,0 +1,1 @@
+"""The lifecycle: value types, planning, execution, queries. The CLI's only way down."""

@@ -1,0 +1,204 @@
+"""Typed results of commands, with the camelCase JSON shapes CONTRACT.md fixes.
+
+Each result knows its `kind` and how to become the contract's JSON object; the CLI's renderer
+decides between that and a table, so no command module formats anything itself.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from hamimig.hw.types import MigMode, Placement
+
+Json = dict[str, Any]
+
+
+class Result(Protocol):
+    """What every command returns: a kind, and the contract's JSON object."""
+
+    kind: ClassVar[str]
+
+    def to_json(self) -> Json: ...
+
+
+class State(str, enum.Enum):
+    """An instance's state as `list` reports it (CONTRACT.md)."""
+
+    CREATING = "Creating"
+    ACTIVE = "Active"
+    IDLE = "Idle"
+    RECLAIMING = "Reclaiming"
+    ERROR = "Error"
+    UNMANAGED = "Unmanaged"
+    ORPHAN_GI = "OrphanGI"
+    MISSING = "Missing"
+
+
+def placement_json(p: Placement) -> Json:
+    return {"start": p.start, "size": p.size}
+
+
+@dataclass(frozen=True)
+class Owner:
+    namespace: str
+    name: str
+    uid: str | None = None
+    container_index: int = 0
+    device_index: int = 0
+
+    def to_json(self) -> Json:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "containerIndex": self.container_index,
+            "deviceIndex": self.device_index,
+        }
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    """CONTRACT.md's Instance object."""
+
+    kind: ClassVar[str] = "Instance"
+    mig_uuid: str | None
+    gpu_uuid: str
+    gpu_index: int
+    profile: str
+    placement: Placement
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    state: State
+    owner: Owner | None = None
+    cdi_device: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> Json:
+        return {
+            "migUUID": self.mig_uuid,
+            "gpuUUID": self.gpu_uuid,
+            "gpuIndex": self.gpu_index,
+            "profile": self.profile,
+            "placement": placement_json(self.placement),
+            "gpuInstanceID": self.gpu_instance_id,
+            "computeInstanceID": self.compute_instance_id,
+            "state": self.state.value,
+            "owner": self.owner.to_json() if self.owner else None,
+            "cdiDevice": self.cdi_device,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    uuid: str
+    model: str
+    mig_mode: MigMode
+    memory_slices: int
+
+    def to_json(self) -> Json:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "model": self.model,
+            "migMode": self.mig_mode.value,
+            "memorySlices": self.memory_slices,
+        }
+
+
+@dataclass(frozen=True)
+class Warning_:
+    file: str
+    reason: str
+
+    def to_json(self) -> Json:
+        return {"file": self.file, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class InstanceList:
+    kind: ClassVar[str] = "InstanceList"
+    instances: tuple[InstanceView, ...]
+    gpus: tuple[GpuView, ...]
+    warnings: tuple[Warning_, ...] = ()
+
+    def to_json(self) -> Json:
+        return {
+            "kind": self.kind,
+            "instances": [i.to_json() for i in self.instances],
+            "gpus": [g.to_json() for g in self.gpus],
+            "warnings": [w.to_json() for w in self.warnings],
+        }
+
+
+@dataclass(frozen=True)
+class ProfileView:
+    name: str
+    id: int
+    slice_count: int
+    memory_mb: int
+    max_instances: int
+    placements: tuple[Placement, ...]
+
+    def to_json(self) -> Json:
+        return {
+            "name": self.name,
+            "id": self.id,
+            "sliceCount": self.slice_count,
+            "memoryMB": self.memory_mb,
+            "maxInstances": self.max_instances,
+            "placements": [placement_json(p) for p in self.placements],
+        }
+
+
+@dataclass(frozen=True)
+class GpuProfiles:
+    index: int
+    uuid: str
+    model: str
+    profiles: tuple[ProfileView, ...]
+
+    def to_json(self) -> Json:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "model": self.model,
+            "profiles": [p.to_json() for p in self.profiles],
+        }
+
+
+@dataclass(frozen=True)
+class ProfileList:
+    kind: ClassVar[str] = "ProfileList"
+    gpus: tuple[GpuProfiles, ...]
+
+    def to_json(self) -> Json:
+        return {"kind": self.kind, "gpus": [g.to_json() for g in self.gpus]}
+
+
+@dataclass(frozen=True)
+class SimView:
+    """The simulated node as `sim` commands report it: its state document, and what changed."""
+
+    kind: ClassVar[str] = "SimNode"
+    path: str
+    state: Json
+    message: str = ""
+    created: InstanceView | None = None
+    extra: Json = field(default_factory=dict)
+
+    def to_json(self) -> Json:
+        out: Json = {"kind": self.kind, "path": self.path}
+        if self.message:
+            out["message"] = self.message
+        if self.created is not None:
+            out["instance"] = self.created.to_json()
+        out.update(self.extra)
+        out["gpus"] = self.state["gpus"]
+        out["faults"] = self.state["faults"]
+        out["calls"] = self.state["calls"]
+        out["driverVersion"] = self.state["driverVersion"]
+        return out

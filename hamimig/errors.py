@@ -1,0 +1,83 @@
+"""Typed failures shared by every layer.
+
+Each error carries the exit code CONTRACT.md assigns to its category, so the CLI never has to
+guess how to translate an exception into a status that scripts and init containers rely on.
+Messages are one line and name what is wrong.
+"""
+
+from __future__ import annotations
+
+
+class HamimigError(Exception):
+    """A failure that the CLI reports as one line with a contract exit code."""
+
+    exit_code = 1
+    code = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(HamimigError):
+    """Bad arguments, unknown GPU or profile, illegal placement, missing opt-in, bad paths."""
+
+    exit_code = 2
+    code = "usage"
+
+
+class ConflictError(HamimigError):
+    """The placement is blocked by something hamimig may not touch, or owners clash."""
+
+    exit_code = 3
+    code = "conflict"
+
+
+class HardwareError(HamimigError):
+    """An NVML call or a write to the state or CDI directory failed."""
+
+    exit_code = 4
+    code = "hardware"
+
+
+class UnverifiableError(HamimigError):
+    """State that cannot be verified; nothing was changed."""
+
+    exit_code = 5
+    code = "unverifiable"
+
+
+class NotFoundError(HamimigError):
+    """No such MIG UUID or pod allocation."""
+
+    exit_code = 6
+    code = "not-found"
+
+
+class BusyError(HamimigError):
+    """The node lock could not be taken in time."""
+
+    exit_code = 7
+    code = "busy"
+
+
+class NvmlError(HardwareError):
+    """An NVML call failed; keeps the call and NVML's own error name and code.
+
+    The engine decides per call site whether a given NVML error is a conflict (for example
+    INSUFFICIENT_RESOURCES on create) or a hardware failure; the name and code let it do so
+    without string matching.
+    """
+
+    def __init__(self, call: str, name: str, value: int, detail: str = "") -> None:
+        text = f"NVML call {call} failed: {name} (code {value})"
+        if detail:
+            text += f": {detail}"
+        super().__init__(text)
+        self.call = call
+        self.name = name
+        self.value = value
+
+
+class NvmlUnavailableError(HardwareError):
+    """NVML cannot be loaded at all: not a GPU node, or the driver is missing."""

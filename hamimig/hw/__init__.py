@@ -1,0 +1,1 @@
+"""The hardware seam: what the lifecycle needs from NVML, and nothing more."""

@@ -1,0 +1,127 @@
+"""MIG geometry of the GPU models the simulator reproduces (FACTS.md section 2).
+
+This is data, not logic: the simulator serves it through NVML-shaped calls, and the real
+adapter never reads it (it asks the driver). Figures FACTS.md marks unverified are kept as
+FACTS.md states them and say so below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MEMORY_SLICES = 8
+"""A100, H100 and H200 have 8 memory slices; placements are expressed in them."""
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    """One GI profile of a model. `index` is NVML's profile index constant, `id` its profile ID."""
+
+    index: int
+    id: int
+    name: str
+    slice_count: int
+    memory_mb: int
+    sm_count: int
+    max_instances: int
+    size: int
+    starts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GPU model: `key` is what `sim init --model` takes, `nvml_name` what the driver reports."""
+
+    key: str
+    nvml_name: str
+    profiles: tuple[ProfileSpec, ...]
+
+    def profile_by_id(self, profile_id: int) -> ProfileSpec | None:
+        return next((p for p in self.profiles if p.id == profile_id), None)
+
+    def profile_by_index(self, index: int) -> ProfileSpec | None:
+        return next((p for p in self.profiles if p.index == index), None)
+
+
+# NVML profile index constants (NVML_GPU_INSTANCE_PROFILE_*), FACTS.md section 1.
+IDX_1_SLICE, IDX_2_SLICE, IDX_3_SLICE, IDX_4_SLICE, IDX_7_SLICE = 0, 1, 2, 3, 4
+IDX_1_SLICE_REV1, IDX_1_SLICE_REV2 = 7, 9
+
+# Compute-instance profile indexes/IDs for the CI spanning a whole GI of N compute slices.
+FULL_CI_PROFILE_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
+
+
+def _board(
+    key: str,
+    nvml_name: str,
+    names: tuple[str, str, str, str, str, str, str],
+    memory: tuple[int, int, int, int, int, int, int],
+    sms: tuple[int, int, int, int, int],
+) -> ModelSpec:
+    """A 7-compute-slice, 8-memory-slice board; tuples follow profile IDs 19,20,15,14,9,5,0."""
+    sm1, sm2, sm3, sm4, sm7 = sms
+    rows = (
+        # index, id, slices, sm, max, size, starts
+        (IDX_1_SLICE, 19, 1, sm1, 7, 1, (0, 1, 2, 3, 4, 5, 6)),
+        (IDX_1_SLICE_REV1, 20, 1, sm1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
+        (IDX_1_SLICE_REV2, 15, 1, sm1, 4, 2, (0, 2, 4, 6)),
+        (IDX_2_SLICE, 14, 2, sm2, 3, 2, (0, 2, 4)),
+        (IDX_3_SLICE, 9, 3, sm3, 2, 4, (0, 4)),
+        (IDX_4_SLICE, 5, 4, sm4, 1, 4, (0,)),
+        (IDX_7_SLICE, 0, 7, sm7, 1, 8, (0,)),
+    )
+    profiles = tuple(
+        ProfileSpec(
+            index=index,
+            id=pid,
+            name=name,
+            slice_count=slices,
+            memory_mb=mem,
+            sm_count=sm,
+            max_instances=maxn,
+            size=size,
+            starts=starts,
+        )
+        for (index, pid, slices, sm, maxn, size, starts), name, mem in zip(
+            rows, names, memory, strict=True
+        )
+    )
+    return ModelSpec(key=key, nvml_name=nvml_name, profiles=profiles)
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.key: m
+    for m in (
+        _board(
+            "A100-SXM4-40GB",
+            "NVIDIA A100-SXM4-40GB",
+            ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+            (4864, 4864, 9856, 9856, 19968, 19968, 40192),
+            (14, 28, 42, 56, 98),
+        ),
+        # Memory figures are not in FACTS.md for the 80 GB A100: twice the 40 GB board's
+        # (unverified; only `profiles` output shows them).
+        _board(
+            "A100-SXM4-80GB",
+            "NVIDIA A100-SXM4-80GB",
+            ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+            (9856, 9856, 19968, 19968, 40192, 40192, 80384),
+            (14, 28, 42, 56, 98),
+        ),
+        _board(
+            "H100-SXM5-80GB",
+            "NVIDIA H100 80GB HBM3",
+            ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+            (9984, 9984, 20096, 20096, 40448, 40448, 81152),
+            (16, 32, 60, 64, 132),
+        ),
+        # FACTS.md: H200 memory figures (MiB) and placements assumed equal to H100's (unverified).
+        _board(
+            "H200-SXM5-141GB",
+            "NVIDIA H200",
+            ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+            (9984, 9984, 20096, 20096, 40448, 40448, 81152),
+            (16, 32, 60, 64, 132),
+        ),
+    )
+}

@@ -1,0 +1,402 @@
+"""`MigHardware` over NVML: the one place that imports pynvml.
+
+`NvmlHardware` takes a pynvml-like module object, so the same code runs against NVIDIA's
+bindings on a GPU node and against the simulated module (`hw/sim.py`) everywhere else. Every
+NVML error becomes an `NvmlError` naming the call and NVML's error name and code. Each method
+notes the `nvidia-smi` command that reads or does the same, for operators cross-checking us.
+
+Call economy matters (the lifecycle's budgets count NVML calls): handles, GPU facts and profile
+tables are cached for the life of one `NvmlHardware`, i.e. one command; the live layout never is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from hamimig.errors import NvmlError, NvmlUnavailableError, UsageError
+from hamimig.hw.minors import DEFAULT_MIG_MINORS, MigMinors
+from hamimig.hw.types import (
+    CapabilityMinors,
+    ComputeInstance,
+    GiProfile,
+    Gpu,
+    GpuInstance,
+    MigDevice,
+    MigMode,
+    Placement,
+)
+
+_NO_DRIVER = (
+    "NVML is not available ({why}): run hamimig on a GPU node with the NVIDIA driver, "
+    "or use --sim PATH for a simulated node"
+)
+_PLACEMENT_ARRAY = 16
+_FULL_CI_INDEX_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 6: 6, 7: 4, 8: 5}
+
+
+def bindings() -> ModuleType:
+    """NVIDIA's `pynvml` module (importing it needs no driver; only `nvmlInit` loads one)."""
+    import pynvml
+
+    module: ModuleType = pynvml
+    return module
+
+
+class NvmlHardware:
+    """The real adapter. Use as a context manager: it initialises NVML and shuts it down."""
+
+    def __init__(self, nv: Any, mig_minors: Path = DEFAULT_MIG_MINORS) -> None:
+        self._nv = nv
+        self._minors = MigMinors(mig_minors)
+        self._error_names = {
+            getattr(nv, a): a.removeprefix("NVML_ERROR_")
+            for a in dir(nv)
+            if a.startswith("NVML_ERROR_")
+        }
+        self._handles: dict[int, Any] = {}
+        self._gpus: dict[int, Gpu] = {}
+        self._profile_infos: dict[int, list[tuple[int, Any]]] = {}
+        self._profiles: dict[int, tuple[GiProfile, ...]] = {}
+        self._open = False
+
+    # --- session -----------------------------------------------------------------------------
+
+    def __enter__(self) -> NvmlHardware:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        try:
+            self._nv.nvmlInit()
+        except self._nv.NVMLError as exc:
+            name = self._name_of(exc)
+            if name in ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH"):
+                raise NvmlUnavailableError(_NO_DRIVER.format(why=name)) from None
+            raise self._wrap("nvmlInit", exc) from None
+        self._open = True
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            # Nothing useful can be done about a failed shutdown at exit.
+            with contextlib.suppress(self._nv.NVMLError):
+                self._nv.nvmlShutdown()
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    def _name_of(self, exc: Any) -> str:
+        value = getattr(exc, "value", None)
+        return self._error_names.get(value, type(exc).__name__.removeprefix("NVMLError_"))
+
+    def _wrap(self, call: str, exc: Any) -> NvmlError:
+        return NvmlError(call, self._name_of(exc), int(getattr(exc, "value", -1)))
+
+    def _c(self, call: str, *args: Any) -> Any:
+        fn: Callable[..., Any] = getattr(self._nv, call)
+        try:
+            return fn(*args)
+        except self._nv.NVMLError as exc:
+            raise self._wrap(call, exc) from None
+
+    def _try(self, call: str, *args: Any, absent: tuple[str, ...]) -> Any | None:
+        """Like `_c`, but the NVML errors named in `absent` mean "nothing there" (None)."""
+        fn: Callable[..., Any] = getattr(self._nv, call)
+        try:
+            return fn(*args)
+        except self._nv.NVMLError as exc:
+            if self._name_of(exc) in absent:
+                return None
+            raise self._wrap(call, exc) from None
+
+    @staticmethod
+    def _text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def _handle(self, index: int) -> Any:
+        handle = self._handles.get(index)
+        if handle is None:
+            handle = self._try(
+                "nvmlDeviceGetHandleByIndex", index, absent=("INVALID_ARGUMENT", "NOT_FOUND")
+            )
+            if handle is None:
+                raise UsageError(f"no GPU with index {index} on this node")
+            self._handles[index] = handle
+        return handle
+
+    # --- GPUs ----------------------------------------------------------------------------------
+
+    def driver_version(self) -> str:
+        """`nvidia-smi --query-gpu=driver_version --format=csv`"""
+        return self._text(self._c("nvmlSystemGetDriverVersion"))
+
+    def gpu_count(self) -> int:
+        """`nvidia-smi -L | wc -l`"""
+        return int(self._c("nvmlDeviceGetCount"))
+
+    def gpu(self, index: int) -> Gpu:
+        """`nvidia-smi -i INDEX --query-gpu=uuid,name,mig.mode.current,mig.mode.pending`"""
+        cached = self._gpus.get(index)
+        if cached is not None:
+            return cached
+        handle = self._handle(index)
+        modes = self._try("nvmlDeviceGetMigMode", handle, absent=("NOT_SUPPORTED",))
+        if modes is None:
+            current = pending = MigMode.UNSUPPORTED
+        else:
+            current, pending = (self._mode(m) for m in modes)
+        gpu = Gpu(
+            index=index,
+            uuid=self._text(self._c("nvmlDeviceGetUUID", handle)),
+            model=self._text(self._c("nvmlDeviceGetName", handle)),
+            minor=int(self._c("nvmlDeviceGetMinorNumber", handle)),
+            mig_mode=current,
+            mig_pending=pending,
+        )
+        self._gpus[index] = gpu
+        return gpu
+
+    def _mode(self, value: int) -> MigMode:
+        return MigMode.ENABLED if value == self._nv.NVML_DEVICE_MIG_ENABLE else MigMode.DISABLED
+
+    def gpu_by_uuid(self, uuid: str) -> Gpu:
+        """`nvidia-smi -i GPU-UUID -L`"""
+        for gpu in self._gpus.values():
+            if gpu.uuid == uuid:
+                return gpu
+        handle = self._try(
+            "nvmlDeviceGetHandleByUUID", uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
+        )
+        if handle is None or self._is_mig(handle):
+            raise UsageError(f"no GPU {uuid} on this node")
+        index = int(self._c("nvmlDeviceGetIndex", handle))
+        self._handles[index] = handle
+        return self.gpu(index)
+
+    def _is_mig(self, handle: Any) -> bool:
+        flag = self._c("nvmlDeviceIsMigDeviceHandle", handle)
+        return bool(getattr(flag, "value", flag))
+
+    # --- profiles ------------------------------------------------------------------------------
+
+    def _infos(self, gpu: int) -> Iterator[tuple[int, Any]]:
+        """GI profile infos by index, fetched lazily and cached (the table has 18 indexes)."""
+        cache = self._profile_infos.setdefault(gpu, [])
+        yield from cache
+        handle = self._handle(gpu)
+        first = cache[-1][0] + 1 if cache else 0
+        for index in range(first, int(self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT)):
+            info = self._try(
+                "nvmlDeviceGetGpuInstanceProfileInfo",
+                handle,
+                index,
+                2,
+                absent=("NOT_SUPPORTED", "INVALID_ARGUMENT"),
+            )
+            cache.append((index, info))
+            yield index, info
+
+    def _placements(self, gpu: int, profile_id: int) -> tuple[Placement, ...]:
+        handle = self._handle(gpu)
+        size = _PLACEMENT_ARRAY
+        while True:
+            array = (self._nv.c_nvmlGpuInstancePlacement_t * size)()
+            count = ctypes.c_uint(size)
+            fn = self._nv.nvmlDeviceGetGpuInstancePossiblePlacements
+            try:
+                fn(handle, profile_id, array, ctypes.byref(count))
+            except self._nv.NVMLError as exc:
+                if self._name_of(exc) == "INSUFFICIENT_SIZE" and count.value > size:
+                    size = count.value
+                    continue
+                raise self._wrap("nvmlDeviceGetGpuInstancePossiblePlacements", exc) from None
+            return tuple(Placement(array[i].start, array[i].size) for i in range(count.value))
+
+    def _profile(self, gpu: int, index: int, info: Any) -> GiProfile:
+        name = self._text(info.name).removeprefix("MIG ")
+        return GiProfile(
+            name=name,
+            id=int(info.id),
+            index=index,
+            slice_count=int(info.sliceCount),
+            memory_mb=int(info.memorySizeMB),
+            max_instances=int(info.instanceCount),
+            placements=self._placements(gpu, int(info.id)),
+        )
+
+    def profiles(self, gpu: int) -> tuple[GiProfile, ...]:
+        """`nvidia-smi mig -i GPU -lgip` and `-lgipp`"""
+        cached = self._profiles.get(gpu)
+        if cached is None:
+            cached = tuple(
+                self._profile(gpu, index, info) for index, info in self._infos(gpu) if info
+            )
+            self._profiles[gpu] = cached
+        return cached
+
+    def find_profile(self, gpu: int, name: str) -> GiProfile | None:
+        """One profile by name, reading profile infos only until it is found."""
+        if gpu in self._profiles:
+            return next((p for p in self._profiles[gpu] if p.name == name), None)
+        for index, info in self._infos(gpu):
+            if info is not None and self._text(info.name).removeprefix("MIG ") == name:
+                return self._profile(gpu, index, info)
+        return None
+
+    def _profile_ids(self, gpu: int) -> list[int]:
+        return [int(info.id) for _, info in self._infos(gpu) if info is not None]
+
+    # --- the live layout ---------------------------------------------------------------------
+
+    def layout(self, gpu: int) -> tuple[GpuInstance, ...]:
+        """`nvidia-smi mig -i GPU -lgi` and `-lci`, with MIG UUIDs as `nvidia-smi -L` shows them.
+
+        GIs are enumerated per profile (so GIs without a CI are seen); MIG UUIDs come from the
+        MIG device handles, which exist only for GI/CI pairs.
+        """
+        info = self.gpu(gpu)
+        if info.mig_mode is not MigMode.ENABLED:
+            return ()
+        handle = self._handle(gpu)
+        gis: list[tuple[int, int, Placement]] = []
+        for profile_id in self._profile_ids(gpu):
+            for gi_handle in self._gpu_instances(handle, profile_id):
+                gi_info = self._c("nvmlGpuInstanceGetInfo", gi_handle)
+                placement = Placement(int(gi_info.placement.start), int(gi_info.placement.size))
+                gis.append((int(gi_info.id), int(gi_info.profileId), placement))
+        cis: dict[int, list[ComputeInstance]] = {}
+        for _, gi_id, ci_id, mig_uuid in self._mig_walk(handle):
+            cis.setdefault(gi_id, []).append(ComputeInstance(id=ci_id, mig_uuid=mig_uuid))
+        return tuple(
+            GpuInstance(
+                gpu_index=gpu,
+                gpu_uuid=info.uuid,
+                id=gi_id,
+                profile_id=profile_id,
+                placement=placement,
+                compute_instances=tuple(sorted(cis.get(gi_id, []), key=lambda c: c.id)),
+            )
+            for gi_id, profile_id, placement in sorted(gis, key=lambda g: (g[2].start, g[0]))
+        )
+
+    def _gpu_instances(self, handle: Any, profile_id: int) -> list[Any]:
+        size = 8
+        array = (self._nv.c_nvmlGpuInstance_t * size)()
+        count = ctypes.c_uint(size)
+        self._c("nvmlDeviceGetGpuInstances", handle, profile_id, array, ctypes.byref(count))
+        return [array[i] for i in range(count.value)]
+
+    def _mig_walk(self, handle: Any) -> Iterator[tuple[int, int, int, str]]:
+        """(index, GI ID, CI ID, MIG UUID) of every MIG device; empty indexes are skipped."""
+        for index in range(int(self._c("nvmlDeviceGetMaxMigDeviceCount", handle))):
+            mig = self._try(
+                "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
+            )
+            if mig is None:
+                continue
+            yield (
+                index,
+                int(self._c("nvmlDeviceGetGpuInstanceId", mig)),
+                int(self._c("nvmlDeviceGetComputeInstanceId", mig)),
+                self._text(self._c("nvmlDeviceGetUUID", mig)),
+            )
+
+    def mig_device(self, mig_uuid: str) -> MigDevice | None:
+        """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node."""
+        mig = self._try(
+            "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
+        )
+        if mig is None or not self._is_mig(mig):
+            return None
+        gi_id = int(self._c("nvmlDeviceGetGpuInstanceId", mig))
+        ci_id = int(self._c("nvmlDeviceGetComputeInstanceId", mig))
+        parent = self._c("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig)
+        gi_handle = self._c("nvmlDeviceGetGpuInstanceById", parent, gi_id)
+        gi_info = self._c("nvmlGpuInstanceGetInfo", gi_handle)
+        return MigDevice(
+            mig_uuid=mig_uuid,
+            gpu_uuid=self._text(self._c("nvmlDeviceGetUUID", parent)),
+            gpu_minor=int(self._c("nvmlDeviceGetMinorNumber", parent)),
+            gpu_instance_id=gi_id,
+            compute_instance_id=ci_id,
+            profile_id=int(gi_info.profileId),
+            placement=Placement(int(gi_info.placement.start), int(gi_info.placement.size)),
+        )
+
+    # --- mutations -----------------------------------------------------------------------------
+
+    def create_gpu_instance(self, gpu: int, profile_id: int, placement: Placement) -> int:
+        """`nvidia-smi mig -i GPU -cgi PROFILE:START`; returns the new GI's ID."""
+        handle = self._handle(gpu)
+        wanted = self._nv.c_nvmlGpuInstancePlacement_t()
+        wanted.start, wanted.size = placement.start, placement.size
+        gi_handle = self._c(
+            "nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile_id, ctypes.byref(wanted)
+        )
+        return int(self._c("nvmlGpuInstanceGetInfo", gi_handle).id)
+
+    def create_compute_instance(self, gpu: int, gi_id: int) -> ComputeInstance:
+        """`nvidia-smi mig -i GPU -gi GI -cci` (the default CI spanning the whole GI)."""
+        handle = self._handle(gpu)
+        gi_handle = self._c("nvmlDeviceGetGpuInstanceById", handle, gi_id)
+        gi_info = self._c("nvmlGpuInstanceGetInfo", gi_handle)
+        slices = self._gi_slices(gpu, int(gi_info.profileId))
+        ci_info = self._c(
+            "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+            gi_handle,
+            _FULL_CI_INDEX_BY_SLICES[slices],
+            self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            2,
+        )
+        ci_handle = self._c("nvmlGpuInstanceCreateComputeInstance", gi_handle, int(ci_info.id))
+        ci_id = int(self._c("nvmlComputeInstanceGetInfo", ci_handle).id)
+        for _, walked_gi, walked_ci, mig_uuid in self._mig_walk(handle):
+            if (walked_gi, walked_ci) == (gi_id, ci_id):
+                return ComputeInstance(id=ci_id, mig_uuid=mig_uuid)
+        raise NvmlError(
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            "NOT_FOUND",
+            int(self._nv.NVML_ERROR_NOT_FOUND),
+            f"new compute instance {gi_id}/{ci_id} has no MIG device",
+        )
+
+    def _gi_slices(self, gpu: int, profile_id: int) -> int:
+        for _, info in self._infos(gpu):
+            if info is not None and int(info.id) == profile_id:
+                return int(info.sliceCount)
+        raise UsageError(f"GPU {gpu} has no GPU instance profile with ID {profile_id}")
+
+    def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
+        """`nvidia-smi mig -i GPU -gi GI -ci CI -dci`"""
+        gi_handle = self._c("nvmlDeviceGetGpuInstanceById", self._handle(gpu), gi_id)
+        ci_handle = self._c("nvmlGpuInstanceGetComputeInstanceById", gi_handle, ci_id)
+        self._c("nvmlComputeInstanceDestroy", ci_handle)
+
+    def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
+        """`nvidia-smi mig -i GPU -gi GI -dgi` (its CIs must be gone first)."""
+        gi_handle = self._c("nvmlDeviceGetGpuInstanceById", self._handle(gpu), gi_id)
+        self._c("nvmlGpuInstanceDestroy", gi_handle)
+
+    # --- processes and device nodes ----------------------------------------------------------
+
+    def gpu_has_processes(self, gpu: int) -> bool:
+        """`nvidia-smi -i GPU --query-compute-apps=pid --format=csv`"""
+        return bool(self._c("nvmlDeviceGetComputeRunningProcesses", self._handle(gpu)))
+
+    def instance_has_processes(self, mig_uuid: str) -> bool:
+        """`nvidia-smi -i MIG-UUID --query-compute-apps=pid --format=csv`"""
+        mig = self._try("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
+        if mig is None:
+            return False
+        return bool(self._c("nvmlDeviceGetComputeRunningProcesses", mig))
+
+    def capability_minors(self, gpu_minor: int, gi_id: int, ci_id: int) -> CapabilityMinors:
+        """`grep gpu<minor>/gi<gi> /proc/driver/nvidia-caps/mig-minors`"""
+        return self._minors.lookup(gpu_minor, gi_id, ci_id)

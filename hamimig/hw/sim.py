@@ -1,0 +1,597 @@
+"""A simulated pynvml module: the same function names, signatures and return types as NVIDIA's
+bindings for everything `hw/nvml.py` calls, over a simulated node's state.
+
+It is built on pynvml's own ctypes structs, handle types and `NVMLError` classes (reached through
+`hw/nvml.py`, the project's one importer of pynvml), so the real adapter runs unchanged against
+it and every test exercises the code that will talk to real GPUs. Each call is counted, may be
+failed or crashed by an injected fault, and is one locked read-modify-write of the node's state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from hamimig.hw.models import MODELS
+from hamimig.hw.nvml import bindings
+from hamimig.hw.sim_state import (
+    NVML_ERROR_CODES,
+    SimNvmlFailure,
+    SimStore,
+    State,
+    ci_profiles_of,
+    crash,
+    create_ci,
+    create_gi,
+    destroy_ci,
+    destroy_gi,
+    gi_slices,
+    mig_devices,
+    model_of,
+    take_fault,
+)
+
+T = TypeVar("T")
+
+_DEVICE, _GI, _CI, _MIG = 1, 2, 3, 4
+_MAX_MIG_DEVICES = 7
+_PROCESS_PID_BASE = 40000
+# pynvml helpers that are plain Python and never touch the driver.
+_PURE_HELPERS = frozenset(
+    {
+        "nvmlFriendlyObject",
+        "nvmlStructToFriendlyObject",
+        "nvmlFriendlyObjectToStruct",
+        "nvmlExceptionClass",
+    }
+)
+
+Gpu = dict[str, Any]
+Node = dict[str, Any]
+
+_ERR = NVML_ERROR_CODES
+
+
+def _encode(kind: int, gpu: int, gi: int = 0, ci: int = 0) -> int:
+    return (kind << 40) | ((gpu + 1) << 24) | ((gi + 1) << 12) | (ci + 1)
+
+
+def _decode(handle: Any) -> tuple[int, int, int, int]:
+    value = ctypes.cast(handle, ctypes.c_void_p).value if handle is not None else None
+    if not value:
+        raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "null handle")
+    kind = value >> 40
+    gpu = ((value >> 24) & 0xFFFF) - 1
+    gi = ((value >> 12) & 0xFFF) - 1
+    ci = (value & 0xFFF) - 1
+    return kind, gpu, gi, ci
+
+
+def _deref(ref: Any) -> Any:
+    """The object behind `byref(x)` (a CArgObject), or `x` itself."""
+    return getattr(ref, "_obj", ref)
+
+
+class SimNvml:
+    """The stand-in for `import pynvml`; construct one per simulated node store."""
+
+    def __init__(self, store: SimStore) -> None:
+        self._store = store
+        self._nv = bindings()
+        self._init_count = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # Constants, ctypes structs, handle types and exception classes come from pynvml itself;
+        # NVML functions the simulator does not implement must not silently reach the driver.
+        if (
+            name.startswith("nvml")
+            and name not in _PURE_HELPERS
+            and callable(getattr(self._nv, name, None))
+        ):
+            raise AttributeError(f"the simulated node does not implement {name}")
+        return getattr(self._nv, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(self._nv)) | set(super().__dir__()))
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _error(self, code: int) -> Exception:
+        return self._nv.NVMLError(code)  # type: ignore[no-any-return]
+
+    def _call(self, name: str, gpu: int | None, body: Callable[[State], T]) -> T:
+        """Count the call, fire a matching fault, run `body` on the locked state."""
+        with self._store.transaction() as state:
+            calls = state["calls"]
+            calls[name] = calls.get(name, 0) + 1
+            if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
+                raise self._error(_ERR["UNINITIALIZED"])
+            fault = take_fault(state, name, gpu)
+            if fault is not None:
+                if fault.action == "raise":
+                    raise self._error(_ERR[fault.error])
+                self._store.save_now(state)
+                if fault.action == "crash-before":
+                    crash()
+            try:
+                result = body(state)
+            except SimNvmlFailure as exc:
+                if fault is not None:  # crash-after: the call failed on its own, then we die
+                    self._store.save_now(state)
+                    crash()
+                raise self._error(exc.code) from None
+            if fault is not None:
+                self._store.save_now(state)
+                crash()
+            return result
+
+    @staticmethod
+    def _gpu(state: State, index: int) -> Gpu:
+        gpus: list[Gpu] = state["gpus"]
+        if not 0 <= index < len(gpus):
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no GPU {index}")
+        return gpus[index]
+
+    def _device_gpu(self, state: State, handle: Any) -> Gpu:
+        kind, gpu, _, _ = _decode(handle)
+        if kind != _DEVICE:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU handle")
+        return self._gpu(state, gpu)
+
+    @staticmethod
+    def _require_mig(gpu: Gpu) -> None:
+        if gpu["migMode"]["current"] != 1:
+            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "MIG mode is disabled")
+
+    def _gi(self, state: State, handle: Any) -> tuple[Gpu, Node]:
+        kind, gpu_index, gi_id, _ = _decode(handle)
+        if kind != _GI:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU instance handle")
+        gpu = self._gpu(state, gpu_index)
+        self._require_mig(gpu)
+        for gi in gpu["gpuInstances"]:
+            if gi["id"] == gi_id:
+                return gpu, gi
+        raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale GPU instance handle")
+
+    def _ci(self, state: State, handle: Any, kind_expected: int) -> tuple[Gpu, Node, Node]:
+        kind, gpu_index, gi_id, ci_id = _decode(handle)
+        if kind != kind_expected:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "wrong handle kind")
+        gpu = self._gpu(state, gpu_index)
+        self._require_mig(gpu)
+        for gi in gpu["gpuInstances"]:
+            if gi["id"] == gi_id:
+                for ci in gi["computeInstances"]:
+                    if ci["id"] == ci_id:
+                        return gpu, gi, ci
+        raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale handle")
+
+    def _gpu_of(self, handle: Any) -> int | None:
+        try:
+            return _decode(handle)[1]
+        except SimNvmlFailure:
+            return None
+
+    def _handle(self, kind: int, gpu: int, gi: int = 0, ci: int = 0) -> Any:
+        ptype = {
+            _DEVICE: self._nv.c_nvmlDevice_t,
+            _MIG: self._nv.c_nvmlDevice_t,
+            _GI: self._nv.c_nvmlGpuInstance_t,
+            _CI: self._nv.c_nvmlComputeInstance_t,
+        }[kind]
+        return ctypes.cast(ctypes.c_void_p(_encode(kind, gpu, gi, ci)), ptype)
+
+    @staticmethod
+    def _fill_array(array_ref: Any, count_ref: Any, items: list[Any]) -> None:
+        count = _deref(count_ref)
+        array = _deref(array_ref)
+        if array is None:
+            count.value = len(items)
+            return
+        if count.value < len(items) or len(array) < len(items):
+            count.value = len(items)
+            raise SimNvmlFailure(_ERR["INSUFFICIENT_SIZE"], "array too small")
+        for i, item in enumerate(items):
+            array[i] = item
+        count.value = len(items)
+
+    # --- library ----------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        def body(state: State) -> None:
+            self._init_count += 1
+
+        self._call("nvmlInit", None, body)
+
+    def nvmlShutdown(self) -> None:
+        def body(state: State) -> None:
+            self._init_count -= 1
+
+        self._call("nvmlShutdown", None, body)
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self._call("nvmlSystemGetDriverVersion", None, lambda s: str(s["driverVersion"]))
+
+    # --- devices ----------------------------------------------------------------------------
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self._call("nvmlDeviceGetCount", None, lambda s: len(s["gpus"]))
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+        def body(state: State) -> Any:
+            self._gpu(state, index)
+            return self._handle(_DEVICE, index)
+
+        return self._call("nvmlDeviceGetHandleByIndex", index, body)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> Any:
+        text = uuid.decode() if isinstance(uuid, bytes) else uuid
+
+        def body(state: State) -> Any:
+            for gpu in state["gpus"]:
+                if gpu["uuid"] == text:
+                    return self._handle(_DEVICE, gpu["index"])
+                for gi, ci in mig_devices(gpu):
+                    if ci["migUUID"] == text:
+                        return self._handle(_MIG, gpu["index"], gi["id"], ci["id"])
+            raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no device {text}")
+
+        return self._call("nvmlDeviceGetHandleByUUID", None, body)
+
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        return self._call(
+            "nvmlDeviceGetIndex",
+            self._gpu_of(handle),
+            lambda s: int(self._device_gpu(s, handle)["index"]),
+        )
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        def body(state: State) -> str:
+            kind = _decode(handle)[0]
+            if kind == _MIG:
+                return str(self._ci(state, handle, _MIG)[2]["migUUID"])
+            return str(self._device_gpu(state, handle)["uuid"])
+
+        return self._call("nvmlDeviceGetUUID", self._gpu_of(handle), body)
+
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        def body(state: State) -> str:
+            kind = _decode(handle)[0]
+            if kind == _MIG:
+                gpu, gi, _ = self._ci(state, handle, _MIG)
+                profile = model_of(gpu).profile_by_id(gi["profileId"])
+                assert profile is not None
+                return f"{model_of(gpu).nvml_name} MIG {profile.name}"
+            return MODELS[self._device_gpu(state, handle)["model"]].nvml_name
+
+        return self._call("nvmlDeviceGetName", self._gpu_of(handle), body)
+
+    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        return self._call(
+            "nvmlDeviceGetMinorNumber",
+            self._gpu_of(handle),
+            lambda s: int(self._device_gpu(s, handle)["minor"]),
+        )
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        def body(state: State) -> list[int]:
+            mode = self._device_gpu(state, handle)["migMode"]
+            return [int(mode["current"]), int(mode["pending"])]
+
+        return self._call("nvmlDeviceGetMigMode", self._gpu_of(handle), body)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        def body(state: State) -> list[Any]:
+            kind = _decode(handle)[0]
+            if kind == _MIG:
+                gpu, gi, ci = self._ci(state, handle, _MIG)
+                pairs = [(gi, ci)]
+            else:
+                gpu = self._device_gpu(state, handle)
+                pairs = mig_devices(gpu)
+            return [
+                self._nv.nvmlFriendlyObject(
+                    {
+                        "pid": _PROCESS_PID_BASE + gpu["index"] * 1000 + gi["id"] * 10 + ci["id"],
+                        "usedGpuMemory": 1 << 30,
+                        "gpuInstanceId": gi["id"],
+                        "computeInstanceId": ci["id"],
+                    }
+                )
+                for gi, ci in pairs
+                if ci.get("busy")
+            ]
+
+        return self._call("nvmlDeviceGetComputeRunningProcesses", self._gpu_of(handle), body)
+
+    # --- GPU instance profiles and placements --------------------------------------------------
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, handle: Any, profile: int, version: int = 2
+    ) -> Any:
+        def body(state: State) -> Any:
+            gpu = self._device_gpu(state, handle)
+            spec = model_of(gpu).profile_by_index(profile)
+            if spec is None:
+                known = 0 <= profile < self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT
+                raise SimNvmlFailure(_ERR["NOT_SUPPORTED" if known else "INVALID_ARGUMENT"])
+            if version == 2:
+                info = self._nv.c_nvmlGpuInstanceProfileInfo_v2_t()
+                info.name = f"MIG {spec.name}".encode()
+            elif version == 1:
+                info = self._nv.c_nvmlGpuInstanceProfileInfo_t()
+            else:
+                raise SimNvmlFailure(_ERR["FUNCTION_NOT_FOUND"])
+            info.id = spec.id
+            info.isP2pSupported = 0
+            info.sliceCount = spec.slice_count
+            info.instanceCount = spec.max_instances
+            info.multiprocessorCount = spec.sm_count
+            info.copyEngineCount = spec.slice_count
+            info.decoderCount = spec.slice_count // 2 + (1 if spec.index == 7 else 0)
+            info.encoderCount = 0
+            info.jpegCount = 1 if spec.slice_count == 7 or spec.index == 7 else 0
+            info.ofaCount = 1 if spec.slice_count == 7 or spec.index == 7 else 0
+            info.memorySizeMB = spec.memory_mb
+            return info
+
+        return self._call("nvmlDeviceGetGpuInstanceProfileInfo", self._gpu_of(handle), body)
+
+    nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        self, handle: Any, profileId: int, placementsRef: Any, countRef: Any
+    ) -> int:
+        def body(state: State) -> int:
+            gpu = self._device_gpu(state, handle)
+            spec = model_of(gpu).profile_by_id(profileId)
+            if spec is None:
+                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
+            items = []
+            for start in spec.starts:
+                placement = self._nv.c_nvmlGpuInstancePlacement_t()
+                placement.start, placement.size = start, spec.size
+                items.append(placement)
+            self._fill_array(placementsRef, countRef, items)
+            return int(self._nv.NVML_SUCCESS)
+
+        return self._call("nvmlDeviceGetGpuInstancePossiblePlacements", self._gpu_of(handle), body)
+
+    def nvmlDeviceGetGpuInstanceRemainingCapacity(self, handle: Any, profileId: int) -> int:
+        def body(state: State) -> int:
+            gpu = self._device_gpu(state, handle)
+            self._require_mig(gpu)
+            spec = model_of(gpu).profile_by_id(profileId)
+            if spec is None:
+                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
+            taken = [(g["placement"]["start"], g["placement"]["size"]) for g in gpu["gpuInstances"]]
+            free = [
+                s for s in spec.starts if all(s + spec.size <= a or a + n <= s for a, n in taken)
+            ]
+            # Count disjoint free placements greedily: what could still be created side by side.
+            count, end = 0, -1
+            for start in free:
+                if start >= end:
+                    count, end = count + 1, start + spec.size
+            same = sum(1 for g in gpu["gpuInstances"] if g["profileId"] == profileId)
+            return max(0, min(count, spec.max_instances - same))
+
+        return self._call("nvmlDeviceGetGpuInstanceRemainingCapacity", self._gpu_of(handle), body)
+
+    # --- GPU instances -----------------------------------------------------------------------
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: Any, profileId: int, placement: Any
+    ) -> Any:
+        def body(state: State) -> Any:
+            gpu = self._device_gpu(state, handle)
+            wanted = _deref(placement)
+            spec = model_of(gpu).profile_by_id(profileId)
+            if spec is not None and wanted.size != spec.size:
+                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "placement size mismatch")
+            gi = create_gi(gpu, profileId, int(wanted.start))
+            return self._handle(_GI, gpu["index"], gi["id"])
+
+        return self._call("nvmlDeviceCreateGpuInstanceWithPlacement", self._gpu_of(handle), body)
+
+    def nvmlDeviceGetGpuInstances(
+        self, handle: Any, profileId: int, gpuInstancesRef: Any, countRef: Any
+    ) -> int:
+        def body(state: State) -> int:
+            gpu = self._device_gpu(state, handle)
+            self._require_mig(gpu)
+            if model_of(gpu).profile_by_id(profileId) is None:
+                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
+            items = [
+                self._handle(_GI, gpu["index"], gi["id"])
+                for gi in gpu["gpuInstances"]
+                if gi["profileId"] == profileId
+            ]
+            self._fill_array(gpuInstancesRef, countRef, items)
+            return int(self._nv.NVML_SUCCESS)
+
+        return self._call("nvmlDeviceGetGpuInstances", self._gpu_of(handle), body)
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: Any, gpuInstanceId: int) -> Any:
+        def body(state: State) -> Any:
+            gpu = self._device_gpu(state, handle)
+            self._require_mig(gpu)
+            if any(gi["id"] == gpuInstanceId for gi in gpu["gpuInstances"]):
+                return self._handle(_GI, gpu["index"], gpuInstanceId)
+            raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no GI {gpuInstanceId}")
+
+        return self._call("nvmlDeviceGetGpuInstanceById", self._gpu_of(handle), body)
+
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
+        def body(state: State) -> Any:
+            gpu, gi = self._gi(state, gpuInstance)
+            info = self._nv.c_nvmlGpuInstanceInfo_t()
+            info.device = self._handle(_DEVICE, gpu["index"])
+            info.id = gi["id"]
+            info.profileId = gi["profileId"]
+            info.placement.start = gi["placement"]["start"]
+            info.placement.size = gi["placement"]["size"]
+            return info
+
+        return self._call("nvmlGpuInstanceGetInfo", self._gpu_of(gpuInstance), body)
+
+    def nvmlGpuInstanceDestroy(self, gpuInstance: Any) -> int:
+        def body(state: State) -> int:
+            gpu, gi = self._gi(state, gpuInstance)
+            destroy_gi(gpu, gi)
+            return int(self._nv.NVML_SUCCESS)
+
+        return self._call("nvmlGpuInstanceDestroy", self._gpu_of(gpuInstance), body)
+
+    # --- compute instances ---------------------------------------------------------------------
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, device: Any, profile: int, engProfile: int, version: int = 2
+    ) -> Any:
+        def body(state: State) -> Any:
+            gpu, gi = self._gi(state, device)  # a GI handle despite the parameter's name
+            if engProfile != self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
+                raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "engine profile")
+            offered = ci_profiles_of(gpu, gi)
+            if profile not in offered:
+                raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], f"CI profile {profile}")
+            slices = offered[profile]
+            gi_spec = model_of(gpu).profile_by_id(gi["profileId"])
+            assert gi_spec is not None
+            if version == 2:
+                info = self._nv.c_nvmlComputeInstanceProfileInfo_v2_t()
+                whole = slices == gi_slices(gpu, gi)
+                info.name = (
+                    f"MIG {gi_spec.name}" if whole else f"MIG {slices}c.{gi_spec.name}"
+                ).encode()
+            elif version == 1:
+                info = self._nv.c_nvmlComputeInstanceProfileInfo_t()
+            else:
+                raise SimNvmlFailure(_ERR["FUNCTION_NOT_FOUND"])
+            info.id = profile
+            info.sliceCount = slices
+            info.instanceCount = gi_slices(gpu, gi) // slices
+            info.multiprocessorCount = gi_spec.sm_count * slices // gi_spec.slice_count
+            return info
+
+        return self._call(
+            "nvmlGpuInstanceGetComputeInstanceProfileInfo", self._gpu_of(device), body
+        )
+
+    nvmlGpuInstanceGetComputeInstanceProfileInfoV = nvmlGpuInstanceGetComputeInstanceProfileInfo
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gpuInstance: Any, profileId: int) -> Any:
+        def body(state: State) -> Any:
+            gpu, gi = self._gi(state, gpuInstance)
+            ci = create_ci(gpu, gi, profileId)
+            return self._handle(_CI, gpu["index"], gi["id"], ci["id"])
+
+        return self._call("nvmlGpuInstanceCreateComputeInstance", self._gpu_of(gpuInstance), body)
+
+    def nvmlGpuInstanceGetComputeInstances(
+        self, gpuInstance: Any, profileId: int, computeInstancesRef: Any, countRef: Any
+    ) -> int:
+        def body(state: State) -> int:
+            gpu, gi = self._gi(state, gpuInstance)
+            items = [
+                self._handle(_CI, gpu["index"], gi["id"], ci["id"])
+                for ci in gi["computeInstances"]
+                if ci["profileId"] == profileId
+            ]
+            self._fill_array(computeInstancesRef, countRef, items)
+            return int(self._nv.NVML_SUCCESS)
+
+        return self._call("nvmlGpuInstanceGetComputeInstances", self._gpu_of(gpuInstance), body)
+
+    def nvmlGpuInstanceGetComputeInstanceById(
+        self, gpuInstance: Any, computeInstanceId: int
+    ) -> Any:
+        def body(state: State) -> Any:
+            gpu, gi = self._gi(state, gpuInstance)
+            if any(ci["id"] == computeInstanceId for ci in gi["computeInstances"]):
+                return self._handle(_CI, gpu["index"], gi["id"], computeInstanceId)
+            raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no CI {computeInstanceId}")
+
+        return self._call("nvmlGpuInstanceGetComputeInstanceById", self._gpu_of(gpuInstance), body)
+
+    def nvmlComputeInstanceGetInfo(self, computeInstance: Any) -> Any:
+        def body(state: State) -> Any:
+            gpu, gi, ci = self._ci(state, computeInstance, _CI)
+            info = self._nv.c_nvmlComputeInstanceInfo_t()
+            info.device = self._handle(_DEVICE, gpu["index"])
+            info.gpuInstance = self._handle(_GI, gpu["index"], gi["id"])
+            info.id = ci["id"]
+            info.profileId = ci["profileId"]
+            info.placement.start = 0
+            info.placement.size = ci_profiles_of(gpu, gi)[ci["profileId"]]
+            return info
+
+        return self._call("nvmlComputeInstanceGetInfo", self._gpu_of(computeInstance), body)
+
+    nvmlComputeInstanceGetInfo_v2 = nvmlComputeInstanceGetInfo
+
+    def nvmlComputeInstanceDestroy(self, computeInstance: Any) -> int:
+        def body(state: State) -> int:
+            _, gi, ci = self._ci(state, computeInstance, _CI)
+            destroy_ci(gi, ci)
+            return int(self._nv.NVML_SUCCESS)
+
+        return self._call("nvmlComputeInstanceDestroy", self._gpu_of(computeInstance), body)
+
+    # --- MIG devices -------------------------------------------------------------------------
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
+        def body(state: State) -> int:
+            gpu = self._device_gpu(state, handle)
+            return _MAX_MIG_DEVICES if gpu["migMode"]["current"] == 1 else 0
+
+        return self._call("nvmlDeviceGetMaxMigDeviceCount", self._gpu_of(handle), body)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
+        def body(state: State) -> Any:
+            gpu = self._device_gpu(state, handle)
+            self._require_mig(gpu)
+            if not 0 <= index < _MAX_MIG_DEVICES:
+                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"MIG index {index}")
+            devices = mig_devices(gpu)
+            if index >= len(devices):
+                raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no MIG device at {index}")
+            gi, ci = devices[index]
+            return self._handle(_MIG, gpu["index"], gi["id"], ci["id"])
+
+        return self._call("nvmlDeviceGetMigDeviceHandleByIndex", self._gpu_of(handle), body)
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: Any) -> Any:
+        return self._call(
+            "nvmlDeviceIsMigDeviceHandle",
+            self._gpu_of(handle),
+            lambda s: ctypes.c_uint(1 if _decode(handle)[0] == _MIG else 0),
+        )
+
+    def _mig_field(self, name: str, handle: Any, pick: Callable[[Node, Node], int]) -> int:
+        def body(state: State) -> int:
+            if _decode(handle)[0] != _MIG:
+                raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "not a MIG device handle")
+            _, gi, ci = self._ci(state, handle, _MIG)
+            return pick(gi, ci)
+
+        return self._call(name, self._gpu_of(handle), body)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
+        return self._mig_field("nvmlDeviceGetGpuInstanceId", handle, lambda gi, ci: int(gi["id"]))
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
+        return self._mig_field(
+            "nvmlDeviceGetComputeInstanceId", handle, lambda gi, ci: int(ci["id"])
+        )
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any) -> Any:
+        def body(state: State) -> Any:
+            gpu, _, _ = self._ci(state, handle, _MIG)
+            return self._handle(_DEVICE, gpu["index"])
+
+        return self._call(
+            "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", self._gpu_of(handle), body
+        )

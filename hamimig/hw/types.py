@@ -1,0 +1,152 @@
+"""Value types and the `MigHardware` protocol: the whole surface the lifecycle uses.
+
+Everything above this seam sees plain frozen values, never NVML handles, so that the engine can
+be planned and tested as pure functions over snapshots, and so that the real adapter
+(`hw/nvml.py`) and the simulator are interchangeable below it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class MigMode(str, enum.Enum):
+    """A GPU's MIG mode as CONTRACT.md's `migMode` spells it."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True, order=True)
+class Placement:
+    """A half-open interval of memory slices `[start, start+size)`."""
+
+    start: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def overlaps(self, other: Placement) -> bool:
+        return self.start < other.end and other.start < self.end
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.size}"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU. `minor` names `/dev/nvidia<minor>` and the `gpuN` of mig-minors."""
+
+    index: int
+    uuid: str
+    model: str
+    minor: int
+    mig_mode: MigMode
+    mig_pending: MigMode
+
+    @property
+    def reset_pending(self) -> bool:
+        """A MIG mode change was requested but needs a GPU reset to take effect."""
+        return self.mig_mode is not self.mig_pending
+
+
+@dataclass(frozen=True)
+class GiProfile:
+    """A GPU instance profile: `name` without NVML's `MIG ` prefix, e.g. `1g.10gb`.
+
+    `slice_count` is NVML's `sliceCount` (compute slices); placements are in memory slices.
+    """
+
+    name: str
+    id: int
+    index: int
+    slice_count: int
+    memory_mb: int
+    max_instances: int
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True)
+class ComputeInstance:
+    """A CI and the MIG device it forms; `mig_uuid` is what containers and HAMi see."""
+
+    id: int
+    mig_uuid: str
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """A live GI with its CIs (possibly none: an orphan GI after a failed or crashed create)."""
+
+    gpu_index: int
+    gpu_uuid: str
+    id: int
+    profile_id: int
+    placement: Placement
+    compute_instances: tuple[ComputeInstance, ...]
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """The identity of one MIG device as read back directly from its MIG UUID."""
+
+    mig_uuid: str
+    gpu_uuid: str
+    gpu_minor: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile_id: int
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class CapabilityMinors:
+    """Minors of `/dev/nvidia-caps/nvidia-cap<N>` for a GI's and a CI's access capability."""
+
+    gi_access: int
+    ci_access: int
+
+
+class MigHardware(Protocol):
+    """Exactly what the lifecycle needs from a MIG-capable node.
+
+    GPU arguments are NVML indexes. Implementations raise `NvmlError` for a failed NVML call
+    and `UsageError` for an unknown GPU; they never return partial results.
+    """
+
+    def driver_version(self) -> str: ...
+
+    def gpu_count(self) -> int: ...
+
+    def gpu(self, index: int) -> Gpu: ...
+
+    def gpu_by_uuid(self, uuid: str) -> Gpu: ...
+
+    def profiles(self, gpu: int) -> tuple[GiProfile, ...]: ...
+
+    def find_profile(self, gpu: int, name: str) -> GiProfile | None: ...
+
+    def layout(self, gpu: int) -> tuple[GpuInstance, ...]: ...
+
+    def mig_device(self, mig_uuid: str) -> MigDevice | None: ...
+
+    def create_gpu_instance(self, gpu: int, profile_id: int, placement: Placement) -> int: ...
+
+    def create_compute_instance(self, gpu: int, gi_id: int) -> ComputeInstance: ...
+
+    def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None: ...
+
+    def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None: ...
+
+    def gpu_has_processes(self, gpu: int) -> bool: ...
+
+    def instance_has_processes(self, mig_uuid: str) -> bool: ...
+
+    def capability_minors(self, gpu_minor: int, gi_id: int, ci_id: int) -> CapabilityMinors: ...
+
+    def close(self) -> None: ...
