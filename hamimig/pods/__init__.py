@@ -1,0 +1,1 @@
+"""Pod sources and the HAMi allocation annotation codec."""
