@@ -1,0 +1,110 @@
+"""Shared fixtures: a simulated node on disk, the real NVML adapter over it, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from hamimig.cli.app import app
+from hamimig.engine.simulator import sim_init
+from hamimig.hw.nvml import NvmlHardware
+from hamimig.hw.sim import SimNvml
+from hamimig.hw.sim_state import SimStore
+
+
+@pytest.fixture
+def sim_path(tmp_path: Path) -> Path:
+    """A fresh simulated node: 2 x H100-SXM5-80GB, MIG enabled, no instances."""
+    path = tmp_path / "sim" / "node.json"
+    sim_init(path, "H100-SXM5-80GB", 2)
+    return path
+
+
+def open_hw(path: Path) -> NvmlHardware:
+    store = SimStore(path)
+    minors = store.minors_path
+    assert minors is not None
+    hw = NvmlHardware(SimNvml(store), minors)
+    hw.open()
+    return hw
+
+
+@pytest.fixture
+def hw(sim_path: Path) -> Iterator[NvmlHardware]:
+    """`hw/nvml.py` running unchanged against the simulated pynvml module."""
+    adapter = open_hw(sim_path)
+    yield adapter
+    adapter.close()
+
+
+def sim_state(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+@dataclass
+class Ran:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+class Cli:
+    """Runs `hamimig` in-process through Typer's CliRunner with the node's global options."""
+
+    def __init__(self, sim: Path, state_dir: Path, cdi_dir: Path) -> None:
+        self.sim = sim
+        self.state_dir = state_dir
+        self.cdi_dir = cdi_dir
+        self.runner = CliRunner()
+
+    def globals(self) -> list[str]:
+        return [
+            "--sim",
+            str(self.sim),
+            "--state-dir",
+            str(self.state_dir),
+            "--cdi-dir",
+            str(self.cdi_dir),
+            "--config",
+            str(self.state_dir.parent / "absent-config.yaml"),
+        ]
+
+    def __call__(self, *args: str, output: str | None = None) -> Ran:
+        argv = self.globals() + (["-o", output] if output else []) + list(args)
+        result = self.runner.invoke(app, argv, catch_exceptions=False)
+        return Ran(result.exit_code, result.stdout, result.stderr)
+
+    def json(self, *args: str) -> Ran:
+        return self(*args, output="json")
+
+
+@pytest.fixture
+def cli(sim_path: Path, tmp_path: Path) -> Cli:
+    return Cli(sim_path, tmp_path / "state", tmp_path / "cdi")
+
+
+def run_hamimig(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m hamimig` in a real subprocess (crash and concurrency tests)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "hamimig", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+        check=False,
+    )
