@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from hamimig import __version__
-from hamimig.cli import inventory_cmd, render, sim_cmd
+from hamimig.cli import inventory_cmd, lifecycle_cmd, render, sim_cmd
 from hamimig.cli.context import OUTPUTS, Globals
 from hamimig.engine.node import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR, Node
 from hamimig.errors import HamimigError, UsageError
@@ -74,12 +74,15 @@ def root(
         render.error(err, "table")
         raise typer.Exit(err.exit_code)
     ctx.obj = Globals(
-        node=Node(state_dir=state_dir, cdi_dir=cdi_dir, config=config, sim=sim, node_name=node),
+        node=Node(
+            state_dir=state_dir, cdi_dir=cdi_dir, config_path=config, sim=sim, node_name=node
+        ),
         output=output,
     )
 
 
 inventory_cmd.register(app)
+lifecycle_cmd.register(app)
 app.add_typer(sim_cmd.app, name="sim")
 
 

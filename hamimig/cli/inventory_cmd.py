@@ -23,7 +23,7 @@ def list_(
     ] = None,
 ) -> None:
     """Every MIG instance on the node: records joined with the live layout."""
-    execute(ctx, lambda node: inventory.list_instances(node.hardware(), gpu, state))
+    execute(ctx, lambda node: inventory.list_instances(node, gpu, state))
 
 
 def profiles(ctx: typer.Context, gpu: GpuOption = None) -> None:

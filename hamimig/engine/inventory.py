@@ -1,24 +1,36 @@
-"""Read-only views of the node: the live layout joined with what hamimig knows, and profiles.
+"""Read-only views of the node: the live layout joined with records and intents, and profiles.
 
-Nothing here mutates hardware or files, so none of it takes the node lock.
+Nothing here mutates hardware or files and nothing takes the node lock; an unreadable record
+becomes a warning, never a failure.
 """
 
 from __future__ import annotations
 
-from hamimig.engine.node import resolve_gpu
+from hamimig.engine.facts import Durable, Liveness, check_record, load_durable
+from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.views import (
     GpuProfiles,
     GpuView,
+    InstanceDetail,
     InstanceList,
     InstanceView,
     ProfileList,
     ProfileView,
     State,
+    Warning_,
 )
-from hamimig.errors import UsageError
-from hamimig.hw.types import Gpu, MigHardware, MigMode
+from hamimig.errors import NotFoundError, UsageError
+from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
+from hamimig.store.intents import Intent
+from hamimig.store.records import Record, RecordState
 
 _DEFAULT_MEMORY_SLICES = 8
+_RECORD_STATE = {
+    RecordState.ACTIVE: State.ACTIVE,
+    RecordState.IDLE: State.IDLE,
+    RecordState.RECLAIMING: State.RECLAIMING,
+    RecordState.ERROR: State.ERROR,
+}
 
 
 def _gpus(hw: MigHardware, gpu_ref: str | None) -> list[Gpu]:
@@ -32,45 +44,119 @@ def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
     return max(ends, default=_DEFAULT_MEMORY_SLICES)
 
 
-def live_instances(hw: MigHardware, gpu: Gpu) -> list[InstanceView]:
-    """Every live GI/CI pair and orphan GI on one GPU, as hamimig would show them unmanaged."""
+def record_state(record: Record) -> State:
+    """A record HAMi wrote (no "hamimig" key) counts as Idle."""
+    return _RECORD_STATE[record.state] if record.managed else State.IDLE
+
+
+def record_view(
+    record: Record, gpu_index: int, state: State | None = None, error: str | None = None
+) -> InstanceView:
+    shown = state or record_state(record)
+    return InstanceView(
+        mig_uuid=record.mig_uuid,
+        gpu_uuid=record.gpu_uuid,
+        gpu_index=gpu_index,
+        profile=record.profile,
+        placement=record.placement,
+        gpu_instance_id=record.gpu_instance_id,
+        compute_instance_id=record.compute_instance_id,
+        state=shown,
+        owner=record.owner if shown is State.ACTIVE else None,
+        cdi_device=record.cdi_device,
+        error=error if error is not None else record.error,
+    )
+
+
+def _intent_view(intent: Intent, gpu_index: int, gi: GpuInstance | None) -> InstanceView:
+    return InstanceView(
+        mig_uuid=intent.mig_uuid,
+        gpu_uuid=intent.gpu_uuid,
+        gpu_index=gpu_index,
+        profile=intent.profile,
+        placement=intent.placement,
+        gpu_instance_id=gi.id if gi else intent.gpu_instance_id,
+        compute_instance_id=intent.compute_instance_id,
+        state=State.CREATING,
+        owner=intent.owner,
+        error=f"allocation in flight or interrupted (intent {intent.id})",
+    )
+
+
+def gpu_instances(
+    hw: MigHardware, gpu: Gpu, durable: Durable
+) -> tuple[list[InstanceView], set[str], set[str]]:
+    """One GPU's instances: live GI/CI pairs and orphan GIs, named by the record or intent that
+    owns them. Returns the views and the record UUIDs and intent IDs that were matched."""
     if gpu.mig_mode is not MigMode.ENABLED:
-        return []
+        return [], set(), set()
     names = {p.id: p.name for p in hw.profiles(gpu.index)}
+    layout = hw.layout(gpu.index)
+    records = durable.on_gpu(gpu.uuid)
+    seen_records: set[str] = set()
+    seen_intents: set[str] = set()
     out: list[InstanceView] = []
-    for gi in hw.layout(gpu.index):
+    claimed_pairs: set[tuple[int, int]] = set()
+    claimed_gis: set[int] = set()
+    for record in records:
+        live = check_record(record, layout, names)
+        if live.status is Liveness.COMPLETE:
+            claimed_pairs.add((record.gpu_instance_id, record.compute_instance_id))
+        elif live.status is Liveness.GI_ONLY:
+            claimed_gis.add(record.gpu_instance_id)
+        else:
+            continue
+        seen_records.add(record.mig_uuid)
+        error = None if live.status is Liveness.COMPLETE else live.detail
+        out.append(record_view(record, gpu.index, error=error or record.error))
+    for gi in layout:
         profile = names.get(gi.profile_id, f"profile-{gi.profile_id}")
+        intent = next(
+            (
+                i
+                for i in durable.intents
+                if i.gpu_uuid == gpu.uuid
+                and i.placement == gi.placement
+                and i.gpu_instance_id in (None, gi.id)
+            ),
+            None,
+        )
+        if intent is not None:
+            seen_intents.add(intent.id)
+            out.append(_intent_view(intent, gpu.index, gi))
+            continue
+        if gi.id in claimed_gis:
+            continue
         if not gi.compute_instances:
-            out.append(
-                InstanceView(
-                    mig_uuid=None,
-                    gpu_uuid=gpu.uuid,
-                    gpu_index=gpu.index,
-                    profile=profile,
-                    placement=gi.placement,
-                    gpu_instance_id=gi.id,
-                    compute_instance_id=None,
-                    state=State.ORPHAN_GI,
-                )
-            )
+            out.append(_unmanaged(gpu, gi, profile, None, None))
         for ci in gi.compute_instances:
-            out.append(
-                InstanceView(
-                    mig_uuid=ci.mig_uuid,
-                    gpu_uuid=gpu.uuid,
-                    gpu_index=gpu.index,
-                    profile=profile,
-                    placement=gi.placement,
-                    gpu_instance_id=gi.id,
-                    compute_instance_id=ci.id,
-                    state=State.UNMANAGED,
-                )
-            )
-    return out
+            if (gi.id, ci.id) not in claimed_pairs:
+                out.append(_unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid))
+    out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
+    return out, seen_records, seen_intents
+
+
+def _unmanaged(
+    gpu: Gpu, gi: GpuInstance, profile: str, ci_id: int | None, mig_uuid: str | None
+) -> InstanceView:
+    return InstanceView(
+        mig_uuid=mig_uuid,
+        gpu_uuid=gpu.uuid,
+        gpu_index=gpu.index,
+        profile=profile,
+        placement=gi.placement,
+        gpu_instance_id=gi.id,
+        compute_instance_id=ci_id,
+        state=State.UNMANAGED if mig_uuid else State.ORPHAN_GI,
+    )
+
+
+def _warnings(durable: Durable) -> tuple[Warning_, ...]:
+    return tuple(Warning_(file=p.file, reason=p.reason) for p in durable.problems)
 
 
 def list_instances(
-    hw: MigHardware, gpu_ref: str | None = None, state: str | None = None
+    node: Node, gpu_ref: str | None = None, state: str | None = None
 ) -> InstanceList:
     wanted: State | None = None
     if state is not None:
@@ -80,9 +166,13 @@ def list_instances(
             raise UsageError(
                 f"unknown state {state!r}: use one of {', '.join(s.value for s in State)}"
             )
+    hw = node.hardware()
+    durable = load_durable(node)
     gpus = _gpus(hw, gpu_ref)
     instances: list[InstanceView] = []
     views: list[GpuView] = []
+    seen_records: set[str] = set()
+    seen_intents: set[str] = set()
     for gpu in gpus:
         views.append(
             GpuView(
@@ -95,10 +185,75 @@ def list_instances(
                 else 0,
             )
         )
-        instances.extend(live_instances(hw, gpu))
+        found, records, intents = gpu_instances(hw, gpu, durable)
+        instances.extend(found)
+        seen_records |= records
+        seen_intents |= intents
+    shown = {g.uuid: g.index for g in gpus}
+    for record in durable.records.values():
+        if record.mig_uuid in seen_records or (
+            record.gpu_uuid not in shown and gpu_ref is not None
+        ):
+            continue
+        index = shown.get(record.gpu_uuid, -1)
+        instances.append(
+            record_view(
+                record,
+                index,
+                state=State.MISSING,
+                error=f"recorded as {record_state(record).value} but not live",
+            )
+        )
+    for intent in durable.intents:
+        if intent.id in seen_intents or (intent.gpu_uuid not in shown and gpu_ref is not None):
+            continue
+        instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
     if wanted is not None:
         instances = [i for i in instances if i.state is wanted]
-    return InstanceList(instances=tuple(instances), gpus=tuple(views))
+    return InstanceList(instances=tuple(instances), gpus=tuple(views), warnings=_warnings(durable))
+
+
+def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
+    """One instance by MIG UUID: managed (record), unmanaged (live only) or missing."""
+    hw = node.hardware()
+    durable = load_durable(node)
+    record = durable.records.get(mig_uuid)
+    live = hw.mig_device(mig_uuid)
+    cdi = node.cdi()
+    cdi_path = str(cdi.path_of(mig_uuid)) if cdi is not None and cdi.exists(mig_uuid) else None
+    if record is not None:
+        gpu_index = live.gpu_index if live else -1
+        if live is None:
+            view = record_view(
+                record,
+                gpu_index,
+                state=State.MISSING,
+                error=f"recorded as {record_state(record).value} but not live",
+            )
+        else:
+            view = record_view(record, gpu_index)
+        return InstanceDetail(
+            instance=view,
+            record=str(node.records().path_of(mig_uuid)),
+            cdi_spec=cdi_path,
+            warnings=_warnings(durable),
+        )
+    if live is None:
+        raise NotFoundError(f"no MIG instance {mig_uuid} on this node and no record of it")
+    name = hw.profile_name(live.gpu_index, live.profile_id) or f"profile-{live.profile_id}"
+    view = InstanceView(
+        mig_uuid=mig_uuid,
+        gpu_uuid=live.gpu_uuid,
+        gpu_index=live.gpu_index,
+        profile=name,
+        placement=live.placement,
+        gpu_instance_id=live.gpu_instance_id,
+        compute_instance_id=live.compute_instance_id,
+        state=State.UNMANAGED,
+    )
+    return InstanceDetail(
+        instance=view, record=None, cdi_spec=cdi_path, warnings=_warnings(durable)
+    )
 
 
 def list_profiles(hw: MigHardware, gpu_ref: str | None = None) -> ProfileList:

@@ -6,15 +6,24 @@ Hardware is opened lazily and once per command, so read-only commands that never
 
 from __future__ import annotations
 
+import datetime
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hamimig.config import Config, load_config
 from hamimig.errors import UsageError
 from hamimig.hw.nvml import NvmlHardware, bindings
 from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import SimStore
+from hamimig.hw.sim_state import SimStore, run_file_op
 from hamimig.hw.types import Gpu, MigHardware, Placement
+from hamimig.store.cdi import CdiStore
+from hamimig.store.files import FileOp, no_faults
+from hamimig.store.intents import IntentStore
+from hamimig.store.lock import NodeLock
+from hamimig.store.queue import RemovalQueue
+from hamimig.store.records import RecordStore
 
 DEFAULT_STATE_DIR = Path("/var/run/hami/dynamic-mig-state")
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
@@ -24,16 +33,54 @@ _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]{8,64}$")
 _PLACEMENT = re.compile(r"^(\d{1,3})(?::(\d{1,3}))?$")
 
 
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
 @dataclass
 class Node:
-    """What every command needs to know about where it runs."""
+    """What every command needs to know about where it runs, opened lazily."""
 
     state_dir: Path = DEFAULT_STATE_DIR
     cdi_dir: Path = DEFAULT_CDI_DIR
-    config: Path = DEFAULT_CONFIG
+    config_path: Path = DEFAULT_CONFIG
     sim: Path | None = None
     node_name: str | None = None
+    lock_timeout: float = 60.0
+    clock: Callable[[], str] = utc_now
     _hw: NvmlHardware | None = field(default=None, repr=False)
+    _config: Config | None = field(default=None, repr=False)
+
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+    def file_op(self) -> FileOp:
+        """On a simulated node, durable-state file operations honour the simulator's faults."""
+        if self.sim is None:
+            return no_faults
+        store = SimStore(self.sim)
+        return lambda op, perform: run_file_op(store, op, perform)
+
+    def records(self) -> RecordStore:
+        return RecordStore(self.state_dir, self.file_op())
+
+    def intents(self) -> IntentStore:
+        return IntentStore(self.state_dir, self.file_op())
+
+    def queue(self) -> RemovalQueue:
+        return RemovalQueue(self.state_dir, self.file_op())
+
+    def cdi(self) -> CdiStore | None:
+        """The CDI spec store, or None in legacy non-CDI mode (`cdi.enabled: false`)."""
+        cfg = self.config()
+        if not cfg.cdi_enabled:
+            return None
+        return CdiStore(self.cdi_dir, cfg.cdi_kind, cfg.cdi_annotations, self.file_op())
+
+    def lock(self) -> NodeLock:
+        return NodeLock(self.state_dir, self.lock_timeout)
 
     def hardware(self) -> MigHardware:
         """Open NVML (or the simulated node) on first use; closed by `close()`."""
@@ -49,24 +96,33 @@ class Node:
             self._hw = hw
         return self._hw
 
+    def attach(self, hw: NvmlHardware) -> None:
+        """Use an already open adapter (a long-lived process: the benchmark, the demo)."""
+        self.close()
+        self._hw = hw
+
     def close(self) -> None:
         if self._hw is not None:
             self._hw.close()
             self._hw = None
 
 
-def resolve_gpu(hw: MigHardware, ref: str) -> Gpu:
-    """A GPU named by NVML index (`0`) or UUID (`GPU-…`)."""
+def parse_gpu_ref(ref: str) -> int | str:
+    """An NVML index (`0`) or a GPU UUID (`GPU-…`), syntax only."""
     text = ref.strip()
-    if text.isdigit():
-        index = int(text)
-        count = hw.gpu_count()
-        if index >= count:
-            raise UsageError(f"no GPU {index} on this node (it has {count} GPU(s))")
-        return hw.gpu(index)
+    if text.isdigit() and len(text) <= 4:
+        return int(text)
     if _GPU_UUID.match(text):
-        return hw.gpu_by_uuid(text)
+        return text
     raise UsageError(f"invalid GPU {ref!r}: give an NVML index (0) or a GPU UUID (GPU-…)")
+
+
+def resolve_gpu(hw: MigHardware, ref: str) -> Gpu:
+    """A GPU named by NVML index or UUID. Looks at that GPU only, never at the others."""
+    parsed = parse_gpu_ref(ref)
+    if isinstance(parsed, int):
+        return hw.gpu(parsed)
+    return hw.gpu_by_uuid(parsed)
 
 
 def parse_placement(text: str) -> tuple[int, int | None]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from hamimig.hw.types import MigMode, Placement
+from hamimig.store.records import Owner
 
 Json = dict[str, Any]
 
@@ -38,24 +39,6 @@ class State(str, enum.Enum):
 
 def placement_json(p: Placement) -> Json:
     return {"start": p.start, "size": p.size}
-
-
-@dataclass(frozen=True)
-class Owner:
-    namespace: str
-    name: str
-    uid: str | None = None
-    container_index: int = 0
-    device_index: int = 0
-
-    def to_json(self) -> Json:
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "containerIndex": self.container_index,
-            "deviceIndex": self.device_index,
-        }
 
 
 @dataclass(frozen=True)
@@ -89,6 +72,115 @@ class InstanceView:
             "cdiDevice": self.cdi_device,
             "error": self.error,
         }
+
+
+@dataclass(frozen=True)
+class InstanceDetail:
+    """`show`: one instance, with where its record and CDI spec live."""
+
+    kind: ClassVar[str] = "Instance"
+    instance: InstanceView
+    record: str | None
+    cdi_spec: str | None
+    warnings: tuple[Warning_, ...] = ()
+
+    def to_json(self) -> Json:
+        out: Json = {"kind": self.kind, **self.instance.to_json()}
+        out["record"] = self.record
+        out["cdiSpec"] = self.cdi_spec
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
+        return out
+
+
+@dataclass(frozen=True)
+class Allocation:
+    kind: ClassVar[str] = "Allocation"
+    instance: InstanceView
+    created: bool
+    reused: bool
+    reclaimed: tuple[str, ...]
+
+    def to_json(self) -> Json:
+        return {
+            "kind": self.kind,
+            "instance": self.instance.to_json(),
+            "created": self.created,
+            "reused": self.reused,
+            "reclaimed": list(self.reclaimed),
+        }
+
+
+@dataclass(frozen=True)
+class Release:
+    kind: ClassVar[str] = "Release"
+    released: tuple[InstanceView, ...]
+
+    def to_json(self) -> Json:
+        return {"kind": self.kind, "released": [i.to_json() for i in self.released]}
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    kind: ClassVar[str] = "Reclaim"
+    dry_run: bool
+    reclaimed: tuple[InstanceView, ...]
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> Json:
+        out: Json = {
+            "kind": self.kind,
+            "dryRun": self.dry_run,
+            "reclaimed": [i.to_json() for i in self.reclaimed],
+        }
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step of recover, adopt or reconcile, with the reason it was (or would be) taken."""
+
+    action: str
+    mig_uuid: str | None
+    gpu_uuid: str | None
+    placement: Placement | None
+    reason: str
+
+    def to_json(self) -> Json:
+        return {
+            "action": self.action,
+            "migUUID": self.mig_uuid,
+            "gpuUUID": self.gpu_uuid,
+            "placement": placement_json(self.placement) if self.placement else None,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ActionReport:
+    """`recover` (kind Recovery), `adopt` (Adoption) and `reconcile` (Reconcile).
+
+    `failed` carries the error of a pass that could not finish everything; the CLI then exits
+    with `exit_code` after printing the actions that did happen.
+    """
+
+    kind: ClassVar[str] = "Reconcile"
+    dry_run: bool
+    actions: tuple[Action, ...]
+    failed: str | None = None
+    exit_code: int = 0
+
+    def to_json(self) -> Json:
+        out: Json = {
+            "kind": self.kind,
+            "dryRun": self.dry_run,
+            "actions": [a.to_json() for a in self.actions],
+        }
+        if self.failed:
+            out["error"] = {"code": "hardware", "message": self.failed}
+        return out
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,8 @@ class NvmlHardware:
         self._gpus: dict[int, Gpu] = {}
         self._profile_infos: dict[int, list[tuple[int, Any]]] = {}
         self._profiles: dict[int, tuple[GiProfile, ...]] = {}
+        self._new_gis: dict[tuple[int, int], tuple[Any, int]] = {}
+        self._max_mig: dict[int, int] = {}
         self._open = False
 
     # --- session -----------------------------------------------------------------------------
@@ -127,7 +129,7 @@ class NvmlHardware:
                 "nvmlDeviceGetHandleByIndex", index, absent=("INVALID_ARGUMENT", "NOT_FOUND")
             )
             if handle is None:
-                raise UsageError(f"no GPU with index {index} on this node")
+                raise UsageError(f"no GPU {index} on this node")
             self._handles[index] = handle
         return handle
 
@@ -295,7 +297,7 @@ class NvmlHardware:
 
     def _mig_walk(self, handle: Any) -> Iterator[tuple[int, int, int, str]]:
         """(index, GI ID, CI ID, MIG UUID) of every MIG device; empty indexes are skipped."""
-        for index in range(int(self._c("nvmlDeviceGetMaxMigDeviceCount", handle))):
+        for index in range(self._max_mig_devices(handle)):
             mig = self._try(
                 "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
             )
@@ -309,26 +311,60 @@ class NvmlHardware:
             )
 
     def mig_device(self, mig_uuid: str) -> MigDevice | None:
-        """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node."""
+        """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node.
+
+        Nine calls: the lifecycle verifies an instance before every reuse and must stay within
+        ten NVML calls for it (see `profile_name` for the tenth).
+        """
         mig = self._try(
             "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
         )
-        if mig is None or not self._is_mig(mig):
+        if mig is None:
             return None
-        gi_id = int(self._c("nvmlDeviceGetGpuInstanceId", mig))
+        # A GPU UUID passed by mistake is not a MIG device: these calls refuse it.
+        gi_id = self._try(
+            "nvmlDeviceGetGpuInstanceId", mig, absent=("NOT_SUPPORTED", "INVALID_ARGUMENT")
+        )
+        if gi_id is None:
+            return None
         ci_id = int(self._c("nvmlDeviceGetComputeInstanceId", mig))
         parent = self._c("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig)
-        gi_handle = self._c("nvmlDeviceGetGpuInstanceById", parent, gi_id)
+        gpu_uuid = self._text(self._c("nvmlDeviceGetUUID", parent))
+        gpu_index = int(self._c("nvmlDeviceGetIndex", parent))
+        gpu_minor = int(self._c("nvmlDeviceGetMinorNumber", parent))
+        self._handles.setdefault(gpu_index, parent)
+        gi_handle = self._c("nvmlDeviceGetGpuInstanceById", parent, int(gi_id))
         gi_info = self._c("nvmlGpuInstanceGetInfo", gi_handle)
         return MigDevice(
             mig_uuid=mig_uuid,
-            gpu_uuid=self._text(self._c("nvmlDeviceGetUUID", parent)),
-            gpu_minor=int(self._c("nvmlDeviceGetMinorNumber", parent)),
-            gpu_instance_id=gi_id,
+            gpu_uuid=gpu_uuid,
+            gpu_index=gpu_index,
+            gpu_minor=gpu_minor,
+            gpu_instance_id=int(gi_id),
             compute_instance_id=ci_id,
             profile_id=int(gi_info.profileId),
             placement=Placement(int(gi_info.placement.start), int(gi_info.placement.size)),
         )
+
+    def profile_name(self, gpu: int, profile_id: int) -> str | None:
+        """The name of a profile ID in one call where the driver offers the by-ID lookup."""
+        for profile in self._profiles.get(gpu, ()):
+            if profile.id == profile_id:
+                return profile.name
+        by_id = getattr(self._nv, "nvmlDeviceGetGpuInstanceProfileInfoById", None)
+        if by_id is not None:
+            info = self._try(
+                "nvmlDeviceGetGpuInstanceProfileInfoById",
+                self._handle(gpu),
+                profile_id,
+                absent=("FUNCTION_NOT_FOUND", "NOT_SUPPORTED", "INVALID_ARGUMENT"),
+            )
+            if info is not None:
+                return self._text(info.name).removeprefix("MIG ")
+        for _, info in self._infos(gpu):  # older drivers: walk the profile indexes
+            if info is not None and int(info.id) == profile_id:
+                return self._text(info.name).removeprefix("MIG ")
+        return None
 
     # --- mutations -----------------------------------------------------------------------------
 
@@ -340,14 +376,20 @@ class NvmlHardware:
         gi_handle = self._c(
             "nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile_id, ctypes.byref(wanted)
         )
-        return int(self._c("nvmlGpuInstanceGetInfo", gi_handle).id)
+        gi_id = int(self._c("nvmlGpuInstanceGetInfo", gi_handle).id)
+        self._new_gis[(gpu, gi_id)] = (gi_handle, profile_id)
+        return gi_id
 
     def create_compute_instance(self, gpu: int, gi_id: int) -> ComputeInstance:
         """`nvidia-smi mig -i GPU -gi GI -cci` (the default CI spanning the whole GI)."""
         handle = self._handle(gpu)
-        gi_handle = self._c("nvmlDeviceGetGpuInstanceById", handle, gi_id)
-        gi_info = self._c("nvmlGpuInstanceGetInfo", gi_handle)
-        slices = self._gi_slices(gpu, int(gi_info.profileId))
+        known = self._new_gis.pop((gpu, gi_id), None)
+        if known is None:
+            gi_handle = self._c("nvmlDeviceGetGpuInstanceById", handle, gi_id)
+            profile_id = int(self._c("nvmlGpuInstanceGetInfo", gi_handle).profileId)
+        else:
+            gi_handle, profile_id = known
+        slices = self._gi_slices(gpu, profile_id)
         ci_info = self._c(
             "nvmlGpuInstanceGetComputeInstanceProfileInfo",
             gi_handle,
@@ -357,15 +399,36 @@ class NvmlHardware:
         )
         ci_handle = self._c("nvmlGpuInstanceCreateComputeInstance", gi_handle, int(ci_info.id))
         ci_id = int(self._c("nvmlComputeInstanceGetInfo", ci_handle).id)
-        for _, walked_gi, walked_ci, mig_uuid in self._mig_walk(handle):
-            if (walked_gi, walked_ci) == (gi_id, ci_id):
-                return ComputeInstance(id=ci_id, mig_uuid=mig_uuid)
-        raise NvmlError(
-            "nvmlDeviceGetMigDeviceHandleByIndex",
-            "NOT_FOUND",
-            int(self._nv.NVML_ERROR_NOT_FOUND),
-            f"new compute instance {gi_id}/{ci_id} has no MIG device",
-        )
+        mig_uuid = self._find_mig_uuid(handle, gi_id, ci_id)
+        if mig_uuid is None:
+            raise NvmlError(
+                "nvmlDeviceGetMigDeviceHandleByIndex",
+                "NOT_FOUND",
+                int(self._nv.NVML_ERROR_NOT_FOUND),
+                f"new compute instance {gi_id}/{ci_id} has no MIG device",
+            )
+        return ComputeInstance(id=ci_id, mig_uuid=mig_uuid)
+
+    def _find_mig_uuid(self, handle: Any, gi_id: int, ci_id: int) -> str | None:
+        """The MIG UUID of one GI/CI pair: NVML has no direct lookup, so walk the MIG devices,
+        reading the CI ID and UUID only where the GI ID matches (2 calls per other device)."""
+        for index in range(self._max_mig_devices(handle)):
+            mig = self._try(
+                "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
+            )
+            if mig is None or int(self._c("nvmlDeviceGetGpuInstanceId", mig)) != gi_id:
+                continue
+            if int(self._c("nvmlDeviceGetComputeInstanceId", mig)) == ci_id:
+                return self._text(self._c("nvmlDeviceGetUUID", mig))
+        return None
+
+    def _max_mig_devices(self, handle: Any) -> int:
+        key = ctypes.cast(handle, ctypes.c_void_p).value or 0
+        cached = self._max_mig.get(key)
+        if cached is None:
+            cached = int(self._c("nvmlDeviceGetMaxMigDeviceCount", handle))
+            self._max_mig[key] = cached
+        return cached
 
     def _gi_slices(self, gpu: int, profile_id: int) -> int:
         for _, info in self._infos(gpu):
@@ -381,6 +444,9 @@ class NvmlHardware:
 
     def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
         """`nvidia-smi mig -i GPU -gi GI -dgi` (its CIs must be gone first)."""
+        # The handle kept by create_gpu_instance dies with the GI; its ID may come back as
+        # another profile's GI.
+        self._new_gis.pop((gpu, gi_id), None)
         gi_handle = self._c("nvmlDeviceGetGpuInstanceById", self._handle(gpu), gi_id)
         self._c("nvmlGpuInstanceDestroy", gi_handle)
 

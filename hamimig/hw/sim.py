@@ -13,7 +13,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from hamimig.hw.models import MODELS
+from hamimig.hw.models import MODELS, ProfileSpec
 from hamimig.hw.nvml import bindings
 from hamimig.hw.sim_state import (
     NVML_ERROR_CODES,
@@ -308,6 +308,28 @@ class SimNvml:
 
     # --- GPU instance profiles and placements --------------------------------------------------
 
+    def _profile_info(self, spec: ProfileSpec, version: int) -> Any:
+        if version == 2:
+            info = self._nv.c_nvmlGpuInstanceProfileInfo_v2_t()
+            info.name = f"MIG {spec.name}".encode()
+        elif version == 1:
+            info = self._nv.c_nvmlGpuInstanceProfileInfo_t()
+        else:
+            raise SimNvmlFailure(_ERR["FUNCTION_NOT_FOUND"])
+        info.id = spec.id
+        info.isP2pSupported = 0
+        info.sliceCount = spec.slice_count
+        info.instanceCount = spec.max_instances
+        info.multiprocessorCount = spec.sm_count
+        info.copyEngineCount = spec.slice_count
+        media = spec.slice_count == 7 or spec.index == 7  # the full GPU and the +me profile
+        info.decoderCount = spec.slice_count // 2 + (1 if spec.index == 7 else 0)
+        info.encoderCount = 0
+        info.jpegCount = 1 if media else 0
+        info.ofaCount = 1 if media else 0
+        info.memorySizeMB = spec.memory_mb
+        return info
+
     def nvmlDeviceGetGpuInstanceProfileInfo(
         self, handle: Any, profile: int, version: int = 2
     ) -> Any:
@@ -317,29 +339,23 @@ class SimNvml:
             if spec is None:
                 known = 0 <= profile < self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT
                 raise SimNvmlFailure(_ERR["NOT_SUPPORTED" if known else "INVALID_ARGUMENT"])
-            if version == 2:
-                info = self._nv.c_nvmlGpuInstanceProfileInfo_v2_t()
-                info.name = f"MIG {spec.name}".encode()
-            elif version == 1:
-                info = self._nv.c_nvmlGpuInstanceProfileInfo_t()
-            else:
-                raise SimNvmlFailure(_ERR["FUNCTION_NOT_FOUND"])
-            info.id = spec.id
-            info.isP2pSupported = 0
-            info.sliceCount = spec.slice_count
-            info.instanceCount = spec.max_instances
-            info.multiprocessorCount = spec.sm_count
-            info.copyEngineCount = spec.slice_count
-            info.decoderCount = spec.slice_count // 2 + (1 if spec.index == 7 else 0)
-            info.encoderCount = 0
-            info.jpegCount = 1 if spec.slice_count == 7 or spec.index == 7 else 0
-            info.ofaCount = 1 if spec.slice_count == 7 or spec.index == 7 else 0
-            info.memorySizeMB = spec.memory_mb
-            return info
+            return self._profile_info(spec, version)
 
         return self._call("nvmlDeviceGetGpuInstanceProfileInfo", self._gpu_of(handle), body)
 
     nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo
+
+    def nvmlDeviceGetGpuInstanceProfileInfoById(self, handle: Any, profileId: int) -> Any:
+        def body(state: State) -> Any:
+            gpu = self._device_gpu(state, handle)
+            spec = model_of(gpu).profile_by_id(profileId)
+            if spec is None:
+                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
+            return self._profile_info(spec, 2)
+
+        return self._call("nvmlDeviceGetGpuInstanceProfileInfoById", self._gpu_of(handle), body)
+
+    nvmlDeviceGetGpuInstanceProfileInfoByIdV = nvmlDeviceGetGpuInstanceProfileInfoById
 
     def nvmlDeviceGetGpuInstancePossiblePlacements(
         self, handle: Any, profileId: int, placementsRef: Any, countRef: Any

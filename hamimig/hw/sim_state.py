@@ -27,7 +27,15 @@ from hamimig.hw.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, 
 
 SCHEMA_VERSION = 1
 DRIVER_VERSION = "550.127.05"
-FILE_OPS = ("record.write", "record.remove", "cdi.write", "cdi.remove")
+FILE_OPS = (
+    "record.write",
+    "record.remove",
+    "cdi.write",
+    "cdi.remove",
+    "intent.write",
+    "intent.remove",
+    "queue.write",
+)
 FAULT_ACTIONS = ("raise", "crash-before", "crash-after")
 CRASH_EXIT_STATUS = 137
 

@@ -97,6 +97,7 @@ class MigDevice:
 
     mig_uuid: str
     gpu_uuid: str
+    gpu_index: int
     gpu_minor: int
     gpu_instance_id: int
     compute_instance_id: int
@@ -130,6 +131,8 @@ class MigHardware(Protocol):
     def profiles(self, gpu: int) -> tuple[GiProfile, ...]: ...
 
     def find_profile(self, gpu: int, name: str) -> GiProfile | None: ...
+
+    def profile_name(self, gpu: int, profile_id: int) -> str | None: ...
 
     def layout(self, gpu: int) -> tuple[GpuInstance, ...]: ...
 

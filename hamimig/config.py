@@ -1,0 +1,183 @@
+"""The YAML config, mirroring the device plugin's Helm values, plus environment overrides.
+
+A missing file means defaults; anything present is validated strictly (an unknown key or a
+wrong type is a usage error naming it), because a typo in `adoptExistingMIGInstances` must not
+silently change what recovery is allowed to claim.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hamimig.errors import UsageError
+
+DEFAULT_CDI_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
+
+
+@dataclass(frozen=True)
+class AllowlistEntry:
+    """Profiles allowed on GPUs whose model matches one of `models` (empty: every model)."""
+
+    profiles: tuple[str, ...]
+    models: tuple[str, ...] = ()
+
+    def covers_model(self, model: str) -> bool:
+        wanted = model.lower()
+        return not self.models or any(m.lower() in wanted for m in self.models)
+
+
+@dataclass(frozen=True)
+class Config:
+    adopt_existing: bool = False
+    profile_allowlist: tuple[AllowlistEntry, ...] = ()
+    cdi_enabled: bool = True
+    cdi_kind: str = DEFAULT_CDI_KIND
+    cdi_annotations: bool = False
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def profile_allowed(self, model: str, profile: str) -> bool:
+        """No allowlist: everything. Otherwise some entry for this model must name the profile."""
+        if not self.profile_allowlist:
+            return True
+        return any(e.covers_model(model) and profile in e.profiles for e in self.profile_allowlist)
+
+
+_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("devices", "cdi"),
+    "devices": ("nvidia",),
+    "devices.nvidia": ("adoptExistingMIGInstances", "migProfileAllowlist"),
+    "cdi": ("enabled", "kind", "annotations"),
+}
+
+ENV_OVERRIDES = {
+    "HAMIMIG_ADOPT_EXISTING_MIG_INSTANCES": "devices.nvidia.adoptExistingMIGInstances",
+    "HAMIMIG_CDI_ENABLED": "cdi.enabled",
+    "HAMIMIG_CDI_KIND": "cdi.kind",
+    "HAMIMIG_CDI_ANNOTATIONS": "cdi.annotations",
+}
+
+
+def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{source}: {where or 'the document'} must be a mapping")
+    allowed = _KEYS[where]
+    for key in value:
+        if key not in allowed:
+            name = f"{where}.{key}" if where else str(key)
+            raise UsageError(f"{source}: unknown key {name!r} (allowed: {', '.join(allowed)})")
+    return value
+
+
+def _bool(value: Any, name: str, source: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise UsageError(f"{source}: {name} must be true or false, not {value!r}")
+
+
+def _parse_bool_env(text: str, name: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"environment {name}={text!r}: expected true or false")
+
+
+def _allowlist(value: Any, source: str) -> tuple[AllowlistEntry, ...]:
+    name = "devices.nvidia.migProfileAllowlist"
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise UsageError(f"{source}: {name} must be a list")
+    entries: list[AllowlistEntry] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str) and item:
+            entries.append(AllowlistEntry(profiles=(item,)))
+            continue
+        if isinstance(item, dict):
+            unknown = set(item) - {"models", "profiles"}
+            if unknown:
+                raise UsageError(f"{source}: unknown key {sorted(unknown)[0]!r} in {name}[{i}]")
+            models = item.get("models", [])
+            profiles = item.get("profiles", [])
+            if (
+                isinstance(models, list)
+                and isinstance(profiles, list)
+                and all(isinstance(m, str) and m for m in models)
+                and all(isinstance(p, str) and p for p in profiles)
+            ):
+                entries.append(AllowlistEntry(profiles=tuple(profiles), models=tuple(models)))
+                continue
+        raise UsageError(
+            f"{source}: {name}[{i}] must be a profile name or "
+            "{models: [names], profiles: [names]}"
+        )
+    return tuple(entries)
+
+
+def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    sources: dict[str, str] = {}
+    raw: Any = None
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read config {path}: {exc}") from None
+    if text is not None:
+        import yaml
+
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
+            raise UsageError(f"{source}: not valid YAML: {first}") from None
+    top = _mapping(raw, "", source)
+    devices = _mapping(top.get("devices"), "devices", source)
+    nvidia = _mapping(devices.get("nvidia"), "devices.nvidia", source)
+    cdi = _mapping(top.get("cdi"), "cdi", source)
+
+    values: dict[str, Any] = {}
+    for key, container, field_name in (
+        ("devices.nvidia.adoptExistingMIGInstances", nvidia, "adoptExistingMIGInstances"),
+        ("cdi.enabled", cdi, "enabled"),
+        ("cdi.annotations", cdi, "annotations"),
+    ):
+        if field_name in container:
+            values[key] = _bool(container[field_name], key, source)
+            sources[key] = source
+    if "kind" in cdi:
+        if not isinstance(cdi["kind"], str) or "/" not in cdi["kind"]:
+            raise UsageError(f"{source}: cdi.kind must be a 'vendor/class' string")
+        values["cdi.kind"] = cdi["kind"]
+        sources["cdi.kind"] = source
+    allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)
+    if "migProfileAllowlist" in nvidia:
+        sources["devices.nvidia.migProfileAllowlist"] = source
+
+    for var, key in ENV_OVERRIDES.items():
+        if var in env:
+            text_value = env[var]
+            if key == "cdi.kind":
+                if "/" not in text_value:
+                    raise UsageError(f"environment {var}: must be a 'vendor/class' string")
+                values[key] = text_value
+            else:
+                values[key] = _parse_bool_env(text_value, var)
+            sources[key] = f"env {var}"
+
+    return Config(
+        adopt_existing=values.get("devices.nvidia.adoptExistingMIGInstances", False),
+        profile_allowlist=allowlist,
+        cdi_enabled=values.get("cdi.enabled", True),
+        cdi_kind=values.get("cdi.kind", DEFAULT_CDI_KIND),
+        cdi_annotations=values.get("cdi.annotations", False),
+        sources=sources,
+    )

@@ -1,0 +1,230 @@
+"""`allocate`: idempotent for the same pod slot, exact reuse of an Idle instance, otherwise
+reclaim only the Idle instances in the way and create."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hamimig.engine.executor import (
+    DestroyFailed,
+    cdi_device_for,
+    create_instance,
+    destroy_managed,
+    set_state,
+)
+from hamimig.engine.facts import Durable, check_reuse, load_for_mutation
+from hamimig.engine.inventory import record_view
+from hamimig.engine.node import Node, legal_placement, parse_gpu_ref, parse_placement, resolve_gpu
+from hamimig.engine.plans import CreatePlan, held_by, plan_create, reuse_candidates
+from hamimig.engine.views import Allocation
+from hamimig.errors import ConflictError, HardwareError, UnverifiableError, UsageError
+from hamimig.hw.types import MigMode, Placement
+from hamimig.store.records import Owner, Record, RecordState
+
+
+@dataclass(frozen=True)
+class AllocateRequest:
+    owner: Owner
+    gpu: str
+    profile: str
+    placement: str | None = None
+
+
+def parse_pod(text: str) -> tuple[str, str]:
+    """`NAMESPACE/NAME` as Kubernetes spells them."""
+    parts = text.split("/")
+    if len(parts) != 2 or not all(parts) or any(len(p) > 253 for p in parts):
+        raise UsageError(f"invalid pod {text!r}: use NAMESPACE/NAME")
+    return parts[0], parts[1]
+
+
+def make_request(
+    pod: str,
+    pod_uid: str | None,
+    container_index: int,
+    device_index: int,
+    gpu: str,
+    profile: str,
+    placement: str | None,
+) -> AllocateRequest:
+    namespace, name = parse_pod(pod)
+    if container_index < 0 or device_index < 0:
+        raise UsageError("--container-index and --device-index must not be negative")
+    if pod_uid is not None and not pod_uid.strip():
+        raise UsageError("--pod-uid must not be empty")
+    owner = Owner(namespace, name, pod_uid, container_index, device_index)
+    return AllocateRequest(owner=owner, gpu=gpu, profile=profile, placement=placement)
+
+
+def allocate(node: Node, request: AllocateRequest) -> Allocation:
+    gpu_ref = parse_gpu_ref(request.gpu)
+    start, size = parse_placement(request.placement) if request.placement else (None, None)
+    with node.lock():
+        durable = load_for_mutation(node)
+        held = held_by(durable.records, request.owner)
+        if held is not None:
+            return _idempotent(node, held, gpu_ref, request, start, size)
+        reused = _try_reuse(node, durable, gpu_ref, request, start, size)
+        if reused is not None:
+            return reused
+        return _create(node, durable, request, start, size)
+
+
+def _idempotent(
+    node: Node,
+    record: Record,
+    gpu_ref: int | str,
+    request: AllocateRequest,
+    start: int | None,
+    size: int | None,
+) -> Allocation:
+    """The slot already holds an instance: the same one again (nothing changes), or a clash."""
+    hw = node.hardware()
+    live = hw.mig_device(record.mig_uuid)
+    if live is None:
+        raise UnverifiableError(
+            f"{request.owner} holds {record.mig_uuid}, which is not live; run 'hamimig recover'"
+        )
+    same_gpu = live.gpu_uuid == gpu_ref if isinstance(gpu_ref, str) else live.gpu_index == gpu_ref
+    same = (
+        same_gpu
+        and record.profile == request.profile
+        and start in (None, record.placement.start)
+        and size in (None, record.placement.size)
+    )
+    if not same:
+        raise ConflictError(
+            f"{request.owner} already holds {record.mig_uuid} ({record.profile} at "
+            f"{record.placement} on GPU {live.gpu_index}); release it before asking for another"
+        )
+    problem = check_reuse(record, live, hw.profile_name(live.gpu_index, live.profile_id))
+    if problem:
+        raise UnverifiableError(
+            f"the instance held by {request.owner} failed verification: {problem}"
+        )
+    return Allocation(
+        instance=record_view(record, live.gpu_index), created=False, reused=False, reclaimed=()
+    )
+
+
+def _try_reuse(
+    node: Node,
+    durable: Durable,
+    gpu_ref: int | str,
+    request: AllocateRequest,
+    start: int | None,
+    size: int | None,
+) -> Allocation | None:
+    """Hand out an exact Idle match after verifying it live and repairing its CDI spec.
+
+    Any failure leaves the instance Idle and cached. Verification reads that one instance
+    (at most ten NVML calls), never the node's layout.
+    """
+    hw = node.hardware()
+    for record in reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
+        live = hw.mig_device(record.mig_uuid)
+        if live is None:
+            raise UnverifiableError(
+                f"Idle record {record.mig_uuid} names an instance that is not live; "
+                "run 'hamimig recover'"
+            )
+        if isinstance(gpu_ref, int) and live.gpu_index != gpu_ref:
+            continue  # the index hint was stale: it lives on another GPU
+        problem = check_reuse(record, live, hw.profile_name(live.gpu_index, live.profile_id))
+        if problem:
+            raise UnverifiableError(f"cannot reuse: {problem}; run 'hamimig recover'")
+        _allowed(node, live.gpu_index, request.profile, model=None)
+        cdi = node.cdi()
+        cdi_name = record.cdi_device
+        try:
+            if cdi is not None:
+                dev = cdi_device_for(
+                    node,
+                    record.mig_uuid,
+                    live.gpu_minor,
+                    live.gpu_instance_id,
+                    live.compute_instance_id,
+                )
+                cdi_name = cdi.qualified_name(record.mig_uuid)
+                if not cdi.matches(dev):
+                    cdi.write(dev)
+            active = set_state(
+                node,
+                record,
+                RecordState.ACTIVE,
+                owner=request.owner,
+                cdi_device=cdi_name,
+                gpu_index=live.gpu_index,
+            )
+        except OSError as exc:
+            raise HardwareError(
+                f"reuse of {record.mig_uuid} failed ({exc.strerror or exc}); it stays Idle"
+            ) from None
+        return Allocation(
+            instance=record_view(active, live.gpu_index), created=False, reused=True, reclaimed=()
+        )
+    return None
+
+
+def _allowed(node: Node, gpu_index: int, profile: str, model: str | None) -> None:
+    cfg = node.config()
+    if not cfg.profile_allowlist:
+        return
+    gpu_model = model if model is not None else node.hardware().gpu(gpu_index).model
+    if not cfg.profile_allowed(gpu_model, profile):
+        raise UsageError(
+            f"profile {profile} is not in devices.nvidia.migProfileAllowlist for {gpu_model}"
+        )
+
+
+def _create(
+    node: Node, durable: Durable, request: AllocateRequest, start: int | None, size: int | None
+) -> Allocation:
+    hw = node.hardware()
+    gpu = resolve_gpu(hw, request.gpu)
+    if gpu.mig_mode is not MigMode.ENABLED:
+        raise UsageError(f"GPU {gpu.index} has MIG {gpu.mig_mode.value}")
+    profile = hw.find_profile(gpu.index, request.profile)
+    if profile is None:
+        names = ", ".join(p.name for p in hw.profiles(gpu.index))
+        raise UsageError(
+            f"unknown profile {request.profile!r} on GPU {gpu.index}; profiles: {names}"
+        )
+    _allowed(node, gpu.index, profile.name, gpu.model)
+    requested: Placement | None = None
+    if start is not None:
+        requested = legal_placement(profile.name, profile.placements, start, size)
+    layout = hw.layout(gpu.index)
+    profile_names = {
+        gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout
+    }
+    profile_names[profile.id] = profile.name
+    plan: CreatePlan = plan_create(
+        gpu.uuid,
+        profile.placements,
+        requested,
+        durable.on_gpu(gpu.uuid),
+        list(durable.intents),
+        layout,
+        profile_names,
+    )
+    reclaimed: list[str] = []
+    for record, live in plan.reclaim:
+        was_error = record.state is RecordState.ERROR
+        try:
+            destroy_managed(node, record, live, gpu.index)
+        except DestroyFailed as exc:
+            if was_error:
+                raise ConflictError(
+                    f"placement {plan.placement} is blocked by Error instance {record.mig_uuid} "
+                    f"that still cannot be destroyed: {exc.message}"
+                ) from None
+            raise
+        reclaimed.append(record.mig_uuid)
+    record = create_instance(node, gpu, profile, plan.placement, request.owner)
+    return Allocation(
+        instance=record_view(record, gpu.index),
+        created=True,
+        reused=False,
+        reclaimed=tuple(reclaimed),
+    )

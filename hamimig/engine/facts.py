@@ -1,0 +1,133 @@
+"""What the engine knows before it plans: durable state, and records checked against hardware.
+
+Loading is I/O; the checks are pure functions over values, so the rules that decide whether an
+instance may be reused or destroyed are testable without hardware.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hamimig.engine.node import Node
+from hamimig.errors import UnverifiableError
+from hamimig.hw.types import GpuInstance, MigDevice
+from hamimig.store.intents import Intent
+from hamimig.store.queue import QueuedRemoval
+from hamimig.store.records import Problem, Record
+
+
+@dataclass(frozen=True)
+class Durable:
+    """Everything hamimig keeps on disk, as loaded at the start of one command."""
+
+    records: dict[str, Record]
+    intents: tuple[Intent, ...]
+    removals: tuple[QueuedRemoval, ...]
+    problems: tuple[Problem, ...]
+
+    def on_gpu(self, gpu_uuid: str) -> list[Record]:
+        return [r for r in self.records.values() if r.gpu_uuid == gpu_uuid]
+
+
+def load_durable(node: Node) -> Durable:
+    records, record_problems = node.records().load()
+    intents, intent_problems = node.intents().load()
+    removals, queue_problems = node.queue().load()
+    return Durable(
+        records=records,
+        intents=tuple(intents),
+        removals=tuple(removals),
+        problems=tuple(record_problems + intent_problems + queue_problems),
+    )
+
+
+def load_for_mutation(node: Node) -> Durable:
+    """Mutating commands refuse to run past any unreadable record, intent or queue (exit 5)."""
+    durable = load_durable(node)
+    if durable.problems:
+        first = durable.problems[0]
+        more = f" (and {len(durable.problems) - 1} more)" if len(durable.problems) > 1 else ""
+        raise UnverifiableError(
+            f"cannot verify {first.file}: {first.reason}{more}; nothing was changed"
+        )
+    return durable
+
+
+class Liveness(enum.Enum):
+    """How a record's instance looks on the hardware."""
+
+    COMPLETE = "complete"  # the GI and CI with the recorded IDs and MIG UUID
+    GI_ONLY = "gi-only"  # the recorded GI, its CI gone (a half-finished destroy)
+    ABSENT = "absent"  # nothing overlaps the recorded placement
+    MISMATCH = "mismatch"  # something else is there
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    status: Liveness
+    detail: str
+    gi: GpuInstance | None = None
+
+
+def check_record(
+    record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str]
+) -> LiveCheck:
+    """Compare a record with the live layout of its GPU (identity: GPU, profile, placement,
+    GI ID, CI ID and MIG UUID; a GI without its CI is identified without the UUID)."""
+    overlapping = [gi for gi in layout if gi.placement.overlaps(record.placement)]
+    if not overlapping:
+        return LiveCheck(Liveness.ABSENT, f"no GPU instance at {record.placement}")
+    for gi in overlapping:
+        same_gi = (
+            gi.gpu_uuid == record.gpu_uuid
+            and gi.id == record.gpu_instance_id
+            and gi.placement == record.placement
+            and names.get(gi.profile_id) == record.profile
+        )
+        if not same_gi:
+            continue
+        if not gi.compute_instances:
+            return LiveCheck(Liveness.GI_ONLY, f"GI {gi.id} without its compute instance", gi)
+        for ci in gi.compute_instances:
+            if ci.id == record.compute_instance_id and ci.mig_uuid == record.mig_uuid:
+                return LiveCheck(Liveness.COMPLETE, "verified", gi)
+        found = ", ".join(f"CI {c.id} {c.mig_uuid}" for c in gi.compute_instances)
+        return LiveCheck(Liveness.MISMATCH, f"GI {gi.id} holds {found}", gi)
+    gi = overlapping[0]
+    name = names.get(gi.profile_id, f"profile {gi.profile_id}")
+    return LiveCheck(
+        Liveness.MISMATCH,
+        f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement",
+        gi,
+    )
+
+
+def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None) -> str | None:
+    """Why an Idle record may not be handed out as is, or None when its instance is verified."""
+    if live is None:
+        return f"{record.mig_uuid} is not a live MIG device"
+    wanted = (
+        record.gpu_uuid,
+        record.gpu_instance_id,
+        record.compute_instance_id,
+        record.placement,
+        record.profile,
+    )
+    seen = (
+        live.gpu_uuid,
+        live.gpu_instance_id,
+        live.compute_instance_id,
+        live.placement,
+        live_profile,
+    )
+    if wanted != seen:
+        return (
+            f"{record.mig_uuid}: recorded GPU/GI/CI/placement/profile {_fmt(wanted)} "
+            f"but live {_fmt(seen)}"
+        )
+    return None
+
+
+def _fmt(values: tuple[object, ...]) -> str:
+    return "/".join(str(v) for v in values)

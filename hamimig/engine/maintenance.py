@@ -1,0 +1,264 @@
+"""`release`, `reclaim` and `reconcile`: moving instances to Idle, destroying Idle and Error
+instances on request, and the retry pass for what failed before."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hamimig.engine.executor import DestroyFailed, destroy_managed, set_state
+from hamimig.engine.facts import Durable, LiveCheck, Liveness, check_record, load_for_mutation
+from hamimig.engine.inventory import record_view
+from hamimig.engine.node import Node, parse_placement, resolve_gpu
+from hamimig.engine.views import Action, ActionReport, InstanceView, Reclaim, Release
+from hamimig.errors import (
+    ConflictError,
+    HamimigError,
+    HardwareError,
+    NotFoundError,
+    UnverifiableError,
+    UsageError,
+)
+from hamimig.hw.types import Gpu, GpuInstance, Placement
+from hamimig.store.records import Record, RecordState
+
+
+def _state(record: Record) -> RecordState:
+    return record.state if record.managed else RecordState.IDLE
+
+
+def release(node: Node, pod: tuple[str, str] | None, mig_uuid: str | None) -> Release:
+    """Confirmed pod release: Active -> Idle. The GI/CI and CDI spec stay for reuse."""
+    if (pod is None) == (mig_uuid is None):
+        raise UsageError("say which instance to release: --pod NS/NAME or --mig-uuid UUID")
+    with node.lock():
+        durable = load_for_mutation(node)
+        if mig_uuid is not None:
+            record = durable.records.get(mig_uuid)
+            if record is None:
+                raise NotFoundError(f"no hamimig record for {mig_uuid}")
+            if _state(record) is RecordState.IDLE:
+                return Release(released=(record_view(record, _index_hint(record)),))
+            if _state(record) is not RecordState.ACTIVE:
+                raise ConflictError(
+                    f"{mig_uuid} is {_state(record).value}, not Active: nothing to release"
+                )
+            targets = [record]
+        else:
+            assert pod is not None
+            targets = [
+                r
+                for r in durable.records.values()
+                if _state(r) is RecordState.ACTIVE
+                and r.owner is not None
+                and (r.owner.namespace, r.owner.name) == pod
+            ]
+            if not targets:
+                raise NotFoundError(f"pod {pod[0]}/{pod[1]} holds no MIG instance on this node")
+        released: list[InstanceView] = []
+        for record in sorted(targets, key=lambda r: r.mig_uuid):
+            try:
+                idle = set_state(node, record, RecordState.IDLE, owner=None)
+            except OSError as exc:
+                raise HardwareError(
+                    f"cannot write the record of {record.mig_uuid}: {exc}"
+                ) from None
+            released.append(record_view(idle, _index_hint(idle)))
+        return Release(released=tuple(released))
+
+
+def _index_hint(record: Record) -> int:
+    return record.gpu_index if record.gpu_index is not None else -1
+
+
+@dataclass(frozen=True)
+class Target:
+    record: Record
+    live: LiveCheck
+    gpu_index: int
+
+
+def _verified(
+    record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str], gpu: Gpu
+) -> Target:
+    live = check_record(record, layout, names)
+    state = _state(record)
+    if live.status is Liveness.MISMATCH:
+        raise UnverifiableError(f"{record.mig_uuid}: {live.detail}; nothing was changed")
+    if live.status is not Liveness.COMPLETE and state is RecordState.IDLE:
+        raise UnverifiableError(
+            f"Idle record {record.mig_uuid} does not match the hardware ({live.detail}); "
+            "run 'hamimig recover'; nothing was changed"
+        )
+    return Target(record, live, gpu.index)
+
+
+def _names(node: Node, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> dict[int, str]:
+    hw = node.hardware()
+    return {gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout}
+
+
+def reclaim(
+    node: Node,
+    mig_uuid: str | None,
+    gpu_ref: str | None,
+    placement: str | None,
+    all_idle: bool,
+    dry_run: bool,
+) -> Reclaim:
+    """Destroy Idle (or Error) instances; never Active, never anything without a record."""
+    if (mig_uuid is None) == (gpu_ref is None):
+        raise UsageError(
+            "say what to reclaim: --mig-uuid UUID, or --gpu GPU with --placement or --all-idle"
+        )
+    if gpu_ref is not None and (placement is None) == (not all_idle):
+        raise UsageError("with --gpu, give exactly one of --placement P or --all-idle")
+    if mig_uuid is not None and (placement is not None or all_idle):
+        raise UsageError("--mig-uuid names one instance: drop --placement/--all-idle")
+    hw = node.hardware()
+    with node.lock():
+        durable = load_for_mutation(node)
+        if mig_uuid is not None:
+            targets = _targets_by_uuid(node, durable, mig_uuid)
+        else:
+            assert gpu_ref is not None
+            gpu = resolve_gpu(hw, gpu_ref)
+            layout = hw.layout(gpu.index)
+            names = _names(node, gpu, layout)
+            records = durable.on_gpu(gpu.uuid)
+            if all_idle:
+                chosen = [
+                    r
+                    for r in records
+                    if _state(r) in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
+                ]
+            else:
+                assert placement is not None
+                start, size = parse_placement(placement)
+                window = Placement(start, size or 1)
+                chosen = _window_targets(window, records, layout, names)
+            targets = [_verified(r, layout, names, gpu) for r in chosen]
+        targets.sort(key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
+        views = tuple(record_view(t.record, t.gpu_index) for t in targets)
+        if dry_run:
+            return Reclaim(dry_run=True, reclaimed=views)
+        notes: list[str] = []
+        for target in targets:
+            notes.extend(destroy_managed(node, target.record, target.live, target.gpu_index))
+        return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes))
+
+
+def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Target]:
+    hw = node.hardware()
+    record = durable.records.get(mig_uuid)
+    if record is None:
+        if hw.mig_device(mig_uuid) is not None:
+            raise ConflictError(
+                f"{mig_uuid} has no hamimig record (Unmanaged): hamimig never reclaims it"
+            )
+        raise NotFoundError(f"no MIG instance {mig_uuid} on this node and no record of it")
+    state = _state(record)
+    if state is RecordState.ACTIVE:
+        owner = f" (held by {record.owner})" if record.owner else ""
+        raise ConflictError(f"{mig_uuid} is Active{owner}: hamimig never reclaims it")
+    gpu = hw.gpu_by_uuid(record.gpu_uuid)
+    layout = hw.layout(gpu.index)
+    return [_verified(record, layout, _names(node, gpu, layout), gpu)]
+
+
+def _window_targets(
+    window: Placement, records: list[Record], layout: tuple[GpuInstance, ...], names: dict[int, str]
+) -> list[Record]:
+    """Idle/Error records overlapping the window; refuse if anything else is live there."""
+    chosen = [
+        r
+        for r in records
+        if r.placement.overlaps(window)
+        and _state(r) in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
+    ]
+    owned = {(r.gpu_instance_id, r.placement) for r in chosen}
+    blocked = []
+    for gi in layout:
+        if gi.placement.overlaps(window) and (gi.id, gi.placement) not in owned:
+            active = next(
+                (r for r in records if r.gpu_instance_id == gi.id and r.placement == gi.placement),
+                None,
+            )
+            what = (
+                _state(active).value
+                if active
+                else ("Unmanaged" if gi.compute_instances else "OrphanGI")
+            )
+            name = names.get(gi.profile_id, str(gi.profile_id))
+            blocked.append(f"GI {gi.id} ({name} at {gi.placement}) is {what}")
+    if blocked:
+        raise ConflictError(
+            f"slices {window} hold instances hamimig never reclaims: " + "; ".join(blocked)
+        )
+    return chosen
+
+
+def reconcile(node: Node, dry_run: bool = False) -> ActionReport:
+    """One pass: retry queued CDI removals, then retry destroying Error instances."""
+    hw = node.hardware()
+    actions: list[Action] = []
+    failures: list[str] = []
+    with node.lock():
+        durable = load_for_mutation(node)
+        cdi = node.cdi()
+        queue = node.queue()
+        for item in durable.removals:
+            record = durable.records.get(item.mig_uuid)
+            if record is not None and _state(record) is not RecordState.RECLAIMING:
+                reason = "the instance has a record again; its spec is kept"
+                actions.append(Action("retry-cdi-removal", item.mig_uuid, None, None, reason))
+                if not dry_run:
+                    queue.drop(item.mig_uuid)
+                continue
+            reason = f"queued since {item.since} after {item.attempts} failed attempt(s)"
+            if not dry_run:
+                try:
+                    if cdi is not None:
+                        cdi.remove(item.mig_uuid)
+                    queue.drop(item.mig_uuid)
+                except OSError as exc:
+                    queue.add(item.mig_uuid, str(exc.strerror or exc), node.clock())
+                    failures.append(f"CDI spec of {item.mig_uuid}: {exc.strerror or exc}")
+                    reason += f"; failed again: {exc.strerror or exc}"
+            actions.append(Action("retry-cdi-removal", item.mig_uuid, None, None, reason))
+        errors = [
+            r
+            for r in durable.records.values()
+            if _state(r) in (RecordState.ERROR, RecordState.RECLAIMING)
+        ]
+        for record in sorted(errors, key=lambda r: (r.updated_at or "", r.mig_uuid)):
+            try:
+                gpu = hw.gpu_by_uuid(record.gpu_uuid)
+                layout = hw.layout(gpu.index)
+                target = _verified(record, layout, _names(node, gpu, layout), gpu)
+            except HamimigError as exc:
+                failures.append(exc.message)
+                actions.append(
+                    Action(
+                        "retry-destroy",
+                        record.mig_uuid,
+                        record.gpu_uuid,
+                        record.placement,
+                        f"skipped: {exc.message}",
+                    )
+                )
+                continue
+            reason = f"{_state(record).value} since {record.updated_at}: {record.error or 'retry'}"
+            if not dry_run:
+                try:
+                    notes = destroy_managed(node, record, target.live, gpu.index)
+                    reason += "; destroyed" + ("; " + "; ".join(notes) if notes else "")
+                except DestroyFailed as exc:
+                    failures.append(exc.message)
+                    reason += f"; still failing: {exc.record.error}"
+            actions.append(
+                Action("retry-destroy", record.mig_uuid, record.gpu_uuid, record.placement, reason)
+            )
+    failed = "; ".join(failures) if failures else None
+    return ActionReport(
+        dry_run=dry_run, actions=tuple(actions), failed=failed, exit_code=4 if failures else 0
+    )

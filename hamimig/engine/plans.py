@@ -1,0 +1,188 @@
+"""Planning as pure functions: facts in, a plan (data) or a refusal out.
+
+Nothing here performs I/O, so every decision about reuse, placement and reclamation is
+unit-tested without hardware, and `--dry-run` shows exactly what execution would do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hamimig.engine.facts import LiveCheck, Liveness, check_record
+from hamimig.errors import ConflictError, UnverifiableError
+from hamimig.hw.types import GpuInstance, Placement
+from hamimig.store.intents import Intent
+from hamimig.store.records import Owner, Record, RecordState
+
+
+def same_slot(a: Owner, b: Owner) -> bool:
+    """One pod container device slot; a recorded uid must match when both sides have one."""
+    if (a.namespace, a.name, a.container_index, a.device_index) != (
+        b.namespace,
+        b.name,
+        b.container_index,
+        b.device_index,
+    ):
+        return False
+    return a.uid is None or b.uid is None or a.uid == b.uid
+
+
+def held_by(records: dict[str, Record], owner: Owner) -> Record | None:
+    for record in records.values():
+        if record.state is RecordState.ACTIVE and record.owner and same_slot(record.owner, owner):
+            return record
+    return None
+
+
+def reuse_candidates(
+    records: dict[str, Record],
+    gpu: int | str,
+    profile: str,
+    start: int | None,
+    size: int | None,
+) -> list[Record]:
+    """Idle records an exact reuse could hand out, most likely first.
+
+    A GPU index is only a hint in a record (indexes can change across reboots); the live check
+    decides. Records on the wrong GPU by hint go last rather than being dropped.
+    """
+    out: list[tuple[int, int, str, str, Record]] = []
+    for r in records.values():
+        if r.state is not RecordState.IDLE or r.profile != profile:
+            continue
+        if start is not None and r.placement.start != start:
+            continue
+        if size is not None and r.placement.size != size:
+            continue
+        if isinstance(gpu, str):
+            if r.gpu_uuid != gpu:
+                continue
+            rank = 0
+        else:
+            rank = 0 if r.gpu_index == gpu else (1 if r.gpu_index is None else 2)
+        out.append((rank, r.placement.start, r.updated_at or "", r.mig_uuid, r))
+    return [item[-1] for item in sorted(out, key=lambda t: t[:4])]
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Something live at a placement, with the record that owns it (None: not ours)."""
+
+    gi: GpuInstance
+    record: Record | None
+    check: LiveCheck | None
+
+    def describe(self, names: dict[int, str]) -> str:
+        name = names.get(self.gi.profile_id, f"profile {self.gi.profile_id}")
+        what = f"GI {self.gi.id} ({name} at {self.gi.placement})"
+        if self.record is None:
+            kind = "OrphanGI" if not self.gi.compute_instances else "Unmanaged"
+            return f"{what} is {kind}"
+        state = self.record.state.value if self.record.managed else "Idle"
+        return f"{what} is {state} ({self.record.mig_uuid})"
+
+
+@dataclass(frozen=True)
+class CreatePlan:
+    """Destroy `reclaim` (Idle or Error instances, oldest first), then create at `placement`."""
+
+    placement: Placement
+    reclaim: tuple[tuple[Record, LiveCheck], ...]
+    reason: str
+
+
+def _record_of(gi: GpuInstance, records: list[Record]) -> Record | None:
+    for r in records:
+        if r.gpu_instance_id == gi.id and r.placement == gi.placement:
+            return r
+    return None
+
+
+def _effective(record: Record) -> RecordState:
+    return record.state if record.managed else RecordState.IDLE
+
+
+def plan_create(
+    gpu_uuid: str,
+    placements: tuple[Placement, ...],
+    requested: Placement | None,
+    records: list[Record],
+    intents: list[Intent],
+    layout: tuple[GpuInstance, ...],
+    names: dict[int, str],
+) -> CreatePlan:
+    """Choose where to create and which Idle instances to reclaim, or refuse.
+
+    `records` are those of this GPU. Active, Unmanaged, OrphanGI and in-flight (intent)
+    instances are never touched. An Error instance in the way is retried for destruction.
+    """
+    for intent in intents:
+        if intent.gpu_uuid == gpu_uuid:
+            raise UnverifiableError(
+                f"an allocation on this GPU was interrupted (intent {intent.id}, "
+                f"{intent.profile} at {intent.placement}); run 'hamimig recover' first"
+            )
+    for r in records:
+        live = check_record(r, layout, names)
+        if live.status is Liveness.MISMATCH or (
+            live.status is not Liveness.COMPLETE
+            and _effective(r) in (RecordState.IDLE, RecordState.ACTIVE)
+        ):
+            raise UnverifiableError(
+                f"record {r.mig_uuid} ({_effective(r).value}, {r.profile} at {r.placement}) does "
+                f"not match the hardware: {live.detail}; run 'hamimig recover'"
+            )
+
+    def blockers(p: Placement) -> list[Blocker]:
+        out = []
+        for gi in layout:
+            if gi.placement.overlaps(p):
+                rec = _record_of(gi, records)
+                out.append(Blocker(gi, rec, check_record(rec, layout, names) if rec else None))
+        return out
+
+    def hard(bs: list[Blocker]) -> list[Blocker]:
+        return [
+            b
+            for b in bs
+            if b.record is None
+            or _effective(b.record)
+            not in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
+        ]
+
+    def plan_for(p: Placement, bs: list[Blocker], reason: str) -> CreatePlan:
+        soft = [b for b in bs if b.record is not None and b.check is not None]
+        soft.sort(
+            key=lambda b: (b.record.updated_at or "", b.record.mig_uuid) if b.record else ("", "")
+        )
+        return CreatePlan(
+            placement=p,
+            reclaim=tuple((b.record, b.check) for b in soft if b.record and b.check),
+            reason=reason,
+        )
+
+    if requested is not None:
+        bs = blockers(requested)
+        refused = hard(bs)
+        if refused:
+            raise ConflictError(
+                f"placement {requested} is blocked: "
+                + "; ".join(b.describe(names) for b in refused)
+                + " (hamimig never reclaims these)"
+            )
+        return plan_for(requested, bs, "requested placement")
+
+    scored: list[tuple[int, int, Placement, list[Blocker]]] = []
+    for p in placements:
+        bs = blockers(p)
+        if hard(bs):
+            continue
+        scored.append((len(bs), p.start, p, bs))
+    if not scored:
+        raise ConflictError(
+            "no placement for this profile is free of Active, Unmanaged or in-flight instances"
+        )
+    scored.sort(key=lambda t: (t[0], t[1]))
+    count, _, p, bs = scored[0]
+    reason = "free placement" if count == 0 else f"reclaims the fewest idle instances ({count})"
+    return plan_for(p, bs, reason)

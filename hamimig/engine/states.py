@@ -1,0 +1,50 @@
+"""The one transition table of the lifecycle. Every state change asks it; it refuses the rest.
+
+`None` stands for "no record" (before creation, after permanent destruction). Creating lives in
+the intent journal rather than in a record, so Creating -> Active is the record's first write.
+"""
+
+from __future__ import annotations
+
+from hamimig.errors import HamimigError
+from hamimig.store.records import RecordState
+
+Creating = "Creating"
+StateName = RecordState | str | None
+
+_A, _I, _R, _E = RecordState.ACTIVE, RecordState.IDLE, RecordState.RECLAIMING, RecordState.ERROR
+
+TRANSITIONS: frozenset[tuple[StateName, StateName]] = frozenset(
+    {
+        (None, Creating),  # allocate: intent written
+        (Creating, _A),  # GI + CI + CDI + record done
+        (Creating, None),  # failed or crashed allocation rolled back
+        (_A, _I),  # confirmed pod release
+        (_I, _A),  # exact reuse by a matching request
+        (_I, _R),  # placement pressure or maintenance
+        (_E, _R),  # reconcile, or an allocation at the same key, retries the destruction
+        (_R, None),  # destroyed: CDI spec and record removed
+        (_R, _E),  # the destruction failed: kept, never reused
+        (None, _I),  # recovery/adoption: a verified pair without an active pod
+        (None, _A),  # recovery: a pod annotation names the instance
+        (_A, _A),  # recovery re-confirms an active owner
+        (_I, _I),  # recovery re-confirms an idle instance
+    }
+)
+
+
+class IllegalTransition(HamimigError):
+    """A bug: some code tried a move the lifecycle does not allow."""
+
+
+def check_transition(current: StateName, target: StateName, what: str) -> None:
+    if (current, target) not in TRANSITIONS:
+        raise IllegalTransition(
+            f"internal error: {what} cannot go from {_name(current)} to {_name(target)}"
+        )
+
+
+def _name(state: StateName) -> str:
+    if state is None:
+        return "(none)"
+    return state.value if isinstance(state, RecordState) else str(state)

@@ -1,0 +1,79 @@
+"""Field checks shared by every JSON file in the state directory.
+
+They mirror what Go's `encoding/json` would accept for HAMi's typed struct fields (no bools for
+ints, no floats for ints), so that hamimig never accepts a record that HAMi would read
+differently, and they name the offending field so a Problem tells the operator what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hamimig.hw.types import Placement
+
+
+class RecordError(ValueError):
+    """A durable-state file (record, intent, queue) that the rules reject; the text is why."""
+
+
+def uint_field(value: Any, field: str) -> int:
+    # bool is an int in Python but not in Go's decoder; 1.0 is a float here and an error there.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RecordError(f"{field} must be an integer")
+    if value < 0:
+        raise RecordError(f"{field} must not be negative")
+    return value
+
+
+def nonempty_str(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RecordError(f"{field} must be a non-empty string")
+    return value
+
+
+def opt_str(value: Any, field: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise RecordError(f"{field} must be a string or null")
+    return value
+
+
+def mig_uuid_field(value: Any, field: str = "migUUID") -> str:
+    if not isinstance(value, str) or not value.startswith("MIG-"):
+        raise RecordError(f"{field} must be a string starting with 'MIG-'")
+    return value
+
+
+def placement_field(value: Any, field: str = "placement") -> Placement:
+    if not isinstance(value, dict):
+        raise RecordError(f"{field} must be an object with start and size")
+    start = uint_field(value.get("start"), f"{field}.start")
+    size = uint_field(value.get("size"), f"{field}.size")
+    if size == 0:
+        raise RecordError(f"{field}.size must be greater than 0")
+    return Placement(start, size)
+
+
+def placement_json(p: Placement) -> dict[str, int]:
+    return {"start": p.start, "size": p.size}
+
+
+def json_object(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RecordError(f"{what} is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RecordError(f"{what} is nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise RecordError(f"{what} is not a JSON object")
+    return doc
+
+
+def reason_of(exc: BaseException) -> str:
+    """A one-line reason for a Problem, without Python's exception class names."""
+    if isinstance(exc, OSError):
+        return f"cannot read: {exc.strerror or exc}"
+    return str(exc)

@@ -1,0 +1,235 @@
+"""Atomic, symlink-safe file I/O for the state and CDI directories.
+
+Every durable change hamimig makes is one of two operations: replace a whole file, or remove one.
+Both must survive a crash at any instant (DESIGN.md "Crash safety"): a reader sees either the old
+file or the new one, never a torn write, and once the call returns the change is on disk. So a
+write goes to a temp file in the same directory, is fsynced, renamed over the destination, and
+the directory is fsynced so the rename itself is durable.
+
+The directories are shared with HAMi's device plugin (records) and with container runtimes (CDI)
+and usually live on a hostPath mount, so nothing here follows a symlink it did not expect: the
+directory is opened with O_NOFOLLOW and every file operation is relative to that descriptor, so a
+directory swapped for a link between two calls cannot redirect a write.
+
+Faults are injected through a `FileOp` hook rather than by monkeypatching, so that the simulator
+can fail or "crash" exactly one named operation in a real subprocess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from hamimig.errors import UsageError
+
+FileOp = Callable[[str, Callable[[], None]], None]
+"""`file_op(op_name, perform)`: must call `perform()`; may raise or exit around it."""
+
+TEMP_PREFIX = ".hamimig-tmp-"
+"""Temp names start with a dot and never with `hami-owned-`, and never end in .json/.yaml, so
+neither HAMi's record loader nor a CDI runtime ever picks up a half-written file."""
+
+MAX_READ_BYTES = 4 * 1024 * 1024
+"""Records, intents, queues and specs are a few hundred bytes; a huge file is not ours."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def no_faults(op: str, perform: Callable[[], None]) -> None:
+    """The production hook: just perform the operation."""
+    perform()
+
+
+def _check_name(name: str) -> None:
+    # Names are always computed by hamimig; anything path-like here is a bug, not input.
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise ValueError(f"not a plain file name: {name!r}")
+
+
+def _not_usable(path: Path, why: str) -> UsageError:
+    return UsageError(f"{path} is not a usable directory ({why})")
+
+
+def check_dir(path: Path) -> bool:
+    """True if `path` is a real directory, False if it is absent.
+
+    Raises `UsageError` for anything else (a symlink, a file), which CONTRACT.md makes a usage
+    error (exit 2) rather than something to work around.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        raise _not_usable(path, "a parent is not a directory") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise _not_usable(path, "it is a symbolic link")
+    if not stat.S_ISDIR(st.st_mode):
+        raise _not_usable(path, "it is not a directory")
+    return True
+
+
+def ensure_dir(path: Path, mode: int) -> None:
+    """Create `path` (and parents) if missing; the leaf gets exactly `mode`.
+
+    The mode matters (records are private to root: 0750), and mkdir's mode is masked by the umask,
+    so the leaf is chmodded after creation. An existing directory keeps its mode: an operator or
+    a hostPath mount may have chosen it deliberately.
+    """
+    if check_dir(path):
+        return
+    try:
+        path.mkdir(parents=True, mode=mode)
+    except FileExistsError:
+        # Lost a race with another creator, or something else appeared: judge what is there.
+        if check_dir(path):
+            return
+        raise _not_usable(path, "it vanished while being created") from None
+    except NotADirectoryError:
+        raise _not_usable(path, "a parent is not a directory") from None
+    os.chmod(path, mode, follow_symlinks=False)
+    _fsync_parent(path)
+
+
+def _fsync_parent(path: Path) -> None:
+    # A new directory entry is durable only once its parent is synced.
+    with contextlib.suppress(OSError):
+        fd = os.open(path.parent, _DIR_FLAGS)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def open_dir(directory: Path) -> Iterator[int]:
+    """A descriptor of `directory` itself (never of a symlink's target), closed on exit."""
+    try:
+        fd = os.open(directory, _DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _not_usable(directory, "it is a symbolic link or not a directory") from None
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def atomic_write(directory: Path, name: str, data: bytes, mode: int) -> None:
+    """Replace `directory/name` with `data` so that a crash leaves the old or the new file.
+
+    A symlink at the destination is replaced by the file, never written through, because
+    `os.replace` renames over the link itself. On failure the temp file is removed and the
+    OSError re-raised; the destination keeps its previous content.
+    """
+    _check_name(name)
+    with open_dir(directory) as dir_fd:
+        tmp = f"{TEMP_PREFIX}{name}-{secrets.token_hex(8)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                # The open mode was masked by the umask; chmod before fsync so that the mode
+                # is as durable as the content.
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
+
+
+def remove_file(directory: Path, name: str) -> bool:
+    """Unlink `directory/name` durably; False when it was already absent.
+
+    unlink never follows a symlink, so a link planted at our name is removed, not its target.
+    """
+    _check_name(name)
+    if not check_dir(directory):
+        return False
+    with open_dir(directory) as dir_fd:
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return False
+        os.fsync(dir_fd)
+    return True
+
+
+def describe_entry(directory: Path, name: str) -> str | None:
+    """Why `directory/name` cannot be one of our files (a symlink, a FIFO...), or None if regular.
+
+    Loaders call this before reading so that a problem says what the entry is instead of a bare
+    errno, and so that a symlink is reported without its target ever being touched.
+    """
+    st = os.lstat(directory / name)
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link (not followed)"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory, not a regular file"
+    if stat.S_ISFIFO(st.st_mode):
+        return "is a FIFO, not a regular file"
+    if stat.S_ISSOCK(st.st_mode):
+        return "is a socket, not a regular file"
+    return "is a device or special file, not a regular file"
+
+
+def read_regular(directory: Path, name: str) -> bytes:
+    """The content of `directory/name`, refusing anything but a regular file.
+
+    O_NOFOLLOW refuses a symlink (ELOOP) and O_NONBLOCK keeps a FIFO planted at our name from
+    hanging the process on open; fstat then checks what was actually opened, which also covers
+    an entry swapped between a caller's lstat and this open. Raises OSError or ValueError.
+    """
+    _check_name(name)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(directory / name, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("is a symbolic link (not followed)") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("is not a regular file")
+        if st.st_size > MAX_READ_BYTES:
+            raise ValueError(f"is {st.st_size} bytes, larger than any hamimig file")
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > MAX_READ_BYTES:
+                raise ValueError("grew larger than any hamimig file while being read")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def list_names(directory: Path, prefix: str, suffix: str) -> list[str]:
+    """Sorted entry names in `directory` with that prefix and suffix; [] if it is absent."""
+    if not check_dir(directory):
+        return []
+    with open_dir(directory) as dir_fd:
+        names = os.listdir(dir_fd)
+    return sorted(n for n in names if n.startswith(prefix) and n.endswith(suffix))

@@ -1,0 +1,194 @@
+"""The intent journal: what an allocation is about to do to the hardware, written first.
+
+An allocation creates a GI, then a CI, then a CDI spec and a record. A crash in between leaves
+hardware that no record explains; without a journal, recovery could not tell hamimig's half-made
+instance from a foreign one and would have to preserve it forever. So before the first hardware
+mutation the engine writes an intent (GPU, profile, placement, requesting owner), updates it as
+IDs become known, and removes it once the record exists. Recovery undoes whatever an intent's
+request created that has no record (DESIGN.md "Crash safety").
+
+Intent files live in the state directory under names that do not start with `hami-owned-`, so
+HAMi's record loader never sees them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hamimig.hw.types import Placement
+from hamimig.store._fields import (
+    RecordError,
+    json_object,
+    mig_uuid_field,
+    nonempty_str,
+    placement_field,
+    placement_json,
+    reason_of,
+    uint_field,
+)
+from hamimig.store.files import (
+    FileOp,
+    atomic_write,
+    check_dir,
+    describe_entry,
+    ensure_dir,
+    list_names,
+    no_faults,
+    read_regular,
+    remove_file,
+)
+from hamimig.store.records import STATE_DIR_MODE, Owner, Problem
+
+INTENT_PREFIX = "intent-"
+INTENT_SUFFIX = ".json"
+INTENT_VERSION = 1
+INTENT_MODE = 0o600
+_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def new_intent_id() -> str:
+    """A fresh random ID: two processes can never journal under the same name."""
+    return uuid.uuid4().hex
+
+
+def intent_file_name(intent_id: str) -> str:
+    if not _ID_RE.match(intent_id):
+        raise ValueError(f"not a valid intent ID: {intent_id!r}")
+    return f"{INTENT_PREFIX}{intent_id}{INTENT_SUFFIX}"
+
+
+def _optuint_field(value: Any, field: str) -> int | None:
+    return None if value is None else uint_field(value, field)
+
+
+@dataclasses.dataclass(frozen=True)
+class Intent:
+    """One journalled operation. IDs and the MIG UUID are filled in as the hardware reports them,
+    so that recovery can name exactly what this request created."""
+
+    id: str
+    op: str
+    gpu_uuid: str
+    gpu_index: int
+    profile: str
+    profile_id: int
+    placement: Placement
+    owner: Owner | None
+    created_at: str
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    mig_uuid: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": INTENT_VERSION,
+            "id": self.id,
+            "op": self.op,
+            "gpuUUID": self.gpu_uuid,
+            "gpuIndex": self.gpu_index,
+            "profile": self.profile,
+            "profileID": self.profile_id,
+            "placement": placement_json(self.placement),
+            "owner": None if self.owner is None else self.owner.to_json(),
+            "createdAt": self.created_at,
+            "gpuInstanceID": self.gpu_instance_id,
+            "computeInstanceID": self.compute_instance_id,
+            "migUUID": self.mig_uuid,
+        }
+
+    @classmethod
+    def from_json(cls, d: Any) -> Intent:
+        """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
+        if not isinstance(d, dict):
+            raise RecordError("intent is not a JSON object")
+        version = d.get("version")
+        if isinstance(version, bool) or version != INTENT_VERSION:
+            raise RecordError(
+                f"unsupported intent version {version!r} (this hamimig reads {INTENT_VERSION})"
+            )
+        intent_id = nonempty_str(d.get("id"), "id")
+        if not _ID_RE.match(intent_id):
+            raise RecordError(f"id {intent_id!r} is not a valid intent ID")
+        raw_owner = d.get("owner")
+        mig_uuid = d.get("migUUID")
+        return cls(
+            id=intent_id,
+            op=nonempty_str(d.get("op"), "op"),
+            gpu_uuid=nonempty_str(d.get("gpuUUID"), "gpuUUID"),
+            gpu_index=uint_field(d.get("gpuIndex"), "gpuIndex"),
+            profile=nonempty_str(d.get("profile"), "profile"),
+            profile_id=uint_field(d.get("profileID"), "profileID"),
+            placement=placement_field(d.get("placement")),
+            owner=None if raw_owner is None else Owner.from_json(raw_owner),
+            created_at=nonempty_str(d.get("createdAt"), "createdAt"),
+            gpu_instance_id=_optuint_field(d.get("gpuInstanceID"), "gpuInstanceID"),
+            compute_instance_id=_optuint_field(d.get("computeInstanceID"), "computeInstanceID"),
+            mig_uuid=None if mig_uuid is None else mig_uuid_field(mig_uuid),
+        )
+
+
+def encode_intent(intent: Intent) -> bytes:
+    data = (json.dumps(intent.to_json(), indent=2) + "\n").encode("utf-8")
+    decode_intent(intent_file_name(intent.id), data)  # never journal what recovery cannot read
+    return data
+
+
+def decode_intent(name: str, data: bytes) -> Intent:
+    """Parse the intent stored under file name `name`; raises `RecordError` with the reason."""
+    intent = Intent.from_json(json_object(data, "intent"))
+    if name != intent_file_name(intent.id):
+        raise RecordError(f"file name does not match its id {intent.id}")
+    return intent
+
+
+class IntentStore:
+    """The journal in the state directory: one file per in-flight operation."""
+
+    def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
+        self.directory = directory
+        self.file_op = file_op
+
+    def path_of(self, intent_id: str) -> Path:
+        return self.directory / intent_file_name(intent_id)
+
+    def load(self) -> tuple[list[Intent], list[Problem]]:
+        """Every readable intent, oldest first; every unusable `intent-*.json` as a Problem."""
+        intents: list[Intent] = []
+        problems: list[Problem] = []
+        if not check_dir(self.directory):
+            return intents, problems
+        for name in list_names(self.directory, INTENT_PREFIX, INTENT_SUFFIX):
+            path = str(self.directory / name)
+            try:
+                why = describe_entry(self.directory, name)
+                if why is not None:
+                    problems.append(Problem(path, why))
+                    continue
+                intents.append(decode_intent(name, read_regular(self.directory, name)))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                problems.append(Problem(path, reason_of(exc)))
+        intents.sort(key=lambda i: (i.created_at, i.id))
+        return intents, problems
+
+    def write(self, intent: Intent) -> None:
+        """Create or replace the intent atomically (updates add IDs as they become known)."""
+        data = encode_intent(intent)
+        name = intent_file_name(intent.id)
+        ensure_dir(self.directory, STATE_DIR_MODE)
+        self.file_op("intent.write", lambda: atomic_write(self.directory, name, data, INTENT_MODE))
+
+    def remove(self, intent_id: str) -> None:
+        """Remove the intent durably; absent already is fine (a retried recovery)."""
+        name = intent_file_name(intent_id)
+        self.file_op("intent.remove", lambda: _discard(remove_file(self.directory, name)))
+
+
+def _discard(_: object) -> None:
+    return None

@@ -1,0 +1,150 @@
+"""The persisted queue of CDI spec removals that failed.
+
+A spec is removed only after its GI/CI is destroyed (seed, "CDI lifecycle"). If that removal
+fails, the instance is already gone and its record about to be, so nothing else would remember
+that a stale spec still advertises a device that no longer exists. The queue remembers it, in
+the state directory, until the reconciler's retry succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hamimig.errors import UnverifiableError
+from hamimig.store._fields import (
+    RecordError,
+    json_object,
+    nonempty_str,
+    reason_of,
+    uint_field,
+)
+from hamimig.store.files import (
+    FileOp,
+    atomic_write,
+    check_dir,
+    describe_entry,
+    ensure_dir,
+    no_faults,
+    read_regular,
+)
+from hamimig.store.records import STATE_DIR_MODE, Problem
+
+QUEUE_NAME = "cdi-removal-queue.json"
+QUEUE_VERSION = 1
+QUEUE_MODE = 0o600
+
+
+@dataclass(frozen=True)
+class QueuedRemoval:
+    """A spec still to be removed: since when, how often it failed, and the last error."""
+
+    mig_uuid: str
+    since: str
+    attempts: int
+    last_error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "migUUID": self.mig_uuid,
+            "since": self.since,
+            "attempts": self.attempts,
+            "lastError": self.last_error,
+        }
+
+    @classmethod
+    def from_json(cls, d: Any) -> QueuedRemoval:
+        if not isinstance(d, dict):
+            raise RecordError("a queued removal must be an object")
+        last_error = d.get("lastError", "")
+        if not isinstance(last_error, str):
+            raise RecordError("lastError must be a string")
+        return cls(
+            mig_uuid=nonempty_str(d.get("migUUID"), "migUUID"),
+            since=nonempty_str(d.get("since"), "since"),
+            attempts=uint_field(d.get("attempts"), "attempts"),
+            last_error=last_error,
+        )
+
+
+def decode_queue(data: bytes) -> list[QueuedRemoval]:
+    doc = json_object(data, "removal queue")
+    version = doc.get("version")
+    if isinstance(version, bool) or version != QUEUE_VERSION:
+        raise RecordError(f"unsupported queue version {version!r} (this hamimig reads 1)")
+    raw = doc.get("removals")
+    if not isinstance(raw, list):
+        raise RecordError("removals must be a list")
+    removals = [QueuedRemoval.from_json(item) for item in raw]
+    uuids = [r.mig_uuid for r in removals]
+    if len(set(uuids)) != len(uuids):
+        raise RecordError("a MIG UUID is queued twice")
+    return removals
+
+
+def encode_queue(removals: list[QueuedRemoval]) -> bytes:
+    doc = {"version": QUEUE_VERSION, "removals": [r.to_json() for r in removals]}
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+class RemovalQueue:
+    """The queue file in the state directory."""
+
+    def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
+        self.directory = directory
+        self.file_op = file_op
+
+    @property
+    def path(self) -> Path:
+        return self.directory / QUEUE_NAME
+
+    def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
+        """The queued removals in queue order; an unusable file is a Problem and an empty queue."""
+        if not check_dir(self.directory):
+            return [], []
+        try:
+            why = describe_entry(self.directory, QUEUE_NAME)
+            if why is not None:
+                return [], [Problem(str(self.path), why)]
+            return decode_queue(read_regular(self.directory, QUEUE_NAME)), []
+        except FileNotFoundError:
+            return [], []
+        except (OSError, ValueError) as exc:
+            return [], [Problem(str(self.path), reason_of(exc))]
+
+    def _load_for_update(self) -> list[QueuedRemoval]:
+        # Rewriting an unreadable queue would silently drop the removals it still holds; the
+        # engine refuses earlier on the snapshot's problems, and this is the backstop.
+        removals, problems = self.load()
+        if problems:
+            raise UnverifiableError(
+                f"cannot update the CDI removal queue {problems[0].file}: {problems[0].reason}"
+            )
+        return removals
+
+    def _save(self, removals: list[QueuedRemoval]) -> None:
+        data = encode_queue(removals)
+        ensure_dir(self.directory, STATE_DIR_MODE)
+        self.file_op(
+            "queue.write", lambda: atomic_write(self.directory, QUEUE_NAME, data, QUEUE_MODE)
+        )
+
+    def add(self, mig_uuid: str, error: str, now: str) -> None:
+        """Queue a failed removal, or count one more failure of an already queued one."""
+        removals = self._load_for_update()
+        for i, queued in enumerate(removals):
+            if queued.mig_uuid == mig_uuid:
+                removals[i] = QueuedRemoval(mig_uuid, queued.since, queued.attempts + 1, error)
+                break
+        else:
+            removals.append(QueuedRemoval(mig_uuid, now, 1, error))
+        self._save(removals)
+
+    def drop(self, mig_uuid: str) -> None:
+        """Forget a removal that succeeded; no write at all when it was not queued."""
+        removals = self._load_for_update()
+        kept = [r for r in removals if r.mig_uuid != mig_uuid]
+        if len(kept) != len(removals):
+            self._save(kept)

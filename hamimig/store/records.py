@@ -1,0 +1,339 @@
+"""HAMi v1 ownership records: one file per dynamic MIG instance, readable by HAMi itself.
+
+The record is the proof that an instance belongs to HAMi (the seed's ownership requirement), so
+its format is HAMi's, byte for byte in the fields HAMi reads (FACTS.md section 4). hamimig keeps
+its own lifecycle fields (state, owner, timestamps, error, CDI device) under one extra top-level
+key, `"hamimig"`, which HAMi's Go decoder ignores; a record that HAMi wrote has no such key and
+counts as Idle.
+
+Loading follows HAMi's loader rules, and is stricter only where leniency would let hamimig act on
+an instance whose identity it cannot prove (missing numeric fields, two files claiming one UUID):
+an unreadable record is reported as a `Problem`, never guessed at, because read-only commands
+list problems as warnings and mutating ones refuse to run past them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from hamimig.hw.types import Placement
+from hamimig.store._fields import (
+    RecordError as RecordError,  # re-exported: callers catch it from here
+)
+from hamimig.store._fields import (
+    json_object,
+    mig_uuid_field,
+    nonempty_str,
+    opt_str,
+    placement_field,
+    placement_json,
+    reason_of,
+    uint_field,
+)
+from hamimig.store.files import (
+    FileOp,
+    atomic_write,
+    check_dir,
+    describe_entry,
+    ensure_dir,
+    list_names,
+    no_faults,
+    read_regular,
+    remove_file,
+)
+
+RECORD_PREFIX = "hami-owned-mig-"
+LOADER_PREFIX = "hami-owned-"
+"""HAMi's loader reads every `hami-owned-*.json`, not only `hami-owned-mig-*`, so ours does too."""
+RECORD_SUFFIX = ".json"
+HAMI_VERSION = 1
+SCHEMA_VERSION = 1
+RECORD_MODE = 0o600
+STATE_DIR_MODE = 0o750
+
+
+class RecordState(str, enum.Enum):
+    """The lifecycle states a record can hold (Creating lives in intents, not records)."""
+
+    ACTIVE = "Active"
+    IDLE = "Idle"
+    RECLAIMING = "Reclaiming"
+    ERROR = "Error"
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """The pod container device slot an Active instance is allocated to."""
+
+    namespace: str
+    name: str
+    uid: str | None = None
+    container_index: int = 0
+    device_index: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "containerIndex": self.container_index,
+            "deviceIndex": self.device_index,
+        }
+
+    @classmethod
+    def from_json(cls, d: Any) -> Owner:
+        """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
+        if not isinstance(d, dict):
+            raise RecordError("owner must be an object")
+        uid = d.get("uid")
+        if uid is not None and not isinstance(uid, str):
+            raise RecordError("owner.uid must be a string or null")
+        return cls(
+            namespace=nonempty_str(d.get("namespace"), "owner.namespace"),
+            name=nonempty_str(d.get("name"), "owner.name"),
+            uid=uid or None,
+            container_index=uint_field(d.get("containerIndex", 0), "owner.containerIndex"),
+            device_index=uint_field(d.get("deviceIndex", 0), "owner.deviceIndex"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}[{self.container_index}/{self.device_index}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One ownership record. `managed` is False for a record HAMi wrote (no "hamimig" key)."""
+
+    mig_uuid: str
+    gpu_uuid: str
+    profile: str
+    placement: Placement
+    gpu_instance_id: int
+    compute_instance_id: int
+    state: RecordState = RecordState.IDLE
+    owner: Owner | None = None
+    cdi_device: str | None = None
+    error: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    managed: bool = True
+    gpu_index: int | None = None
+    """The GPU's NVML index when last verified: a hint only (indexes change across reboots)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A file hamimig could not use, and why; `file` is the full path."""
+
+    file: str
+    reason: str
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def record_name(mig_uuid: str) -> str:
+    """HAMi's file name for the record of `mig_uuid` (hashed: old UUIDs contain `/`)."""
+    return f"{RECORD_PREFIX}{_sha256(mig_uuid)}{RECORD_SUFFIX}"
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+
+
+def encode_record(r: Record) -> bytes:
+    """HAMi's v1 fields plus the `"hamimig"` key, as written to disk.
+
+    The output is decoded again before it is returned, so hamimig can never write a record that
+    its own loader (and therefore HAMi's, which is laxer) would refuse on the next start.
+    """
+    doc: dict[str, Any] = {
+        "version": HAMI_VERSION,
+        "migUUID": r.mig_uuid,
+        "parentGPUUUID": r.gpu_uuid,
+        "profile": r.profile,
+        "placement": placement_json(r.placement),
+        "gpuInstanceID": r.gpu_instance_id,
+        "computeInstanceID": r.compute_instance_id,
+        "hamimig": {
+            "schemaVersion": SCHEMA_VERSION,
+            "state": r.state.value,
+            "owner": None if r.owner is None else r.owner.to_json(),
+            "cdiDevice": r.cdi_device,
+            "error": r.error,
+            "createdAt": r.created_at,
+            "updatedAt": r.updated_at,
+            "gpuIndex": r.gpu_index,
+        },
+    }
+    data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    decode_record(record_name(r.mig_uuid), data)
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding
+
+
+def _decode_content(data: bytes) -> Record:
+    """Everything HAMi and hamimig check except the file name (see `RecordStore.load`)."""
+    doc = json_object(data, "record")
+    version = doc.get("version")
+    if isinstance(version, bool) or version != HAMI_VERSION:
+        raise RecordError(f"unsupported record version {version!r} (HAMi reads version 1)")
+    mig_uuid = mig_uuid_field(doc.get("migUUID"))
+    gpu_uuid = nonempty_str(doc.get("parentGPUUUID"), "parentGPUUUID")
+    profile = nonempty_str(doc.get("profile"), "profile")
+    placement = placement_field(doc.get("placement"))
+    gi = uint_field(doc.get("gpuInstanceID"), "gpuInstanceID")
+    ci = uint_field(doc.get("computeInstanceID"), "computeInstanceID")
+    base = Record(
+        mig_uuid=mig_uuid,
+        gpu_uuid=gpu_uuid,
+        profile=profile,
+        placement=placement,
+        gpu_instance_id=gi,
+        compute_instance_id=ci,
+    )
+    if "hamimig" not in doc:
+        # Written by HAMi: it has no lifecycle state, and HAMi restores such instances as idle.
+        return dataclasses.replace(base, state=RecordState.IDLE, managed=False)
+    return _with_hamimig_fields(base, doc["hamimig"])
+
+
+def _with_hamimig_fields(base: Record, ext: Any) -> Record:
+    if not isinstance(ext, dict):
+        raise RecordError("the 'hamimig' key must be an object")
+    schema = ext.get("schemaVersion")
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        raise RecordError("hamimig.schemaVersion must be a positive integer")
+    if schema > SCHEMA_VERSION:
+        # Its meaning is unknown to this version; acting on it could undo a newer hamimig's work.
+        raise RecordError(
+            f"written by a newer hamimig (schema {schema}); this hamimig reads schema "
+            f"{SCHEMA_VERSION}: upgrade hamimig"
+        )
+    raw_state = ext.get("state")
+    try:
+        state = RecordState(raw_state)
+    except ValueError:
+        allowed = ", ".join(s.value for s in RecordState)
+        raise RecordError(f"hamimig.state {raw_state!r} is not one of {allowed}") from None
+    raw_owner = ext.get("owner")
+    owner = None if raw_owner is None else Owner.from_json(raw_owner)
+    return dataclasses.replace(
+        base,
+        state=state,
+        owner=owner,
+        cdi_device=opt_str(ext.get("cdiDevice"), "hamimig.cdiDevice"),
+        error=opt_str(ext.get("error"), "hamimig.error"),
+        created_at=opt_str(ext.get("createdAt"), "hamimig.createdAt"),
+        updated_at=opt_str(ext.get("updatedAt"), "hamimig.updatedAt"),
+        managed=True,
+        gpu_index=None
+        if ext.get("gpuIndex") is None
+        else uint_field(ext["gpuIndex"], "hamimig.gpuIndex"),
+    )
+
+
+def _check_name_matches(name: str, record: Record) -> None:
+    expected = record_name(record.mig_uuid)
+    if name != expected:
+        raise RecordError(f"file name does not match its migUUID {record.mig_uuid} ({expected})")
+
+
+def decode_record(name: str, data: bytes) -> Record:
+    """Parse the record stored under file name `name`; raises `RecordError` with the reason.
+
+    HAMi's loader rules (FACTS.md section 4): a JSON object, version 1, a `MIG-` UUID, non-empty
+    parent GPU and profile, a non-zero placement size, and the file name derived from the UUID.
+    Unknown top-level keys are ignored as Go's decoder ignores them. Where Go would silently
+    default a missing or null number to 0, this refuses instead: a GI or CI ID of 0 is a real ID,
+    and identity must be proven, not assumed.
+    """
+    record = _decode_content(data)
+    _check_name_matches(name, record)
+    return record
+
+
+# --------------------------------------------------------------------------------------------
+# The store
+
+
+class RecordStore:
+    """The ownership records in the state directory."""
+
+    def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
+        self.directory = directory
+        self.file_op = file_op
+
+    def path_of(self, mig_uuid: str) -> Path:
+        return self.directory / record_name(mig_uuid)
+
+    def load(self) -> tuple[dict[str, Record], list[Problem]]:
+        """Every usable record by MIG UUID, and every `hami-owned-*.json` that is not usable.
+
+        Two files claiming the same MIG UUID are both refused, even when only one has the right
+        name: which of them is the truth cannot be decided, so neither instance is touched.
+        """
+        records: dict[str, Record] = {}
+        problems: list[Problem] = []
+        if not check_dir(self.directory):
+            return records, problems
+        claims: dict[str, list[tuple[str, Record]]] = {}
+        for name in list_names(self.directory, LOADER_PREFIX, RECORD_SUFFIX):
+            path = str(self.directory / name)
+            try:
+                why = describe_entry(self.directory, name)
+                if why is not None:
+                    problems.append(Problem(path, why))
+                    continue
+                record = _decode_content(read_regular(self.directory, name))
+            except FileNotFoundError:
+                continue  # removed while we listed: nothing to report
+            except (OSError, ValueError) as exc:
+                problems.append(Problem(path, reason_of(exc)))
+                continue
+            claims.setdefault(record.mig_uuid, []).append((name, record))
+        for mig_uuid, entries in claims.items():
+            if len(entries) > 1:
+                names = ", ".join(n for n, _ in entries)
+                for name, _ in entries:
+                    problems.append(
+                        Problem(
+                            str(self.directory / name),
+                            f"duplicate record: {len(entries)} files claim {mig_uuid} ({names})",
+                        )
+                    )
+                continue
+            name, record = entries[0]
+            try:
+                _check_name_matches(name, record)
+            except RecordError as exc:
+                problems.append(Problem(str(self.directory / name), str(exc)))
+                continue
+            records[mig_uuid] = record
+        problems.sort(key=lambda p: p.file)
+        return records, problems
+
+    def write(self, record: Record) -> None:
+        """Create or replace the record atomically (0600 in a 0750 directory)."""
+        data = encode_record(record)
+        ensure_dir(self.directory, STATE_DIR_MODE)
+        name = record_name(record.mig_uuid)
+        self.file_op("record.write", lambda: atomic_write(self.directory, name, data, RECORD_MODE))
+
+    def remove(self, mig_uuid: str) -> None:
+        """Remove the record durably; absent already is fine (a retried removal)."""
+        name = record_name(mig_uuid)
+        self.file_op("record.remove", lambda: _discard(remove_file(self.directory, name)))
+
+
+def _discard(_: object) -> None:
+    return None
