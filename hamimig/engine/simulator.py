@@ -22,6 +22,7 @@ from hamimig.hw.sim_state import (
     create_gi,
     find_gpu,
     find_mig,
+    held_gi,
     model_of,
     new_state,
     normalise_fault,
@@ -100,18 +101,38 @@ def sim_create(
 def sim_busy(path: Path | None, mig_uuid: str, gi_only: bool, clear: bool) -> SimView:
     store = _store(path)
     with store.transaction() as state:
-        _, gi, ci = find_mig(state, mig_uuid)
         if clear:
-            ci["busy"] = False
-            gi["held"] = False
-            message = f"{mig_uuid} is no longer busy"
-        elif gi_only:
-            gi["held"] = True
-            message = f"a client holds the GI of {mig_uuid}: destroying the GI fails with IN_USE"
+            message = _clear_busy(state, mig_uuid)
         else:
-            ci["busy"] = True
-            message = f"processes run on {mig_uuid}: destroying it fails with IN_USE"
+            _, gi, ci = find_mig(state, mig_uuid)
+            if gi_only:
+                gi["held"] = True
+                gi["heldFor"] = mig_uuid
+                message = (
+                    f"a client holds the GI of {mig_uuid}: destroying the GI fails with IN_USE"
+                )
+            else:
+                ci["busy"] = True
+                message = f"processes run on {mig_uuid}: destroying it fails with IN_USE"
     return _view(store, message)
+
+
+def _clear_busy(state: dict[str, Any], mig_uuid: str) -> str:
+    """Clear both marks; the GI hold can outlive the CI (a monitoring client on the GI)."""
+    held = held_gi(state, mig_uuid)
+    if held is not None:
+        held["held"] = False
+        held.pop("heldFor", None)
+    try:
+        _, gi, ci = find_mig(state, mig_uuid)
+    except UsageError:
+        if held is None:
+            raise
+        return f"the GI of {mig_uuid} is no longer held"
+    ci["busy"] = False
+    gi["held"] = False
+    gi.pop("heldFor", None)
+    return f"{mig_uuid} is no longer busy"
 
 
 def sim_reset(path: Path | None, gpu_ref: str) -> SimView:

@@ -289,11 +289,20 @@ class NvmlHardware:
         )
 
     def _gpu_instances(self, handle: Any, profile_id: int) -> list[Any]:
+        """GI handles of one profile; the array is sized for today's boards (at most 7 per
+        profile) and grown on INSUFFICIENT_SIZE rather than spending a call on the count."""
         size = 8
-        array = (self._nv.c_nvmlGpuInstance_t * size)()
-        count = ctypes.c_uint(size)
-        self._c("nvmlDeviceGetGpuInstances", handle, profile_id, array, ctypes.byref(count))
-        return [array[i] for i in range(count.value)]
+        while True:
+            array = (self._nv.c_nvmlGpuInstance_t * size)()
+            count = ctypes.c_uint(size)
+            try:
+                self._nv.nvmlDeviceGetGpuInstances(handle, profile_id, array, ctypes.byref(count))
+            except self._nv.NVMLError as exc:
+                if self._name_of(exc) == "INSUFFICIENT_SIZE" and count.value > size:
+                    size = count.value
+                    continue
+                raise self._wrap("nvmlDeviceGetGpuInstances", exc) from None
+            return [array[i] for i in range(count.value)]
 
     def _mig_walk(self, handle: Any) -> Iterator[tuple[int, int, int, str]]:
         """(index, GI ID, CI ID, MIG UUID) of every MIG device; empty indexes are skipped."""

@@ -438,6 +438,15 @@ def find_mig(state: State, mig_uuid: str) -> tuple[dict[str, Any], dict[str, Any
     raise UsageError(f"no MIG instance {mig_uuid} on the simulated node")
 
 
+def held_gi(state: State, mig_uuid: str) -> dict[str, Any] | None:
+    """The GI a client holds on behalf of `mig_uuid` (`sim busy --gi-only`), CI or not."""
+    for gpu in state["gpus"]:
+        for gi in gpu["gpuInstances"]:
+            if gi.get("heldFor") == mig_uuid:
+                return gi  # type: ignore[no-any-return]
+    return None
+
+
 def as_hardware_error(exc: SimNvmlFailure, what: str) -> HardwareError:
     """The simulated hardware refused an operator's change, as NVML would have."""
     name = next((n for n, c in NVML_ERROR_CODES.items() if c == exc.code), str(exc.code))
