@@ -11,6 +11,7 @@ from hamimig.cli.context import execute
 from hamimig.engine import allocate as allocation
 from hamimig.engine import inventory, maintenance
 from hamimig.engine.node import Node
+from hamimig.engine.podsource import load_pods
 from hamimig.engine.views import Result
 from hamimig.errors import UsageError
 
@@ -23,7 +24,7 @@ LockTimeout = Annotated[
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 
 
-def _locked(timeout: float, action: Callable[[Node], Result]) -> Callable[[Node], Result]:
+def locked(timeout: float, action: Callable[[Node], Result]) -> Callable[[Node], Result]:
     def run(node: Node) -> Result:
         if timeout < 0:
             raise UsageError(f"--lock-timeout must not be negative, not {timeout}")
@@ -54,7 +55,7 @@ def allocate(
         )
         return allocation.allocate(node, request)
 
-    execute(ctx, _locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action))
 
 
 def release(
@@ -73,7 +74,7 @@ def release(
         parsed = allocation.parse_pod(pod) if pod is not None else None
         return maintenance.release(node, parsed, mig_uuid)
 
-    execute(ctx, _locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action))
 
 
 def reclaim(
@@ -92,7 +93,7 @@ def reclaim(
     """Destroy Idle (or Error) instances; never Active, never unmanaged ones."""
     execute(
         ctx,
-        _locked(
+        locked(
             lock_timeout,
             lambda node: maintenance.reclaim(node, mig_uuid, gpu, placement, all_idle, dry_run),
         ),
@@ -101,11 +102,22 @@ def reclaim(
 
 def reconcile(
     ctx: typer.Context,
+    pods: Annotated[
+        str | None,
+        typer.Option("--pods", metavar="FILE|-", help="Pods (kubectl -o json|yaml); '-' = stdin."),
+    ] = None,
+    kube: Annotated[bool, typer.Option("--kube", help="List pods through the API.")] = False,
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """One pass: retry queued CDI removals and the destruction of Error instances."""
-    execute(ctx, _locked(lock_timeout, lambda node: maintenance.reconcile(node, dry_run)))
+    """One pass: release instances whose pods are gone (with pods), retry queued CDI
+    removals and the destruction of Error instances."""
+
+    def action(node: Node) -> Result:
+        snapshot = load_pods(node, pods, kube, assume_no_pods=False, required=False)
+        return maintenance.reconcile(node, dry_run, snapshot)
+
+    execute(ctx, locked(lock_timeout, action))
 
 
 def show(

@@ -11,9 +11,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from hamimig.engine.views import (
+    ActionReport,
+    Allocation,
+    InstanceDetail,
     InstanceList,
     InstanceView,
     ProfileList,
+    Reclaim,
+    Release,
     Result,
     SimView,
     State,
@@ -68,6 +73,19 @@ def emit(result: Result, fmt: str) -> None:
         _profile_list(console, result)
     elif isinstance(result, SimView):
         _sim_view(console, result)
+    elif isinstance(result, Allocation):
+        _allocation(console, result)
+    elif isinstance(result, Release):
+        _instances(console, "released (now Idle)", result.released)
+    elif isinstance(result, Reclaim):
+        title = "would reclaim (dry run)" if result.dry_run else "reclaimed"
+        _instances(console, title, result.reclaimed)
+        for note in result.notes:
+            console.print(f"[yellow]note:[/] {note}")
+    elif isinstance(result, ActionReport):
+        _actions(console, result)
+    elif isinstance(result, InstanceDetail):
+        _detail(console, result)
     else:  # a result without a table of its own still shows everything it has
         console.print_json(json.dumps(result.to_json()))
 
@@ -87,13 +105,13 @@ def _owner(inst: InstanceView) -> str:
     return f"{inst.owner.namespace}/{inst.owner.name}"
 
 
-def _instance_list(console: Console, result: InstanceList) -> None:
+def _instance_table(title: str, instances: tuple[InstanceView, ...]) -> Any:
     from rich.table import Table
 
-    table = Table(title="MIG instances", title_justify="left", header_style="bold")
+    table = Table(title=title, title_justify="left", header_style="bold")
     for column in ("GPU", "MIG UUID", "PROFILE", "PLACEMENT", "GI", "CI", "STATE", "OWNER", "CDI"):
         table.add_column(column, no_wrap=column in ("MIG UUID", "CDI"))
-    for inst in result.instances:
+    for inst in instances:
         style = STATE_STYLE.get(inst.state, "")
         table.add_row(
             str(inst.gpu_index),
@@ -106,6 +124,84 @@ def _instance_list(console: Console, result: InstanceList) -> None:
             _owner(inst),
             inst.cdi_device.rsplit("=", 1)[-1][:16] if inst.cdi_device else "-",
         )
+    return table
+
+
+def _instances(console: Console, title: str, instances: tuple[InstanceView, ...]) -> None:
+    if not instances:
+        console.print(f"{title}: none")
+        return
+    console.print(_instance_table(title, instances))
+
+
+def _allocation(console: Console, result: Allocation) -> None:
+    inst = result.instance
+    how = "created" if result.created else ("reused" if result.reused else "already held")
+    console.print(
+        f"{how}: {inst.mig_uuid} ({inst.profile} at {inst.placement} on GPU {inst.gpu_index}) "
+        f"for {_owner(inst)}"
+    )
+    if result.reclaimed:
+        console.print("reclaimed to make room: " + ", ".join(result.reclaimed))
+    if inst.cdi_device:
+        console.print(f"CDI device: {inst.cdi_device}")
+
+
+def _actions(console: Console, result: ActionReport) -> None:
+    from rich.table import Table
+
+    title = f"{result.kind.lower()}{' (dry run: nothing changed)' if result.dry_run else ''}"
+    if not result.actions:
+        console.print(f"{title}: nothing to do")
+    else:
+        table = Table(title=title, title_justify="left", header_style="bold")
+        for column in ("ACTION", "MIG UUID", "GPU", "PLACEMENT", "REASON"):
+            table.add_column(column, no_wrap=column in ("ACTION", "MIG UUID"))
+        for a in result.actions:
+            table.add_row(
+                a.action,
+                a.mig_uuid or "-",
+                (a.gpu_uuid or "-")[:12],
+                str(a.placement) if a.placement else "-",
+                a.reason,
+            )
+        console.print(table)
+    for skipped in result.skipped:
+        console.print(f"skipped GPU {skipped.index} ({skipped.uuid}): {skipped.reason}")
+    if result.failed:
+        console.print(f"[bold red]failed:[/] {result.failed}")
+
+
+def _detail(console: Console, result: InstanceDetail) -> None:
+    from rich.table import Table
+
+    inst = result.instance
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    style = STATE_STYLE.get(inst.state, "")
+    rows = [
+        ("MIG UUID", inst.mig_uuid or "-"),
+        ("state", f"[{style}]{inst.state.value}[/]" if style else inst.state.value),
+        ("GPU", f"{inst.gpu_index} ({inst.gpu_uuid})"),
+        ("profile", inst.profile),
+        ("placement", str(inst.placement)),
+        ("GI / CI", f"{inst.gpu_instance_id} / {inst.compute_instance_id}"),
+        ("owner", "-" if inst.owner is None else str(inst.owner)),
+        ("CDI device", inst.cdi_device or "-"),
+        ("CDI spec", result.cdi_spec or "-"),
+        ("record", result.record or "-"),
+        ("error", inst.error or "-"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
+
+
+def _instance_list(console: Console, result: InstanceList) -> None:
+    table = _instance_table("MIG instances", result.instances)
     if result.instances:
         console.print(table)
     else:

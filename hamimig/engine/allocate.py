@@ -124,6 +124,8 @@ def _try_reuse(
     for record in reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
         live = hw.mig_device(record.mig_uuid)
         if live is None:
+            if isinstance(gpu_ref, int) and record.gpu_index not in (None, gpu_ref):
+                continue  # recorded on another GPU: not this request's business
             raise UnverifiableError(
                 f"Idle record {record.mig_uuid} names an instance that is not live; "
                 "run 'hamimig recover'"

@@ -96,6 +96,19 @@ def gpu_instances(
     seen_records: set[str] = set()
     seen_intents: set[str] = set()
     out: list[InstanceView] = []
+
+    def intent_at(gi: GpuInstance) -> Intent | None:
+        return next(
+            (
+                i
+                for i in durable.intents
+                if i.gpu_uuid == gpu.uuid
+                and i.placement == gi.placement
+                and i.gpu_instance_id in (None, gi.id)
+            ),
+            None,
+        )
+
     claimed_pairs: set[tuple[int, int]] = set()
     claimed_gis: set[int] = set()
     for record in records:
@@ -107,25 +120,23 @@ def gpu_instances(
         else:
             continue
         seen_records.add(record.mig_uuid)
+        intent = intent_at(live.gi) if live.gi is not None else None
+        if intent is not None and intent.mig_uuid == record.mig_uuid:
+            # The record was written but the intent not yet removed: one allocation, in flight.
+            seen_intents.add(intent.id)
+            claimed_gis.add(record.gpu_instance_id)
+            out.append(_intent_view(intent, gpu.index, live.gi))
+            continue
         error = None if live.status is Liveness.COMPLETE else live.detail
         out.append(record_view(record, gpu.index, error=error or record.error))
     for gi in layout:
+        if gi.id in claimed_gis:
+            continue
         profile = names.get(gi.profile_id, f"profile-{gi.profile_id}")
-        intent = next(
-            (
-                i
-                for i in durable.intents
-                if i.gpu_uuid == gpu.uuid
-                and i.placement == gi.placement
-                and i.gpu_instance_id in (None, gi.id)
-            ),
-            None,
-        )
-        if intent is not None:
+        intent = intent_at(gi)
+        if intent is not None and intent.id not in seen_intents:
             seen_intents.add(intent.id)
             out.append(_intent_view(intent, gpu.index, gi))
-            continue
-        if gi.id in claimed_gis:
             continue
         if not gi.compute_instances:
             out.append(_unmanaged(gpu, gi, profile, None, None))
@@ -222,16 +233,10 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
     cdi = node.cdi()
     cdi_path = str(cdi.path_of(mig_uuid)) if cdi is not None and cdi.exists(mig_uuid) else None
     if record is not None:
-        gpu_index = live.gpu_index if live else -1
-        if live is None:
-            view = record_view(
-                record,
-                gpu_index,
-                state=State.MISSING,
-                error=f"recorded as {record_state(record).value} but not live",
-            )
+        if live is not None:
+            view = record_view(record, live.gpu_index)
         else:
-            view = record_view(record, gpu_index)
+            view = _record_without_mig_device(hw, record)
         return InstanceDetail(
             instance=view,
             record=str(node.records().path_of(mig_uuid)),
@@ -254,6 +259,22 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
     return InstanceDetail(
         instance=view, record=None, cdi_spec=cdi_path, warnings=_warnings(durable)
     )
+
+
+def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
+    """A record whose MIG device is gone: a GI left behind (half-destroyed) keeps the record's
+    state, as `list` shows it; nothing live at all is Missing."""
+    missing = f"recorded as {record_state(record).value} but not live"
+    try:
+        gpu = hw.gpu_by_uuid(record.gpu_uuid)
+    except UsageError:
+        return record_view(record, -1, state=State.MISSING, error=missing)
+    if gpu.mig_mode is MigMode.ENABLED:
+        names = {p.id: p.name for p in hw.profiles(gpu.index)}
+        live = check_record(record, hw.layout(gpu.index), names)
+        if live.status is Liveness.GI_ONLY:
+            return record_view(record, gpu.index, error=live.detail)
+    return record_view(record, gpu.index, state=State.MISSING, error=missing)
 
 
 def list_profiles(hw: MigHardware, gpu_ref: str | None = None) -> ProfileList:

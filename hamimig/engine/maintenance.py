@@ -4,6 +4,7 @@ instances on request, and the retry pass for what failed before."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hamimig.engine.executor import DestroyFailed, destroy_managed, set_state
 from hamimig.engine.facts import Durable, LiveCheck, Liveness, check_record, load_for_mutation
@@ -20,6 +21,10 @@ from hamimig.errors import (
 )
 from hamimig.hw.types import Gpu, GpuInstance, Placement
 from hamimig.store.records import Record, RecordState
+
+if TYPE_CHECKING:
+    from hamimig.pods.model import Pod
+    from hamimig.pods.sources import PodSnapshot
 
 
 def _state(record: Record) -> RecordState:
@@ -197,18 +202,67 @@ def _window_targets(
     return chosen
 
 
-def reconcile(node: Node, dry_run: bool = False) -> ActionReport:
-    """One pass: retry queued CDI removals, then retry destroying Error instances."""
+def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
+    """Active records whose owner pod no longer holds allocations, with the reason."""
+    if not pods.complete:
+        raise UnverifiableError(
+            f"the pod list from {pods.source} is incomplete; reconcile changed nothing"
+        )
+    bad = [p for p in pods.pods if p.annotation_error and p.holds_allocations]
+    if bad:
+        raise UnverifiableError(
+            f"pod {bad[0].key} has a malformed hami.io/vgpu-mig-allocations annotation "
+            f"({bad[0].annotation_error}); reconcile changed nothing"
+        )
+    by_key: dict[tuple[str, str], list[Pod]] = {}
+    for pod in pods.pods:
+        by_key.setdefault((pod.namespace, pod.name), []).append(pod)
+    named = {
+        a.mig_uuid for p in pods.pods if p.holds_allocations for a in p.allocations if a.mig_uuid
+    }
+    gone: list[tuple[Record, str]] = []
+    for record in durable.records.values():
+        if _state(record) is not RecordState.ACTIVE or record.owner is None:
+            continue
+        if record.mig_uuid in named:
+            continue
+        owner = record.owner
+        candidates = [
+            p
+            for p in by_key.get((owner.namespace, owner.name), [])
+            if owner.uid is None or p.uid is None or p.uid == owner.uid
+        ]
+        if not candidates:
+            gone.append((record, f"owner pod {owner.namespace}/{owner.name} no longer exists"))
+        elif not any(p.holds_allocations for p in candidates):
+            pod = candidates[0]
+            why = "is being deleted" if pod.deletion_timestamp else f"has phase {pod.phase}"
+            gone.append((record, f"owner pod {pod.key} {why}"))
+    return gone
+
+
+def reconcile(node: Node, dry_run: bool = False, pods: PodSnapshot | None = None) -> ActionReport:
+    """One pass: with pods, release instances whose pods are gone; retry queued CDI removals;
+    retry destroying Error instances."""
     hw = node.hardware()
     actions: list[Action] = []
     failures: list[str] = []
     with node.lock():
         durable = load_for_mutation(node)
+        if pods is not None:
+            for record, reason in _pods_gone(durable, pods):
+                if not dry_run:
+                    set_state(node, record, RecordState.IDLE, owner=None)
+                actions.append(
+                    Action(
+                        "release-idle", record.mig_uuid, record.gpu_uuid, record.placement, reason
+                    )
+                )
         cdi = node.cdi()
         queue = node.queue()
         for item in durable.removals:
-            record = durable.records.get(item.mig_uuid)
-            if record is not None and _state(record) is not RecordState.RECLAIMING:
+            queued_for = durable.records.get(item.mig_uuid)
+            if queued_for is not None and _state(queued_for) is not RecordState.RECLAIMING:
                 reason = "the instance has a record again; its spec is kept"
                 actions.append(Action("retry-cdi-removal", item.mig_uuid, None, None, reason))
                 if not dry_run:

@@ -29,6 +29,10 @@ TRANSITIONS: frozenset[tuple[StateName, StateName]] = frozenset(
         (None, _A),  # recovery: a pod annotation names the instance
         (_A, _A),  # recovery re-confirms an active owner
         (_I, _I),  # recovery re-confirms an idle instance
+        (_I, None),  # recovery drop-missing: the instance is provably gone
+        (_A, None),  # recovery drop-missing (no pod holds it)
+        (_E, None),  # recovery drop-missing of an Error instance that vanished
+        (_R, _R),  # finishing a reclaim that a crash interrupted
     }
 )
 

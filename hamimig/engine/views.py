@@ -159,6 +159,24 @@ class Action:
 
 
 @dataclass(frozen=True)
+class SkippedGpu:
+    """A GPU recovery did not look at (MIG disabled or unsupported), and why."""
+
+    index: int
+    uuid: str
+    mig_mode: str
+    reason: str
+
+    def to_json(self) -> Json:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "migMode": self.mig_mode,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class ActionReport:
     """`recover` (kind Recovery), `adopt` (Adoption) and `reconcile` (Reconcile).
 
@@ -171,6 +189,7 @@ class ActionReport:
     actions: tuple[Action, ...]
     failed: str | None = None
     exit_code: int = 0
+    skipped: tuple[SkippedGpu, ...] = ()
 
     def to_json(self) -> Json:
         out: Json = {
@@ -178,6 +197,8 @@ class ActionReport:
             "dryRun": self.dry_run,
             "actions": [a.to_json() for a in self.actions],
         }
+        if self.skipped:
+            out["skippedGPUs"] = [s.to_json() for s in self.skipped]
         if self.failed:
             out["error"] = {"code": "hardware", "message": self.failed}
         return out

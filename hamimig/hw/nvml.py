@@ -64,6 +64,7 @@ class NvmlHardware:
         self._profiles: dict[int, tuple[GiProfile, ...]] = {}
         self._new_gis: dict[tuple[int, int], tuple[Any, int]] = {}
         self._max_mig: dict[int, int] = {}
+        self._walks: dict[int, dict[int, tuple[int, int]]] = {}
         self._open = False
 
     # --- session -----------------------------------------------------------------------------
@@ -274,8 +275,11 @@ class NvmlHardware:
                 placement = Placement(int(gi_info.placement.start), int(gi_info.placement.size))
                 gis.append((int(gi_info.id), int(gi_info.profileId), placement))
         cis: dict[int, list[ComputeInstance]] = {}
-        for _, gi_id, ci_id, mig_uuid in self._mig_walk(handle):
+        walked: dict[int, tuple[int, int]] = {}
+        for index, gi_id, ci_id, mig_uuid in self._mig_walk(handle):
             cis.setdefault(gi_id, []).append(ComputeInstance(id=ci_id, mig_uuid=mig_uuid))
+            walked[index] = (gi_id, ci_id)
+        self._walks[gpu] = walked
         return tuple(
             GpuInstance(
                 gpu_index=gpu,
@@ -360,6 +364,9 @@ class NvmlHardware:
         for profile in self._profiles.get(gpu, ()):
             if profile.id == profile_id:
                 return profile.name
+        for _, info in self._profile_infos.get(gpu, []):  # already read by a layout scan
+            if info is not None and int(info.id) == profile_id:
+                return self._text(info.name).removeprefix("MIG ")
         by_id = getattr(self._nv, "nvmlDeviceGetGpuInstanceProfileInfoById", None)
         if by_id is not None:
             info = self._try(
@@ -408,7 +415,7 @@ class NvmlHardware:
         )
         ci_handle = self._c("nvmlGpuInstanceCreateComputeInstance", gi_handle, int(ci_info.id))
         ci_id = int(self._c("nvmlComputeInstanceGetInfo", ci_handle).id)
-        mig_uuid = self._find_mig_uuid(handle, gi_id, ci_id)
+        mig_uuid = self._find_mig_uuid(gpu, handle, gi_id, ci_id)
         if mig_uuid is None:
             raise NvmlError(
                 "nvmlDeviceGetMigDeviceHandleByIndex",
@@ -418,10 +425,22 @@ class NvmlHardware:
             )
         return ComputeInstance(id=ci_id, mig_uuid=mig_uuid)
 
-    def _find_mig_uuid(self, handle: Any, gi_id: int, ci_id: int) -> str | None:
-        """The MIG UUID of one GI/CI pair: NVML has no direct lookup, so walk the MIG devices,
-        reading the CI ID and UUID only where the GI ID matches (2 calls per other device)."""
-        for index in range(self._max_mig_devices(handle)):
+    def _find_mig_uuid(self, gpu: int, handle: Any, gi_id: int, ci_id: int) -> str | None:
+        """The MIG UUID of one GI/CI pair. NVML has no direct lookup, so walk the MIG devices,
+        reading the CI ID and UUID only where the GI ID matches (2 calls per other device).
+
+        The most likely indexes go first: where the new pair sorts among the devices the last
+        layout scan saw (drivers list them in GI order), then the indexes that were empty.
+        """
+        total = self._max_mig_devices(handle)
+        order = list(range(total))
+        seen = self._walks.pop(gpu, None)
+        if seen is not None:
+            predicted = sum(1 for pair in seen.values() if pair < (gi_id, ci_id))
+            empty = [i for i in order if i not in seen]
+            first = [predicted] + [i for i in empty if i != predicted]
+            order = [i for i in first if i < total] + [i for i in order if i not in first]
+        for index in order:
             mig = self._try(
                 "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
             )

@@ -1,0 +1,178 @@
+"""The `hami.io/vgpu-mig-allocations` pod annotation: HAMi's record of which MIG devices a pod uses.
+
+Recovery adopts and protects instances on the strength of this annotation alone, so it is decoded
+with HAMi's own validation (FACTS.md section 4) and then some: identifiers must have the exact
+UUID syntax NVML prints, because a MIG UUID becomes part of a record file name and a CDI device
+name, and a value such as `MIG-../../etc` must never get that far. Every rejection names the entry
+and the field, so that the operator can find the pod's bad annotation without a debugger.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from hamimig.hw.types import Placement
+
+ANNOTATION = "hami.io/vgpu-mig-allocations"
+
+_HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+# fullmatch, not `$`: `$` also matches before a trailing newline, which would let "MIG-…\n" through.
+_GPU_UUID = re.compile(f"GPU-{_HEX_UUID}")
+_MIG_UUID = re.compile(f"MIG-{_HEX_UUID}")
+_PROFILE = re.compile(r"[0-9]+g\.[0-9]+gb(\+me)?")
+
+_RUNTIME_KEYS = ("migUUID", "gpuInstanceID", "computeInstanceID")
+
+
+class AnnotationError(ValueError):
+    """The annotation is present but cannot be trusted; the text says which entry and why."""
+
+
+@dataclass(frozen=True)
+class MigAllocation:
+    """One MIG device of one container, as the scheduler planned it and the plugin completed it.
+
+    The runtime identity (`mig_uuid`, `gpu_instance_id`, `compute_instance_id`) is either all
+    present or all absent: the scheduler writes the plan, and the device plugin adds the identity
+    once the instance exists, so an allocation without it names no live instance yet.
+    """
+
+    container_index: int
+    device_index: int
+    gpu_uuid: str
+    profile: str
+    placement: Placement
+    mig_uuid: str | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+
+    @property
+    def has_runtime_identity(self) -> bool:
+        return (
+            self.mig_uuid is not None
+            and self.gpu_instance_id is not None
+            and self.compute_instance_id is not None
+        )
+
+    @property
+    def slot(self) -> tuple[int, int]:
+        """(containerIndex, deviceIndex): what makes an entry unique within one pod."""
+        return (self.container_index, self.device_index)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry in HAMi's own spelling, so an encoded annotation reads back identically."""
+        doc: dict[str, Any] = {
+            "containerIndex": self.container_index,
+            "deviceIndex": self.device_index,
+            "gpuUUID": self.gpu_uuid,
+            "profile": self.profile,
+            "placement": {"start": self.placement.start, "size": self.placement.size},
+        }
+        if self.mig_uuid is not None:
+            doc["migUUID"] = self.mig_uuid
+        if self.gpu_instance_id is not None:
+            doc["gpuInstanceID"] = self.gpu_instance_id
+        if self.compute_instance_id is not None:
+            doc["computeInstanceID"] = self.compute_instance_id
+        return doc
+
+
+def _uint(value: Any, where: str) -> int:
+    # bool is an int in Python but not in Go's decoder, and 1.0 is an error there too.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AnnotationError(f"{where} must be a non-negative integer")
+    if value < 0:
+        raise AnnotationError(f"{where} must be a non-negative integer")
+    return value
+
+
+def _uuid(value: Any, pattern: re.Pattern[str], where: str, example: str) -> str:
+    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+        raise AnnotationError(f"{where} must look like {example}, got {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    """A short, one-line rendering of a rejected value: hostile input must not flood the log."""
+    text = json.dumps(value, ensure_ascii=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _placement(value: Any, where: str) -> Placement:
+    if not isinstance(value, dict):
+        raise AnnotationError(f"{where} must be an object with start and size")
+    start = _uint(value.get("start"), f"{where}.start")
+    size = value.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise AnnotationError(f"{where}.size must be a positive integer")
+    return Placement(start, size)
+
+
+def _entry(doc: Any, i: int) -> MigAllocation:
+    where = f"entry {i}"
+    if not isinstance(doc, dict):
+        raise AnnotationError(f"{where} is not a JSON object")
+    container_index = _uint(doc.get("containerIndex"), f"{where}: containerIndex")
+    device_index = _uint(doc.get("deviceIndex"), f"{where}: deviceIndex")
+    gpu_uuid = _uuid(doc.get("gpuUUID"), _GPU_UUID, f"{where}: gpuUUID", "GPU-<uuid>")
+    profile = doc.get("profile")
+    if not isinstance(profile, str) or not profile:
+        raise AnnotationError(f"{where}: profile must be a non-empty string")
+    if _PROFILE.fullmatch(profile) is None:
+        raise AnnotationError(f"{where}: profile {_show(profile)} is not a MIG profile name")
+    placement = _placement(doc.get("placement"), f"{where}: placement")
+
+    # An explicit null counts as absent: Go's decoder leaves a pointer field nil for both.
+    present = [key for key in _RUNTIME_KEYS if doc.get(key) is not None]
+    if not present:
+        mig_uuid, gi_id, ci_id = None, None, None
+    elif len(present) < len(_RUNTIME_KEYS):
+        missing = ", ".join(key for key in _RUNTIME_KEYS if key not in present)
+        raise AnnotationError(f"{where}: partial runtime identity (missing {missing})")
+    else:
+        mig_uuid = _uuid(doc["migUUID"], _MIG_UUID, f"{where}: migUUID", "MIG-<uuid>")
+        gi_id = _uint(doc["gpuInstanceID"], f"{where}: gpuInstanceID")
+        ci_id = _uint(doc["computeInstanceID"], f"{where}: computeInstanceID")
+    return MigAllocation(
+        container_index=container_index,
+        device_index=device_index,
+        gpu_uuid=gpu_uuid,
+        profile=profile,
+        placement=placement,
+        mig_uuid=mig_uuid,
+        gpu_instance_id=gi_id,
+        compute_instance_id=ci_id,
+    )
+
+
+def decode_allocations(text: str) -> tuple[MigAllocation, ...]:
+    """Decode the whole annotation or nothing: one bad entry makes the pod's claim unverifiable."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AnnotationError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise AnnotationError("nested too deeply") from None
+    if not isinstance(doc, list):
+        raise AnnotationError("must be a JSON array of allocation objects")
+    allocations: list[MigAllocation] = []
+    seen: dict[tuple[int, int], int] = {}
+    for i, item in enumerate(doc):
+        alloc = _entry(item, i)
+        first = seen.setdefault(alloc.slot, i)
+        if first != i:
+            raise AnnotationError(
+                f"entry {i}: duplicate containerIndex {alloc.container_index}, "
+                f"deviceIndex {alloc.device_index} (also entry {first})"
+            )
+        allocations.append(alloc)
+    return tuple(allocations)
+
+
+def encode_allocations(allocs: Iterable[MigAllocation]) -> str:
+    """Compact JSON as HAMi writes it, for tests and for tools that compose pod manifests."""
+    return json.dumps([a.to_json() for a in allocs], separators=(",", ":"))

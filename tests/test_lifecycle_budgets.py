@@ -1,0 +1,130 @@
+"""NVML call budgets of one `hamimig allocate` (issue 3 "Performance").
+
+Counted by the simulated node (`calls`: one count per pynvml function since `sim init`), with
+nvmlInit and nvmlShutdown left out, around exactly one CLI allocate:
+
+- a reuse verifies the one instance it hands out in at most 10 calls, none of them mutating
+  (no nvml*Create*/nvml*Destroy*), and never scans the node's layout (no
+  nvmlDeviceGetGpuInstances, no nvmlDeviceGetMigDeviceHandleByIndex);
+- a create on a GPU that already holds 6 instances stays under 80 calls;
+- neither grows with the number of GPUs on the node: a 1-GPU and an 8-GPU node give identical
+  counts, call by call.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hamimig.engine.simulator import sim_init
+from tests.conftest import Cli, sim_state
+
+REUSE_BUDGET = 10
+CREATE_BUDGET = 80  # strictly under
+IGNORED = ("nvmlInit", "nvmlShutdown")
+LAYOUT_SCAN = ("nvmlDeviceGetGpuInstances", "nvmlDeviceGetMigDeviceHandleByIndex")
+
+
+def node(tmp_path: Path, gpus: int, model: str = "H100-SXM5-80GB") -> Cli:
+    sim = tmp_path / f"sim{gpus}" / "node.json"
+    sim_init(sim, model, gpus)
+    return Cli(sim, tmp_path / f"state{gpus}", tmp_path / f"cdi{gpus}")
+
+
+def calls(cli: Cli) -> dict[str, int]:
+    counted: dict[str, int] = sim_state(cli.sim)["calls"]
+    return dict(counted)
+
+
+def allocate(cli: Cli, pod: str, placement: str, gpu: str = "0") -> dict[str, Any]:
+    ran = cli.json(
+        "allocate", "--pod", pod, "--gpu", gpu, "--profile", "1g.10gb", "--placement", placement
+    )
+    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
+    data: dict[str, Any] = json.loads(ran.stdout)
+    return data
+
+
+def measured(cli: Cli, pod: str, placement: str, gpu: str = "0") -> tuple[dict[str, Any], Any]:
+    """One allocate and the NVML calls it made, by function (init/shutdown left out)."""
+    before = calls(cli)
+    data = allocate(cli, pod, placement, gpu)
+    after = calls(cli)
+    diff = {
+        name: after[name] - before.get(name, 0)
+        for name in after
+        if name not in IGNORED and after[name] != before.get(name, 0)
+    }
+    return data, diff
+
+
+def mutating(diff: dict[str, int]) -> dict[str, int]:
+    return {n: c for n, c in diff.items() if "Create" in n or "Destroy" in n}
+
+
+def create_then_reuse(cli: Cli, gpu: str = "0") -> tuple[dict[str, int], dict[str, int]]:
+    """Calls of two allocates on a GPU holding six 1g.10gb (0..5) allocated to other pods:
+    a create of a 1g.10gb at 6, then, after its pod released it, its reuse by another pod."""
+    for start in range(6):
+        allocate(cli, f"ns/other{start}", str(start), gpu)
+    data, create = measured(cli, "ns/first", "6", gpu)
+    assert (data["created"], data["reused"], data["reclaimed"]) == (True, False, [])
+    assert data["instance"]["placement"] == {"start": 6, "size": 1}
+    assert data["instance"]["gpuIndex"] == int(gpu)
+    mig = data["instance"]["migUUID"]
+    assert cli.json("release", "--pod", "ns/first").exit_code == 0
+    data, reuse = measured(cli, "ns/second", "6", gpu)
+    assert (data["created"], data["reused"]) == (False, True)
+    assert data["instance"]["migUUID"] == mig
+    return create, reuse
+
+
+@pytest.fixture(scope="module")
+def counted(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+    """(create, reuse) counts on GPU 0 of a 1-GPU node, and on GPU 0 and GPU 7 of 8-GPU nodes."""
+    return {
+        "1": create_then_reuse(node(tmp_path_factory.mktemp("one"), 1)),
+        "8": create_then_reuse(node(tmp_path_factory.mktemp("eight"), 8)),
+        "8@7": create_then_reuse(node(tmp_path_factory.mktemp("eight-last"), 8), gpu="7"),
+    }
+
+
+Counted = dict[str, tuple[dict[str, int], dict[str, int]]]
+WHERE = ["1", "8", "8@7"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_reuse_budget(counted: Counted, where: str) -> None:
+    reuse = counted[where][1]
+    assert mutating(reuse) == {}
+    assert [n for n in LAYOUT_SCAN if n in reuse] == []
+    assert sum(reuse.values()) <= REUSE_BUDGET, reuse
+
+
+def test_reuse_counts_do_not_grow_with_the_number_of_gpus(counted: Counted) -> None:
+    assert counted["8"][1] == counted["1"][1]
+    assert counted["8@7"][1] == counted["1"][1]  # nor with the GPU's position among them
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_create_makes_exactly_one_gi_and_one_ci(counted: Counted, where: str) -> None:
+    assert mutating(counted[where][0]) == {
+        "nvmlDeviceCreateGpuInstanceWithPlacement": 1,
+        "nvmlGpuInstanceCreateComputeInstance": 1,
+    }
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_create_budget_next_to_six_instances(counted: Counted, where: str) -> None:
+    create = counted[where][0]
+    assert sum(create.values()) < CREATE_BUDGET, (sum(create.values()), create)
+
+
+def test_create_counts_do_not_grow_with_the_number_of_gpus(counted: Counted) -> None:
+    assert counted["8"][0] == counted["1"][0]
+    assert counted["8@7"][0] == counted["1"][0]
