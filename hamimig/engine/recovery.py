@@ -208,6 +208,8 @@ def plan_recovery(
                     "nothing was changed"
                 )
             plan.add(_activate(gpu, pair[0], pair[1], alloc.profile, owner, record, where))
+            if record is not None:
+                _plan_cdi_repair(node, plan, gpu, pair[0], pair[1])
 
     if pairs_only:
         _plan_unknown(
@@ -255,16 +257,20 @@ def plan_recovery(
             claimed[record.mig_uuid] = f"pod {owner_pod.key}"
             held_gi.add((record.gpu_uuid, record.gpu_instance_id))
             busy_gpus.add(record.gpu_uuid)
-            assert live.gi is not None
+            assert live.gi is not None and record.owner is not None
+            ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
             plan.add(
-                Step(
-                    "restore-active",
-                    record.mig_uuid,
-                    record.gpu_uuid,
-                    record.placement,
-                    f"verified; its owner pod {owner_pod.key} still runs",
+                _activate(
+                    gpu,
+                    live.gi,
+                    ci,
+                    record.profile,
+                    record.owner,
+                    record,
+                    f"its owner pod {owner_pod.key}",
                 )
             )
+            _plan_cdi_repair(node, plan, gpu, live.gi, ci)
             continue
         claimed[record.mig_uuid] = "record"
         if live.gi is not None:
@@ -296,6 +302,9 @@ def plan_recovery(
             )
         else:
             plan.add(_restore_idle(record, gpu))
+            assert live.gi is not None
+            ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
+            _plan_cdi_repair(node, plan, gpu, live.gi, ci)
 
     for intent in durable.intents:
         plan.add(_plan_intent(intent, durable, facts, claimed, held_gi, only_gpu))
@@ -371,6 +380,28 @@ def _activate(
     return Step(action, ci.mig_uuid, facts.gpu.uuid, gi.placement, reason, run)
 
 
+def _plan_cdi_repair(
+    node: Node, plan: Plan, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance
+) -> None:
+    """Report a kept instance's missing or different CDI spec; the restore step rewrites it."""
+    cdi = node.cdi()
+    if cdi is None:
+        return
+    dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.minor, gi.id, ci.id)
+    if cdi.matches(dev):
+        return
+    why = "missing" if not cdi.exists(ci.mig_uuid) else "different from what the instance needs"
+    plan.add(
+        Step(
+            "repair-cdi",
+            ci.mig_uuid,
+            facts.gpu.uuid,
+            gi.placement,
+            f"its CDI spec is {why}; rewritten",
+        )
+    )
+
+
 def _ensure_cdi(node: Node, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance) -> str | None:
     """Write the instance's CDI spec when missing or different; returns its qualified name."""
     cdi = node.cdi()
@@ -433,10 +464,17 @@ def _destroy(action: str, record: Record, live: LiveCheck, facts: GpuFacts, reas
 
 
 class _Failed(HamimigError):
-    """A step that failed on the hardware: reported, and recovery exits 4 at the end."""
+    """A step that failed on the hardware. A fatal one (an interrupted allocation that still
+    cannot be undone) makes recovery exit 4; a non-fatal one leaves a consistent, tracked state
+    behind (an instance kept in Error, a queued CDI removal, an orphan GI preserved), which the
+    device plugin may start on and `reconcile` retries."""
 
     exit_code = 4
     code = "hardware"
+
+    def __init__(self, message: str, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
 
 
 def _plan_intent(
@@ -526,7 +564,8 @@ def _rollback(
                 hw.destroy_gpu_instance(facts.gpu.index, gi.id)
             except NvmlError as exc:
                 raise _Failed(
-                    f"rollback of intent {intent.id} failed: {exc.message}; the intent is kept"
+                    f"rollback of intent {intent.id} failed: {exc.message}; the intent is kept",
+                    fatal=True,
                 ) from None
         notes = [n for u in sorted(uuids) if (n := remove_cdi_after_destroy(node, u))]
         check_transition(Creating, None, intent.id)
@@ -686,6 +725,7 @@ def _adopt_idle(gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str) 
 
 
 def execute_plan(node: Node, plan: Plan, dry_run: bool) -> tuple[list[Action], list[str]]:
+    """Run the verified plan in order; returns the report and the fatal failures."""
     actions: list[Action] = []
     failures: list[str] = []
     for step in plan.steps:
@@ -695,7 +735,11 @@ def execute_plan(node: Node, plan: Plan, dry_run: bool) -> tuple[list[Action], l
         try:
             actions.append(step.report(step.run(node)))
         except _Failed as exc:
-            failures.append(exc.message)
+            if exc.fatal:
+                failures.append(exc.message)
+            actions.append(step.report(f"failed: {exc.message}"))
+        except HamimigError as exc:
+            failures.append(f"{step.action} {step.mig_uuid or ''}: {exc.message}")
             actions.append(step.report(f"failed: {exc.message}"))
         except OSError as exc:
             failures.append(f"{step.action} {step.mig_uuid or ''}: I/O error: {exc}")

@@ -153,7 +153,7 @@ def decode_allocations(text: str) -> tuple[MigAllocation, ...]:
     """Decode the whole annotation or nothing: one bad entry makes the pod's claim unverifiable."""
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, or a number too long to convert
         raise AnnotationError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise AnnotationError("nested too deeply") from None

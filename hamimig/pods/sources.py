@@ -232,7 +232,7 @@ def _load_document(text: str) -> Any:
         try:
             with _gc_paused():
                 return json.loads(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, or a number too long to convert
             raise _Malformed(f"is not valid JSON: {exc}") from None
         except RecursionError:
             raise _Malformed("is not valid JSON: nested too deeply") from None
@@ -246,6 +246,8 @@ def _load_document(text: str) -> Any:
             return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         raise _Malformed(f"is not valid YAML: {_yaml_problem(exc)}") from None
+    except ValueError as exc:  # a scalar that resolves to a type it cannot become (2024-02-30)
+        raise _Malformed(f"is not valid YAML: {exc}") from None
     except RecursionError:
         raise _Malformed("is not valid YAML: nested too deeply") from None
 
@@ -388,7 +390,7 @@ def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
                 with _gc_paused():
                     doc = json.loads(body)
                 page, token = _pods_of(doc, node)
-            except (ValueError, RecursionError) as exc:  # _Malformed and JSONDecodeError
+            except (ValueError, RecursionError) as exc:  # _Malformed, or not JSON at all
                 raise PodSourceError(
                     _one_line(f"{source}: the Kubernetes API sent an unusable pod list: {exc}")
                 ) from None
