@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 
 from hamimig import __version__
-from hamimig.cli import inventory_cmd, lifecycle_cmd, recovery_cmd, render, sim_cmd
+from hamimig.cli import (
+    demo_cmd,
+    doctor_cmd,
+    inventory_cmd,
+    lifecycle_cmd,
+    metrics_cmd,
+    recovery_cmd,
+    render,
+    sim_cmd,
+)
 from hamimig.cli.context import OUTPUTS, Globals
 from hamimig.engine.node import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR, Node
 from hamimig.errors import HamimigError, UsageError
@@ -84,6 +93,9 @@ def root(
 inventory_cmd.register(app)
 lifecycle_cmd.register(app)
 recovery_cmd.register(app)
+doctor_cmd.register(app)
+metrics_cmd.register(app)
+demo_cmd.register(app)
 app.add_typer(sim_cmd.app, name="sim")
 
 

@@ -6,10 +6,12 @@ rich and yaml are imported only inside the functions that need them, so `hamimig
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from hamimig.engine.demo import DemoStep, DemoTranscript
 from hamimig.engine.views import (
     ActionReport,
     Allocation,
@@ -88,6 +90,39 @@ def emit(result: Result, fmt: str) -> None:
         _detail(console, result)
     else:  # a result without a table of its own still shows everything it has
         console.print_json(json.dumps(result.to_json()))
+
+
+def demo_step(step: DemoStep) -> None:
+    """One narrated demo step: title, story, the equivalent command, outcome, NVML cost."""
+    from rich.rule import Rule
+
+    console = _console()
+    console.print(Rule(f"[bold]{step.number}. {step.title}[/]", align="left"))
+    console.print(step.narration)
+    console.print(f"[dim]$ {step.command}[/]")
+    style = "green" if step.exit_code == 0 else "yellow"
+    console.print(f"[{style}]→ {step.outcome}[/] (exit {step.exit_code})")
+    console.print(
+        f"[dim]NVML calls: {step.nvml_calls} (GI/CI create calls: {step.creations}, "
+        f"destroy calls: {step.destructions})[/]"
+    )
+    if step.instances:
+        console.print(_instance_table("", step.instances))
+
+
+def demo_summary(result: DemoTranscript) -> None:
+    console = _console()
+    made = sum(s.creations for s in result.steps)
+    gone = sum(s.destructions for s in result.steps)
+    console.print(
+        f"\n[bold]{len(result.steps)} steps[/], {made} GI/CI create calls and {gone} destroy "
+        "calls in all. Rehearse any of it with --sim PATH on every command."
+    )
+
+
+def wait_for_enter() -> None:
+    with contextlib.suppress(EOFError):  # stdin closed: just go on
+        input("press Enter for the next step ")
 
 
 def _console() -> Console:
