@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.errors import UsageError
+from hamimig.store.cdi import check_kind
 
 DEFAULT_CDI_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
 
@@ -154,8 +155,9 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
             values[key] = _bool(container[field_name], key, source)
             sources[key] = source
     if "kind" in cdi:
-        if not isinstance(cdi["kind"], str) or "/" not in cdi["kind"]:
-            raise UsageError(f"{source}: cdi.kind must be a 'vendor/class' string")
+        problems = check_kind(cdi["kind"])
+        if problems:
+            raise UsageError(f"{source}: cdi.kind: {problems[0]}")
         values["cdi.kind"] = cdi["kind"]
         sources["cdi.kind"] = source
     allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)
@@ -166,8 +168,9 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         if var in env:
             text_value = env[var]
             if key == "cdi.kind":
-                if "/" not in text_value:
-                    raise UsageError(f"environment {var}: must be a 'vendor/class' string")
+                problems = check_kind(text_value)
+                if problems:
+                    raise UsageError(f"environment {var}: {problems[0]}")
                 values[key] = text_value
             else:
                 values[key] = _parse_bool_env(text_value, var)

@@ -11,6 +11,7 @@ import typer
 
 from hamimig import __version__
 from hamimig.cli import (
+    config_cmd,
     demo_cmd,
     doctor_cmd,
     inventory_cmd,
@@ -97,6 +98,7 @@ doctor_cmd.register(app)
 metrics_cmd.register(app)
 demo_cmd.register(app)
 app.add_typer(sim_cmd.app, name="sim")
+app.add_typer(config_cmd.app, name="config")
 
 
 def _requested_output(argv: list[str]) -> str:

@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from hamimig.engine.demo import DemoStep, DemoTranscript
+from hamimig.engine.settings import ConfigView
 from hamimig.engine.views import (
     ActionReport,
     Allocation,
@@ -88,6 +89,8 @@ def emit(result: Result, fmt: str) -> None:
         _actions(console, result)
     elif isinstance(result, InstanceDetail):
         _detail(console, result)
+    elif isinstance(result, ConfigView):
+        _config(console, result)
     else:  # a result without a table of its own still shows everything it has
         console.print_json(json.dumps(result.to_json()))
 
@@ -205,6 +208,18 @@ def _actions(console: Console, result: ActionReport) -> None:
         console.print(f"skipped GPU {skipped.index} ({skipped.uuid}): {skipped.reason}")
     if result.failed:
         console.print(f"[bold red]failed:[/] {result.failed}")
+
+
+def _config(console: Console, result: ConfigView) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"configuration ({result.path})", title_justify="left", header_style="bold")
+    for column in ("SETTING", "VALUE", "SOURCE"):
+        table.add_column(column)
+    for s in result.settings:
+        value = json.dumps(s.value) if not isinstance(s.value, str) else s.value
+        table.add_row(s.key, value, s.source)
+    console.print(table)
 
 
 def _detail(console: Console, result: InstanceDetail) -> None:

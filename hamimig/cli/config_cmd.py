@@ -1,0 +1,16 @@
+"""`config show`: the effective configuration."""
+
+from __future__ import annotations
+
+import typer
+
+from hamimig.cli.context import execute
+from hamimig.engine.settings import show_config
+
+app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True, rich_markup_mode=None)
+
+
+@app.command("show")
+def show(ctx: typer.Context) -> None:
+    """Every setting's effective value and where it came from (file, environment, default)."""
+    execute(ctx, show_config)

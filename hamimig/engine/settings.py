@@ -1,0 +1,72 @@
+"""`config show`: every setting's effective value and where it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from hamimig.config import Config
+from hamimig.engine.node import Node
+from hamimig.engine.views import Json
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    value: Any
+    source: str
+
+    def to_json(self) -> Json:
+        return {"key": self.key, "value": self.value, "source": self.source}
+
+
+@dataclass(frozen=True)
+class ConfigView:
+    kind: ClassVar[str] = "Config"
+    path: str
+    settings: tuple[Setting, ...]
+
+    def to_json(self) -> Json:
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "settings": [s.to_json() for s in self.settings],
+        }
+
+
+def _allowlist(cfg: Config) -> list[Any]:
+    out: list[Any] = []
+    for e in cfg.profile_allowlist:
+        if e.models:
+            out.append({"models": list(e.models), "profiles": list(e.profiles)})
+        else:
+            out.extend(e.profiles)
+    return out
+
+
+def show_config(node: Node) -> ConfigView:
+    cfg = node.config()
+
+    def source(key: str) -> str:
+        return cfg.sources.get(key, "default")
+
+    settings = (
+        Setting(
+            "devices.nvidia.adoptExistingMIGInstances",
+            cfg.adopt_existing,
+            source("devices.nvidia.adoptExistingMIGInstances"),
+        ),
+        Setting(
+            "devices.nvidia.migProfileAllowlist",
+            _allowlist(cfg),
+            source("devices.nvidia.migProfileAllowlist"),
+        ),
+        Setting("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
+        Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
+        Setting("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),
+        Setting("stateDir", str(node.state_dir), "option --state-dir / HAMIMIG_STATE_DIR"),
+        Setting("cdiDir", str(node.cdi_dir), "option --cdi-dir / HAMIMIG_CDI_DIR"),
+        Setting("sim", str(node.sim) if node.sim else None, "option --sim / HAMIMIG_SIM"),
+        Setting("node", node.node_name, "option --node / NODE_NAME"),
+    )
+    return ConfigView(path=str(node.config_path), settings=settings)
