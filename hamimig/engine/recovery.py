@@ -212,6 +212,16 @@ def plan_recovery(
                 _plan_cdi_repair(node, plan, gpu, pair[0], pair[1])
 
     if pairs_only:
+        # adopt claims only what nobody accounts for: records and in-flight allocations
+        # (intents) belong to `recover`, which alone may restore or undo them.
+        for record in durable.records.values():
+            claimed.setdefault(record.mig_uuid, "record")
+            held_gi.add((record.gpu_uuid, record.gpu_instance_id))
+        for intent in durable.intents:
+            intent_gpu = facts.get(intent.gpu_uuid)
+            for gi in intent_gpu.layout if intent_gpu else ():
+                if gi.placement.overlaps(intent.placement):
+                    held_gi.add((intent.gpu_uuid, gi.id))
         _plan_unknown(
             node, plan, facts, durable, claimed, held_gi, busy_gpus, adopt=True, pairs_only=True
         )
@@ -422,7 +432,9 @@ def _restore_idle(record: Record, facts: GpuFacts) -> Step:
         gi = next(g for g in facts.layout if g.id == record.gpu_instance_id)
         ci = next(c for c in gi.compute_instances if c.id == record.compute_instance_id)
         cdi_name = _ensure_cdi(node, facts, gi, ci)
-        if state is RecordState.IDLE and (cdi_name is None or cdi_name == record.cdi_device):
+        if state is RecordState.IDLE and (
+            not record.managed or cdi_name is None or cdi_name == record.cdi_device
+        ):
             return None  # nothing to change (a record HAMi wrote stays as HAMi wrote it)
         check_transition(state, RecordState.IDLE, record.mig_uuid)
         node.records().write(

@@ -8,6 +8,7 @@ differently, and they name the offending field so a Problem tells the operator w
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from hamimig.hw.types import Placement
@@ -38,9 +39,18 @@ def opt_str(value: Any, field: str) -> str | None:
     return value
 
 
+_HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+# R470+ drivers: MIG-<uuid>; older ones: MIG-GPU-<gpu uuid>/<gi>/<ci> (FACTS.md section 1).
+_MIG_UUID = re.compile(rf"^MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/\d{{1,3}}/\d{{1,3}})$")
+
+
 def mig_uuid_field(value: Any, field: str = "migUUID") -> str:
-    if not isinstance(value, str) or not value.startswith("MIG-"):
-        raise RecordError(f"{field} must be a string starting with 'MIG-'")
+    """Stricter than HAMi's "starts with MIG-": an identity we may act on must be exactly
+    what a driver prints, never something that could be a path or hide another string."""
+    if not isinstance(value, str) or not _MIG_UUID.match(value):
+        raise RecordError(
+            f"{field} {value!r} is not a MIG UUID (MIG-<uuid>, or MIG-GPU-<uuid>/<gi>/<ci>)"
+        )
     return value
 
 
