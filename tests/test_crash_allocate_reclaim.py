@@ -128,7 +128,7 @@ def snapshot(cli: Cli) -> Snapshot:
         n
         for n in state_files
         if not (n.startswith(("hami-owned-mig-", "intent-")) and n.endswith(".json"))
-        and n not in (QUEUE_NAME, "hamimig.lock")
+        and n not in (QUEUE_NAME, "hamimig.lock", "counters.json")
     ] == []
     assert sorted(n for n in state_files if n.startswith("hami-owned-")) == sorted(
         record_name(u) for u in records

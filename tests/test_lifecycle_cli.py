@@ -70,7 +70,9 @@ def files(directory: Path) -> dict[str, tuple[bytes, int]]:
     return {
         p.name: (p.read_bytes(), mode(p))
         for p in sorted(directory.iterdir())
-        if p.name != LOCK_NAME
+        # The lock and the metrics counters (test_metrics.py and the recovery tests check
+        # that refusals leave counters.json alone) are not lifecycle state.
+        if p.name not in (LOCK_NAME, "counters.json")
     }
 
 

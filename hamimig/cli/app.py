@@ -18,11 +18,10 @@ from hamimig.cli import (
     lifecycle_cmd,
     metrics_cmd,
     recovery_cmd,
-    render,
     sim_cmd,
 )
 from hamimig.cli.context import OUTPUTS, Globals
-from hamimig.engine.node import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR, Node
+from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import HamimigError, UsageError
 
 app = typer.Typer(
@@ -37,6 +36,8 @@ app = typer.Typer(
 
 
 def _version(value: bool) -> None:
+    from hamimig.cli import render
+
     if value:
         render.text(f"hamimig {__version__}")
         raise typer.Exit(0)
@@ -79,6 +80,9 @@ def root(
     ] = False,
 ) -> None:
     """Administer HAMi's dynamic MIG instance lifecycle on a GPU node."""
+    from hamimig.cli import render
+    from hamimig.engine.node import Node
+
     if output not in OUTPUTS:
         err = UsageError(f"invalid output format {output!r}: use table, json or yaml")
         render.error(err, "table")
@@ -122,33 +126,40 @@ def run(argv: list[str]) -> int:
         status = command.main(args=argv, prog_name="hamimig", standalone_mode=False)
     except typer.Exit as done:
         return done.exit_code
-    except typer.Abort:
+    except Exception as exc:
+        return _failed(exc, fmt)
+    return status if isinstance(status, int) else 0
+
+
+def _failed(exc: Exception, fmt: str) -> int:
+    """Report a failure that escaped the command as one line (or one JSON object)."""
+    from hamimig.cli import render  # output machinery loads only when there is output
+
+    if isinstance(exc, typer.Abort):
         render.text("aborted", err=True)
         return 1
-    except HamimigError as err:
-        render.error(err, fmt)
-        return err.exit_code
-    except Exception as exc:
-        exit_code = getattr(exc, "exit_code", None)
-        format_message = getattr(exc, "format_message", None)
-        if isinstance(exit_code, int) and callable(format_message):
-            if type(exc).__name__ == "NoArgsIsHelpError":  # `hamimig` alone: show the help
-                render.text(str(format_message()), err=True)
-                return 2
-            # A parsing error from Typer's command-line parser: bad option, missing argument.
-            render.error(UsageError(str(format_message())), fmt)
+    if isinstance(exc, HamimigError):
+        render.error(exc, fmt)
+        return exc.exit_code
+    exit_code = getattr(exc, "exit_code", None)
+    format_message = getattr(exc, "format_message", None)
+    if isinstance(exit_code, int) and callable(format_message):
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `hamimig` alone: show the help
+            render.text(str(format_message()), err=True)
             return 2
-        if os.environ.get("HAMIMIG_DEBUG"):
-            raise
-        render.error(
-            HamimigError(
-                f"internal error: {type(exc).__name__}: {exc} (a bug; rerun with HAMIMIG_DEBUG=1 "
-                "for the traceback)"
-            ),
-            fmt,
-        )
-        return 1
-    return status if isinstance(status, int) else 0
+        # A parsing error from Typer's command-line parser: bad option, missing argument.
+        render.error(UsageError(str(format_message())), fmt)
+        return 2
+    if os.environ.get("HAMIMIG_DEBUG"):
+        raise exc
+    render.error(
+        HamimigError(
+            f"internal error: {type(exc).__name__}: {exc} (a bug; rerun with HAMIMIG_DEBUG=1 "
+            "for the traceback)"
+        ),
+        fmt,
+    )
+    return 1
 
 
 def main() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from hamimig.cli.context import execute
-from hamimig.engine.settings import show_config
 
 app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -13,4 +12,6 @@ app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True, rich_
 @app.command("show")
 def show(ctx: typer.Context) -> None:
     """Every setting's effective value and where it came from (file, environment, default)."""
+    from hamimig.engine.settings import show_config
+
     execute(ctx, show_config)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import typer
 
-from hamimig.cli import render
-from hamimig.engine.node import Node
-from hamimig.engine.views import Result
 from hamimig.errors import HamimigError, HardwareError
+
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.views import Result
 
 OUTPUTS = ("table", "json", "yaml")
 
@@ -30,6 +32,8 @@ def globals_of(ctx: typer.Context) -> Globals:
 
 def execute(ctx: typer.Context, action: Callable[[Node], Result]) -> None:
     """Run one engine call and render its result or its failure with the contract exit code."""
+    from hamimig.cli import render  # output machinery loads only when there is output
+
     g = globals_of(ctx)
     try:
         try:

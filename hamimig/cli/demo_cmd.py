@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hamimig.cli import render
 from hamimig.cli.context import globals_of
-from hamimig.engine.demo import DemoStep, transcript
+
+if TYPE_CHECKING:
+    from hamimig.engine.demo import DemoStep
 
 
 def demo(
@@ -22,6 +23,9 @@ def demo(
     ] = None,
 ) -> None:
     """Run the whole lifecycle on a temporary simulated H100 node and narrate it."""
+    from hamimig.cli import render
+    from hamimig.engine.demo import transcript
+
     output = globals_of(ctx).output
     narrate = output == "table"
 

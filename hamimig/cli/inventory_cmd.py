@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from hamimig.cli.context import execute
-from hamimig.engine import inventory
 
 GpuOption = Annotated[
     str | None, typer.Option("--gpu", help="Only this GPU: NVML index or GPU UUID.")
@@ -23,11 +22,15 @@ def list_(
     ] = None,
 ) -> None:
     """Every MIG instance on the node: records joined with the live layout."""
+    from hamimig.engine import inventory
+
     execute(ctx, lambda node: inventory.list_instances(node, gpu, state))
 
 
 def profiles(ctx: typer.Context, gpu: GpuOption = None) -> None:
     """GI profiles and legal placements per GPU (like nvidia-smi mig -lgip -lgipp)."""
+    from hamimig.engine import inventory
+
     execute(ctx, lambda node: inventory.list_profiles(node.hardware(), gpu))
 
 

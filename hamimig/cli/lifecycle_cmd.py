@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hamimig.cli.context import execute
-from hamimig.engine import allocate as allocation
-from hamimig.engine import inventory, maintenance
-from hamimig.engine.node import Node
-from hamimig.engine.podsource import load_pods
-from hamimig.engine.views import Result
 from hamimig.errors import UsageError
+
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.views import Result
 
 LockTimeout = Annotated[
     float,
@@ -48,6 +47,7 @@ def allocate(
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Reuse an exact Idle match, else reclaim only the Idle instances in the way and create."""
+    from hamimig.engine import allocate as allocation
 
     def action(node: Node) -> Result:
         request = allocation.make_request(
@@ -69,6 +69,8 @@ def release(
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Confirmed release: Active -> Idle; the GI/CI and CDI spec stay for reuse."""
+    from hamimig.engine import allocate as allocation
+    from hamimig.engine import maintenance
 
     def action(node: Node) -> Result:
         parsed = allocation.parse_pod(pod) if pod is not None else None
@@ -91,6 +93,8 @@ def reclaim(
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Destroy Idle (or Error) instances; never Active, never unmanaged ones."""
+    from hamimig.engine import maintenance
+
     execute(
         ctx,
         locked(
@@ -112,6 +116,8 @@ def reconcile(
 ) -> None:
     """One pass: release instances whose pods are gone (with pods), retry queued CDI
     removals and the destruction of Error instances."""
+    from hamimig.engine import maintenance
+    from hamimig.engine.podsource import load_pods
 
     def action(node: Node) -> Result:
         snapshot = load_pods(node, pods, kube, assume_no_pods=False, required=False)
@@ -125,6 +131,8 @@ def show(
     mig_uuid: Annotated[str, typer.Argument(metavar="MIG_UUID", help="The instance.")],
 ) -> None:
     """One instance: record, live identity, CDI spec, owner."""
+    from hamimig.engine import inventory
+
     execute(ctx, lambda node: inventory.show_instance(node, mig_uuid))
 
 

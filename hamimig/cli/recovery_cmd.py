@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hamimig.cli.context import execute
 from hamimig.cli.lifecycle_cmd import DryRun, LockTimeout, locked
-from hamimig.engine import recovery
-from hamimig.engine.node import Node
-from hamimig.engine.podsource import load_pods
-from hamimig.engine.views import Result
+
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.views import Result
 
 PodsFile = Annotated[
     str | None,
@@ -46,6 +46,8 @@ def recover(
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Startup recovery: restore what pods hold, reconcile records, keep unknown instances."""
+    from hamimig.engine import recovery
+    from hamimig.engine.podsource import load_pods
 
     def action(node: Node) -> Result:
         snapshot = load_pods(node, pods, kube, assume_no_pods, required=True)
@@ -71,6 +73,8 @@ def adopt(
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Claim unmarked complete GI/CI pairs as Idle (needs the adoption opt-in)."""
+    from hamimig.engine import recovery
+    from hamimig.engine.podsource import load_pods
 
     def action(node: Node) -> Result:
         snapshot = load_pods(node, pods, kube, assume_no_pods, required=True)

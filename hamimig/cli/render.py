@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +17,12 @@ from hamimig.engine.settings import ConfigView
 from hamimig.engine.views import (
     ActionReport,
     Allocation,
+    CheckStatus,
+    DoctorReport,
     InstanceDetail,
     InstanceList,
     InstanceView,
+    Metrics,
     ProfileList,
     Reclaim,
     Release,
@@ -69,6 +73,9 @@ def emit(result: Result, fmt: str) -> None:
     if fmt in ("json", "yaml"):
         _dump(result.to_json(), fmt)
         return
+    if isinstance(result, Metrics):  # plain text: the exposition must reach stdout verbatim
+        _metrics(result)
+        return
     console = _console()
     if isinstance(result, InstanceList):
         _instance_list(console, result)
@@ -89,6 +96,8 @@ def emit(result: Result, fmt: str) -> None:
         _actions(console, result)
     elif isinstance(result, InstanceDetail):
         _detail(console, result)
+    elif isinstance(result, DoctorReport):
+        _doctor(console, result)
     elif isinstance(result, ConfigView):
         _config(console, result)
     else:  # a result without a table of its own still shows everything it has
@@ -128,11 +137,21 @@ def wait_for_enter() -> None:
         input("press Enter for the next step ")
 
 
+def _metrics(result: Metrics) -> None:
+    if result.path is None:
+        sys.stdout.write(result.text)
+    else:
+        text(f"wrote {result.series} series to {result.path}")
+    for warning in result.warnings:  # stderr: never mixed into an exposition on stdout
+        text(f"warning: {warning.file}: {warning.reason}", err=True)
+
+
 def _console() -> Console:
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal:  # piped or captured: never truncate what scripts may grep
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped or captured: never truncate what scripts may grep (COLUMNS still wins).
         console = Console(highlight=False, soft_wrap=False, width=250)
     return console
 
@@ -147,8 +166,9 @@ def _instance_table(title: str, instances: tuple[InstanceView, ...]) -> Any:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", header_style="bold")
-    for column in ("GPU", "MIG UUID", "PROFILE", "PLACEMENT", "GI", "CI", "STATE", "OWNER", "CDI"):
-        table.add_column(column, no_wrap=column in ("MIG UUID", "CDI"))
+    for column in ("GPU", "MIG UUID", "PROFILE", "PLACEMENT", "GI", "CI", "STATE", "OWNER"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("CDI", no_wrap=True, overflow="ellipsis", max_width=18)
     for inst in instances:
         style = STATE_STYLE.get(inst.state, "")
         table.add_row(
@@ -193,8 +213,9 @@ def _actions(console: Console, result: ActionReport) -> None:
         console.print(f"{title}: nothing to do")
     else:
         table = Table(title=title, title_justify="left", header_style="bold")
-        for column in ("ACTION", "MIG UUID", "GPU", "PLACEMENT", "REASON"):
-            table.add_column(column, no_wrap=column in ("ACTION", "MIG UUID"))
+        for column in ("ACTION", "MIG UUID", "GPU", "PLACEMENT"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("REASON", min_width=30)
         for a in result.actions:
             table.add_row(
                 a.action,
@@ -374,3 +395,46 @@ def _sim_view(console: Console, result: SimView) -> None:
     if result.state["calls"]:
         calls = ", ".join(f"{k}={v}" for k, v in sorted(result.state["calls"].items()))
         console.print(f"NVML calls: {calls}")
+
+
+CHECK_STYLE = {
+    CheckStatus.OK: "green",
+    CheckStatus.WARN: "yellow",
+    CheckStatus.FAIL: "bold red",
+}
+
+
+def _doctor(console: Console, result: DoctorReport) -> None:
+    from rich.table import Table
+
+    where = f"simulated node {result.sim}" if result.sim else "this node"
+    table = Table(title=f"doctor: {where}", title_justify="left", header_style="bold")
+    table.add_column("CHECK", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("DETAIL")
+    table.add_column("FIX")
+    for check in result.checks:
+        style = CHECK_STYLE[check.status]
+        table.add_row(
+            check.name,
+            f"[{style}]{check.status.value.upper()}[/]",
+            _escape(check.message),
+            _escape(check.hint) if check.hint else "-",
+        )
+    console.print(table)
+    counts = {s: result.count(s) for s in CheckStatus}
+    summary = f"{counts[CheckStatus.OK]} ok, {counts[CheckStatus.WARN]} warn, "
+    summary += f"{counts[CheckStatus.FAIL]} fail"
+    if result.exit_code:
+        console.print(f"[bold red]{summary}: not healthy[/] (exit {result.exit_code})")
+    elif counts[CheckStatus.WARN]:
+        console.print(f"[yellow]{summary}: healthy, with warnings[/]")
+    else:
+        console.print(f"[green]{summary}: healthy[/]")
+
+
+def _escape(text: str) -> str:
+    """Paths and messages are data, not rich markup (`[` in a file name must print as is)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)

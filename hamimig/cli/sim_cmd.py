@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hamimig.cli.context import execute
-from hamimig.engine import simulator
-from hamimig.engine.node import Node
-from hamimig.engine.views import SimView
 from hamimig.errors import UsageError
+
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.views import SimView
 
 app = typer.Typer(
     help="Manage a simulated MIG node (needs --sim PATH).",
@@ -37,12 +38,16 @@ def init(
     count: Annotated[int, typer.Option(help="Number of GPUs.")] = 1,
 ) -> None:
     """Create the simulated node: COUNT GPUs of MODEL, MIG enabled, no instances."""
+    from hamimig.engine import simulator
+
     execute(ctx, lambda node: simulator.sim_init(node.sim, model, count))
 
 
 @app.command("show")
 def show(ctx: typer.Context) -> None:
     """GPUs, live GI/CI layout, busy marks, faults and NVML call counts."""
+    from hamimig.engine import simulator
+
     execute(ctx, lambda node: simulator.sim_show(node.sim))
 
 
@@ -55,6 +60,8 @@ def create(
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
 ) -> None:
     """Make an instance behind hamimig's back (an external or leftover instance)."""
+    from hamimig.engine import simulator
+
     execute(ctx, lambda node: simulator.sim_create(node.sim, gpu, profile, placement, no_ci))
 
 
@@ -68,12 +75,16 @@ def busy(
     clear: Annotated[bool, typer.Option("--clear", help="Remove the busy marks.")] = False,
 ) -> None:
     """A process holds the instance: destroying it fails with IN_USE."""
+    from hamimig.engine import simulator
+
     execute(ctx, lambda node: simulator.sim_busy(node.sim, mig_uuid, gi_only, clear))
 
 
 @app.command("reset")
 def reset(ctx: typer.Context, gpu: Gpu) -> None:
     """Every instance on the GPU vanishes, as after a GPU reset."""
+    from hamimig.engine import simulator
+
     execute(ctx, lambda node: simulator.sim_reset(node.sim, gpu))
 
 
@@ -90,6 +101,7 @@ def mig_mode(
     ] = False,
 ) -> None:
     """Set MIG mode."""
+    from hamimig.engine import simulator
 
     def action(node: Node) -> SimView:
         if enable is None:
@@ -119,6 +131,8 @@ def fault_add(
     gpu: Annotated[str | None, typer.Option(help="Only calls on this GPU.")] = None,
 ) -> None:
     """Inject a fault: the matching call fails, or the process dies before or after it."""
+    from hamimig.engine import simulator
+
     execute(
         ctx,
         lambda node: simulator.sim_fault_add(node.sim, op, error, action, times, skip, gpu),
@@ -128,4 +142,6 @@ def fault_add(
 @fault_app.command("clear")
 def fault_clear(ctx: typer.Context) -> None:
     """Remove all faults."""
+    from hamimig.engine import simulator
+
     execute(ctx, lambda node: simulator.sim_fault_clear(node.sim))

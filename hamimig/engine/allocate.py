@@ -14,6 +14,7 @@ from hamimig.engine.executor import (
 )
 from hamimig.engine.facts import Durable, check_reuse, load_for_mutation
 from hamimig.engine.inventory import record_view
+from hamimig.engine.metrics import CREATIONS, REUSES, count
 from hamimig.engine.node import Node, legal_placement, parse_gpu_ref, parse_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, held_by, plan_create, reuse_candidates
 from hamimig.engine.views import Allocation
@@ -162,6 +163,7 @@ def _try_reuse(
             raise HardwareError(
                 f"reuse of {record.mig_uuid} failed ({exc.strerror or exc}); it stays Idle"
             ) from None
+        count(node, REUSES)
         return Allocation(
             instance=record_view(active, live.gpu_index), created=False, reused=True, reclaimed=()
         )
@@ -224,6 +226,7 @@ def _create(
             raise
         reclaimed.append(record.mig_uuid)
     record = create_instance(node, gpu, profile, plan.placement, request.owner)
+    count(node, CREATIONS)
     return Allocation(
         instance=record_view(record, gpu.index),
         created=True,

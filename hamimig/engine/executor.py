@@ -8,10 +8,13 @@ go. CDI specs are removed only after the hardware is gone, and a failed removal 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 
 from hamimig.engine.facts import LiveCheck, Liveness
+from hamimig.engine.metrics import FAILED_ALLOCATE, FAILED_DESTROY, FAILURES, RECLAIMS, count
 from hamimig.engine.node import Node
 from hamimig.engine.states import Creating, StateName, check_transition
 from hamimig.errors import ConflictError, HamimigError, HardwareError, NvmlError
@@ -72,6 +75,7 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
         if live.status in (Liveness.COMPLETE, Liveness.GI_ONLY):
             hw.destroy_gpu_instance(gpu_index, record.gpu_instance_id)
     except NvmlError as exc:
+        count(node, FAILURES, FAILED_DESTROY)
         failed = set_state(node, record, RecordState.ERROR, error=exc.message)
         raise DestroyFailed(
             f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
@@ -83,6 +87,7 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
         notes.append(note)
     check_transition(RecordState.RECLAIMING, None, record.mig_uuid)
     node.records().remove(record.mig_uuid)
+    count(node, RECLAIMS)
     return notes
 
 
@@ -125,6 +130,9 @@ def create_instance(
     try:
         gi_id = hw.create_gpu_instance(gpu.index, profile.id, placement)
     except NvmlError as exc:
+        if exc.call != "nvmlDeviceCreateGpuInstanceWithPlacement":
+            # The GI was created and reading it back failed: undo it like any partial work.
+            _rollback_unread_gi(node, intent, exc)
         _drop_intent(node, intent)
         if exc.name == "INSUFFICIENT_RESOURCES":
             raise ConflictError(
@@ -161,13 +169,33 @@ def create_instance(
         node.records().write(record)
     except (HamimigError, OSError) as exc:
         reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+        count(node, FAILURES, FAILED_ALLOCATE)
         rollback_intent(node, intent, record_written=False)
         raise HardwareError(
             f"allocation of {profile.name} at {placement} on GPU {gpu.index} failed and was "
             f"rolled back: {reason}"
         ) from None
-    _drop_intent(node, intent)
+    # The allocation is complete (its record is written): a leftover intent naming a recorded
+    # MIG UUID is a finished one, which allocate skips and recover clears.
+    with contextlib.suppress(OSError):
+        node.intents().remove(intent.id)
     return record
+
+
+def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
+    """Find and destroy the GI this request created but could not read back."""
+    hw = node.hardware()
+    try:
+        for gi in hw.layout(intent.gpu_index):
+            if gi.placement == intent.placement and gi.profile_id == intent.profile_id:
+                rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id), False)
+                return
+    except (HamimigError, OSError) as failed:
+        reason = failed.message if isinstance(failed, HamimigError) else str(failed)
+        raise HardwareError(
+            f"{exc.message}; the GPU instance it created could not be rolled back ({reason}): "
+            f"intent {intent.id} is kept, run 'hamimig recover'"
+        ) from None
 
 
 def _drop_intent(node: Node, intent: Intent) -> None:
@@ -186,19 +214,26 @@ def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
     error says so.
     """
     hw = node.hardware()
+    gi_id = intent.gpu_instance_id
     try:
-        if intent.gpu_instance_id is not None:
+        if gi_id is not None:
+            ci_ids: set[int] = set()
             if intent.compute_instance_id is not None:
+                ci_ids.add(intent.compute_instance_id)
+            if intent.mig_uuid is None:
+                # A CI may exist that the intent never learned of (its read-back failed, or a
+                # crash came first): the GI is this request's, so every CI in it is too.
+                ci_ids |= {
+                    ci.id
+                    for gi in hw.layout(intent.gpu_index)
+                    if gi.id == gi_id and gi.placement == intent.placement
+                    for ci in gi.compute_instances
+                }
+            for ci_id in sorted(ci_ids):
                 _ignore_not_found(
-                    lambda: hw.destroy_compute_instance(
-                        intent.gpu_index,
-                        intent.gpu_instance_id or 0,
-                        intent.compute_instance_id or 0,
-                    )
+                    partial(hw.destroy_compute_instance, intent.gpu_index, gi_id, ci_id)
                 )
-            _ignore_not_found(
-                lambda: hw.destroy_gpu_instance(intent.gpu_index, intent.gpu_instance_id or 0)
-            )
+            _ignore_not_found(partial(hw.destroy_gpu_instance, intent.gpu_index, gi_id))
     except NvmlError as exc:
         raise HardwareError(
             f"rollback of intent {intent.id} failed: {exc.message}; the intent is kept, run "

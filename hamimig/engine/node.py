@@ -13,21 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hamimig.config import Config, load_config
+from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import UsageError
 from hamimig.hw.nvml import NvmlHardware, bindings
 from hamimig.hw.sim import SimNvml
 from hamimig.hw.sim_state import SimStore, run_file_op
 from hamimig.hw.types import Gpu, MigHardware, Placement
 from hamimig.store.cdi import CdiStore
+from hamimig.store.counters import Counters
 from hamimig.store.files import FileOp, no_faults
 from hamimig.store.intents import IntentStore
 from hamimig.store.lock import NodeLock
 from hamimig.store.queue import RemovalQueue
 from hamimig.store.records import RecordStore
-
-DEFAULT_STATE_DIR = Path("/var/run/hami/dynamic-mig-state")
-DEFAULT_CDI_DIR = Path("/var/run/cdi")
-DEFAULT_CONFIG = Path("/etc/hamimig/config.yaml")
 
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]{8,64}$")
 _PLACEMENT = re.compile(r"^(\d{1,3})(?::(\d{1,3}))?$")
@@ -78,6 +76,10 @@ class Node:
         if not cfg.cdi_enabled:
             return None
         return CdiStore(self.cdi_dir, cfg.cdi_kind, cfg.cdi_annotations, self.file_op())
+
+    def counters(self) -> Counters:
+        """Lifecycle event counters (`counters.json` in the state directory)."""
+        return Counters(self.state_dir)
 
     def lock(self) -> NodeLock:
         return NodeLock(self.state_dir, self.lock_timeout)

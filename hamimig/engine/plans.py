@@ -116,7 +116,10 @@ def plan_create(
     `records` are those of this GPU. Active, Unmanaged, OrphanGI and in-flight (intent)
     instances are never touched. An Error instance in the way is retried for destruction.
     """
+    recorded = {r.mig_uuid for r in records}
     for intent in intents:
+        if intent.mig_uuid is not None and intent.mig_uuid in recorded:
+            continue  # a finished allocation whose intent removal failed: nothing in flight
         if intent.gpu_uuid == gpu_uuid:
             raise UnverifiableError(
                 f"an allocation on this GPU was interrupted (intent {intent.id}, "
@@ -150,7 +153,23 @@ def plan_create(
             not in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
         ]
 
+    def leftovers(p: Placement) -> list[Blocker]:
+        """Reclaiming/Error records over `p` whose hardware is already gone (a removal failed
+        after the destroy): finish them first, or they would name the new instance's slot."""
+        out = []
+        for r in records:
+            if r.placement.overlaps(p) and _effective(r) in (
+                RecordState.RECLAIMING,
+                RecordState.ERROR,
+            ):
+                live = check_record(r, layout, names)
+                if live.status is Liveness.ABSENT:
+                    ghost = GpuInstance(-1, gpu_uuid, r.gpu_instance_id, -1, r.placement, ())
+                    out.append(Blocker(ghost, r, live))
+        return out
+
     def plan_for(p: Placement, bs: list[Blocker], reason: str) -> CreatePlan:
+        bs = bs + leftovers(p)
         soft = [b for b in bs if b.record is not None and b.check is not None]
         soft.sort(
             key=lambda b: (b.record.updated_at or "", b.record.mig_uuid) if b.record else ("", "")

@@ -315,3 +315,86 @@ class SimView:
         out["calls"] = self.state["calls"]
         out["driverVersion"] = self.state["driverVersion"]
         return out
+
+
+class CheckStatus(str, enum.Enum):
+    """How one `doctor` check came out."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One `doctor` check: what it looked at, how it came out, and a one-line fix.
+
+    `exit_code` matters only for a failing check: the contract code its failure maps to
+    (4 hardware or I/O, 5 state that cannot be trusted); it is not part of the JSON object.
+    """
+
+    name: str
+    status: CheckStatus
+    message: str
+    hint: str = ""
+    exit_code: int = 0
+
+    def to_json(self) -> Json:
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "message": self.message,
+            "hint": self.hint or None,
+        }
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """`doctor`: every check, in order. Exits 0 unless a check failed; then 4 when any failing
+    check is a hardware or I/O failure, else 5 (see hamimig/engine/doctor.py)."""
+
+    kind: ClassVar[str] = "Doctor"
+    checks: tuple[Check, ...]
+    sim: str | None = None
+    state_dir: str = ""
+    cdi_dir: str = ""
+
+    def count(self, status: CheckStatus) -> int:
+        return sum(1 for c in self.checks if c.status is status)
+
+    @property
+    def exit_code(self) -> int:
+        failed = [c for c in self.checks if c.status is CheckStatus.FAIL]
+        if not failed:
+            return 0
+        return 4 if any(c.exit_code == 4 for c in failed) else 5
+
+    def to_json(self) -> Json:
+        return {
+            "kind": self.kind,
+            "checks": [c.to_json() for c in self.checks],
+            "summary": {s.value: self.count(s) for s in CheckStatus},
+            "exitCode": self.exit_code,
+            "sim": self.sim,
+            "stateDir": self.state_dir,
+            "cdiDir": self.cdi_dir,
+        }
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """`metrics`: the Prometheus text exposition, and where it was written (None: stdout)."""
+
+    kind: ClassVar[str] = "Metrics"
+    path: str | None
+    series: int
+    text: str
+    warnings: tuple[Warning_, ...] = ()
+
+    def to_json(self) -> Json:
+        out: Json = {"kind": self.kind, "path": self.path, "series": self.series}
+        if self.path is None:  # nothing written: the exposition itself is the result
+            out["text"] = self.text
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
+        return out

@@ -1,0 +1,42 @@
+# bash completion for hamimig, generated from the CLI by scripts/gen-docs.py: do not edit
+_hamimig() {
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
+    local path="" w i
+    case "$prev" in --action|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;; esac
+    for ((i=1; i<COMP_CWORD; i++)); do
+        w="${COMP_WORDS[i]}"
+        case "$path:$w" in
+            ":adopt"|":allocate"|":config"|":demo"|":doctor"|":list"|":metrics"|":profiles"|":reclaim"|":reconcile"|":recover"|":release"|":show"|":sim"|"config:show"|"sim fault:add"|"sim fault:clear"|"sim:busy"|"sim:create"|"sim:fault"|"sim:init"|"sim:mig-mode"|"sim:reset"|"sim:show") path="${path:+$path }$w";;
+        esac
+    done
+    local words
+    case "$path" in
+        "") words="--state-dir --cdi-dir --config --sim --node --output -o --version -h --help adopt allocate config demo doctor list metrics profiles reclaim reconcile recover release show sim";;
+        "adopt") words="--pods --kube --assume-no-pods --gpu --exclusive-owner --dry-run --lock-timeout -h --help";;
+        "allocate") words="--pod --gpu --profile --placement --pod-uid --container-index --device-index --lock-timeout -h --help";;
+        "config") words="-h --help show";;
+        "config show") words="-h --help";;
+        "demo") words="--step --keep -h --help";;
+        "doctor") words="-h --help";;
+        "list") words="--gpu --state -h --help";;
+        "metrics") words="--textfile -h --help";;
+        "profiles") words="--gpu -h --help";;
+        "reclaim") words="--mig-uuid --gpu --placement --all-idle --dry-run --lock-timeout -h --help";;
+        "reconcile") words="--pods --kube --dry-run --lock-timeout -h --help";;
+        "recover") words="--pods --kube --assume-no-pods --adopt --dry-run --lock-timeout -h --help";;
+        "release") words="--pod --mig-uuid --lock-timeout -h --help";;
+        "show") words="-h --help";;
+        "sim") words="-h --help busy create fault init mig-mode reset show";;
+        "sim busy") words="--mig-uuid --gi-only --clear -h --help";;
+        "sim create") words="--gpu --profile --placement --no-ci -h --help";;
+        "sim fault") words="-h --help add clear";;
+        "sim fault add") words="--op --error --action --times --skip --gpu -h --help";;
+        "sim fault clear") words="-h --help";;
+        "sim init") words="--model --count -h --help";;
+        "sim mig-mode") words="--gpu --enable --disable --pending -h --help";;
+        "sim reset") words="--gpu -h --help";;
+        "sim show") words="-h --help";;
+    esac
+    COMPREPLY=($(compgen -W "$words" -- "$cur"))
+}
+complete -o default -F _hamimig hamimig

@@ -1,0 +1,122 @@
+"""Lifecycle event counters kept durably in the state directory (`counters.json`).
+
+`hamimig metrics` exports them as Prometheus counters, so they must survive every process (each
+CLI call is one) and every reboot of the tool: one small JSON file, replaced atomically under the
+node lock that every mutating command already holds. The name does not start with `hami-owned-`,
+so HAMi's record loader never looks at it.
+
+Format (version 1): `{"version": 1, "counters": {"creations": 3, "failures": {"allocate": 1}}}`:
+a counter without labels is an integer, a labelled one an object from label value to integer.
+
+Counting is bookkeeping, never part of an operation: a corrupt file reads as a Problem and zeros
+(Prometheus treats the drop as a counter reset), and the engine ignores a failed write.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hamimig.store._fields import RecordError, json_object, reason_of, uint_field
+from hamimig.store.files import (
+    atomic_write,
+    check_dir,
+    describe_entry,
+    ensure_dir,
+    read_regular,
+)
+from hamimig.store.records import STATE_DIR_MODE, Problem
+
+COUNTERS_NAME = "counters.json"
+COUNTERS_VERSION = 1
+COUNTERS_MODE = 0o600
+
+NO_LABEL = ""
+"""The key of an unlabelled counter's single value."""
+
+
+@dataclass(frozen=True)
+class CounterValues:
+    """What `counters.json` holds: name -> label value (`NO_LABEL` if none) -> count."""
+
+    values: dict[str, dict[str, int]] = field(default_factory=dict)
+    problem: Problem | None = None
+
+    def get(self, name: str, label: str | None = None) -> int:
+        return self.values.get(name, {}).get(NO_LABEL if label is None else label, 0)
+
+
+def decode_counters(data: bytes) -> dict[str, dict[str, int]]:
+    doc = json_object(data, "counters file")
+    version = doc.get("version")
+    if isinstance(version, bool) or version != COUNTERS_VERSION:
+        raise RecordError(f"unsupported counters version {version!r} (this hamimig reads 1)")
+    raw = doc.get("counters")
+    if not isinstance(raw, dict):
+        raise RecordError("counters must be an object")
+    out: dict[str, dict[str, int]] = {}
+    for name, value in raw.items():
+        if isinstance(value, dict):
+            if not value or NO_LABEL in value:
+                raise RecordError(f"counters.{name} must map non-empty label values to integers")
+            out[name] = {k: uint_field(v, f"counters.{name}.{k}") for k, v in value.items()}
+        else:
+            out[name] = {NO_LABEL: uint_field(value, f"counters.{name}")}
+    return out
+
+
+def encode_counters(values: dict[str, dict[str, int]]) -> bytes:
+    counters: dict[str, object] = {}
+    for name in sorted(values):
+        by_label = values[name]
+        if set(by_label) == {NO_LABEL}:
+            counters[name] = by_label[NO_LABEL]
+        else:
+            counters[name] = {k: by_label[k] for k in sorted(by_label)}
+    doc = {"version": COUNTERS_VERSION, "counters": counters}
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+class Counters:
+    """The counters file in the state directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @property
+    def path(self) -> Path:
+        return self.directory / COUNTERS_NAME
+
+    def load(self) -> CounterValues:
+        """The current counts; an absent file is all zeros, an unusable one zeros and a Problem."""
+        if not check_dir(self.directory):
+            return CounterValues()
+        try:
+            why = describe_entry(self.directory, COUNTERS_NAME)
+            if why is not None:
+                return CounterValues(problem=Problem(str(self.path), why))
+            return CounterValues(decode_counters(read_regular(self.directory, COUNTERS_NAME)))
+        except FileNotFoundError:
+            return CounterValues()
+        except (OSError, ValueError) as exc:
+            return CounterValues(problem=Problem(str(self.path), reason_of(exc)))
+
+    def bump(self, name: str, label: str | None = None, n: int = 1) -> None:
+        """Add `n` to one counter and write the file atomically (0600).
+
+        Callers hold the node lock, so read-modify-write cannot lose another process's count.
+        An unreadable file starts again from zero rather than blocking the count forever.
+        Raises OSError (or UsageError for an unusable state directory) when the write fails.
+        """
+        if not name or (label is not None and not label) or n < 0:
+            raise ValueError(f"invalid counter {name!r}/{label!r} += {n}")
+        values = self.load().values
+        key = NO_LABEL if label is None else label
+        by_label = values.setdefault(name, {})
+        if by_label and (key == NO_LABEL) != (NO_LABEL in by_label):
+            raise ValueError(f"counter {name!r} is used both with and without a label")
+        by_label[key] = by_label.get(key, 0) + n
+        data = encode_counters(values)
+        ensure_dir(self.directory, STATE_DIR_MODE)
+        atomic_write(self.directory, COUNTERS_NAME, data, COUNTERS_MODE)

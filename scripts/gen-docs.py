@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Regenerate completions/ (bash, zsh, fish) and man/hamimig.1 from the CLI.
+
+python scripts/gen-docs.py          # write them
+python scripts/gen-docs.py --check  # exit 1 if any is stale
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hamimig.cli.app import app
+from hamimig.cli.docs import generate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for relative, content in generate(app).items():
+        path = ROOT / relative
+        if check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != content:
+                stale.append(relative)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+        sys.stdout.write(f"wrote {relative}\n")
+    if stale:
+        sys.stderr.write("stale: " + ", ".join(stale) + " (run python scripts/gen-docs.py)\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

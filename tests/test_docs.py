@@ -1,0 +1,90 @@
+"""Completions and the man page are generated from the CLI and must never be stale; every
+command is documented in the man page and the README."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hamimig.cli.app import app
+from hamimig.cli.docs import _all, command_tree, generate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("relative", sorted(generate(app)))
+def test_generated_file_is_up_to_date(relative: str) -> None:
+    path = ROOT / relative
+    assert path.is_file(), f"{relative} is missing: run python scripts/gen-docs.py"
+    assert path.read_text(encoding="utf-8") == generate(app)[relative], (
+        f"{relative} is stale: run python scripts/gen-docs.py"
+    )
+
+
+def test_man_page_names_every_command_and_option() -> None:
+    page = generate(app)["man/hamimig.1"]
+    plain = page.replace("\\-", "-")
+    for cmd in _all(command_tree(app))[1:]:
+        assert " ".join(["hamimig", *cmd.path]) in plain, cmd.path
+        for opt in cmd.options:
+            for name in opt.names:
+                assert name in plain, (cmd.path, name)
+    for code in range(8):
+        assert f".B {code}\n" in page
+
+
+def test_readme_mentions_every_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for cmd in _all(command_tree(app))[1:]:
+        if len(cmd.path) == 1:
+            assert f"hamimig {cmd.path[0]}" in readme or f" {cmd.path[0]} " in readme, cmd.path
+
+
+def _bash_complete(words: list[str]) -> list[str]:
+    script = generate(app)["completions/hamimig.bash"]
+    line = " ".join(words)
+    program = (
+        f"{script}\nCOMP_WORDS=({line} ''); COMP_CWORD={len(words)}; _hamimig; "
+        'printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_bash_completion_completes_commands_and_options() -> None:
+    assert {"allocate", "recover", "sim", "--state-dir"} <= set(_bash_complete(["hamimig"]))
+    assert set(_bash_complete(["hamimig", "sim"])) >= {"init", "fault", "create"}
+    assert set(_bash_complete(["hamimig", "sim", "fault"])) >= {"add", "clear"}
+    assert "--op" in _bash_complete(["hamimig", "--sim", "x.json", "sim", "fault", "add"])
+    assert "--profile" in _bash_complete(["hamimig", "allocate", "--pod", "ns/p"])
+
+
+@pytest.mark.parametrize(
+    ("shell", "relative", "check"),
+    [
+        ("bash", "completions/hamimig.bash", ["bash", "-n"]),
+        ("zsh", "completions/_hamimig", ["zsh", "-n"]),
+        ("fish", "completions/hamimig.fish", ["fish", "--no-execute"]),
+    ],
+)
+def test_completion_script_parses(shell: str, relative: str, check: list[str]) -> None:
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    subprocess.run([*check, str(ROOT / relative)], check=True, capture_output=True)
+
+
+def test_man_page_renders() -> None:
+    if shutil.which("groff") is None:
+        pytest.skip("groff is not installed")
+    done = subprocess.run(
+        ["groff", "-man", "-Tutf8", "-ww", "-P", "-cbou", str(ROOT / "man" / "hamimig.1")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "EXIT STATUS" in done.stdout
+    assert done.stderr == ""
