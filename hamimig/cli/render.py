@@ -10,10 +10,8 @@ import contextlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from hamimig.engine.demo import DemoStep, DemoTranscript
-from hamimig.engine.settings import ConfigView
 from hamimig.engine.views import (
     ActionReport,
     Allocation,
@@ -34,6 +32,9 @@ from hamimig.errors import HamimigError
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from hamimig.engine.demo import DemoStep, DemoTranscript
+    from hamimig.engine.settings import ConfigView
 
 
 STATE_STYLE = {
@@ -98,8 +99,8 @@ def emit(result: Result, fmt: str) -> None:
         _detail(console, result)
     elif isinstance(result, DoctorReport):
         _doctor(console, result)
-    elif isinstance(result, ConfigView):
-        _config(console, result)
+    elif result.kind == "Config":  # by kind: its module loads only for `config show`
+        _config(console, cast("ConfigView", result))
     else:  # a result without a table of its own still shows everything it has
         console.print_json(json.dumps(result.to_json()))
 

@@ -61,7 +61,7 @@ def allocate(node: Node, request: AllocateRequest) -> Allocation:
     gpu_ref = parse_gpu_ref(request.gpu)
     start, size = parse_placement(request.placement) if request.placement else (None, None)
     with node.lock():
-        durable = load_for_mutation(node)
+        durable = load_for_mutation(node, tidy=True)
         held = held_by(durable.records, request.owner)
         if held is not None:
             return _idempotent(node, held, gpu_ref, request, start, size)

@@ -6,6 +6,7 @@ instance may be reused or destroyed are testable without hardware.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -42,8 +43,13 @@ def load_durable(node: Node) -> Durable:
     )
 
 
-def load_for_mutation(node: Node) -> Durable:
-    """Mutating commands refuse to run past any unreadable record, intent or queue (exit 5)."""
+def load_for_mutation(node: Node, tidy: bool = False) -> Durable:
+    """Mutating commands refuse to run past any unreadable record, intent or queue (exit 5).
+
+    With `tidy`, intents of allocations that had finished (their MIG UUID has a record on the
+    same GPU and placement: only the intent's removal failed) are removed first, best effort,
+    so that they never block the GPU once that instance is gone. Dry runs must not tidy.
+    """
     durable = load_durable(node)
     if durable.problems:
         first = durable.problems[0]
@@ -51,7 +57,22 @@ def load_for_mutation(node: Node) -> Durable:
         raise UnverifiableError(
             f"cannot verify {first.file}: {first.reason}{more}; nothing was changed"
         )
-    return durable
+    if not tidy:
+        return durable
+    kept = []
+    for intent in durable.intents:
+        record = durable.records.get(intent.mig_uuid) if intent.mig_uuid else None
+        if record is not None and (record.gpu_uuid, record.placement) == (
+            intent.gpu_uuid,
+            intent.placement,
+        ):
+            try:
+                node.intents().remove(intent.id)
+                continue
+            except OSError:
+                pass
+        kept.append(intent)
+    return dataclasses.replace(durable, intents=tuple(kept))
 
 
 class Liveness(enum.Enum):

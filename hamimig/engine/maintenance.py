@@ -36,7 +36,7 @@ def release(node: Node, pod: tuple[str, str] | None, mig_uuid: str | None) -> Re
     if (pod is None) == (mig_uuid is None):
         raise UsageError("say which instance to release: --pod NS/NAME or --mig-uuid UUID")
     with node.lock():
-        durable = load_for_mutation(node)
+        durable = load_for_mutation(node, tidy=True)
         if mig_uuid is not None:
             record = durable.records.get(mig_uuid)
             if record is None:
@@ -121,7 +121,7 @@ def reclaim(
         raise UsageError("--mig-uuid names one instance: drop --placement/--all-idle")
     hw = node.hardware()
     with node.lock():
-        durable = load_for_mutation(node)
+        durable = load_for_mutation(node, tidy=not dry_run)
         if mig_uuid is not None:
             targets = _targets_by_uuid(node, durable, mig_uuid)
         else:
@@ -248,7 +248,7 @@ def reconcile(node: Node, dry_run: bool = False, pods: PodSnapshot | None = None
     actions: list[Action] = []
     failures: list[str] = []
     with node.lock():
-        durable = load_for_mutation(node)
+        durable = load_for_mutation(node, tidy=not dry_run)
         if pods is not None:
             for record, reason in _pods_gone(durable, pods):
                 if not dry_run:
