@@ -12,7 +12,7 @@ from hamimig.engine.executor import (
     destroy_managed,
     set_state,
 )
-from hamimig.engine.facts import Durable, check_reuse, load_for_mutation
+from hamimig.engine.facts import Durable, check_reuse, load_for_mutation, tidy_finished
 from hamimig.engine.inventory import record_view
 from hamimig.engine.metrics import CREATIONS, REUSES, count
 from hamimig.engine.node import Node, legal_placement, parse_gpu_ref, parse_placement, resolve_gpu
@@ -65,10 +65,11 @@ def allocate(node: Node, request: AllocateRequest) -> Allocation:
         held = held_by(durable.records, request.owner)
         if held is not None:
             return _idempotent(node, held, gpu_ref, request, start, size)
-        reused = _try_reuse(node, durable, gpu_ref, request, start, size)
-        if reused is not None:
-            return reused
-        return _create(node, durable, request, start, size)
+        result = _try_reuse(node, durable, gpu_ref, request, start, size)
+        if result is None:
+            result = _create(node, durable, request, start, size)
+        tidy_finished(node, durable)
+        return result
 
 
 def _idempotent(

@@ -6,6 +6,7 @@ instance may be reused or destroyed are testable without hardware.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ class Durable:
     intents: tuple[Intent, ...]
     removals: tuple[QueuedRemoval, ...]
     problems: tuple[Problem, ...]
+    finished: tuple[Intent, ...] = ()
 
     def on_gpu(self, gpu_uuid: str) -> list[Record]:
         return [r for r in self.records.values() if r.gpu_uuid == gpu_uuid]
@@ -47,8 +49,9 @@ def load_for_mutation(node: Node, tidy: bool = False) -> Durable:
     """Mutating commands refuse to run past any unreadable record, intent or queue (exit 5).
 
     With `tidy`, intents of allocations that had finished (their MIG UUID has a record on the
-    same GPU and placement: only the intent's removal failed) are removed first, best effort,
-    so that they never block the GPU once that instance is gone. Dry runs must not tidy.
+    same GPU and placement: only the intent's removal failed) are set aside in `finished`, so
+    that they never block the GPU; `tidy_finished` removes them once the command has changed
+    something.
     """
     durable = load_durable(node)
     if durable.problems:
@@ -59,20 +62,24 @@ def load_for_mutation(node: Node, tidy: bool = False) -> Durable:
         )
     if not tidy:
         return durable
-    kept = []
-    for intent in durable.intents:
-        record = durable.records.get(intent.mig_uuid) if intent.mig_uuid else None
-        if record is not None and (record.gpu_uuid, record.placement) == (
-            intent.gpu_uuid,
-            intent.placement,
-        ):
-            try:
-                node.intents().remove(intent.id)
-                continue
-            except OSError:
-                pass
-        kept.append(intent)
-    return dataclasses.replace(durable, intents=tuple(kept))
+    finished = tuple(
+        i
+        for i in durable.intents
+        if i.mig_uuid is not None
+        and i.mig_uuid in durable.records
+        and (durable.records[i.mig_uuid].gpu_uuid, durable.records[i.mig_uuid].placement)
+        == (i.gpu_uuid, i.placement)
+    )
+    kept = tuple(i for i in durable.intents if i not in finished)
+    return dataclasses.replace(durable, intents=kept, finished=finished)
+
+
+def tidy_finished(node: Node, durable: Durable) -> None:
+    """After a command changed something: remove the intents of allocations that had finished
+    (best effort; never before, since a refused command must leave every file as it was)."""
+    for intent in durable.finished:
+        with contextlib.suppress(OSError):
+            node.intents().remove(intent.id)
 
 
 class Liveness(enum.Enum):

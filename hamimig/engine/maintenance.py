@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hamimig.engine.executor import DestroyFailed, destroy_managed, set_state
-from hamimig.engine.facts import Durable, LiveCheck, Liveness, check_record, load_for_mutation
+from hamimig.engine.facts import (
+    Durable,
+    LiveCheck,
+    Liveness,
+    check_record,
+    load_for_mutation,
+    tidy_finished,
+)
 from hamimig.engine.inventory import record_view
 from hamimig.engine.node import Node, parse_placement, resolve_gpu
 from hamimig.engine.views import Action, ActionReport, InstanceView, Reclaim, Release
@@ -68,6 +75,7 @@ def release(node: Node, pod: tuple[str, str] | None, mig_uuid: str | None) -> Re
                     f"cannot write the record of {record.mig_uuid}: {exc}"
                 ) from None
             released.append(record_view(idle, _index_hint(idle)))
+        tidy_finished(node, durable)
         return Release(released=tuple(released))
 
 
@@ -149,6 +157,7 @@ def reclaim(
         notes: list[str] = []
         for target in targets:
             notes.extend(destroy_managed(node, target.record, target.live, target.gpu_index))
+        tidy_finished(node, durable)
         return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes))
 
 
@@ -312,6 +321,8 @@ def reconcile(node: Node, dry_run: bool = False, pods: PodSnapshot | None = None
             actions.append(
                 Action("retry-destroy", record.mig_uuid, record.gpu_uuid, record.placement, reason)
             )
+        if actions and not dry_run:
+            tidy_finished(node, durable)
     failed = "; ".join(failures) if failures else None
     return ActionReport(
         dry_run=dry_run, actions=tuple(actions), failed=failed, exit_code=4 if failures else 0
