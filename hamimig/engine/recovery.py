@@ -770,17 +770,7 @@ class AdoptionReport(ActionReport):
 def recover(node: Node, pods: PodSnapshot | None, adopt: bool, dry_run: bool) -> ActionReport:
     """`recover`: the pod source (or `--assume-no-pods`) is required by the caller."""
     adopt = adopt or node.config().adopt_existing
-    with node.lock():
-        durable = load_for_mutation(node)
-        plan = plan_recovery(node, durable, pods, adopt)
-        actions, failures = execute_plan(node, plan, dry_run)
-    return RecoveryReport(
-        dry_run=dry_run,
-        actions=tuple(actions),
-        failed="; ".join(failures) or None,
-        exit_code=4 if failures else 0,
-        skipped=tuple(plan.skipped),
-    )
+    return _run(node, RecoveryReport, dry_run, lambda d: plan_recovery(node, d, pods, adopt))
 
 
 def adopt_pairs(
@@ -791,11 +781,25 @@ def adopt_pairs(
             "adopt needs the opt-in that HAMi exclusively owns the complete MIG layout on this "
             "node: --exclusive-owner or devices.nvidia.adoptExistingMIGInstances: true"
         )
+    return _run(
+        node,
+        AdoptionReport,
+        dry_run,
+        lambda d: plan_recovery(node, d, pods, adopt=True, only_gpu=gpu, pairs_only=True),
+    )
+
+
+def _run(
+    node: Node,
+    report: type[ActionReport],
+    dry_run: bool,
+    make_plan: Callable[[Durable], Plan],
+) -> ActionReport:
+    """Under the node lock: load, plan and verify everything, then execute (or only report)."""
     with node.lock():
-        durable = load_for_mutation(node)
-        plan = plan_recovery(node, durable, pods, adopt=True, only_gpu=gpu, pairs_only=True)
+        plan = make_plan(load_for_mutation(node))
         actions, failures = execute_plan(node, plan, dry_run)
-    return AdoptionReport(
+    return report(
         dry_run=dry_run,
         actions=tuple(actions),
         failed="; ".join(failures) or None,

@@ -7,6 +7,7 @@ differently, and they name the offending field so a Problem tells the operator w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -87,3 +88,9 @@ def reason_of(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         return f"cannot read: {exc.strerror or exc}"
     return str(exc)
+
+
+def uuid_digest(mig_uuid: str) -> str:
+    """sha256 hex of a MIG UUID: HAMi names records, specs and CDI devices by it (old-style
+    UUIDs contain `/`, which no file or device name may)."""
+    return hashlib.sha256(mig_uuid.encode("utf-8")).hexdigest()

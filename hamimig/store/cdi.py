@@ -14,7 +14,6 @@ before it is written: a spec that no runtime would load must never reach the CDI
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.errors import HardwareError
+from hamimig.store._fields import uuid_digest
 from hamimig.store.files import (
     FileOp,
     atomic_write,
@@ -96,17 +96,13 @@ class CdiDevice:
     ci_cap_minor: int
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def device_name(mig_uuid: str) -> str:
     """HAMi's device name: hashed, since an old-style MIG UUID contains `/`."""
-    return f"mig-{_sha256(mig_uuid)}"
+    return f"mig-{uuid_digest(mig_uuid)}"
 
 
 def spec_file_name(mig_uuid: str) -> str:
-    return f"{SPEC_PREFIX}{_sha256(mig_uuid)}{SPEC_SUFFIX}"
+    return f"{SPEC_PREFIX}{uuid_digest(mig_uuid)}{SPEC_SUFFIX}"
 
 
 # --------------------------------------------------------------------------------------------

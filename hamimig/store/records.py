@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from hamimig.store._fields import (
     placement_json,
     reason_of,
     uint_field,
+    uuid_digest,
 )
 from hamimig.store.files import (
     FileOp,
@@ -134,13 +134,9 @@ class Problem:
     reason: str
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def record_name(mig_uuid: str) -> str:
     """HAMi's file name for the record of `mig_uuid` (hashed: old UUIDs contain `/`)."""
-    return f"{RECORD_PREFIX}{_sha256(mig_uuid)}{RECORD_SUFFIX}"
+    return f"{RECORD_PREFIX}{uuid_digest(mig_uuid)}{RECORD_SUFFIX}"
 
 
 # --------------------------------------------------------------------------------------------
