@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -43,27 +44,40 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+_PATH = "PATH"
+
+
 @app.callback()
 def root(
     ctx: typer.Context,
     state_dir: Annotated[
-        Path,
+        str,
         typer.Option(
             envvar="HAMIMIG_STATE_DIR",
+            metavar=_PATH,
             help="Ownership records, intents, queues and the node lock.",
         ),
-    ] = DEFAULT_STATE_DIR,
+    ] = str(DEFAULT_STATE_DIR),
     cdi_dir: Annotated[
-        Path, typer.Option(envvar="HAMIMIG_CDI_DIR", help="Where per-instance CDI specs live.")
-    ] = DEFAULT_CDI_DIR,
-    config: Annotated[
-        Path,
-        typer.Option(envvar="HAMIMIG_CONFIG", help="YAML config (a missing file means defaults)."),
-    ] = DEFAULT_CONFIG,
-    sim: Annotated[
-        Path | None,
+        str,
         typer.Option(
-            envvar="HAMIMIG_SIM", help="Use the simulated node stored in PATH instead of NVML."
+            envvar="HAMIMIG_CDI_DIR", metavar=_PATH, help="Where per-instance CDI specs live."
+        ),
+    ] = str(DEFAULT_CDI_DIR),
+    config: Annotated[
+        str,
+        typer.Option(
+            envvar="HAMIMIG_CONFIG",
+            metavar=_PATH,
+            help="YAML config (a missing file means defaults).",
+        ),
+    ] = str(DEFAULT_CONFIG),
+    sim: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HAMIMIG_SIM",
+            metavar=_PATH,
+            help="Use the simulated node stored in PATH instead of NVML.",
         ),
     ] = None,
     node: Annotated[
@@ -83,16 +97,48 @@ def root(
     from hamimig.cli import render
     from hamimig.engine.node import Node
 
-    if output not in OUTPUTS:
-        err = UsageError(f"invalid output format {output!r}: use table, json or yaml")
-        render.error(err, "table")
-        raise typer.Exit(err.exit_code)
+    try:
+        if output not in OUTPUTS:
+            raise UsageError(f"invalid output format {output!r}: use table, json or yaml")
+        for name, value in (
+            ("state_dir", state_dir),
+            ("cdi_dir", cdi_dir),
+            ("config", config),
+            ("sim", sim),
+            ("node", node),
+        ):
+            _refuse_empty(ctx, name, value)
+    except UsageError as err:
+        render.error(err, output if output in OUTPUTS else "table")
+        raise typer.Exit(err.exit_code) from None
     ctx.obj = Globals(
         node=Node(
-            state_dir=state_dir, cdi_dir=cdi_dir, config_path=config, sim=sim, node_name=node
+            state_dir=Path(state_dir),
+            cdi_dir=Path(cdi_dir),
+            config_path=Path(config),
+            sim=None if sim is None else Path(sim),
+            node_name=node,
         ),
         output=output,
     )
+
+
+def _refuse_empty(ctx: typer.Context, name: str, value: str | None) -> None:
+    """An empty path or node name is a mistake (an unset shell variable), never "the default".
+
+    The option parser treats an empty environment variable as unset and would fall back to the
+    default silently, so the variable is looked at here when the option did not come from the
+    command line.
+    """
+    param = next(p for p in ctx.command.params if p.name == name)
+    flag = param.opts[0]
+    if value == "":
+        raise UsageError(f"{flag} must not be empty")
+    envvar = param.envvar
+    source = ctx.get_parameter_source(name)
+    from_command_line = source is not None and source.name == "COMMANDLINE"
+    if isinstance(envvar, str) and not from_command_line and os.environ.get(envvar) == "":
+        raise UsageError(f"environment variable {envvar} is set but empty (for {flag})")
 
 
 inventory_cmd.register(app)
@@ -120,15 +166,39 @@ def _requested_output(argv: list[str]) -> str:
 
 def run(argv: list[str]) -> int:
     """Run the CLI on `argv`; returns the exit status. Never lets a traceback reach the user."""
-    command = typer.main.get_command(app)
     fmt = _requested_output(argv)
+    bad = _undecodable(argv)
+    if bad is not None:
+        from hamimig.cli import render
+
+        render.error(bad, fmt)
+        return bad.exit_code
+    command = typer.main.get_command(app)
     try:
         status = command.main(args=argv, prog_name="hamimig", standalone_mode=False)
     except typer.Exit as done:
         return done.exit_code
+    except BrokenPipeError:
+        # Only the parser's own output (help) is left unguarded: the reader stopped early.
+        from hamimig.cli import render
+
+        render.discard_closed_output()
+        return 0
     except Exception as exc:
         return _failed(exc, fmt)
     return status if isinstance(status, int) else 0
+
+
+def _undecodable(argv: list[str]) -> UsageError | None:
+    """Arguments that were not UTF-8 arrive with lone surrogates (surrogateescape); no name,
+    path or UUID hamimig accepts can contain one, and they would fail later, mid-command."""
+    from hamimig.engine.validate import has_surrogates
+
+    for position, arg in enumerate(argv, start=1):
+        if has_surrogates(arg):
+            shown = arg.encode("utf-8", "backslashreplace").decode("utf-8")
+            return UsageError(f"argument {position} ({shown!r}) is not valid UTF-8")
+    return None
 
 
 def _failed(exc: Exception, fmt: str) -> int:
@@ -163,4 +233,15 @@ def _failed(exc: Exception, fmt: str) -> int:
 
 
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    for stream in (sys.stdout, sys.stderr):
+        # Names read from disk may hold undecodable bytes: print escapes, never fail on them.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+    status = run(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        from hamimig.cli import render
+
+        render.discard_closed_output()
+    sys.exit(status)

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hamimig.cli.context import execute
-from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
@@ -24,10 +23,13 @@ DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change 
 
 
 def locked(timeout: float, action: Callable[[Node], Result]) -> Callable[[Node], Result]:
+    """Wrap a mutating command: its lock wait, and directories checked before any hardware."""
+
     def run(node: Node) -> Result:
-        if timeout < 0:
-            raise UsageError(f"--lock-timeout must not be negative, not {timeout}")
-        node.lock_timeout = timeout
+        from hamimig.engine import validate
+
+        node.lock_timeout = validate.timeout(timeout, "--lock-timeout")
+        node.check_dirs()
         return action(node)
 
     return run
@@ -131,9 +133,11 @@ def show(
     mig_uuid: Annotated[str, typer.Argument(metavar="MIG_UUID", help="The instance.")],
 ) -> None:
     """One instance: record, live identity, CDI spec, owner."""
-    from hamimig.engine import inventory
+    from hamimig.engine import inventory, validate
 
-    execute(ctx, lambda node: inventory.show_instance(node, mig_uuid))
+    execute(
+        ctx, lambda node: inventory.show_instance(node, validate.nonempty(mig_uuid, "MIG_UUID"))
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -7,10 +7,13 @@ rich and yaml are imported only inside the functions that need them, so `hamimig
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, cast
 
 from hamimig.engine.views import (
     ActionReport,
@@ -49,8 +52,53 @@ STATE_STYLE = {
 }
 
 
+_P = ParamSpec("_P")
+
+
+def _tolerates_closed_output(fn: Callable[_P, None]) -> Callable[_P, None]:
+    """A reader that stops early (`| head`, `| true`) is not a failure of the command.
+
+    The change a command made is made whether or not anyone reads the report, so its exit
+    status must stay the command's own rather than rich's or Python's 1 for a broken pipe. Output
+    is flushed here so that a closed pipe shows up now, not as "Exception ignored" at exit.
+    """
+
+    @functools.wraps(fn)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BrokenPipeError:
+            discard_closed_output()
+
+    return guarded
+
+
+def discard_closed_output() -> None:
+    """Point a closed stdout or stderr at /dev/null so later writes and the final flush at exit
+    succeed silently (what Python's documentation on SIGPIPE recommends)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+def printable(message: str) -> str:
+    """`message` with undecodable bytes (lone surrogates from non-UTF-8 arguments or file names)
+    shown as escapes, so that reporting a bad name can never itself fail."""
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@_tolerates_closed_output
 def text(message: str, err: bool = False) -> None:
-    print(message, file=sys.stderr if err else sys.stdout)
+    print(printable(message), file=sys.stderr if err else sys.stdout)
 
 
 def _dump(data: dict[str, Any], fmt: str) -> None:
@@ -62,14 +110,17 @@ def _dump(data: dict[str, Any], fmt: str) -> None:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+@_tolerates_closed_output
 def error(err: HamimigError, fmt: str) -> None:
     """A failure: one JSON/YAML object on stdout, or one line on stderr."""
+    message = printable(err.message)
     if fmt in ("json", "yaml"):
-        _dump({"kind": "Error", "error": {"code": err.code, "message": err.message}}, fmt)
+        _dump({"kind": "Error", "error": {"code": err.code, "message": message}}, fmt)
     else:
-        text(f"hamimig: error: {err.message}", err=True)
+        text(f"hamimig: error: {message}", err=True)
 
 
+@_tolerates_closed_output
 def emit(result: Result, fmt: str) -> None:
     if fmt in ("json", "yaml"):
         _dump(result.to_json(), fmt)
@@ -105,6 +156,7 @@ def emit(result: Result, fmt: str) -> None:
         console.print_json(json.dumps(result.to_json()))
 
 
+@_tolerates_closed_output
 def demo_step(step: DemoStep) -> None:
     """One narrated demo step: title, story, the equivalent command, outcome, NVML cost."""
     from rich.rule import Rule
@@ -123,6 +175,7 @@ def demo_step(step: DemoStep) -> None:
         console.print(_instance_table("", step.instances))
 
 
+@_tolerates_closed_output
 def demo_summary(result: DemoTranscript) -> None:
     console = _console()
     made = sum(s.creations for s in result.steps)
@@ -150,10 +203,16 @@ def _metrics(result: Metrics) -> None:
 def _console() -> Console:
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=False)
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own handler exits with status 1; the command's status must survive.
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "standard output is closed")
+
+    console = PipeConsole(highlight=False, soft_wrap=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         # Piped or captured: never truncate what scripts may grep (COLUMNS still wins).
-        console = Console(highlight=False, soft_wrap=False, width=250)
+        console = PipeConsole(highlight=False, soft_wrap=False, width=250)
     return console
 
 

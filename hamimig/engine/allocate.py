@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hamimig.engine import validate
 from hamimig.engine.executor import (
     DestroyFailed,
     cdi_device_for,
@@ -32,11 +33,11 @@ class AllocateRequest:
 
 
 def parse_pod(text: str) -> tuple[str, str]:
-    """`NAMESPACE/NAME` as Kubernetes spells them."""
+    """`NAMESPACE/NAME` as Kubernetes spells them (a DNS-1123 label and subdomain)."""
     parts = text.split("/")
-    if len(parts) != 2 or not all(parts) or any(len(p) > 253 for p in parts):
+    if len(parts) != 2 or not all(parts):
         raise UsageError(f"invalid pod {text!r}: use NAMESPACE/NAME")
-    return parts[0], parts[1]
+    return validate.namespace(parts[0]), validate.pod_name(parts[1])
 
 
 def make_request(
@@ -49,10 +50,10 @@ def make_request(
     placement: str | None,
 ) -> AllocateRequest:
     namespace, name = parse_pod(pod)
-    if container_index < 0 or device_index < 0:
-        raise UsageError("--container-index and --device-index must not be negative")
-    if pod_uid is not None and not pod_uid.strip():
-        raise UsageError("--pod-uid must not be empty")
+    validate.index(container_index, "--container-index")
+    validate.index(device_index, "--device-index")
+    if pod_uid is not None:
+        validate.pod_uid(pod_uid, "--pod-uid")
     owner = Owner(namespace, name, pod_uid, container_index, device_index)
     return AllocateRequest(owner=owner, gpu=gpu, profile=profile, placement=placement)
 

@@ -415,6 +415,22 @@ def _check_state_dir(path: Path) -> tuple[list[Check], str]:
         )
     else:
         checks.append(_ok(f"{name}/mode", f"mode {_mode(mode)}"))
+    from hamimig.store.lock import LOCK_NAME  # a directory or link here makes every command fail
+
+    try:
+        lock_problem = describe_entry(path, LOCK_NAME)
+    except FileNotFoundError:
+        lock_problem = None  # created by the first mutating command
+    except OSError as exc:
+        lock_problem = f"cannot be inspected: {_why(exc)}"
+    if lock_problem is not None:
+        checks.append(
+            _fail(
+                f"{name}/lock",
+                f"the node lock {path / LOCK_NAME} {lock_problem}; mutating commands refuse it",
+                f"remove {path / LOCK_NAME} (hamimig creates the lock file itself)",
+            )
+        )
     return checks, "usable"
 
 

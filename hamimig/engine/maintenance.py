@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hamimig.engine import validate
 from hamimig.engine.executor import DestroyFailed, destroy_managed, set_state
 from hamimig.engine.facts import (
     Durable,
@@ -16,7 +17,7 @@ from hamimig.engine.facts import (
     tidy_finished,
 )
 from hamimig.engine.inventory import record_view
-from hamimig.engine.node import Node, parse_placement, resolve_gpu
+from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.views import Action, ActionReport, InstanceView, Reclaim, Release
 from hamimig.errors import (
     ConflictError,
@@ -146,8 +147,8 @@ def reclaim(
                 ]
             else:
                 assert placement is not None
-                start, size = parse_placement(placement)
-                window = Placement(start, size or 1)
+                slices = validate.slice_count(hw.profiles(gpu.index))
+                window = validate.reclaim_window(placement, slices)
                 chosen = _window_targets(window, records, layout, names)
             targets = [_verified(r, layout, names, gpu) for r in chosen]
         targets.sort(key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))

@@ -21,7 +21,7 @@ from hamimig.hw.sim_state import SimStore, run_file_op
 from hamimig.hw.types import Gpu, MigHardware, Placement
 from hamimig.store.cdi import CdiStore
 from hamimig.store.counters import Counters
-from hamimig.store.files import FileOp, no_faults
+from hamimig.store.files import FileOp, check_usable_dir, no_faults
 from hamimig.store.intents import IntentStore
 from hamimig.store.lock import NodeLock
 from hamimig.store.queue import RemovalQueue
@@ -80,6 +80,18 @@ class Node:
     def counters(self) -> Counters:
         """Lifecycle event counters (`counters.json` in the state directory)."""
         return Counters(self.state_dir)
+
+    def check_dirs(self) -> None:
+        """Refuse (exit 2) a state or CDI directory that hamimig could not write.
+
+        Mutating commands call this before they touch the hardware: finding out at the first
+        write would leave a GI and CI created that can be neither recorded nor handed out. The
+        default paths may have their parents created, as on a fresh node; any other path must
+        have an existing parent, so a typo is an error rather than a new tree.
+        """
+        check_usable_dir(self.state_dir, "state directory", self.state_dir == DEFAULT_STATE_DIR)
+        if self.config().cdi_enabled:
+            check_usable_dir(self.cdi_dir, "CDI directory", self.cdi_dir == DEFAULT_CDI_DIR)
 
     def lock(self) -> NodeLock:
         return NodeLock(self.state_dir, self.lock_timeout)

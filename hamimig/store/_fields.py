@@ -69,12 +69,18 @@ def placement_json(p: Placement) -> dict[str, int]:
     return {"start": p.start, "size": p.size}
 
 
+def _not_json(constant: str) -> Any:
+    # Python's json reads NaN and Infinity; Go's encoding/json refuses the whole file, so HAMi
+    # would not load a record that hamimig would act on.
+    raise RecordError(f"it contains {constant}, which JSON does not allow")
+
+
 def json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = json.loads(data.decode("utf-8"), parse_constant=_not_json)
     except UnicodeDecodeError:
         raise RecordError(f"{what} is not UTF-8") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecordError) as exc:
         raise RecordError(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
         raise RecordError(f"{what} is nested too deeply") from None

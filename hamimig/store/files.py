@@ -96,6 +96,38 @@ def ensure_dir(path: Path, mode: int) -> None:
     _fsync_parent(path)
 
 
+def check_usable_dir(path: Path, what: str, create_parents: bool) -> None:
+    """Refuse (UsageError) a directory hamimig could not write, before anything is changed.
+
+    A command that finds out only at its first write that the directory is a file, a symlink or
+    read-only has by then created a GI and CI it can neither record nor hand out. A missing
+    directory is fine when it can be created: its parent exists and is writable, or, where
+    `create_parents` allows a whole tree (the default paths on a fresh node), the nearest existing
+    ancestor is. A typo'd deep path is refused rather than created.
+    """
+    try:
+        exists = check_dir(path)
+    except UsageError as exc:
+        raise UsageError(f"{what} {exc.message}") from None
+    if exists:
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"{what} {path} is not writable and searchable by uid {os.getuid()}")
+        return
+    parent = path.parent
+    if create_parents:
+        while not os.path.lexists(parent) and parent != parent.parent:
+            parent = parent.parent
+    elif not os.path.lexists(parent):
+        raise UsageError(f"{what} {path} does not exist and neither does its parent {parent}")
+    # The parent may be a symlink (/var/run -> /run); only the directory itself may not.
+    if not os.path.isdir(parent):
+        raise UsageError(f"{what} {path} cannot be created: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{what} {path} does not exist and {parent} is not writable by uid {os.getuid()}"
+        )
+
+
 def _fsync_parent(path: Path) -> None:
     # A new directory entry is durable only once its parent is synced.
     with contextlib.suppress(OSError):

@@ -1,10 +1,16 @@
 """The node lock: one mutating hamimig process at a time.
 
 Two processes planning against the same snapshot would both see a placement free and both
-create, or both reclaim one instance. An advisory `flock` on a file in the state directory
-serialises them; the kernel drops it when the process dies (even by kill -9), so a crash never
-leaves a stale lock behind, unlike a PID file. It does not serialise HAMi's device plugin, which
-does not take it (CONTRACT.md).
+create, or both reclaim one instance. An advisory `flock` serialises them; the kernel drops it
+when the process dies (even by kill -9), so a crash never leaves a stale lock behind, unlike a PID
+file. It does not serialise HAMi's device plugin, which does not take it (CONTRACT.md).
+
+The lock is taken on the state directory itself, not only on a file in it: anyone who can write
+the directory can delete or replace `hamimig.lock`, after which a newcomer would create and lock
+a fresh file while the holder still works under the old one, and both would hand out the same
+Idle instance. The directory cannot be swapped under its own descriptor, and every record lives
+in it. `hamimig.lock` is still locked after the directory, so older hamimig versions, which lock
+only the file, keep excluding us and we them. Neither is ever unlinked.
 """
 
 from __future__ import annotations
@@ -12,17 +18,21 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 from types import TracebackType
 
 from hamimig.errors import BusyError, UsageError
-from hamimig.store.files import ensure_dir
+from hamimig.store.files import check_dir, ensure_dir
 from hamimig.store.records import STATE_DIR_MODE
 
 LOCK_NAME = "hamimig.lock"
 LOCK_MODE = 0o600
 POLL_SECONDS = 0.05
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class NodeLock:
@@ -35,54 +45,89 @@ class NodeLock:
     def __init__(self, directory: Path, timeout: float = 60.0) -> None:
         self.directory = directory
         self.timeout = max(0.0, timeout)
-        self._fd: int | None = None
+        self._fds: list[int] = []
 
     @property
     def path(self) -> Path:
         return self.directory / LOCK_NAME
 
     def acquire(self) -> None:
-        if self._fd is not None:
+        if self._fds:
             raise RuntimeError("NodeLock is not reentrant")
         ensure_dir(self.directory, STATE_DIR_MODE)
-        flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        deadline = time.monotonic() + self.timeout
         try:
-            fd = os.open(self.path, flags, LOCK_MODE)
+            self._fds.append(self._lock_directory(deadline))
+            fd = self._open_file()
+            self._fds.append(fd)
+            self._flock(fd, deadline)
+        except BaseException:
+            self._close_all()
+            raise
+
+    def _lock_directory(self, deadline: float) -> int:
+        """Lock the directory that is at the path now, not one renamed away while we waited."""
+        while True:
+            if not check_dir(self.directory):
+                raise UsageError(f"state directory {self.directory} vanished")
+            try:
+                fd = os.open(self.directory, _DIR_FLAGS)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                    continue  # swapped after check_dir: judge what is there now
+                raise
+            try:
+                self._flock(fd, deadline)
+                if _same_file(os.fstat(fd), self.directory):
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # replaced while we waited: lock the new one instead
+
+    def _open_file(self) -> int:
+        try:
+            fd = os.open(self.path, _FILE_FLAGS, LOCK_MODE)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UsageError(f"lock file {self.path} is a symbolic link") from None
+            if exc.errno == errno.EISDIR:
+                raise UsageError(f"lock file {self.path} is a directory") from None
             raise
-        deadline = time.monotonic() + self.timeout
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise BusyError(
-                            f"another hamimig process holds the node lock {self.path}; "
-                            f"waited {self.timeout:g} s"
-                        ) from None
-                    time.sleep(min(POLL_SECONDS, remaining))
-        except BaseException:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise
-        self._fd = fd
+            raise UsageError(f"lock file {self.path} is not a regular file")
+        return fd
+
+    def _flock(self, fd: int, deadline: float) -> None:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BusyError(
+                        f"another hamimig process holds the node lock {self.path}; "
+                        f"waited {self.timeout:g} s"
+                    ) from None
+                time.sleep(min(POLL_SECONDS, remaining))
+
+    def _close_all(self) -> None:
+        """Unlock and close in reverse order: the file first, the directory last."""
+        while self._fds:
+            fd = self._fds.pop()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
     def release(self) -> None:
-        if self._fd is None:
-            return
-        fd, self._fd = self._fd, None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        self._close_all()
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return bool(self._fds)
 
     def __enter__(self) -> NodeLock:
         self.acquire()
@@ -95,3 +140,11 @@ class NodeLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def _same_file(st: os.stat_result, path: Path) -> bool:
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
