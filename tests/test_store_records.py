@@ -305,3 +305,27 @@ def test_owner_from_json_validates() -> None:
     ):
         with pytest.raises(ValueError):
             Owner.from_json(bad)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("where", ["top", "hamimig", "unknown key"])
+def test_non_json_numbers_make_a_record_unreadable(
+    tmp_path: Path, constant: str, where: str
+) -> None:
+    """Python reads NaN and Infinity; HAMi's Go decoder refuses the whole file, so must we."""
+    doc = hami_doc(MIG, hamimig={"schemaVersion": SCHEMA_VERSION, "state": "Idle"})
+    marker = '"__constant__"'
+    if where == "top":
+        doc["gpuInstanceID"] = "__constant__"
+    elif where == "hamimig":
+        doc["hamimig"]["gpuIndex"] = "__constant__"
+    else:
+        doc["extra"] = {"deep": ["__constant__"]}
+    write_raw(tmp_path, record_name(MIG), json.dumps(doc).replace(marker, constant))
+    good = write_raw(tmp_path, record_name(MIG2), hami_doc(MIG2))
+    records, problems = RecordStore(tmp_path).load()
+    assert list(records) == [MIG2] and good.exists()
+    assert [p.file for p in problems] == [str(tmp_path / record_name(MIG))]
+    assert problems[0].reason == (
+        f"record is not valid JSON: it contains {constant}, which JSON does not allow"
+    )

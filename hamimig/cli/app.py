@@ -178,12 +178,6 @@ def run(argv: list[str]) -> int:
         status = command.main(args=argv, prog_name="hamimig", standalone_mode=False)
     except typer.Exit as done:
         return done.exit_code
-    except BrokenPipeError:
-        # Only the parser's own output (help) is left unguarded: the reader stopped early.
-        from hamimig.cli import render
-
-        render.discard_closed_output()
-        return 0
     except Exception as exc:
         return _failed(exc, fmt)
     return status if isinstance(status, int) else 0

@@ -35,6 +35,13 @@ def locked(timeout: float, action: Callable[[Node], Result]) -> Callable[[Node],
     return run
 
 
+def _mig_uuid(value: str | None) -> str | None:
+    """`--mig-uuid ""` is a mistake (an unset variable), not a lookup that finds nothing."""
+    from hamimig.engine import validate
+
+    return None if value is None else validate.nonempty(value, "--mig-uuid")
+
+
 def allocate(
     ctx: typer.Context,
     pod: Annotated[str, typer.Option(help="The requesting pod, NAMESPACE/NAME.")],
@@ -76,7 +83,7 @@ def release(
 
     def action(node: Node) -> Result:
         parsed = allocation.parse_pod(pod) if pod is not None else None
-        return maintenance.release(node, parsed, mig_uuid)
+        return maintenance.release(node, parsed, _mig_uuid(mig_uuid))
 
     execute(ctx, locked(lock_timeout, action))
 
@@ -101,7 +108,9 @@ def reclaim(
         ctx,
         locked(
             lock_timeout,
-            lambda node: maintenance.reclaim(node, mig_uuid, gpu, placement, all_idle, dry_run),
+            lambda node: maintenance.reclaim(
+                node, _mig_uuid(mig_uuid), gpu, placement, all_idle, dry_run
+            ),
         ),
     )
 
