@@ -191,7 +191,7 @@ def test_forget_refuses_a_record_an_intent_overlaps(cli: Cli) -> None:
     _intent(cli, "pending2", Placement(0, 1))
     ran = cli("forget", uuid)
     assert ran.exit_code == 3
-    assert "intent pending2" in ran.stderr
+    assert "is overlapped by intent pending2" in ran.stderr
     assert _has_record(cli, uuid)
 
 
@@ -269,6 +269,40 @@ def test_other_unreadable_records_do_not_block_forget(cli: Cli) -> None:
     assert cli("forget", uuid).exit_code == 0
     assert not _has_record(cli, uuid)
     assert other.read_text() == "garbage"
+
+
+def test_an_active_record_is_refused_even_when_another_file_claims_its_uuid(cli: Cli) -> None:
+    """The loader refuses both files of a duplicate claim; forget reads its own file directly,
+    so the Active check still applies to it."""
+    uuid = _allocate(cli, "team-a/train-1")
+    record = cli.state_dir / record_name(uuid)
+    (cli.state_dir / "hami-owned-copy.json").write_bytes(record.read_bytes())
+    assert cli("forget", uuid).exit_code == 3
+    assert record.exists()
+
+
+def test_a_symlink_at_the_record_name_is_removed_not_followed(cli: Cli, tmp_path: Path) -> None:
+    uuid = _idle(cli)
+    record = cli.state_dir / record_name(uuid)
+    target = tmp_path / "precious.json"
+    target.write_bytes(record.read_bytes())
+    record.unlink()
+    record.symlink_to(target)
+    ran = cli.json("forget", uuid)
+    assert ran.exit_code == 0, ran.stdout + ran.stderr
+    assert "symbolic link" in ran.json()["forgotten"][0]["unreadable"]
+    assert not record.is_symlink() and target.exists()
+
+
+def test_an_unreadable_queue_refuses_before_anything_changes(cli: Cli) -> None:
+    uuid = _idle(cli)
+    (cli.state_dir / QUEUE_NAME).write_text("[")
+    before = _files(cli.state_dir, cli.cdi_dir)
+    for args in (["--dry-run"], []):
+        ran = cli("forget", uuid, *args)
+        assert ran.exit_code == 5, ran.stderr
+        assert QUEUE_NAME in ran.stderr
+    assert _files(cli.state_dir, cli.cdi_dir) == before
 
 
 def test_an_unreadable_intent_blocks_forgetting_a_record_until_it_is_forgotten(cli: Cli) -> None:

@@ -10,9 +10,10 @@ It deliberately does not verify anything against the hardware, and it does not r
 some other file is unreadable: the named file is often the very one that does not verify. The
 one exception is an unreadable intent when forgetting a record (see `forget_record`).
 
-A record is found by its file name (`record_name(uuid)`), not only by loading it, so a record
-whose content is corrupt (or was written by a newer hamimig) is still dropped by UUID; its state
-cannot be read, so the Active check cannot apply to it, and the result says it was unreadable.
+The record is the file at `record_name(uuid)`, read on its own rather than through the loader,
+so a record whose content is corrupt (or was written by a newer hamimig, or is a symlink) is
+still dropped by UUID. Its state cannot be read, so the Active check cannot apply to it; the
+result says it was unreadable and why.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from hamimig.errors import (
     UnverifiableError,
     UsageError,
 )
+from hamimig.store.files import read_regular
 from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX, Intent, intent_file_name
-from hamimig.store.records import Problem, Record, RecordState
+from hamimig.store.records import Problem, Record, RecordState, decode_record, record_name
 
 _HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
@@ -92,18 +94,22 @@ class _Target:
 
 
 def _find_record(node: Node, mig_uuid: str) -> _Target:
-    records, problems = node.records().load()
-    record = records.get(mig_uuid)
-    if record is not None:
-        return _Target(record, None)
-    path = str(node.records().path_of(mig_uuid))
-    problem = next((p for p in problems if p.file == path), None)
-    if problem is not None:
-        return _Target(None, problem.reason)
+    """The file at the record's name, read on its own: other files (even one claiming the same
+    UUID under another name) neither block nor change what is dropped."""
+    records = node.records()
+    name = record_name(mig_uuid)
+    try:
+        return _Target(decode_record(name, read_regular(records.directory, name)), None)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return _Target(None, f"cannot read: {exc.strerror or exc}")
+    except ValueError as exc:
+        return _Target(None, str(exc))
     queued = "; a removal of its CDI spec is queued: run 'hamimig reconcile'"
     removals, _ = node.queue().load()
     hint = queued if any(r.mig_uuid == mig_uuid for r in removals) else ""
-    raise NotFoundError(f"no hamimig record for {mig_uuid} ({path}){hint}")
+    raise NotFoundError(f"no hamimig record for {mig_uuid} ({records.path_of(mig_uuid)}){hint}")
 
 
 def _refuse_active(mig_uuid: str, record: Record) -> None:
@@ -139,8 +145,9 @@ def _refuse_intents(
     intent = _covering_intent(mig_uuid, record, intents)
     if intent is not None:
         owner = f" for {intent.owner.namespace}/{intent.owner.name}" if intent.owner else ""
+        how = "named" if intent.mig_uuid == mig_uuid else "overlapped"
         raise ConflictError(
-            f"{mig_uuid} is named by intent {intent.id} (an allocation{owner} at "
+            f"{mig_uuid} is {how} by intent {intent.id} (an allocation{owner} at "
             f"{intent.placement} that did not finish): run 'hamimig recover', or forget the "
             f"intent first ('hamimig forget --intent {intent.id}'); nothing was changed"
         )
@@ -173,6 +180,14 @@ def forget_record(node: Node, mig_uuid: str, dry_run: bool) -> Forgotten:
     records = node.records()
     cdi = node.cdi()
     has_spec = cdi is not None and cdi.exists(mig_uuid)
+    if has_spec:
+        _, queue_problems = node.queue().load()
+        if queue_problems:  # checked before a dry run says yes: queueing is the first step
+            bad = queue_problems[0]
+            raise UnverifiableError(
+                f"cannot queue the removal of the CDI spec of {mig_uuid}: {bad.file}: "
+                f"{bad.reason}; nothing was changed"
+            )
     item = Forgotten(
         mig_uuid=mig_uuid,
         record=str(records.path_of(mig_uuid)),
