@@ -128,25 +128,28 @@ def test_demo_crash_step_runs_this_hamimig_not_one_in_the_current_directory(
     assert "exit status 137" in crash["outcome"]
 
 
-def _no_op(*_: object, **__: object) -> str:
+def _no_op(*_: object, **__: object) -> str | None:
     return "reclaimed 1"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("name", "step"),
+    ("target", "step"),
     [
-        ("sim_fault_add", "9 (Crash mid-allocation)"),  # the process does not crash
-        ("sim_busy", "7 (NVML failure -> Error)"),  # the reclaim succeeds instead
-        ("_reclaim", "6 (Active is protected)"),  # as if an Active instance were reclaimed
+        ("demo.sim_fault_add", "9 (Crash mid-allocation)"),  # the process does not crash
+        ("demo.sim_busy", "7 (NVML failure -> Error)"),  # the reclaim succeeds instead
+        ("demo._reclaim", "6 (Active is protected)"),  # as if an Active instance were reclaimed
+        # the instance is destroyed but its CDI spec stays behind
+        ("executor.remove_cdi_after_destroy", "8 (reconcile clears it)"),
     ],
 )
 def test_a_step_that_does_not_go_as_narrated_fails_the_demo(
-    monkeypatch: pytest.MonkeyPatch, name: str, step: str
+    monkeypatch: pytest.MonkeyPatch, target: str, step: str
 ) -> None:
-    from hamimig.engine import demo
+    from hamimig.engine import demo, executor
 
-    monkeypatch.setattr(demo, name, _no_op)
+    module, name = target.split(".")
+    monkeypatch.setattr({"demo": demo, "executor": executor}[module], name, _no_op)
 
     result = CliRunner().invoke(app, ["demo"])
 

@@ -164,12 +164,18 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         command: str,
         action: Callable[[], str],
         expect_exit: int = 0,
+        after: Callable[[], None] | None = None,
     ) -> DemoStep:
+        """`after` checks durable state the narration promises, whatever the action raised."""
         nonlocal number
         number += 1
         exit_code = 0
         try:
-            outcome = action()
+            try:
+                outcome = action()
+            finally:
+                if after is not None:
+                    after()
         except _Unexpected as why:
             failed = f"demo step {number} ({title}) did not go as narrated: {why}"
             raise DemoFailed(failed) from None
@@ -313,6 +319,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "sim busy --mig-uuid MIG-... && reclaim --mig-uuid MIG-...",
         make_error,
         expect_exit=4,
+        after=lambda: _expect_error_kept(node, error_target.get("uuid")),
     )
 
     def clear_error() -> str:
@@ -334,6 +341,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "time it succeeds, and only then is the CDI spec removed.",
         "reconcile",
         clear_error,
+        after=lambda: _expect_spec_gone(node, error_target["uuid"]),
     )
 
     def crash() -> str:
@@ -414,6 +422,21 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "recover --pods pods.json   # team-b/infer-1 and team-d/big-1 are Running",
         recover,
     )
+
+
+def _expect_error_kept(node: Node, uuid: str | None) -> None:
+    if uuid is None:
+        return  # the allocation before it failed: the exit code check reports that
+    record = node.records().load()[0].get(uuid)
+    state = None if record is None else record.state.value
+    _expect(state == "Error", f"{uuid} is {state or 'without a record'}, not Error")
+    cdi = node.cdi()
+    _expect(cdi is None or cdi.exists(uuid), f"the CDI spec of {uuid} is gone")
+
+
+def _expect_spec_gone(node: Node, uuid: str) -> None:
+    cdi = node.cdi()
+    _expect(cdi is None or not cdi.exists(uuid), f"the CDI spec of destroyed {uuid} is still there")
 
 
 def _reclaim(node: Node, uuid: str) -> str:
