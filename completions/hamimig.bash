@@ -2,22 +2,23 @@
 _hamimig() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" w i
-    case "$prev" in --action|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;; esac
+    case "$prev" in --action|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--intent|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;; esac
     for ((i=1; i<COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         case "$path:$w" in
-            ":adopt"|":allocate"|":config"|":demo"|":doctor"|":list"|":metrics"|":profiles"|":reclaim"|":reconcile"|":recover"|":release"|":show"|":sim"|"config:show"|"sim fault:add"|"sim fault:clear"|"sim:busy"|"sim:create"|"sim:fault"|"sim:init"|"sim:mig-mode"|"sim:reset"|"sim:show") path="${path:+$path }$w";;
+            ":adopt"|":allocate"|":config"|":demo"|":doctor"|":forget"|":list"|":metrics"|":profiles"|":reclaim"|":reconcile"|":recover"|":release"|":show"|":sim"|"config:show"|"sim fault:add"|"sim fault:clear"|"sim:busy"|"sim:create"|"sim:fault"|"sim:init"|"sim:mig-mode"|"sim:reset"|"sim:show") path="${path:+$path }$w";;
         esac
     done
     local words
     case "$path" in
-        "") words="--state-dir --cdi-dir --config --sim --node --output -o --version -h --help adopt allocate config demo doctor list metrics profiles reclaim reconcile recover release show sim";;
+        "") words="--state-dir --cdi-dir --config --sim --node --output -o --version -h --help adopt allocate config demo doctor forget list metrics profiles reclaim reconcile recover release show sim";;
         "adopt") words="--pods --kube --assume-no-pods --gpu --exclusive-owner --dry-run --lock-timeout -h --help";;
         "allocate") words="--pod --gpu --profile --placement --pod-uid --container-index --device-index --lock-timeout -h --help";;
         "config") words="-h --help show";;
         "config show") words="-h --help";;
         "demo") words="--step --keep -h --help";;
         "doctor") words="-h --help";;
+        "forget") words="--intent --dry-run --lock-timeout -h --help";;
         "list") words="--gpu --state -h --help";;
         "metrics") words="--textfile -h --help";;
         "profiles") words="--gpu -h --help";;

@@ -9,13 +9,14 @@ function __hamimig_path
     end
     string join ' ' $path
 end
-set -g __hamimig_commands 'adopt' 'allocate' 'config' 'config show' 'demo' 'doctor' 'list' 'metrics' 'profiles' 'reclaim' 'reconcile' 'recover' 'release' 'show' 'sim' 'sim busy' 'sim create' 'sim fault' 'sim fault add' 'sim fault clear' 'sim init' 'sim mig-mode' 'sim reset' 'sim show'
+set -g __hamimig_commands 'adopt' 'allocate' 'config' 'config show' 'demo' 'doctor' 'forget' 'list' 'metrics' 'profiles' 'reclaim' 'reconcile' 'recover' 'release' 'show' 'sim' 'sim busy' 'sim create' 'sim fault' 'sim fault add' 'sim fault clear' 'sim init' 'sim mig-mode' 'sim reset' 'sim show'
 complete -c hamimig -f
 complete -c hamimig -n "test (__hamimig_path) = ''" -a adopt -d 'Claim unmarked complete GI/CI pairs as Idle (needs the adoption opt-in).'
 complete -c hamimig -n "test (__hamimig_path) = ''" -a allocate -d 'Reuse an exact Idle match, else reclaim only the Idle instances in the way and create.'
 complete -c hamimig -n "test (__hamimig_path) = ''" -a config -d 'Inspect the configuration.'
 complete -c hamimig -n "test (__hamimig_path) = ''" -a demo -d 'Run the whole lifecycle on a temporary simulated H100 node and narrate it.'
 complete -c hamimig -n "test (__hamimig_path) = ''" -a doctor -d 'Check NVML, MIG modes, the state and CDI directories, records, specs and queues.'
+complete -c hamimig -n "test (__hamimig_path) = ''" -a forget -d 'Drop one record and its CDI spec, or one intent, when recovery refuses; the hardware is untouched (a live instance then shows as Unmanaged and recover preserves it).'
 complete -c hamimig -n "test (__hamimig_path) = ''" -a list -d 'Every MIG instance on the node: records joined with the live layout.'
 complete -c hamimig -n "test (__hamimig_path) = ''" -a metrics -d 'Prometheus metrics: HAMi-compatible instance info, instances per GPU and state, and lifecycle counters (creations, reuses, reclaims, failures) kept in the state directory.'
 complete -c hamimig -n "test (__hamimig_path) = ''" -a profiles -d 'GI profiles and legal placements per GPU (like nvidia-smi mig -lgip -lgipp).'
@@ -57,6 +58,10 @@ complete -c hamimig -n "test (__hamimig_path) = 'demo'" -l step -d 'Wait for Ent
 complete -c hamimig -n "test (__hamimig_path) = 'demo'" -l keep -r -d 'Build the demo node in this (empty) directory and keep it.'
 complete -c hamimig -n "test (__hamimig_path) = 'demo'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "test (__hamimig_path) = 'doctor'" -s h -l help -d 'Show the help and exit.'
+complete -c hamimig -n "test (__hamimig_path) = 'forget'" -l intent -r -d 'Drop the intent <state-dir>/intent-ID.json.'
+complete -c hamimig -n "test (__hamimig_path) = 'forget'" -l dry-run -d 'Print the plan; change nothing.'
+complete -c hamimig -n "test (__hamimig_path) = 'forget'" -l lock-timeout -r -d 'How long to wait for the node lock (exit 7).'
+complete -c hamimig -n "test (__hamimig_path) = 'forget'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "test (__hamimig_path) = 'list'" -l gpu -r -d 'Only this GPU: NVML index or GPU UUID.'
 complete -c hamimig -n "test (__hamimig_path) = 'list'" -l state -r -d 'Only instances in this state (Active, Idle, Unmanaged, ...).'
 complete -c hamimig -n "test (__hamimig_path) = 'list'" -s h -l help -d 'Show the help and exit.'

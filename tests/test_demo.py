@@ -76,3 +76,86 @@ def test_demo_narrates_and_waits_between_steps() -> None:
     for title in ("Exact reuse", "Placement pressure", "recover rolls it back"):
         assert title in result.stdout
     assert "10 steps" in result.stdout
+
+
+@pytest.mark.parametrize("kind", ["non-empty", "file", "symlink"])
+def test_demo_keep_must_be_absent_or_an_empty_directory(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "keep"
+    if kind == "non-empty":
+        target.mkdir()
+        (target / "notes.txt").write_text("mine")
+    elif kind == "file":
+        target.write_text("mine")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        target.symlink_to(tmp_path / "elsewhere")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+
+    result = CliRunner().invoke(app, ["demo", "--keep", str(target)])
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"hamimig: error: --keep {target}: ")
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stdout == ""
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    if kind != "symlink":
+        assert (target / "notes.txt" if kind == "non-empty" else target).read_text() == "mine"
+
+
+def test_demo_keep_refusal_is_one_json_object(tmp_path: Path) -> None:
+    (tmp_path / "x").write_text("")
+    result = CliRunner().invoke(app, ["-o", "json", "demo", "--keep", str(tmp_path)])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"]["code"] == "usage"
+
+
+@pytest.mark.slow
+def test_demo_crash_step_runs_this_hamimig_not_one_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python -m hamimig` from a folder holding a `hamimig/` package would run that package."""
+    fake = tmp_path / "hamimig"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("print('not the real hamimig')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+
+    result = CliRunner().invoke(app, ["-o", "json", "demo"])
+
+    assert result.exit_code == 0, result.stdout + result.stderr
+    crash = _steps(json.loads(result.stdout))["Crash mid-allocation"]
+    assert "exit status 137" in crash["outcome"]
+
+
+def _no_op(*_: object, **__: object) -> str | None:
+    return "reclaimed 1"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("target", "step"),
+    [
+        ("demo.sim_fault_add", "9 (Crash mid-allocation)"),  # the process does not crash
+        ("demo.sim_busy", "7 (NVML failure -> Error)"),  # the reclaim succeeds instead
+        ("demo._reclaim", "6 (Active is protected)"),  # as if an Active instance were reclaimed
+        # the instance is destroyed but its CDI spec stays behind
+        ("executor.remove_cdi_after_destroy", "8 (reconcile clears it)"),
+    ],
+)
+def test_a_step_that_does_not_go_as_narrated_fails_the_demo(
+    monkeypatch: pytest.MonkeyPatch, target: str, step: str
+) -> None:
+    from hamimig.engine import demo, executor
+
+    module, name = target.split(".")
+    monkeypatch.setattr({"demo": demo, "executor": executor}[module], name, _no_op)
+
+    result = CliRunner().invoke(app, ["demo"])
+
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"hamimig: error: demo step {step} did not go as narrated")
+    assert len(result.stderr.splitlines()) == 1
+    title = step.split(" ", 1)[1].strip("()")
+    assert title not in result.stdout  # never narrated
+    assert "steps," not in result.stdout  # no summary either

@@ -15,6 +15,7 @@ from hamimig.cli import (
     config_cmd,
     demo_cmd,
     doctor_cmd,
+    forget_cmd,
     inventory_cmd,
     lifecycle_cmd,
     metrics_cmd,
@@ -147,6 +148,7 @@ recovery_cmd.register(app)
 doctor_cmd.register(app)
 metrics_cmd.register(app)
 demo_cmd.register(app)
+forget_cmd.register(app)
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(config_cmd.app, name="config")
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hamimig.cli.context import globals_of
+from hamimig.errors import HamimigError
 
 if TYPE_CHECKING:
     from hamimig.engine.demo import DemoStep
@@ -24,7 +25,7 @@ def demo(
 ) -> None:
     """Run the whole lifecycle on a temporary simulated H100 node and narrate it."""
     from hamimig.cli import render
-    from hamimig.engine.demo import transcript
+    from hamimig.engine.demo import prepare_keep, transcript
 
     output = globals_of(ctx).output
     narrate = output == "table"
@@ -35,12 +36,16 @@ def demo(
             if step:
                 render.wait_for_enter()
 
-    if keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        result = transcript(keep, show)
-    else:
-        with tempfile.TemporaryDirectory(prefix="hamimig-demo-") as tmp:
-            result = transcript(Path(tmp), show)
+    try:
+        if keep is not None:
+            prepare_keep(keep)
+            result = transcript(keep, show)
+        else:
+            with tempfile.TemporaryDirectory(prefix="hamimig-demo-") as tmp:
+                result = transcript(Path(tmp), show)
+    except HamimigError as err:
+        render.error(err, output)
+        raise typer.Exit(err.exit_code) from None
     if narrate:
         render.demo_summary(result)
     else:

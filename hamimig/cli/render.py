@@ -152,6 +152,8 @@ def emit(result: Result, fmt: str) -> None:
         _doctor(console, result)
     elif result.kind == "Config":  # by kind: its module loads only for `config show`
         _config(console, cast("ConfigView", result))
+    elif result.kind == "Forget":
+        _forget(console, result)
     else:  # a result without a table of its own still shows everything it has
         console.print_json(json.dumps(result.to_json()))
 
@@ -498,3 +500,24 @@ def _escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(text)
+
+
+def _forget(console: Console, result: Result) -> None:
+    """One short line per dropped file (the JSON has the paths)."""
+    from hamimig.engine.views import Forget
+
+    assert isinstance(result, Forget)
+    verb = "would forget" if result.dry_run else "forgot"
+    for item in result.forgotten:
+        if item.intent is not None:
+            line = f"{verb} intent {item.intent}"
+        else:
+            files = "record and CDI spec" if item.cdi_spec else "record"
+            line = f"{verb} {item.mig_uuid} ({item.state or 'unreadable'}): its {files}"
+        if item.unreadable:
+            line += f" [yellow](unreadable: {_escape(item.unreadable)})[/]"
+        console.print(line)
+        if item.note:
+            console.print(f"[yellow]note:[/] {_escape(item.note)}")
+    if not result.dry_run:
+        console.print("the hardware was not touched: see 'hamimig list'")

@@ -3,6 +3,10 @@
 Each step runs the real engine (and, for the crash, a real `hamimig` process killed by an
 injected fault) and reports what happened with the NVML calls it cost, so the transcript shows
 the point of the lifecycle: reuse makes no creations at all.
+
+Every step checks that it ended the way its narration says before the narration is shown: a
+demo that narrated success over a failed step would teach the wrong lifecycle, so a step that
+goes otherwise stops the demo with `DemoFailed`, naming the step.
 """
 
 from __future__ import annotations
@@ -20,13 +24,65 @@ from hamimig.engine.inventory import list_instances
 from hamimig.engine.node import Node
 from hamimig.engine.simulator import sim_busy, sim_fault_add, sim_init
 from hamimig.engine.views import InstanceView, Json
-from hamimig.errors import HamimigError
+from hamimig.errors import HamimigError, UsageError
 from hamimig.hw.sim_state import SimStore
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
 
 MODEL = "H100-SXM5-80GB"
 _NOT_COUNTED = ("nvmlInit", "nvmlShutdown")
+CRASH_EXIT_STATUS = 137
+
+
+class DemoFailed(HamimigError):
+    """A step did not end the way the demo narrates it (hamimig misbehaves here: exit 1)."""
+
+    code = "demo-failed"
+
+
+class _Unexpected(Exception):
+    """Raised inside a step's action; `step` turns it into `DemoFailed` naming the step."""
+
+
+def _expect(condition: bool, why: str) -> None:
+    if not condition:
+        raise _Unexpected(why)
+
+
+def prepare_keep(path: Path) -> None:
+    """`--keep DIR` must be absent or an empty directory: the demo never writes among (or over)
+    someone's files. Checked before anything is written; creates DIR when absent."""
+    if path.is_symlink():
+        raise UsageError(f"--keep {path}: is a symbolic link; give an absent or empty directory")
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"--keep {path}: not a directory; give an absent or empty directory")
+        if any(path.iterdir()):
+            raise UsageError(f"--keep {path}: directory is not empty; give an absent or empty one")
+        return
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise UsageError(f"--keep {path}: cannot create it: {exc.strerror or exc}") from None
+
+
+def hamimig_command() -> list[str]:
+    """A command line that runs this very hamimig in a fresh interpreter.
+
+    `python -m hamimig` would run whatever `hamimig/` sits in the current directory. `-I`
+    (isolated mode) drops the current directory, PYTHON* variables and the user site; the
+    directory this package was imported from is then put first only long enough to import the
+    package itself, so the child runs the same code as this process whether it is installed,
+    installed editable or run from a checkout on PYTHONPATH.
+    """
+    import hamimig
+
+    root = str(Path(hamimig.__file__).resolve().parent.parent)
+    bootstrap = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import hamimig; del sys.path[0]; "
+        "from hamimig.cli.app import main; main()"
+    )
+    return [sys.executable, "-I", "-c", bootstrap, root]
 
 
 @dataclass(frozen=True)
@@ -102,16 +158,36 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     base = f"hamimig --sim {sim} --state-dir {node.state_dir} --cdi-dir {node.cdi_dir}"
     number = 0
 
-    def step(title: str, narration: str, command: str, action: Callable[[], str]) -> DemoStep:
+    def step(
+        title: str,
+        narration: str,
+        command: str,
+        action: Callable[[], str],
+        expect_exit: int = 0,
+        after: Callable[[], None] | None = None,
+    ) -> DemoStep:
+        """`after` checks durable state the narration promises, whatever the action raised."""
         nonlocal number
         number += 1
         exit_code = 0
         try:
-            outcome = action()
+            try:
+                outcome = action()
+            finally:
+                if after is not None:
+                    after()
+        except _Unexpected as why:
+            failed = f"demo step {number} ({title}) did not go as narrated: {why}"
+            raise DemoFailed(failed) from None
         except HamimigError as err:
             outcome, exit_code = err.message, err.exit_code
         finally:
             node.close()
+        if exit_code != expect_exit:
+            raise DemoFailed(
+                f"demo step {number} ({title}) did not go as narrated: expected exit "
+                f"{expect_exit}, got {exit_code}: {outcome}"
+            )
         calls, creations, destructions = counter.delta()
         shown = list_instances(node).instances
         node.close()
@@ -129,11 +205,12 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             shown,
         )
 
-    def alloc(pod: str, profile: str, placement: str) -> str:
+    def alloc(pod: str, profile: str, placement: str, how_expected: str = "created") -> str:
         request = allocation.make_request(pod, None, 0, 0, "0", profile, placement)
         result = allocation.allocate(node, request)
         how = "created" if result.created else ("reused" if result.reused else "already held")
         extra = f"; reclaimed {', '.join(result.reclaimed)}" if result.reclaimed else ""
+        _expect(how == how_expected, f"the allocation for {pod} was {how}, not {how_expected}")
         return f"{how} {result.instance.mig_uuid} ({profile} at {result.instance.placement}){extra}"
 
     first: dict[str, str] = {}
@@ -151,31 +228,54 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "allocate --pod team-a/train-1 --gpu 0 --profile 1g.10gb --placement 0",
         allocate_first,
     )
+
+    def release_first() -> str:
+        released = maintenance.release(node, ("team-a", "train-1"), None).released
+        _expect(
+            [(i.mig_uuid, i.state.value) for i in released] == [(first["uuid"], "Idle")],
+            f"the release returned {[(i.mig_uuid, i.state.value) for i in released]}",
+        )
+        return f"released {first['uuid']} (now Idle)"
+
     yield step(
         "Release to Idle",
         "The pod finishes. A confirmed release keeps the GI/CI and its CDI spec: the instance "
         "is Idle, cached for the next matching request. No NVML mutation.",
         "release --pod team-a/train-1",
-        lambda: (
-            f"released {first['uuid']} (now Idle)"
-            if maintenance.release(node, ("team-a", "train-1"), None).released
-            else "nothing released"
-        ),
+        release_first,
     )
+
+    def reuse() -> str:
+        text = alloc("team-b/infer-1", "1g.10gb", "0", how_expected="reused")
+        _expect(text.split()[1] == first["uuid"], f"reused {text.split()[1]}, not {first['uuid']}")
+        return text
+
     yield step(
         "Exact reuse",
         "Another pod asks for the same GPU, profile and placement. hamimig verifies the Idle "
         "instance directly by its MIG UUID (no scan of the node) and hands it out: same MIG "
         "UUID, zero creations.",
         "allocate --pod team-b/infer-1 --gpu 0 --profile 1g.10gb --placement 0",
-        lambda: alloc("team-b/infer-1", "1g.10gb", "0"),
+        reuse,
     )
+
+    idle_at: dict[int, str] = {}
 
     def two_idle() -> str:
         made = [alloc("team-c/etl-1", "1g.10gb", "2"), alloc("team-c/etl-2", "1g.10gb", "4")]
+        idle_at.update({2: made[0].split()[1], 4: made[1].split()[1]})
         released = maintenance.release(node, ("team-c", "etl-1"), None).released
         released += maintenance.release(node, ("team-c", "etl-2"), None).released
+        _expect(len(released) == 2, f"released {len(released)} instances, not 2")
         return "; ".join(made) + f"; released {len(released)} (now Idle)"
+
+    def pressure() -> str:
+        text = alloc("team-d/big-1", "2g.20gb", "2")
+        _expect(
+            text.endswith(f"; reclaimed {idle_at[2]}"),
+            f"expected to reclaim exactly {idle_at[2]}: {text}",
+        )
+        return text
 
     yield step(
         "Two Idle instances",
@@ -190,7 +290,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "way: hamimig destroys only that one, then creates the new layout. The Idle instance at "
         "slice 4 stays cached.",
         "allocate --pod team-d/big-1 --gpu 0 --profile 2g.20gb --placement 2",
-        lambda: alloc("team-d/big-1", "2g.20gb", "2"),
+        pressure,
     )
     yield step(
         "Active is protected",
@@ -198,6 +298,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "are never reclaimed: exit 3, nothing changed.",
         f"reclaim --mig-uuid {first['uuid']}",
         lambda: _reclaim(node, first["uuid"]),
+        expect_exit=3,
     )
 
     error_target: dict[str, str] = {}
@@ -217,12 +318,22 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "hand it out again.",
         "sim busy --mig-uuid MIG-... && reclaim --mig-uuid MIG-...",
         make_error,
+        expect_exit=4,
+        after=lambda: _expect_error_kept(node, error_target.get("uuid")),
     )
 
     def clear_error() -> str:
         sim_busy(sim, error_target["uuid"], gi_only=False, clear=True)
         report = maintenance.reconcile(node)
-        return "; ".join(f"{a.action} {a.mig_uuid}: {a.reason}" for a in report.actions)
+        text = "; ".join(f"{a.action} {a.mig_uuid}: {a.reason}" for a in report.actions)
+        destroyed = [
+            a for a in report.actions if a.action == "retry-destroy" and "; destroyed" in a.reason
+        ]
+        _expect(
+            report.exit_code == 0 and [a.mig_uuid for a in destroyed] == [error_target["uuid"]],
+            f"reconcile did not destroy {error_target['uuid']}: {text or 'nothing to do'}",
+        )
+        return text
 
     yield step(
         "reconcile clears it",
@@ -230,15 +341,14 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "time it succeeds, and only then is the CDI spec removed.",
         "reconcile",
         clear_error,
+        after=lambda: _expect_spec_gone(node, error_target["uuid"]),
     )
 
     def crash() -> str:
         sim_fault_add(sim, "nvmlGpuInstanceCreateComputeInstance", None, "crash-before", 1, 0, None)
         done = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "hamimig",
+                *hamimig_command(),
                 "--sim",
                 str(sim),
                 "--state-dir",
@@ -261,6 +371,14 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             text=True,
             check=False,
         )
+        last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:]
+        _expect(
+            done.returncode == CRASH_EXIT_STATUS,
+            f"the allocating process exited {done.returncode}, not {CRASH_EXIT_STATUS}"
+            + (f" ({last[0]})" if last else ""),
+        )
+        left = [i for i in node.intents().load()[0] if i.placement.start == 5]
+        _expect(len(left) == 1, "the crashed allocation left no intent on disk")
         return (
             f"the allocating process died with exit status {done.returncode} after creating "
             "the GPU instance; its intent is on disk"
@@ -282,7 +400,18 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         )
         pods = PodSnapshot(pods=running, source="the demo's pod list")
         report = recovery.recover(node, pods, adopt=False, dry_run=False)
-        return "; ".join(f"{a.action}: {a.reason}" for a in report.actions)
+        text = "; ".join(f"{a.action}: {a.reason}" for a in report.actions)
+        rolled = [a for a in report.actions if a.action == "rollback-intent"]
+        _expect(
+            report.exit_code == 0 and len(rolled) == 1 and not node.intents().load()[0],
+            f"recovery did not roll back the interrupted allocation: {text or 'nothing to do'}",
+        )
+        states = {r.placement.start: r.state.value for r in node.records().load()[0].values()}
+        _expect(
+            states == {0: "Active", 2: "Active", 4: "Idle"},
+            f"after recovery the records are {states}, not Active at 0 and 2, Idle at 4",
+        )
+        return text
 
     yield step(
         "recover rolls it back",
@@ -293,6 +422,21 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "recover --pods pods.json   # team-b/infer-1 and team-d/big-1 are Running",
         recover,
     )
+
+
+def _expect_error_kept(node: Node, uuid: str | None) -> None:
+    if uuid is None:
+        return  # the allocation before it failed: the exit code check reports that
+    record = node.records().load()[0].get(uuid)
+    state = None if record is None else record.state.value
+    _expect(state == "Error", f"{uuid} is {state or 'without a record'}, not Error")
+    cdi = node.cdi()
+    _expect(cdi is None or cdi.exists(uuid), f"the CDI spec of {uuid} is gone")
+
+
+def _expect_spec_gone(node: Node, uuid: str) -> None:
+    cdi = node.cdi()
+    _expect(cdi is None or not cdi.exists(uuid), f"the CDI spec of destroyed {uuid} is still there")
 
 
 def _reclaim(node: Node, uuid: str) -> str:

@@ -398,3 +398,49 @@ class Metrics:
         if self.warnings:
             out["warnings"] = [w.to_json() for w in self.warnings]
         return out
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """One thing `forget` dropped (or would drop): a record with its CDI spec, or an intent.
+
+    `unreadable` says why the file could not be decoded (it is dropped by name all the same);
+    `state` is the record's state when it could be read.
+    """
+
+    mig_uuid: str | None = None
+    intent: str | None = None
+    record: str | None = None
+    cdi_spec: str | None = None
+    intent_file: str | None = None
+    state: str | None = None
+    unreadable: str | None = None
+    note: str | None = None
+
+    def to_json(self) -> Json:
+        out: Json = (
+            {"intent": self.intent, "intentFile": self.intent_file}
+            if self.intent is not None
+            else {"migUUID": self.mig_uuid, "state": self.state}
+        )
+        out.update({"record": self.record, "cdiSpec": self.cdi_spec})
+        out["unreadable"] = self.unreadable
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(frozen=True)
+class Forget:
+    """`forget`: ownership dropped, hardware untouched (a live instance becomes Unmanaged)."""
+
+    kind: ClassVar[str] = "Forget"
+    dry_run: bool
+    forgotten: tuple[Forgotten, ...]
+
+    def to_json(self) -> Json:
+        return {
+            "kind": self.kind,
+            "dryRun": self.dry_run,
+            "forgotten": [f.to_json() for f in self.forgotten],
+        }

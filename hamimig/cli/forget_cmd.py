@@ -1,0 +1,41 @@
+"""`forget`: drop one ownership record (with its CDI spec) or one intent, hardware untouched."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hamimig.cli.context import execute
+from hamimig.cli.lifecycle_cmd import DryRun, LockTimeout, locked
+
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.views import Result
+
+
+def forget(
+    ctx: typer.Context,
+    mig_uuid: Annotated[
+        str | None,
+        typer.Argument(metavar="MIG_UUID", help="The instance whose record to drop."),
+    ] = None,
+    intent: Annotated[
+        str | None,
+        typer.Option("--intent", metavar="ID", help="Drop the intent <state-dir>/intent-ID.json."),
+    ] = None,
+    dry_run: DryRun = False,
+    lock_timeout: LockTimeout = 60.0,
+) -> None:
+    """Drop one record and its CDI spec, or one intent, when recovery refuses; the hardware is
+    untouched (a live instance then shows as Unmanaged and recover preserves it)."""
+    from hamimig.engine import forget as forgetting
+
+    def action(node: Node) -> Result:
+        return forgetting.forget(node, mig_uuid, intent, dry_run)
+
+    execute(ctx, locked(lock_timeout, action))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("forget")(forget)

@@ -1,0 +1,258 @@
+"""`forget`: the supported way out when recovery refuses (exit 5) because of one file.
+
+Recovery fails closed: a record that does not match the hardware, a corrupt record or a leftover
+intent stops it, and before this command the only way on was to edit the state directory by
+hand. `forget` drops exactly one ownership record (with its CDI spec) or one intent and never
+touches the hardware, so a live instance whose record is forgotten becomes Unmanaged, which
+`list` shows and `recover` preserves.
+
+It deliberately does not verify anything against the hardware, and it does not refuse because
+some other file is unreadable: the named file is often the very one that does not verify. The
+one exception is an unreadable intent when forgetting a record (see `forget_record`).
+
+The record is the file at `record_name(uuid)`, read on its own rather than through the loader,
+so a record whose content is corrupt (or was written by a newer hamimig, or is a symlink) is
+still dropped by UUID. Its state cannot be read, so the Active check cannot apply to it; the
+result says it was unreadable and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hamimig.engine.node import Node
+from hamimig.engine.views import Forget, Forgotten
+from hamimig.errors import (
+    ConflictError,
+    HardwareError,
+    NotFoundError,
+    UnverifiableError,
+    UsageError,
+)
+from hamimig.store.files import read_regular
+from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX, Intent, intent_file_name
+from hamimig.store.records import Problem, Record, RecordState, decode_record, record_name
+
+_HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+# The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
+# still hold), matched whole: the UUID becomes part of the file names this command removes.
+_MIG_UUID = re.compile(rf"MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/\d{{1,3}}/\d{{1,3}})")
+
+PENDING_REASON = "forgotten: the spec is removed right after its record"
+"""What the CDI removal queue says while a forget is under way (a crash leaves it for reconcile)."""
+
+
+def parse_mig_uuid(text: str) -> str:
+    if not _MIG_UUID.fullmatch(text):
+        raise UsageError(
+            f"invalid MIG UUID {text!r}: use MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
+            "as nvidia-smi -L prints it"
+        )
+    return text
+
+
+def parse_intent_id(text: str) -> str:
+    try:
+        intent_file_name(text)
+    except ValueError:
+        raise UsageError(
+            f"invalid intent ID {text!r}: use the part between 'intent-' and '.json' of its "
+            "file name (letters, digits, '_' and '-', at most 64)"
+        ) from None
+    return text
+
+
+def forget(node: Node, mig_uuid: str | None, intent_id: str | None, dry_run: bool) -> Forget:
+    """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
+    if (mig_uuid is None) == (intent_id is None):
+        raise UsageError("say what to forget: MIG_UUID or --intent ID (exactly one)")
+    if mig_uuid is not None:
+        uuid = parse_mig_uuid(mig_uuid)
+        with node.lock():
+            item = forget_record(node, uuid, dry_run)
+    else:
+        assert intent_id is not None
+        ident = parse_intent_id(intent_id)
+        with node.lock():
+            item = forget_intent(node, ident, dry_run)
+    return Forget(dry_run=dry_run, forgotten=(item,))
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The record file to drop: decoded when it can be, else the reason it cannot."""
+
+    record: Record | None
+    unreadable: str | None
+
+
+def _find_record(node: Node, mig_uuid: str) -> _Target:
+    """The file at the record's name, read on its own: other files (even one claiming the same
+    UUID under another name) neither block nor change what is dropped."""
+    records = node.records()
+    name = record_name(mig_uuid)
+    try:
+        return _Target(decode_record(name, read_regular(records.directory, name)), None)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return _Target(None, f"cannot read: {exc.strerror or exc}")
+    except ValueError as exc:
+        return _Target(None, str(exc))
+    queued = "; a removal of its CDI spec is queued: run 'hamimig reconcile'"
+    removals, _ = node.queue().load()
+    hint = queued if any(r.mig_uuid == mig_uuid for r in removals) else ""
+    raise NotFoundError(f"no hamimig record for {mig_uuid} ({records.path_of(mig_uuid)}){hint}")
+
+
+def _refuse_active(mig_uuid: str, record: Record) -> None:
+    if record.managed and record.state is RecordState.ACTIVE:
+        held = f" (held by {record.owner.namespace}/{record.owner.name})" if record.owner else ""
+        raise ConflictError(
+            f"{mig_uuid} is Active{held}: release it first ('hamimig release --mig-uuid "
+            f"{mig_uuid}'); nothing was changed"
+        )
+
+
+def _covering_intent(mig_uuid: str, record: Record | None, intents: list[Intent]) -> Intent | None:
+    """An intent whose rollback could take this instance for its own once the record is gone:
+    one naming the UUID, or one on the same GPU overlapping the recorded placement."""
+    for intent in intents:
+        if intent.mig_uuid == mig_uuid:
+            return intent
+        if (
+            record is not None
+            and intent.gpu_uuid == record.gpu_uuid
+            and intent.placement.overlaps(record.placement)
+        ):
+            return intent
+    return None
+
+
+def _refuse_intents(
+    mig_uuid: str, record: Record | None, intents: list[Intent], bad: list[Problem]
+) -> None:
+    """Forgetting a record that an intent covers would let `recover` roll the intent back by
+    destroying a live instance that no record protects any more; an unreadable intent might be
+    such an intent, so it is refused too until that intent is forgotten first."""
+    intent = _covering_intent(mig_uuid, record, intents)
+    if intent is not None:
+        owner = f" for {intent.owner.namespace}/{intent.owner.name}" if intent.owner else ""
+        how = "named" if intent.mig_uuid == mig_uuid else "overlapped"
+        raise ConflictError(
+            f"{mig_uuid} is {how} by intent {intent.id} (an allocation{owner} at "
+            f"{intent.placement} that did not finish): run 'hamimig recover', or forget the "
+            f"intent first ('hamimig forget --intent {intent.id}'); nothing was changed"
+        )
+    if bad:
+        first = bad[0]
+        raise UnverifiableError(
+            f"cannot read intent {first.file} ({first.reason}), which may name {mig_uuid}: "
+            f"forget it first ('hamimig forget --intent {_intent_id_of(first.file)}'); "
+            "nothing was changed"
+        )
+
+
+def _intent_id_of(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return name[len(INTENT_PREFIX) : len(name) - len(INTENT_SUFFIX)]
+
+
+def forget_record(node: Node, mig_uuid: str, dry_run: bool) -> Forgotten:
+    """Drop the record of `mig_uuid` and its CDI spec. The caller holds the node lock.
+
+    Order, so that a crash at any point leaves something a rerun or `reconcile` finishes: queue
+    the spec's removal, remove the record, remove the spec, drop the queue entry. Before the
+    record goes, a rerun of `forget` starts over; after, the queued removal is `reconcile`'s.
+    """
+    target = _find_record(node, mig_uuid)
+    if target.record is not None:
+        _refuse_active(mig_uuid, target.record)
+    intents, intent_problems = node.intents().load()
+    _refuse_intents(mig_uuid, target.record, intents, intent_problems)
+    records = node.records()
+    cdi = node.cdi()
+    has_spec = cdi is not None and cdi.exists(mig_uuid)
+    if has_spec:
+        _, queue_problems = node.queue().load()
+        if queue_problems:  # checked before a dry run says yes: queueing is the first step
+            bad = queue_problems[0]
+            raise UnverifiableError(
+                f"cannot queue the removal of the CDI spec of {mig_uuid}: {bad.file}: "
+                f"{bad.reason}; nothing was changed"
+            )
+    item = Forgotten(
+        mig_uuid=mig_uuid,
+        record=str(records.path_of(mig_uuid)),
+        cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
+        state=None if target.record is None else _state_name(target.record),
+        unreadable=target.unreadable,
+    )
+    if dry_run:
+        return item
+    if cdi is None or not has_spec:
+        _io(lambda: records.remove(mig_uuid), f"cannot remove the record of {mig_uuid}")
+        return item
+    queue = node.queue()
+    _io(
+        lambda: queue.add(mig_uuid, PENDING_REASON, node.clock()),
+        f"cannot queue the removal of the CDI spec of {mig_uuid}",
+    )
+    _io(lambda: records.remove(mig_uuid), f"cannot remove the record of {mig_uuid}")
+    try:
+        cdi.remove(mig_uuid)
+    except OSError as exc:
+        why = str(exc.strerror or exc)
+        _io(
+            lambda: queue.add(mig_uuid, why, node.clock()),
+            f"cannot update the CDI removal queue for {mig_uuid}",
+        )
+        note = f"the CDI spec could not be removed ({why}); queued for 'hamimig reconcile'"
+        return dataclasses.replace(item, note=note)
+    _io(
+        lambda: queue.drop(mig_uuid),
+        f"the record and CDI spec of {mig_uuid} are gone, but its queue entry is not",
+    )
+    return item
+
+
+def _state_name(record: Record) -> str:
+    return record.state.value if record.managed else RecordState.IDLE.value
+
+
+# --------------------------------------------------------------------------------------------
+# Intents
+
+
+def forget_intent(node: Node, intent_id: str, dry_run: bool) -> Forgotten:
+    """Drop the intent file `intent-<id>.json`, readable or not. The caller holds the lock."""
+    store = node.intents()
+    path = store.path_of(intent_id)
+    intents, problems = store.load()
+    intent = next((i for i in intents if i.id == intent_id), None)
+    problem = next((p for p in problems if p.file == str(path)), None)
+    if intent is None and problem is None:
+        raise NotFoundError(f"no intent {intent_id} ({path})")
+    item = Forgotten(
+        intent=intent_id,
+        intent_file=str(path),
+        unreadable=None if problem is None else problem.reason,
+    )
+    if not dry_run:
+        _io(lambda: store.remove(intent_id), f"cannot remove intent {intent_id}")
+    return item
+
+
+def _io(perform: Callable[[], object], what: str) -> None:
+    """Run one durable step; an OSError becomes one line naming the step (exit 4)."""
+    try:
+        perform()
+    except OSError as exc:
+        raise HardwareError(f"{what}: {exc.strerror or exc}") from None
