@@ -242,17 +242,17 @@ def test_workloads_are_pinned_to_their_node() -> None:
     assert template["spec"]["nodeSelector"]["hamimig.io/reconcile"] == "enabled"
 
 
-def test_rbac_grants_exactly_get_and_list_on_pods() -> None:
+def test_rbac_grants_exactly_get_and_list_on_pods_and_get_on_nodes() -> None:
+    """`--kube` reads its Node object (to verify NODE_NAME) and lists its pods; nothing more."""
     docs = {d["kind"]: d for d in by_file("rbac.yaml")}
     account = deserialize(docs["ServiceAccount"], "V1ServiceAccount")
     role = deserialize(docs["ClusterRole"], "V1ClusterRole")
     binding = deserialize(docs["ClusterRoleBinding"], "V1ClusterRoleBinding")
-    [rule] = role.rules
-    assert (rule.api_groups, rule.resources, sorted(rule.verbs)) == (
-        [""],
-        ["pods"],
-        ["get", "list"],
+    rules = sorted(
+        (rule.api_groups, rule.resources, sorted(rule.verbs), rule.resource_names)
+        for rule in role.rules
     )
+    assert rules == [([""], ["nodes"], ["get"], None), ([""], ["pods"], ["get", "list"], None)]
     assert (binding.role_ref.kind, binding.role_ref.name) == ("ClusterRole", role.metadata.name)
     subjects = {(s.kind, s.name, s.namespace) for s in binding.subjects}
     assert ("ServiceAccount", account.metadata.name, account.metadata.namespace) in subjects

@@ -10,6 +10,7 @@ import pytest
 from hamimig.hw.types import Placement
 from hamimig.pods.annotation import (
     ANNOTATION,
+    MAX_ALLOCATIONS,
     AnnotationError,
     MigAllocation,
     decode_allocations,
@@ -282,3 +283,29 @@ def test_encoding_uses_hamis_spelling() -> None:
         },
     ]
     assert " " not in encode_allocations([full])
+
+
+def test_at_most_64_entries() -> None:
+    """No pod holds more: eight MIG GPUs of seven instances each make 56."""
+    planned = {"migUUID": ..., "gpuInstanceID": ..., "computeInstanceID": ...}
+    entries = [entry(deviceIndex=i, **planned) for i in range(65)]
+    assert len(decode(*entries[:64])) == MAX_ALLOCATIONS == 64
+    reject(entries, r"^has 65 entries, more than the 64 allowed$")
+
+
+def test_a_pod_with_too_many_entries_is_kept_as_unreadable() -> None:
+    """The engine then names the pod and fails closed (exit 5), as for any malformed claim."""
+    from hamimig.pods.sources import read_pods_text
+
+    planned = {"migUUID": ..., "gpuInstanceID": ..., "computeInstanceID": ...}
+    claim = json.dumps([entry(deviceIndex=i, **planned) for i in range(65)])
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "annotations": {ANNOTATION: claim}},
+        "spec": {"nodeName": "n"},
+    }
+    (read,) = read_pods_text(json.dumps(pod), "x", "n").pods
+    assert (read.allocations, read.annotation_error) == (
+        (),
+        "has 65 entries, more than the 64 allowed",
+    )

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,7 +23,10 @@ pytest.importorskip("kubernetes")
 
 from hamimig.errors import HamimigError, UsageError
 from hamimig.hw.types import Placement
+from hamimig.pods import sources
 from hamimig.pods.annotation import ANNOTATION, MigAllocation, encode_allocations
+from hamimig.pods.identity import NODE_REGISTER_ANNOTATION
+from hamimig.pods.model import NodeIdentity
 from hamimig.pods.sources import (
     KUBE_INSTALL_HINT,
     KUBE_PAGE_SIZE,
@@ -34,6 +37,10 @@ from hamimig.pods.sources import (
 NODE = "gpu-node-1"
 TOKEN = "test-token-7f3a"
 GPU = "GPU-5f0c3b8e-2a1d-4c9e-8b7a-0d1e2f3a4b5c"
+GPU_B = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
+SYSTEM_UUID = "4C4C4544-0042-3510-8052-B3C04F4E3332"
+PODS_PATH = "/api/v1/pods"
+NODE_PATH = f"/api/v1/nodes/{NODE}"
 
 
 def api_pod(name: str, node: str, phase: str = "Running", annotation: str | None = None) -> Any:
@@ -88,9 +95,41 @@ ALL_PODS = [
 ]
 
 
+def node_doc(register: str | None = None, system_uuid: str | None = SYSTEM_UUID) -> Any:
+    """A Node as `GET /api/v1/nodes/NAME` returns it, with HAMi's device registration."""
+    if register is None:
+        devices = [
+            {"id": gpu, "count": 10, "devmem": 81920, "type": "NVIDIA-H100", "health": True}
+            for gpu in (GPU, GPU_B)
+        ]
+        register = json.dumps(devices)
+    info = {"kubeletVersion": "v1.30.2", "machineID": "d4c8f6f0a8b94e0c"}
+    if system_uuid is not None:
+        info["systemUUID"] = system_uuid
+    return {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": NODE,
+            "annotations": {
+                "hami.io/node-handshake": "Reported 2024-05-02 08:11:09",
+                NODE_REGISTER_ANNOTATION: register,
+            },
+        },
+        "status": {"nodeInfo": info},
+    }
+
+
+Stream = Callable[[BaseHTTPRequestHandler, "FakeApi"], None]
+
+
 @dataclass
 class FakeApi:
-    """What the server should answer, and what it was asked."""
+    """What the server should answer, and what it was asked.
+
+    The answer knobs (`status`, `delay`, `body`, `cut_body`, `stream`) apply to the pod list;
+    the Node object has its own (`node`, `node_status`, `node_stream`).
+    """
 
     url: str = ""
     page_size_override: int | None = None
@@ -99,15 +138,24 @@ class FakeApi:
     delay: float = 0.0
     body: bytes | None = None
     cut_body: bool = False
+    stream: Stream | None = None
+    node: Any = field(default_factory=node_doc)
+    node_status: int | None = None
+    node_stream: Stream | None = None
     requests: list[tuple[str, dict[str, list[str]], str | None]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
+
+    def pod_requests(self) -> list[dict[str, list[str]]]:
+        return [query for path, query, _ in self.requests if path == PODS_PATH]
 
 
 def status_body(code: int) -> bytes:
-    reasons = {403: "Forbidden", 410: "Expired", 500: "InternalError"}
+    reasons = {403: "Forbidden", 404: "NotFound", 410: "Expired", 500: "InternalError"}
     messages = {
         403: 'pods is forbidden: User "system:serviceaccount:kube-system:hamimig" cannot list '
         'resource "pods" in API group "" at the cluster scope',
+        404: f'nodes "{NODE}" not found',
         410: "The provided continue parameter is too old to display a consistent list result.",
         500: "etcdserver: request timed out",
     }
@@ -157,6 +205,13 @@ def make_handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             url = urllib.parse.urlsplit(self.path)
             query = urllib.parse.parse_qs(url.query)
             api.requests.append((url.path, query, self.headers.get("Authorization")))
+            api.times.append(time.time())
+            if url.path.startswith("/api/v1/nodes/"):
+                return self.node(url.path)
+            if url.path != PODS_PATH:
+                return self.send(404, b"{}")
+            if api.stream is not None:
+                return api.stream(self, api)
             if api.cut_body:
                 return self.send_part()
             if api.delay:
@@ -165,8 +220,6 @@ def make_handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 return self.send(200, api.body)
             if api.status is not None:
                 return self.send(api.status, status_body(api.status))
-            if url.path != "/api/v1/pods":
-                return self.send(404, b"{}")
             if "continue" in query and api.status_on_continue is not None:
                 return self.send(api.status_on_continue, status_body(api.status_on_continue))
             # Honour the field selector and paginate as the API server does.
@@ -184,6 +237,15 @@ def make_handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 meta["remainingItemCount"] = len(items) - start - limit
             doc = {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page}
             return self.send(200, json.dumps(doc).encode())
+
+        def node(self, path: str) -> None:
+            if api.node_stream is not None:
+                return api.node_stream(self, api)
+            if api.node_status is not None:
+                return self.send(api.node_status, status_body(api.node_status))
+            if path != NODE_PATH:
+                return self.send(404, status_body(404))
+            return self.send(200, json.dumps(api.node).encode())
 
     return Handler
 
@@ -255,8 +317,9 @@ def test_lists_pods_of_the_node_with_the_field_selector(api: FakeApi) -> None:
     assert pods["a"].uid == "uid-a"
     assert pods["a"].node_name == NODE
 
-    ((path, query, auth),) = api.requests
-    assert path == "/api/v1/pods"
+    (node_request, (path, query, auth)) = api.requests
+    assert node_request == (NODE_PATH, {}, f"Bearer {TOKEN}")
+    assert path == PODS_PATH
     assert query["fieldSelector"] == [f"spec.nodeName={NODE}"]
     assert query["limit"] == [str(KUBE_PAGE_SIZE)]
     assert "continue" not in query
@@ -267,15 +330,15 @@ def test_follows_continue_tokens_to_the_last_page(api: FakeApi) -> None:
     api.page_size_override = 1
     snap = read_pods_kube(NODE)
     assert [p.key for p in snap.pods] == ["ml/a", "ml/b", "ml/c", "ml/bad"]
-    assert [q.get("continue") for _, q, _ in api.requests] == [None, ["1"], ["2"], ["3"]]
-    assert all(q["fieldSelector"] == [f"spec.nodeName={NODE}"] for _, q, _ in api.requests)
+    assert [q.get("continue") for q in api.pod_requests()] == [None, ["1"], ["2"], ["3"]]
+    assert all(q["fieldSelector"] == [f"spec.nodeName={NODE}"] for q in api.pod_requests())
 
 
 def test_two_pages(api: FakeApi) -> None:
     api.page_size_override = 2
     snap = read_pods_kube(NODE)
     assert len(snap.pods) == 4
-    assert len(api.requests) == 2
+    assert len(api.pod_requests()) == 2
 
 
 @pytest.mark.parametrize("code", [403, 500])
@@ -298,7 +361,7 @@ def test_timeout(api: FakeApi) -> None:
     source_error(r"the Kubernetes API did not answer within 0\.5 s$", timeout=0.5)
     elapsed = time.monotonic() - start
     assert elapsed < 2.5  # one attempt: a read is never retried past the caller's timeout
-    assert len(api.requests) == 1
+    assert len(api.pod_requests()) == 1
 
 
 def test_body_stalls_after_the_headers(api: FakeApi) -> None:
@@ -356,7 +419,7 @@ def test_in_cluster_config_when_service_host_is_set(
     monkeypatch.setattr(kubernetes.config, "load_kube_config", no_kubeconfig)
     assert len(read_pods_kube(NODE).pods) == 4
     assert used == ["incluster"]
-    assert api.requests[0][2] == "Bearer in-cluster"
+    assert [auth for _, _, auth in api.requests] == ["Bearer in-cluster"] * 2
 
 
 def test_in_cluster_without_service_account(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -400,3 +463,222 @@ def test_client_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (
         KUBE_INSTALL_HINT == "the Kubernetes client is not installed: pip install 'hamimig[kube]'"
     )
+
+
+# --- answers that never end, trickle, or are too big -----------------------------------------
+
+
+def headers(handler: BaseHTTPRequestHandler, status: int, length: int | None) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    if length is not None:
+        handler.send_header("Content-Length", str(length))
+    handler.end_headers()
+
+
+def endless(status: int = 200) -> Stream:
+    """A body with no length that never ends (HTTP/1.0: it would end when the server closes)."""
+
+    def stream(handler: BaseHTTPRequestHandler, api: FakeApi) -> None:
+        chunk = b'{"items": [' + b" " * 65525
+        try:
+            headers(handler, status, None)
+            while not api.release.is_set():
+                handler.wfile.write(chunk)
+        except OSError:  # the client hung up, as it should
+            pass
+
+    return stream
+
+
+def trickle(status: int = 200, stall_after: float | None = None) -> Stream:
+    """One byte every 50 ms of a body that claims a megabyte: each read returns well within any
+    socket timeout, so only a deadline over the whole answer ends it. With `stall_after`, the
+    bytes stop after that many seconds and the connection then stays silent.
+    """
+
+    def stream(handler: BaseHTTPRequestHandler, api: FakeApi) -> None:
+        began = time.monotonic()
+        try:
+            headers(handler, status, 1_000_000)
+            # Give up after 10 s at most, so that a reader without a deadline fails, not hangs.
+            while not api.release.is_set() and time.monotonic() - began < 10:
+                if stall_after is not None and time.monotonic() - began > stall_after:
+                    api.release.wait(10)
+                    break
+                handler.wfile.write(b" ")
+                handler.wfile.flush()
+                api.release.wait(0.05)
+        except OSError:
+            pass
+
+    return stream
+
+
+def test_endless_body_is_cut_at_the_size_limit(
+    api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sources, "MAX_POD_LIST_BYTES", 4 << 20)
+    api.stream = endless()
+    start = time.monotonic()
+    err = source_error(r"the Kubernetes API sent more than the 4 MiB a listing may take$")
+    assert time.monotonic() - start < 5
+    assert "\n" not in err.message
+
+
+@pytest.mark.slow
+def test_endless_body_at_the_real_limit(api: FakeApi) -> None:
+    """256 MiB arrive and are refused: a PodSourceError, never a MemoryError."""
+    api.stream = endless()
+    source_error(r"sent more than the 256 MiB a listing may take$", timeout=60)
+
+
+def test_trickling_body_is_cut_at_the_deadline(api: FakeApi) -> None:
+    api.stream = trickle()
+    start = time.monotonic()
+    source_error(r"the Kubernetes API did not answer within 1 s$", timeout=1.0)
+    assert time.monotonic() - start < 2.5
+
+
+def test_stall_after_a_trickle_ends_at_the_deadline_not_a_socket_timeout_later(
+    api: FakeApi,
+) -> None:
+    """Each socket read is bounded by the time left, not by the timeout the request began with:
+    without that, a body that stops near the deadline would hold the listing a whole timeout more.
+    """
+    api.stream = trickle(stall_after=1.5)
+    start = time.monotonic()
+    source_error(r"did not answer within 2 s$", timeout=2.0)
+    assert time.monotonic() - start < 3.0
+
+
+def test_declared_length_over_the_limit_is_refused_unread(api: FakeApi) -> None:
+    def stream(handler: BaseHTTPRequestHandler, api: FakeApi) -> None:
+        try:
+            headers(handler, 200, 300 << 20)
+            handler.wfile.write(b"{")
+            handler.wfile.flush()
+            api.release.wait(10)
+        except OSError:
+            pass
+
+    api.stream = stream
+    start = time.monotonic()
+    source_error(r"sent more than the 256 MiB a listing may take$")
+    assert time.monotonic() - start < 2
+
+
+def test_the_size_limit_covers_all_pages_together(
+    api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.page_size_override = 1
+    largest = max(len(json.dumps({"items": [p]})) for p in ALL_PODS)
+    monkeypatch.setattr(sources, "MAX_POD_LIST_BYTES", 2 * largest + 500)
+    source_error(r"sent more than the .* MiB a listing may take$")
+    assert len(api.pod_requests()) >= 2  # every page alone was small enough
+
+
+@pytest.mark.parametrize("stream", [endless(500), trickle(500)], ids=["endless", "trickle"])
+def test_error_answers_are_bounded_too(api: FakeApi, stream: Stream) -> None:
+    """The API's error body is only quoted, so only its start is read, and within the deadline."""
+    api.stream = stream
+    start = time.monotonic()
+    err = source_error(r"answered 500|did not answer within 1 s$", timeout=1.0)
+    assert time.monotonic() - start < 2.5
+    assert len(err.message) < 300
+
+
+def test_node_object_is_bounded_like_the_list(api: FakeApi) -> None:
+    api.node_stream = trickle()
+    source_error(r"did not answer within 1 s$", timeout=1.0)
+    assert api.pod_requests() == []
+
+
+# --- the Node object -------------------------------------------------------------------------
+
+
+def test_node_identity_from_the_node_object(api: FakeApi) -> None:
+    snap = read_pods_kube(NODE)
+    assert snap.node_identity == NodeIdentity(NODE, frozenset({GPU, GPU_B}), SYSTEM_UUID)
+    assert snap.elsewhere == ()
+    assert [path for path, _, _ in api.requests] == [NODE_PATH, PODS_PATH]
+
+
+def test_snapshot_time_is_just_before_the_first_page(api: FakeApi) -> None:
+    api.page_size_override = 2
+    before = time.time()
+    snap = read_pods_kube(NODE)
+    node_asked, first_page, second_page = api.times
+    assert before <= node_asked <= snap.taken_at <= first_page <= second_page
+
+
+def test_older_registration_form(api: FakeApi) -> None:
+    api.node = node_doc(
+        register=f"{GPU},10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"
+        f"{GPU_B},10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"
+    )
+    identity = read_pods_kube(NODE).node_identity
+    assert identity is not None
+    assert identity.registered_gpus == frozenset({GPU, GPU_B})
+
+
+def test_node_without_registration_or_system_uuid(api: FakeApi) -> None:
+    api.node = node_doc(system_uuid=None)
+    del api.node["metadata"]["annotations"][NODE_REGISTER_ANNOTATION]
+    assert read_pods_kube(NODE).node_identity == NodeIdentity(NODE, None, None)
+
+
+@pytest.mark.parametrize(
+    ("register", "problem"),
+    [
+        ("[{", "neither valid JSON nor id,count"),
+        ('[{"count": 10}]', "entry 0 has no usable id"),
+        ('{"id": "GPU-1"}', "entry 0 is not id,count"),
+        ("garbage", "entry 0 is not id,count"),
+    ],
+)
+def test_unreadable_registration_names_the_annotation(
+    api: FakeApi, register: str, problem: str
+) -> None:
+    api.node = node_doc(register=register)
+    err = source_error(f"unusable Node object: annotation {NODE_REGISTER_ANNOTATION} ")
+    assert problem in err.message
+    assert api.pod_requests() == []
+
+
+def test_node_that_does_not_exist(api: FakeApi) -> None:
+    api.node_status = 404
+    err = source_error("does not exist")
+    assert err.message == (
+        f"kube node {NODE}: node {NODE} does not exist in the cluster: --node/NODE_NAME is wrong"
+    )
+    assert api.pod_requests() == []
+
+
+def test_node_forbidden_names_the_rbac_rule(api: FakeApi) -> None:
+    api.node_status = 403
+    err = source_error("may not get nodes")
+    assert err.message == (
+        f"kube node {NODE}: the service account may not get nodes (add `get` on `nodes` to its "
+        "ClusterRole: deploy/rbac.yaml)"
+    )
+
+
+def test_node_other_failures(api: FakeApi) -> None:
+    api.node_status = 500
+    source_error("answered 500 .*etcdserver: request timed out")
+    api.node_status = None
+    api.node = {"kind": "Node", "metadata": {"name": "gpu-node-9"}}
+    source_error("unusable Node object: is named gpu-node-9, not gpu-node-1")
+    api.node = ["not", "a", "node"]
+    source_error("unusable Node object: is not a Node object")
+    api.node = {"kind": "Node", "metadata": {"name": NODE}, "status": {"nodeInfo": []}}
+    source_error("unusable Node object: status.nodeInfo is not an object")
+
+
+def test_pods_a_server_returns_for_other_nodes_are_kept_apart(api: FakeApi) -> None:
+    """A server that ignores the field selector: the other node's holding pod is `elsewhere`."""
+    api.body = json.dumps({"kind": "PodList", "items": ALL_PODS}).encode()
+    snap = read_pods_kube(NODE)
+    assert [p.key for p in snap.pods] == ["ml/a", "ml/b", "ml/c", "ml/bad"]
+    assert [p.key for p in snap.elsewhere] == ["ml/elsewhere"]

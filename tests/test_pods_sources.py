@@ -305,7 +305,7 @@ def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"^file .*nope\.json: cannot read: No such file") as info:
         read_pods_file(str(missing), None)
     assert info.value.exit_code == 2
-    with pytest.raises(UsageError, match="cannot read: Is a directory"):
+    with pytest.raises(UsageError, match=r"^file .*: is a directory, not a regular file$"):
         read_pods_file(str(tmp_path), None)
     binary = tmp_path / "pods.bin"
     binary.write_bytes(b"\x80\x81 not text")
@@ -551,3 +551,48 @@ def test_collector_is_resumed_after_a_parse() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# --- other nodes' pods that claim GPUs -------------------------------------------------------
+
+
+def claim(gpu: str = GPU0) -> str:
+    return encode_allocations([MigAllocation(0, 0, gpu, "1g.10gb", Placement(0, 1), MIG_A, 9, 0)])
+
+
+def test_other_nodes_holding_pods_are_kept_apart() -> None:
+    """They are not this node's pods, but one naming this node's GPU shows --node is wrong."""
+    text = pod_list(
+        minimal_pod("here", annotation=claim()),
+        minimal_pod("there", node="gpu-node-2", annotation=claim(GPU1)),
+        minimal_pod("pending-there", phase="Pending", node="gpu-node-2", annotation=claim()),
+        minimal_pod("done-there", phase="Succeeded", node="gpu-node-2", annotation=claim()),
+        minimal_pod("leaving-there", deletion="2024-05-02T09:30:00Z", node="gpu-node-2"),
+        minimal_pod("unreadable-there", node="gpu-node-2", annotation="[{"),
+        minimal_pod("empty-there", node="gpu-node-2", annotation=""),
+        minimal_pod("plain-there", node="gpu-node-2"),
+        minimal_pod("unbound", node=None, annotation=claim()),
+        minimal_pod("blank-node", node="", annotation=claim()),
+    )
+    snap = read_pods_text(text, "x", NODE)
+    assert [p.key for p in snap.pods] == ["ns/here"]
+    assert [p.key for p in snap.elsewhere] == ["ns/there", "ns/pending-there"]
+    there = snap.elsewhere[0]
+    assert (there.node_name, there.allocations[0].gpu_uuid) == ("gpu-node-2", GPU1)
+    assert there.holds_allocations
+    # Without a node every pod is this node's: nothing is elsewhere.
+    everything = read_pods_text(text, "x", None)
+    assert len(everything.pods) == 10
+    assert everything.elsewhere == ()
+
+
+def test_fixture_pod_on_another_node_is_elsewhere() -> None:
+    snap = read_pods_text(fixture_text("kubectl-list.json"), "x", NODE)
+    assert [p.key for p in snap.elsewhere] == ["ml/trainer-7d9f8c6b5d-other"]
+    assert read_pods_text(fixture_text("kubectl-list.yaml"), "x", NODE) == snap
+
+
+def test_snapshot_time_is_given_by_the_source() -> None:
+    assert read_pods_text(pod_list(), "x", NODE).taken_at == 0.0
+    assert read_pods_text(pod_list(), "x", NODE, taken_at=1234.5).taken_at == 1234.5
+    assert PodSnapshot((), "x").taken_at == 0.0

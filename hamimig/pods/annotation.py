@@ -27,6 +27,12 @@ _PROFILE = re.compile(r"[0-9]+g\.[0-9]+gb(\+me)?")
 
 _RUNTIME_KEYS = ("migUUID", "gpuInstanceID", "computeInstanceID")
 
+MAX_ALLOCATIONS = 64
+"""More MIG devices than a pod can hold: eight MIG GPUs of seven instances each make 56.
+
+A claim this long is not HAMi's; refusing it also bounds the work spent on one hostile pod.
+"""
+
 
 class AnnotationError(ValueError):
     """The annotation is present but cannot be trusted; the text says which entry and why."""
@@ -159,6 +165,8 @@ def decode_allocations(text: str) -> tuple[MigAllocation, ...]:
         raise AnnotationError("nested too deeply") from None
     if not isinstance(doc, list):
         raise AnnotationError("must be a JSON array of allocation objects")
+    if len(doc) > MAX_ALLOCATIONS:
+        raise AnnotationError(f"has {len(doc)} entries, more than the {MAX_ALLOCATIONS} allowed")
     allocations: list[MigAllocation] = []
     seen: dict[tuple[int, int], int] = {}
     for i, item in enumerate(doc):

@@ -1,4 +1,4 @@
-"""The little of a Kubernetes pod that decides whether it holds MIG instances.
+"""The little of a Kubernetes pod (and of its node) that decides whether it holds MIG instances.
 
 Pods are reduced to these fields at the source, so the engine never sees raw manifests and cannot
 start depending on fields that one source (a kubectl file, the API) provides and another lacks.
@@ -8,9 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hamimig.errors import UnverifiableError
 from hamimig.pods.annotation import MigAllocation
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class PodSourceError(UnverifiableError):
+    """The pod list could not be obtained or trusted, so no pod state can be verified.
+
+    Exit 5 rather than a usage error: the command was right, but acting on an unknown pod list
+    could destroy an instance that a running pod uses.
+    """
+
+    exit_code = 5
+    code = "unverifiable"
 
 
 @dataclass(frozen=True)
@@ -39,3 +51,46 @@ class Pod:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """What the cluster says about the node named by --node/NODE_NAME.
+
+    A wrong node name makes every pod of this machine look absent, so recovery would free
+    instances that running pods use. These facts let the engine catch that before acting: the
+    GPUs HAMi's device plugin registered for the node, and the machine UUID the kubelet reported.
+    Either is None when the cluster does not say.
+    """
+
+    name: str
+    registered_gpus: frozenset[str] | None
+    system_uuid: str | None
+
+
+@dataclass(frozen=True)
+class PodSnapshot:
+    """Every pod the source reported, and where and when they came from.
+
+    `complete` is False when the source is known to hold only part of the list: a file that is
+    one page of a paginated API list (its `metadata.continue` is set). The API source follows
+    every page or raises, so its snapshots are always complete.
+
+    `taken_at` (epoch seconds) is when the list was current, as nearly as its source can tell:
+    an instance made after it may belong to a pod the list cannot show. The API source takes the
+    time just before it asks for the first page; a file (or a file redirected to stdin) gives its
+    modification time, when it was last written; a pipe gives the process start, because its
+    writer (`kubectl get pods -o json |`) normally runs alongside. Hand-built snapshots leave it
+    at 0.0.
+
+    `elsewhere` holds the pods bound to other nodes that hold decodable allocations, and
+    `node_identity` what the API says about the node; both feed `verify_node`, which checks
+    that --node/NODE_NAME names this machine.
+    """
+
+    pods: tuple[Pod, ...]
+    source: str
+    complete: bool = True
+    taken_at: float = 0.0
+    elsewhere: tuple[Pod, ...] = ()
+    node_identity: NodeIdentity | None = None

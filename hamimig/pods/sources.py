@@ -16,51 +16,52 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import gc
 import json
 import os
 import re
+import select
+import stat
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from hamimig.errors import UnverifiableError, UsageError
+import hamimig
+from hamimig.errors import UsageError
 from hamimig.pods.annotation import ANNOTATION, AnnotationError, MigAllocation, decode_allocations
-from hamimig.pods.model import Pod
+from hamimig.pods.identity import node_identity_from
+from hamimig.pods.model import TERMINAL_PHASES, NodeIdentity, Pod
+from hamimig.pods.model import PodSnapshot as PodSnapshot
+from hamimig.pods.model import PodSourceError as PodSourceError
 
 KUBE_PAGE_SIZE = 500
 """Pods per API request: large enough for few round trips, small enough for the server's limits."""
 
 KUBE_INSTALL_HINT = "the Kubernetes client is not installed: pip install 'hamimig[kube]'"
 
+MAX_POD_LIST_BYTES = 256 * 1024 * 1024
+"""The most a pod source may send: a file, stdin, or all the API's answers to one listing together.
+
+Ten times the biggest real list (10,000 pods of kubectl JSON are about 40 MB), and small enough that
+reading it, with the parse that follows, fits the memory of the init container that runs recovery.
+"""
+
+_CHUNK = 1024 * 1024
+_ERROR_BODY_BYTES = 64 * 1024
+"""Enough of an error answer to quote the API's message; the rest is never read."""
+
+_STDIN_TERMINAL = "stdin is a terminal; pipe the pod list in or give --pods FILE"
+
 _FIRST_NON_SPACE = re.compile(r"\S")
 
-
-class PodSourceError(UnverifiableError):
-    """The pod list could not be obtained or trusted, so no pod state can be verified.
-
-    Exit 5 rather than a usage error: the command was right, but acting on an unknown pod list
-    could destroy an instance that a running pod uses.
-    """
-
-    exit_code = 5
-    code = "unverifiable"
-
-
-@dataclass(frozen=True)
-class PodSnapshot:
-    """Every pod the source reported, and where they came from (for messages and plans).
-
-    `complete` is False when the source is known to hold only part of the list: a file that is
-    one page of a paginated API list (its `metadata.continue` is set). The API source follows
-    every page or raises, so its snapshots are always complete.
-    """
-
-    pods: tuple[Pod, ...]
-    source: str
-    complete: bool = True
+# Where YAML can start an anchor (`&name`, name characters as both PyYAML scanners accept them):
+# at the start, after blank space, or after a flow indicator, `:` or `?`. An `&` anywhere else, as
+# in `?a=1&b=2` or `a && b`, is part of a scalar, so a list without a match cannot hold an anchor,
+# and without an anchor it cannot hold an alias.
+_ANCHOR_LIKE = re.compile(r"(?<![^\s\[\]{},:?\ufeff])&[0-9A-Za-z_-]")
 
 
 class _Malformed(ValueError):
@@ -94,7 +95,11 @@ def _opt_str(value: Any, where: str, field: str) -> str | None:
 
 
 def _pod(item: Any, where: str, node: str | None) -> Pod | None:
-    """One pod from its manifest, or None when it runs on another node."""
+    """One pod from its manifest, or None when it is another node's and claims nothing.
+
+    Another node's pod is kept (for `PodSnapshot.elsewhere`) only while it holds a decodable
+    claim: that is all `verify_node` can use, and decoding the rest would slow every parse.
+    """
     if not isinstance(item, dict):
         raise _Malformed(f"{where} is not an object")
     kind = item.get("kind")
@@ -116,12 +121,18 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     deletion = _opt_str(meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp")
     phase = _opt_str(_dict_field(item, "status", where).get("phase"), where, "status.phase")
     annotations = _dict_field(meta, "annotations", where)
-    if node is not None and node_name != node:
+    raw = annotations.get(ANNOTATION)
+    elsewhere = node is not None and node_name != node
+    if elsewhere and (
+        not node_name  # not bound to any node: no claim on any GPU yet
+        or not isinstance(raw, str)
+        or deletion is not None
+        or phase in TERMINAL_PHASES
+    ):
         return None
 
     allocations: tuple[MigAllocation, ...] = ()
     error: str | None = None
-    raw = annotations.get(ANNOTATION)
     if raw is None:
         pass
     elif not isinstance(raw, str):
@@ -132,6 +143,8 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
             allocations = decode_allocations(raw)
         except AnnotationError as exc:
             error = str(exc)
+    if elsewhere and not allocations:
+        return None  # an unreadable claim on another node is that node's business
     return Pod(
         namespace=namespace,
         name=name,
@@ -144,8 +157,9 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     )
 
 
-def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], str | None]:
-    """The pods of one `PodList`/`List`/`Pod` document, and the list's continue token.
+def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], list[Pod], str | None]:
+    """The pods of one `PodList`/`List`/`Pod` document on `node`, the other nodes' pods that hold
+    allocations, and the list's continue token.
 
     A token means the document is one page of a longer list: the API source fetches the next
     page, and a file holding one page is reported as incomplete.
@@ -167,14 +181,19 @@ def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], str | None]:
     else:
         raise _Malformed(f"expected kind PodList, List or Pod, got {kind!r}")
     pods: list[Pod] = []
+    elsewhere: list[Pod] = []
     for i, item in enumerate(items):
         pod = _pod(item, "" if single else f"item {i}", node)
-        if pod is not None:
+        if pod is None:
+            pass
+        elif node is None or pod.node_name == node:
             pods.append(pod)
+        else:
+            elsewhere.append(pod)
     token = _dict_field(doc, "metadata", "list").get("continue")
     if token is not None and not isinstance(token, str):
         raise _Malformed("metadata.continue is not a string")
-    return pods, token or None
+    return pods, elsewhere, token or None
 
 
 def _check_unique(pods: list[Pod]) -> None:
@@ -240,10 +259,13 @@ def _load_document(text: str) -> Any:
 
     import yaml  # lazily: only YAML input pays for it
 
-    # libyaml's loader is several times faster than the pure-Python one (FACTS.md section 4).
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.load(text, Loader=loader)
+        return yaml.load(text, Loader=_yaml_loader(text))
+    except _AnchorFound as exc:
+        raise _Malformed(
+            f"uses a YAML anchor or alias{exc.where}: a pod list never needs them, and expanding "
+            "them can make a small file describe millions of objects"
+        ) from None
     except yaml.YAMLError as exc:
         raise _Malformed(f"is not valid YAML: {_yaml_problem(exc)}") from None
     except ValueError as exc:  # a scalar that resolves to a type it cannot become (2024-02-30)
@@ -252,39 +274,237 @@ def _load_document(text: str) -> Any:
         raise _Malformed("is not valid YAML: nested too deeply") from None
 
 
-def read_pods_text(text: str, source: str, node: str | None) -> PodSnapshot:
-    """Pods from `kubectl get pods -o json|yaml` output; without `node`, every pod counts."""
+class _AnchorFound(Exception):
+    """A YAML anchor or alias: refused before anything is built from the document."""
+
+    def __init__(self, mark: Any) -> None:
+        super().__init__()
+        line, column = getattr(mark, "line", None), getattr(mark, "column", None)
+        self.where = ""
+        if isinstance(line, int) and isinstance(column, int):
+            self.where = f" (line {line + 1}, column {column + 1})"
+
+
+def _refuses_anchors(event: Any) -> None:
+    import yaml
+
+    if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+        raise _AnchorFound(event.start_mark)
+
+
+@functools.cache
+def _pure_loader() -> Any:
+    """PyYAML's pure-Python safe loader, refusing anchors and aliases as it composes.
+
+    An alias makes two places of the document one node, so a few lines can describe a tree of
+    billions of nodes ("billion laughs"), and merge keys (`<<: [*a, *a]`) copy them for real.
+    No pod list needs either, so the first anchor ends the parse.
+    """
+    import yaml
+
+    class RefusingLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            parser: Any = self  # PyYAML's parser methods are untyped
+            _refuses_anchors(parser.peek_event())
+            return super().compose_node(parent, index)
+
+    return RefusingLoader
+
+
+def _yaml_loader(text: str) -> Any:
+    """libyaml's loader when it is installed (several times faster), else the pure-Python one;
+    either way, a document with an anchor never reaches the composer.
+
+    libyaml composes in C, where no subclass can see an alias, so a document that may hold one
+    is first run through libyaml's event parser (about a third more time). kubectl never writes
+    anchors, and a list without an `&` where an anchor could start skips that pass.
+    """
+    import yaml
+
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is None:
+        return _pure_loader()
+    if "&" in text and _ANCHOR_LIKE.search(text) is not None:
+        parser = fast(text)
+        try:
+            while parser.check_event():
+                _refuses_anchors(parser.get_event())
+        finally:
+            parser.dispose()
+    return fast
+
+
+def read_pods_text(
+    text: str, source: str, node: str | None, *, taken_at: float = 0.0
+) -> PodSnapshot:
+    """Pods from `kubectl get pods -o json|yaml` output; without `node`, every pod counts.
+
+    `taken_at` is when the text is known to have been current (see `PodSnapshot.taken_at`).
+    """
     try:
         with _gc_paused():
-            pods, token = _pods_of(_load_document(text), node)
+            pods, elsewhere, token = _pods_of(_load_document(text), node)
         _check_unique(pods)
     except _Malformed as exc:
         raise UsageError(_one_line(f"{source}: {exc}")) from None
     # A saved page of a paginated list (`kubectl get --raw '...?limit=N'`): the pods it leaves
     # out may hold instances, so the engine must not act on it.
-    return PodSnapshot(pods=tuple(pods), source=source, complete=token is None)
+    return PodSnapshot(
+        pods=tuple(pods),
+        source=source,
+        complete=token is None,
+        taken_at=taken_at,
+        elsewhere=tuple(elsewhere),
+    )
 
 
 def read_pods_file(path: str, node: str | None) -> PodSnapshot:
-    """`-` is stdin, so `kubectl get pods -o json | hamimig recover --pods -` works."""
+    """`-` is stdin, so `kubectl get pods -o json | hamimig recover --pods -` works.
+
+    Only a regular file, or a pipe (or a file) on stdin, is read, and never more than
+    `MAX_POD_LIST_BYTES`: `--pods /dev/zero` or a FIFO nobody writes to must fail at once with
+    a usage error, not fill memory or hang an init container.
+    """
     if path == "-":
         source = "stdin"
-        try:
-            text = sys.stdin.read()
-        except UnicodeDecodeError:
-            raise UsageError("stdin: pod list is not UTF-8") from None
-        except OSError as exc:
-            raise UsageError(_one_line(f"stdin: cannot read: {exc.strerror or exc}")) from None
+        data, taken_at = _read_stdin()
     else:
         source = f"file {path}"
+        data, taken_at = _read_path(path, source)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{source}: pod list is not UTF-8") from None
+    del data  # the text replaces it; a 256 MiB list must not be held twice while it is parsed
+    return read_pods_text(text, source, node, taken_at=taken_at)
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind_of(mode: int) -> str:
+    return next((what for test, what in _FILE_KINDS if test(mode)), "not a regular file")
+
+
+def _limit() -> str:
+    return f"{MAX_POD_LIST_BYTES / 2**20:g} MiB"
+
+
+def _check_size(size: int, source: str) -> None:
+    if size > MAX_POD_LIST_BYTES:
+        raise UsageError(f"{source}: is larger than {_limit()}, the limit for a pod list")
+
+
+def _cannot_read(source: str, exc: OSError) -> UsageError:
+    return UsageError(_one_line(f"{source}: cannot read: {exc.strerror or exc}"))
+
+
+def _read_path(path: str, source: str) -> tuple[bytearray, float]:
+    """The file's bytes and modification time (when its pod list was last current).
+
+    The path is checked before it is opened, because opening a FIFO with no writer blocks, and
+    opened non-blocking in case it was swapped for one in between; the open file is checked again,
+    so what is read is what was checked.
+    """
+    try:
+        before = os.stat(path)
+    except OSError as exc:
+        raise _cannot_read(source, exc) from None
+    if not stat.S_ISREG(before.st_mode):
+        raise UsageError(f"{source}: is {_kind_of(before.st_mode)}, not a regular file")
+    _check_size(before.st_size, source)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _cannot_read(source, exc) from None
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise UsageError(f"{source}: is {_kind_of(opened.st_mode)}, not a regular file")
+        _check_size(opened.st_size, source)
+        return _read_fd(fd, source), opened.st_mtime
+    except OSError as exc:
+        raise _cannot_read(source, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _read_stdin() -> tuple[bytes | bytearray, float]:
+    """stdin's bytes, and when they were current: a redirected file's modification time, as for
+    `--pods FILE`; for a pipe the process start, since its writer (`kubectl get pods -o json |`)
+    normally runs alongside this process.
+    """
+    stream = sys.stdin
+    if stream is None:
+        raise UsageError("stdin is closed; pipe the pod list in or give --pods FILE")
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation: a stream in memory
+        if stream.isatty():
+            raise UsageError(_STDIN_TERMINAL) from None
+        return _read_stream(stream), hamimig.PROCESS_STARTED
+    if os.isatty(fd):
+        raise UsageError(_STDIN_TERMINAL)
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        raise _cannot_read("stdin", exc) from None
+    if stat.S_ISREG(info.st_mode):
+        _check_size(info.st_size, "stdin")
+        taken_at = info.st_mtime
+    elif stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+        taken_at = hamimig.PROCESS_STARTED
+    else:
+        raise UsageError(f"stdin: is {_kind_of(info.st_mode)}, not a pipe or a regular file")
+    try:
+        return _read_fd(fd, "stdin"), taken_at
+    except OSError as exc:
+        raise _cannot_read("stdin", exc) from None
+
+
+def _read_fd(fd: int, source: str) -> bytearray:
+    """At most `MAX_POD_LIST_BYTES`, in chunks: a file that grows while it is read, or a pipe
+    that never ends, is refused once it passes the limit rather than read to the end.
+    """
+    data = bytearray()
+    limit = MAX_POD_LIST_BYTES
+    while True:
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except UnicodeDecodeError:
-            raise UsageError(f"{source}: pod list is not UTF-8") from None
-        except OSError as exc:
-            raise UsageError(_one_line(f"{source}: cannot read: {exc.strerror or exc}")) from None
-    return read_pods_text(text, source, node)
+            chunk = os.read(fd, min(_CHUNK, limit + 1 - len(data)))
+        except BlockingIOError:  # a pipe left non-blocking by whoever set it up
+            select.select([fd], [], [])
+            continue
+        if not chunk:
+            return data
+        data += chunk
+        if len(data) > limit:
+            _check_size(len(data), source)
+
+
+def _read_stream(stream: Any) -> bytes:
+    """A stdin replaced by a stream in memory (an embedding program, a test runner)."""
+    limit = MAX_POD_LIST_BYTES
+    binary = getattr(stream, "buffer", None)
+    data: bytes | str
+    try:
+        data = (binary or stream).read(limit + 1)
+    except UnicodeDecodeError:
+        raise UsageError("stdin: pod list is not UTF-8") from None
+    except OSError as exc:
+        raise _cannot_read("stdin", exc) from None
+    if isinstance(data, str):
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError("stdin: pod list is not UTF-8") from None
+    _check_size(len(data), "stdin")
+    return data
 
 
 def _kube_configuration(kubernetes: Any) -> Any:
@@ -312,24 +532,6 @@ def _kube_configuration(kubernetes: Any) -> Any:
     return cfg
 
 
-def _api_failure(exc: Any, source: str) -> PodSourceError:
-    status = getattr(exc, "status", None)
-    reason = getattr(exc, "reason", None) or ""
-    if not status:  # the client's own wrapper for TLS failures
-        return PodSourceError(_one_line(f"{source}: cannot reach the Kubernetes API: {reason}"))
-    detail = ""
-    try:
-        body = json.loads(exc.body or "")
-    except (TypeError, ValueError):
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        detail = body["message"]
-    text = f"{source}: the Kubernetes API answered {status} {reason}".rstrip()
-    if detail:
-        text += f": {detail}"
-    return PodSourceError(_one_line(text))
-
-
 def _is_timeout(exc: BaseException, urllib3: Any) -> bool:
     timeouts = (TimeoutError, urllib3.exceptions.TimeoutError)
     # urllib3 derives NewConnectionError (a refused connection) from ConnectTimeoutError.
@@ -338,8 +540,179 @@ def _is_timeout(exc: BaseException, urllib3: Any) -> bool:
     return any(isinstance(e, timeouts) and not isinstance(e, refused) for e in (exc, reason))
 
 
+class _Listing:
+    """The requests of one `--kube` listing, under one deadline and one byte budget.
+
+    Requests go to the client's connection pool directly, not through the generated API methods:
+    those read a whole error answer (`ApiException`) before the caller can bound it, and an
+    answer here must never be read past the deadline or the budget, however the server sends it
+    (endless, or one byte at a time within every socket timeout).
+    """
+
+    def __init__(self, api_client: Any, urllib3: Any, source: str, timeout: float) -> None:
+        self._client = api_client
+        self._urllib3 = urllib3
+        self._source = source
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+        self.budget = MAX_POD_LIST_BYTES
+        # Retry connecting, never reading: a read retry would multiply the timeout the caller set.
+        self._retries = urllib3.util.Retry(total=2, read=0, redirect=0, status=0)
+
+    def _left(self) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise self._timed_out()
+        return left
+
+    def _timed_out(self) -> PodSourceError:
+        return PodSourceError(
+            f"{self._source}: the Kubernetes API did not answer within {self._timeout:g} s"
+        )
+
+    def _headers(self) -> dict[str, str]:
+        headers = {**self._client.default_headers, "Accept": "application/json"}
+        try:  # may run a kubeconfig exec plugin to refresh the token
+            auth = self._client.configuration.auth_settings()
+        except Exception as exc:
+            raise PodSourceError(
+                _one_line(f"{self._source}: cannot get credentials for the Kubernetes API: {exc}")
+            ) from None
+        for setting in auth.values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        return headers
+
+    def get(self, path: str, query: dict[str, str]) -> tuple[int, str, bytes]:
+        """Status, reason and body: a success's whole body, or the start of an error's."""
+        config = self._client.configuration
+        url = config.host.rstrip("/") + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        urllib3 = self._urllib3
+        try:
+            response = self._client.rest_client.pool_manager.request(
+                "GET",
+                url,
+                headers=self._headers(),
+                preload_content=False,
+                timeout=urllib3.Timeout(total=self._left()),
+                retries=self._retries,
+            )
+            finished = False
+            try:
+                status = int(response.status)
+                if 200 <= status < 300:
+                    body, finished = self._read(response, self.budget), True
+                    self.budget -= len(body)
+                else:
+                    body, finished = self._read(response, _ERROR_BODY_BYTES, cut=True)
+            finally:
+                if not finished:  # unread bytes left: the connection cannot serve another request
+                    response.close()
+                response.release_conn()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if _is_timeout(exc, urllib3):
+                raise self._timed_out() from None
+            raise PodSourceError(
+                _one_line(
+                    f"{self._source}: talking to the Kubernetes API at {config.host} failed: {exc}"
+                )
+            ) from None
+        return status, str(response.reason or ""), body
+
+    def _read(self, response: Any, limit: int, cut: bool = False) -> Any:
+        """Up to `limit` bytes, one socket read at a time so that the deadline is checked
+        between reads and bounds each of them.
+
+        Returns the body, or with `cut` (an error answer, quoted only in part) the bytes read so
+        far and whether that was all of it. Without `cut`, more than `limit` is a failure.
+        """
+        declared = response.headers.get("Content-Length")
+        if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
+            raise self._too_big()
+        read = getattr(response, "read1", None) or response.read  # read1: urllib3 2.2 and later
+        settimeout = getattr(_socket_of(response), "settimeout", None)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            left = self._left()
+            if settimeout is not None:
+                with contextlib.suppress(OSError):  # closed once the whole body has arrived
+                    settimeout(left)
+            chunk = read(_CHUNK)
+            if not chunk:
+                body = b"".join(chunks)
+                return (body, True) if cut else body
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > limit:
+                if cut:
+                    return b"".join(chunks)[:limit], False
+                raise self._too_big()
+
+    def _too_big(self) -> PodSourceError:
+        return PodSourceError(
+            f"{self._source}: the Kubernetes API sent more than the {_limit()} a listing may take"
+        )
+
+
+def _socket_of(response: Any) -> Any:
+    """The socket a body arrives on, so that each read can be bounded by the time left.
+
+    The connection keeps it while it may be reused; when the server said it will close,
+    http.client hands it to the response's file object instead. None if neither is found (then a
+    read is bounded by the timeout the request began with: the deadline is missed by one read).
+    """
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is None:
+        raw = getattr(getattr(getattr(response, "_fp", None), "fp", None), "raw", None)
+        sock = getattr(raw, "_sock", None)
+    return sock
+
+
+def _status_failure(source: str, status: int, reason: str, body: bytes) -> PodSourceError:
+    detail = ""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+        detail = doc["message"]
+    text = f"{source}: the Kubernetes API answered {status} {reason}".rstrip()
+    if detail:
+        text += f": {detail}"
+    return PodSourceError(_one_line(text))
+
+
+def _read_node(listing: _Listing, node: str, source: str) -> NodeIdentity:
+    """The Node object's identity facts; a node the API does not know is a wrong --node."""
+    status, reason, body = listing.get(f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}", {})
+    if status == 404:
+        raise PodSourceError(
+            f"{source}: node {node} does not exist in the cluster: --node/NODE_NAME is wrong"
+        )
+    if status == 403:
+        raise PodSourceError(
+            f"{source}: the service account may not get nodes (add `get` on `nodes` to its "
+            "ClusterRole: deploy/rbac.yaml)"
+        )
+    if not 200 <= status < 300:
+        raise _status_failure(source, status, reason, body)
+    try:
+        return node_identity_from(json.loads(body), node)
+    except (ValueError, RecursionError) as exc:  # RegistrationError, or not JSON at all
+        raise PodSourceError(
+            _one_line(f"{source}: the Kubernetes API sent an unusable Node object: {exc}")
+        ) from None
+
+
 def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
-    """All pods on `node`, listed page by page; `timeout` bounds the whole listing."""
+    """All pods on `node`, listed page by page, and what the API says about the node itself.
+
+    `timeout` bounds the whole listing, the Node object included, and `MAX_POD_LIST_BYTES` all
+    of its answers together.
+    """
     if not node:
         raise UsageError("listing pods through the Kubernetes API needs --node")
     try:
@@ -351,53 +724,40 @@ def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
 
     source = f"kube node {node}"
     cfg = _kube_configuration(kubernetes)
-    # Retry connecting, never reading: a read retry would multiply the timeout the caller set.
-    cfg.retries = urllib3.util.Retry(total=2, read=0, redirect=0, status=0)
-    deadline = time.monotonic() + timeout
     pods: list[Pod] = []
+    elsewhere: list[Pod] = []
     token: str | None = None
     with kubernetes.client.ApiClient(cfg) as api_client:
-        api = kubernetes.client.CoreV1Api(api_client)
+        listing = _Listing(api_client, urllib3, source, timeout)
+        identity = _read_node(listing, node, source)
+        taken_at = time.time()
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise PodSourceError(f"{source}: listing pods timed out after {timeout:g} s")
-            try:
-                response = api.list_pod_for_all_namespaces(
-                    field_selector=f"spec.nodeName={node}",
-                    limit=KUBE_PAGE_SIZE,
-                    _continue=token,
-                    _preload_content=False,
-                    _request_timeout=remaining,
-                )
-                try:
-                    body = response.data
-                finally:
-                    response.release_conn()
-            except kubernetes.client.exceptions.ApiException as exc:
-                raise _api_failure(exc, source) from None
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                if _is_timeout(exc, urllib3):
-                    raise PodSourceError(
-                        f"{source}: the Kubernetes API did not answer within {timeout:g} s"
-                    ) from None
-                raise PodSourceError(
-                    _one_line(
-                        f"{source}: talking to the Kubernetes API at {cfg.host} failed: {exc}"
-                    )
-                ) from None
+            query = {"fieldSelector": f"spec.nodeName={node}", "limit": str(KUBE_PAGE_SIZE)}
+            if token is not None:
+                query["continue"] = token
+            status, reason, body = listing.get("/api/v1/pods", query)
+            if not 200 <= status < 300:
+                raise _status_failure(source, status, reason, body)
             try:
                 with _gc_paused():
-                    page, token = _pods_of(json.loads(body), node)
+                    page, other, token = _pods_of(json.loads(body), node)
             except (ValueError, RecursionError) as exc:  # _Malformed, or not JSON at all
                 raise PodSourceError(
                     _one_line(f"{source}: the Kubernetes API sent an unusable pod list: {exc}")
                 ) from None
+            del body
             pods.extend(page)
+            elsewhere.extend(other)  # only from a server that ignores the field selector
             if token is None:
                 break
     try:
         _check_unique(pods)
     except _Malformed as exc:
         raise PodSourceError(f"{source}: {exc}") from None
-    return PodSnapshot(pods=tuple(pods), source=source)
+    return PodSnapshot(
+        pods=tuple(pods),
+        source=source,
+        taken_at=taken_at,
+        elsewhere=tuple(elsewhere),
+        node_identity=identity,
+    )

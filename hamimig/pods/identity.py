@@ -1,0 +1,194 @@
+"""Is --node/NODE_NAME really this machine? Cross-checks of the pod source against the hardware.
+
+The node name decides which pods count as this node's. A wrong one (a copied manifest, a stale
+environment variable) makes every pod of this machine look absent, and recovery would then free
+instances that running pods use. The pod source alone cannot notice: another node's pods are
+perfectly good pods. So the engine compares what the source says with what NVML and the firmware
+say, and refuses to act when they disagree:
+
+- a pod bound to another node names one of this machine's GPUs in its allocations;
+- the API's Node object lists the GPUs HAMi's device plugin registered, and none is here;
+- the kubelet's system UUID for the node differs from this machine's DMI product UUID.
+
+Each check only runs when both sides are known: a node HAMi never registered, or a machine
+without DMI, is not evidence of anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Collection, Iterable
+from pathlib import Path
+from typing import Any
+
+from hamimig.pods.model import NodeIdentity, PodSnapshot, PodSourceError
+
+__all__ = [
+    "NODE_REGISTER_ANNOTATION",
+    "PRODUCT_UUID_PATH",
+    "NodeIdentity",
+    "RegistrationError",
+    "node_identity_from",
+    "parse_registered_gpus",
+    "read_product_uuid",
+    "verify_node",
+]
+
+NODE_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+PRODUCT_UUID_PATH = Path("/sys/class/dmi/id/product_uuid")
+
+_NOTHING_CHANGED = "; nothing was changed"
+_ID = re.compile(r"[^\s,:]+")
+_PLAIN = re.compile(r"[\x21-\x7e]{1,100}")
+
+
+class RegistrationError(ValueError):
+    """The Node object, or HAMi's registration on it, cannot be read; the text says which part."""
+
+
+def parse_registered_gpus(text: str) -> frozenset[str] | None:
+    """The device IDs HAMi's device plugin registered, in either of the forms it has written.
+
+    Current HAMi writes a JSON array of objects with an `id`; older releases wrote
+    `id,count,mem,cores,type,numa,health` entries joined by `:` (with a trailing `:`). An empty
+    registration is None rather than an empty set: it says nothing about which GPUs are here.
+    """
+    stripped = text.strip()
+    if not stripped:
+        return None
+    ids: set[str] = set()
+    if stripped.startswith("["):
+        try:
+            doc = json.loads(stripped)
+        except (ValueError, RecursionError):
+            raise RegistrationError("is neither valid JSON nor id,count,... entries") from None
+        if not isinstance(doc, list):
+            raise RegistrationError("is not a JSON array of devices")
+        for i, entry in enumerate(doc):
+            device_id = entry.get("id") if isinstance(entry, dict) else None
+            if not isinstance(device_id, str) or _ID.fullmatch(device_id) is None:
+                raise RegistrationError(f"entry {i} has no usable id")
+            ids.add(device_id)
+    else:
+        for i, entry in enumerate(stripped.split(":")):
+            if not entry.strip():
+                continue  # the trailing separator, or an empty slot
+            fields = entry.split(",")
+            if len(fields) < 2 or _ID.fullmatch(fields[0].strip()) is None:
+                raise RegistrationError(f"entry {i} is not id,count,...")
+            ids.add(fields[0].strip())
+    return frozenset(ids) if ids else None
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RegistrationError(f"{what} is not an object")
+    return value
+
+
+def node_identity_from(doc: Any, name: str) -> NodeIdentity:
+    """The identity facts of a Node object as the API returns it (`GET /api/v1/nodes/NAME`)."""
+    if not isinstance(doc, dict):
+        raise RegistrationError("is not a Node object")
+    kind = doc.get("kind")
+    if kind is not None and kind != "Node":
+        raise RegistrationError(f"has kind {_shown(kind)}, not Node")
+    meta = _mapping(doc.get("metadata"), "metadata")
+    if meta.get("name") != name:
+        raise RegistrationError(f"is named {_shown(meta.get('name'))}, not {_shown(name)}")
+    raw = _mapping(meta.get("annotations"), "metadata.annotations").get(NODE_REGISTER_ANNOTATION)
+    registered: frozenset[str] | None = None
+    if raw is not None:
+        if not isinstance(raw, str):
+            raise RegistrationError(f"annotation {NODE_REGISTER_ANNOTATION} is not a string")
+        try:
+            registered = parse_registered_gpus(raw)
+        except RegistrationError as exc:
+            raise RegistrationError(f"annotation {NODE_REGISTER_ANNOTATION} {exc}") from None
+    info = _mapping(_mapping(doc.get("status"), "status").get("nodeInfo"), "status.nodeInfo")
+    system_uuid = info.get("systemUUID")
+    if system_uuid is not None and not isinstance(system_uuid, str):
+        raise RegistrationError("status.nodeInfo.systemUUID is not a string")
+    return NodeIdentity(
+        name=name, registered_gpus=registered, system_uuid=(system_uuid or "").strip() or None
+    )
+
+
+def read_product_uuid(path: Path = PRODUCT_UUID_PATH) -> str | None:
+    """This machine's DMI product UUID (what the kubelet reports as systemUUID), or None.
+
+    Unreadable is normal (no DMI in some VMs, root-only on most kernels), so it is never an
+    error. The read is bounded and never blocks: the path is a sysfs file, not something to wait on.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    return text or None
+
+
+def verify_node(
+    snapshot: PodSnapshot, gpu_uuids: Collection[str], product_uuid: str | None
+) -> None:
+    """Refuse (exit 5) when the snapshot shows that its node name is not this machine.
+
+    `gpu_uuids` are this machine's GPUs as NVML reports them; `product_uuid` comes from
+    `read_product_uuid`. UUIDs compare without regard to case: NVML, HAMi and the firmware do
+    not agree on one.
+    """
+    ours = {uuid.casefold() for uuid in gpu_uuids}
+    for pod in snapshot.elsewhere:
+        for alloc in pod.allocations:
+            if alloc.gpu_uuid.casefold() in ours:
+                raise PodSourceError(
+                    f"{snapshot.source}: pod {_shown(pod.key)} is bound to node "
+                    f"{_shown(pod.node_name)} but its allocation names GPU {alloc.gpu_uuid} of "
+                    f"this node: --node/NODE_NAME is wrong, or the pod data is{_NOTHING_CHANGED}"
+                )
+    identity = snapshot.node_identity
+    if identity is None:
+        return
+    registered = identity.registered_gpus
+    if registered is not None and ours and ours.isdisjoint(g.casefold() for g in registered):
+        raise PodSourceError(
+            f"{snapshot.source}: HAMi registered GPUs {_some(registered)} for node "
+            f"{_shown(identity.name)} ({NODE_REGISTER_ANNOTATION}), and none of them is on this "
+            f"machine ({_some(gpu_uuids)}): --node/NODE_NAME is wrong{_NOTHING_CHANGED}"
+        )
+    system_uuid = identity.system_uuid
+    if system_uuid and product_uuid and system_uuid.casefold() != product_uuid.casefold():
+        raise PodSourceError(
+            f"{snapshot.source}: node {_shown(identity.name)} has system UUID "
+            f"{_shown(system_uuid)}, but this machine's is {_shown(product_uuid)} "
+            f"({PRODUCT_UUID_PATH}): --node/NODE_NAME is wrong{_NOTHING_CHANGED}"
+        )
+
+
+def _shown(value: Any) -> str:
+    """A value from the cluster, safe to put in a one-line message however it was crafted."""
+    if isinstance(value, str) and _PLAIN.fullmatch(value):
+        return value
+    plain = value if value is None or isinstance(value, str) else type(value).__name__
+    text = json.dumps(plain, ensure_ascii=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _some(ids: Iterable[str]) -> str:
+    """A few IDs for a message: a node has at most a handful, but the annotation is not ours."""
+    listed = sorted(ids)
+    shown = ", ".join(_shown(i) for i in listed[:4])
+    return shown + (f" and {len(listed) - 4} more" if len(listed) > 4 else "")
