@@ -17,7 +17,7 @@ _hamimig() {
         "config") words="-h --help show";;
         "config show") words="-h --help";;
         "demo") words="--step --keep -h --help";;
-        "doctor") words="-h --help";;
+        "doctor") words="--pods --kube -h --help";;
         "forget") words="--intent --dry-run --lock-timeout -h --help";;
         "list") words="--gpu --state -h --help";;
         "metrics") words="--textfile -h --help";;

@@ -269,6 +269,7 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
         },
         "cdiDevice": qualified(mig),
         "error": None,
+        "processes": None,  # allocate does not ask (a new instance has none); list/show do
     }
     # Hardware: exactly one GI with one CI, at the placement, named by the MIG UUID.
     assert live(cli) == [(2, 1, mig)]
@@ -683,10 +684,20 @@ def test_without_placement_refused_when_every_placement_is_held(cli: Cli) -> Non
 # Error: an instance that cannot be destroyed
 
 
+def fail_destroys(cli: Cli) -> None:
+    """Every CI destroy fails with IN_USE until `sim fault clear`: a process that started
+    after hamimig found the instance idle (busy instances are never destroyed at all)."""
+    fail = ("--op", "nvmlComputeInstanceDestroy", "--error", "IN_USE", "--times", "1000")
+    sim(cli, "fault", "add", *fail)
+
+
 def error_instance(cli: Cli, gi_only: bool = False) -> str:
     """An Idle 1g.10gb at 2 whose destruction fails: reclaim leaves it in Error (exit 4)."""
     a = idle(cli, "ns/old", "1g.10gb", "2")
-    sim(cli, "busy", "--mig-uuid", a, *(["--gi-only"] if gi_only else []))
+    if gi_only:  # a monitoring client holds the GI: no process runs on the MIG device
+        sim(cli, "busy", "--mig-uuid", a, "--gi-only")
+    else:  # the destroy fails although no process showed (one started in between)
+        fail_destroys(cli)
     ran = cli.json("reclaim", "--mig-uuid", a)
     assert ran.exit_code == 4
     assert error_code(ran) == "hardware"
@@ -696,7 +707,7 @@ def error_instance(cli: Cli, gi_only: bool = False) -> str:
 def test_failed_destroy_leaves_error_with_record_and_spec(cli: Cli) -> None:
     a = idle(cli, "ns/old", "1g.10gb", "2")
     spec = spec_file(cli, a).read_bytes()
-    sim(cli, "busy", "--mig-uuid", a)
+    fail_destroys(cli)
     ran = cli.json("reclaim", "--mig-uuid", a)
     assert ran.exit_code == 4
     assert "IN_USE" in ran.json()["error"]["message"]
@@ -735,7 +746,7 @@ def test_error_instance_is_not_reused_and_blocks_while_still_busy(cli: Cli) -> N
 
 def test_matching_allocate_retries_the_destroy_of_an_error_instance(cli: Cli) -> None:
     a = error_instance(cli)
-    sim(cli, "busy", "--mig-uuid", a, "--clear")
+    sim(cli, "fault", "clear")
     data = ok(alloc(cli, "ns/new", "1g.10gb", "2"))
     new = data["instance"]["migUUID"]
     assert new != a
@@ -754,7 +765,7 @@ def test_reconcile_destroys_an_error_instance_once_it_is_free(cli: Cli) -> None:
     assert record(cli, a)["hamimig"]["state"] == "Error"
     assert spec_file(cli, a).exists()
 
-    sim(cli, "busy", "--mig-uuid", a, "--clear")
+    sim(cli, "fault", "clear")
     data = ok(cli.json("reconcile"))
     assert data["kind"] == "Reconcile"
     assert data["dryRun"] is False
@@ -1227,8 +1238,9 @@ def test_unknown_config_key_is_a_usage_error(
 def test_list_joins_records_with_the_live_layout(cli: Cli) -> None:
     active = allocated(cli, "ns/act", "1g.10gb", "0")
     idle_mig, err = idles(cli, ("1g.10gb", "1", "0"), ("1g.10gb", "2", "0"))
-    sim(cli, "busy", "--mig-uuid", err)
+    fail_destroys(cli)
     assert cli.json("reclaim", "--mig-uuid", err).exit_code == 4
+    sim(cli, "fault", "clear")
     unmanaged = sim_create(cli, "1g.10gb", "3")
     sim_create(cli, "2g.20gb", "4", no_ci=True)
     gone_active = allocated(cli, "ns/gone", "1g.10gb", "0", gpu="1")

@@ -406,6 +406,18 @@ class LifecycleMachine(RuleBasedStateMachine):
                 out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
         return out
 
+    def _processes(self, record: Record) -> bool:
+        """Processes run on the record's live MIG device (a busy CI): hamimig never hands it
+        out, reclaims or destroys it, and it blocks its slices like an Active instance."""
+        placement = (record.placement.start, record.placement.size)
+        for gi in self._live(self._gpu_of(record.gpu_uuid)):
+            if gi.id == record.gpu_instance_id and (gi.start, gi.size) == placement:
+                return any(
+                    ci.id == record.compute_instance_id and ci.mig == record.mig_uuid and ci.busy
+                    for ci in gi.cis
+                )
+        return False
+
     def _destroy_outcome(self, record: Record) -> str:
         """What destroying `record` leaves without injected faults: GONE, or ERROR when a
         process holds the CI or a client holds the GI."""
@@ -568,6 +580,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             and self._gpu_of(r.gpu_uuid) == gpu
             and r.profile == profile
             and (placement is None or (r.placement.start, r.placement.size) == placement)
+            and not self._processes(r)
         ]
         if candidates:
             migs = {r.mig_uuid for r in candidates}
@@ -587,7 +600,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 if not gi.overlaps(p):
                     continue
                 record = on_gpu.get((gi.id, gi.start, gi.size))
-                if record is None or record.state is RecordState.ACTIVE:
+                if record is None or record.state is RecordState.ACTIVE or self._processes(record):
                     hard = True
                 else:
                     soft.append(record)
@@ -758,13 +771,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             chosen, soft = detail
             assert result.created and not result.reused, what
             assert len(new) == 1 and instance.mig_uuid == new[0].mig_uuid, what
-            assert (instance.placement.start, instance.placement.size) == chosen, (
-                f"{what}: created at {instance.placement}, expected {chosen}"
-            )
-            if not fired:
+            if not fired:  # a failed process query makes a blocker busy: another placement
+                assert (instance.placement.start, instance.placement.size) == chosen, (
+                    f"{what}: created at {instance.placement}, expected {chosen}"
+                )
                 assert list(result.reclaimed) == [r.mig_uuid for r in soft], what
             inst = self.model[instance.mig_uuid]
-            assert (inst.gpu, inst.profile, inst.placement) == (gpu, profile, chosen)
+            assert (inst.gpu, inst.profile) == (gpu, profile)
+            assert inst.placement == chosen or fired
 
     def _arm(self, fault: Fault) -> None:
         """Inject `fault` for the coming operation, unless one is already pending."""
@@ -836,13 +850,20 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _reclaim_targets_expect(
         self, targets: list[Record], dry_run: bool
     ) -> tuple[Expect, list[str]]:
-        ordered = sorted(targets, key=_age)
+        """Busy targets are skipped (a failed process query counts as busy, hence 0 and 3
+        when a fault fires: the target is then skipped, or refused when named)."""
+        ordered = sorted((r for r in targets if not self._processes(r)), key=_age)
         if dry_run:
-            return Expect({0}), [r.mig_uuid for r in ordered]
+            return Expect({0}, fault_codes={0, 3, 4}), [r.mig_uuid for r in ordered]
         final: dict[str, set[str]] = {}
         failed = self._sequential_destroy(ordered, final)
         return (
-            Expect({4 if failed else 0}, final, touched={r.mig_uuid for r in ordered}),
+            Expect(
+                {4 if failed else 0},
+                final,
+                touched={r.mig_uuid for r in ordered},
+                fault_codes={0, 3, 4},
+            ),
             [r.mig_uuid for r in ordered],
         )
 
@@ -855,7 +876,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         listed: list[str] = []
         if record is None:
             exp = Expect({3 if mig in self.external else 6})
-        elif record.state is RecordState.ACTIVE:
+        elif record.state is RecordState.ACTIVE or self._processes(record):
             exp = Expect({3})
         else:
             exp, listed = self._reclaim_targets_expect([record], dry_run)
@@ -864,14 +885,15 @@ class LifecycleMachine(RuleBasedStateMachine):
             lambda: maintenance.reclaim(self.node, mig, None, None, False, dry_run)
         )
         self._settle(f"reclaim --mig-uuid {mig} dry={dry_run}", exp, code, result, fired, pending)
-        self._check_reclaim_result(code, result, dry_run, listed)
+        self._check_reclaim_result(code, result, dry_run, listed, fired)
 
     def _check_reclaim_result(
-        self, code: int, result: Any, dry_run: bool, listed: list[str]
+        self, code: int, result: Any, dry_run: bool, listed: list[str], fired: bool
     ) -> None:
         if code != 0:
             return
-        assert [i.mig_uuid for i in result.reclaimed] == listed
+        if not fired:  # a failed process query skips a target as busy
+            assert [i.mig_uuid for i in result.reclaimed] == listed
         assert result.dry_run is dry_run
         if dry_run:
             assert self._mutations_since() == 0
@@ -894,7 +916,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._settle(
             f"reclaim --gpu {gpu} --all-idle dry={dry_run}", exp, code, result, fired, pending
         )
-        self._check_reclaim_result(code, result, dry_run, listed)
+        self._check_reclaim_result(code, result, dry_run, listed, fired)
 
     @rule(
         gpu=st.integers(0, GPUS - 1),
@@ -936,7 +958,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         )
         what = f"reclaim --gpu {gpu} --placement {text} dry={dry_run}"
         self._settle(what, exp, code, result, fired, pending)
-        self._check_reclaim_result(code, result, dry_run, listed)
+        self._check_reclaim_result(code, result, dry_run, listed, fired)
 
     # --- reconcile -------------------------------------------------------------------------------
 
@@ -945,13 +967,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._arm(fault)
         records = self._records()
         failing = [
-            r for r in records.values() if r.state in (RecordState.ERROR, RecordState.RECLAIMING)
-        ]
+            r
+            for r in records.values()
+            if r.state in (RecordState.ERROR, RecordState.RECLAIMING) and not self._processes(r)
+        ]  # a busy one is skipped
         final = {r.mig_uuid: {self._destroy_outcome(r)} for r in failing}
         exp = Expect(
             {4 if ERROR in {next(iter(s)) for s in final.values()} else 0},
             final,
             touched=set(final),
+            fault_codes={0, 4},  # a failed process query skips a retry as busy
         )
         self._begin()
         code, result, fired, pending = self._run(lambda: maintenance.reconcile(self.node))

@@ -190,13 +190,15 @@ def test_failures_are_counted_when_an_allocation_is_rolled_back_or_a_destroy_fai
     # A destroy that fails leaves Error: one destroy failure per attempt.
     a = allocated(cli, "ns/p", "2g.20gb", "2")["instance"]["migUUID"]
     ok(cli.json("release", "--mig-uuid", a))
-    sim(cli, "busy", "--mig-uuid", a)
+    # (a process that started after the reclaim found the instance idle: IN_USE)
+    fail = ("--op", "nvmlComputeInstanceDestroy", "--error", "IN_USE", "--times", "1000")
+    sim(cli, "fault", "add", *fail)
     assert cli.json("reclaim", "--mig-uuid", a).exit_code == 4
     assert counters(cli) == expect(creations=1, failures__allocate=2, failures__destroy=1)
     assert cli.json("reconcile").exit_code == 4  # still busy
     assert counters(cli) == expect(creations=1, failures__allocate=2, failures__destroy=2)
     # Once free, reconcile destroys the Error instance: that is a reclaim.
-    sim(cli, "busy", "--mig-uuid", a, "--clear")
+    sim(cli, "fault", "clear")
     ok(cli.json("reconcile"))
     assert counters(cli) == expect(
         creations=1, reclaims=1, failures__allocate=2, failures__destroy=2

@@ -151,6 +151,13 @@ def sim(cli: Cli, *args: str) -> dict[str, Any]:
     return ok(cli.json("sim", *args))
 
 
+def fail_destroys(cli: Cli) -> None:
+    """Every CI destroy fails with IN_USE until `sim fault clear`: a process that started
+    after hamimig found the instance idle (busy instances are never destroyed at all)."""
+    fail = ("--op", "nvmlComputeInstanceDestroy", "--error", "IN_USE", "--times", "1000")
+    sim(cli, "fault", "add", *fail)
+
+
 def sim_create(
     cli: Cli, profile: str, placement: str, gpu: str = "0", no_ci: bool = False
 ) -> dict[str, Any]:
@@ -614,7 +621,9 @@ def test_record_disagreeing_with_the_pod_that_names_its_instance_exits_5(
 
 def test_pods_on_other_nodes_are_ignored_with_node(cli: Cli, pods_file: Callable[..., str]) -> None:
     inst = sim_create(cli, "1g.10gb", "2")
-    elsewhere = kube_pod("ns/far", [entry(inst, migUUID=ABSENT_MIG)], node="gpu-node-2")
+    # A pod on another node names a GPU of that node (not one of ours): not our business.
+    far = entry(inst, migUUID=ABSENT_MIG, gpuUUID=ABSENT_GPU)
+    elsewhere = kube_pod("ns/far", [far], node="gpu-node-2")
     here = kube_pod("ns/near", [entry(inst)])
     path = pods_file(elsewhere, here)
     frozen = Unchanged(cli)
@@ -715,10 +724,10 @@ def test_hami_written_record_is_left_byte_identical(cli: Cli, tmp_path: Path, mo
 def test_idle_and_error_records_are_restored_or_retried(cli: Cli) -> None:
     keep = idle(cli, "ns/keep", "1g.10gb", "0")
     err = idle(cli, "ns/err", "1g.10gb", "2")
-    sim(cli, "busy", "--mig-uuid", err)
+    fail_destroys(cli)
     assert cli.json("reclaim", "--mig-uuid", err).exit_code == 4
     assert ext(cli, err)["state"] == "Error"
-    sim(cli, "busy", "--mig-uuid", err, "--clear")
+    sim(cli, "fault", "clear")
     keep_record = record_path(cli, keep).read_bytes()
     result = ok(cli.json("recover", "--assume-no-pods"))
     assert sorted(actions(result)) == sorted([("restore-idle", keep), ("retry-destroy", err)])
@@ -970,7 +979,7 @@ def test_orphan_gi_kept_while_a_process_runs_on_its_gpu(cli: Cli) -> None:
     result = ok(cli.json("recover", "--assume-no-pods", "--adopt"))
     assert sorted(actions(result), key=str) == sorted(
         [
-            ("adopt-idle", busy["migUUID"]),
+            ("preserve-unmanaged", busy["migUUID"]),  # processes run on it: never adopted
             ("preserve-orphan-gi", None),
             ("destroy-orphan-gi", None),
         ],
@@ -1350,9 +1359,9 @@ def test_reconcile_retries_queue_and_error_but_not_with_a_malformed_annotation(
 ) -> None:
     gone = allocated(cli, "ns/gone", "1g.10gb", "0")
     err = idle(cli, "ns/err", "1g.10gb", "2")
-    sim(cli, "busy", "--mig-uuid", err)
+    fail_destroys(cli)
     assert cli.json("reclaim", "--mig-uuid", err).exit_code == 4
-    sim(cli, "busy", "--mig-uuid", err, "--clear")  # a retry would now succeed
+    sim(cli, "fault", "clear")  # a retry would now succeed
     queued = idle(cli, "ns/q", "1g.10gb", "5")
     fault(cli, "cdi.remove", error="EIO")
     ok(cli.json("reclaim", "--mig-uuid", queued))
@@ -1413,7 +1422,7 @@ def test_adopt_leaves_instances_with_records_alone(cli: Cli, pods_file: Callable
     active = allocated(cli, "ns/p", "1g.10gb", "0")
     held = allocated(cli, "ns/gone", "1g.10gb", "1")
     err = idle(cli, "ns/err", "1g.10gb", "3")
-    sim(cli, "busy", "--mig-uuid", err)
+    fail_destroys(cli)
     assert cli.json("reclaim", "--mig-uuid", err).exit_code == 4
     unmarked = sim_create(cli, "1g.10gb", "5")["migUUID"]
     records = {m: record_path(cli, m).read_bytes() for m in (active, held, err)}

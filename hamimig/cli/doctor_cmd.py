@@ -2,21 +2,47 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Annotated
+
 import typer
 
 from hamimig.cli.context import execute
 
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.views import Result
 
-def doctor(ctx: typer.Context) -> None:
+
+def doctor(
+    ctx: typer.Context,
+    pods: Annotated[
+        str | None,
+        typer.Option(
+            "--pods",
+            metavar="FILE|-",
+            help="Also check pod-held instances against these pods (kubectl -o json|yaml).",
+        ),
+    ] = None,
+    kube: Annotated[
+        bool, typer.Option("--kube", help="Also check pod-held instances: list pods via the API.")
+    ] = False,
+) -> None:
     """Check NVML, MIG modes, the state and CDI directories, records, specs and queues.
 
     Each check is ok, warn or fail with a one-line fix. Exits 0 when nothing fails; otherwise 4
     when a failing check is a hardware or I/O failure, else 5 (state that cannot be trusted).
-    Changes nothing and takes no lock.
+    Changes nothing and takes no lock. The recovery checks run recover's own planner; with
+    --pods or --kube they also judge what pods hold, without one those checks are skipped.
     """
     from hamimig.engine import doctor as checks
+    from hamimig.engine.podsource import PodSource
 
-    execute(ctx, checks.run_checks)
+    def action(node: Node) -> Result:
+        source = PodSource(pods, kube)
+        source.check(node, required=False)
+        return checks.run_checks(node, pods=source)
+
+    execute(ctx, action)
 
 
 def register(app: typer.Typer) -> None:

@@ -128,11 +128,10 @@ def reconcile(
     """One pass: release instances whose pods are gone (with pods), retry queued CDI
     removals and the destruction of Error instances."""
     from hamimig.engine import maintenance
-    from hamimig.engine.podsource import load_pods
+    from hamimig.engine.podsource import PodSource
 
     def action(node: Node) -> Result:
-        snapshot = load_pods(node, pods, kube, assume_no_pods=False, required=False)
-        return maintenance.reconcile(node, dry_run, snapshot)
+        return maintenance.reconcile(node, dry_run, PodSource(pods, kube))
 
     execute(ctx, locked(lock_timeout, action))
 

@@ -47,11 +47,10 @@ def recover(
 ) -> None:
     """Startup recovery: restore what pods hold, reconcile records, keep unknown instances."""
     from hamimig.engine import recovery
-    from hamimig.engine.podsource import load_pods
+    from hamimig.engine.podsource import PodSource
 
     def action(node: Node) -> Result:
-        snapshot = load_pods(node, pods, kube, assume_no_pods, required=True)
-        return recovery.recover(node, snapshot, adopt, dry_run)
+        return recovery.recover(node, PodSource(pods, kube, assume_no_pods), adopt, dry_run)
 
     execute(ctx, locked(lock_timeout, action))
 
@@ -74,11 +73,11 @@ def adopt(
 ) -> None:
     """Claim unmarked complete GI/CI pairs as Idle (needs the adoption opt-in)."""
     from hamimig.engine import recovery
-    from hamimig.engine.podsource import load_pods
+    from hamimig.engine.podsource import PodSource
 
     def action(node: Node) -> Result:
-        snapshot = load_pods(node, pods, kube, assume_no_pods, required=True)
-        return recovery.adopt_pairs(node, snapshot, exclusive_owner, gpu, dry_run)
+        source = PodSource(pods, kube, assume_no_pods)
+        return recovery.adopt_pairs(node, source, exclusive_owner, gpu, dry_run)
 
     execute(ctx, locked(lock_timeout, action))
 

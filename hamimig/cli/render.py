@@ -142,8 +142,12 @@ def emit(result: Result, fmt: str) -> None:
     elif isinstance(result, Reclaim):
         title = "would reclaim (dry run)" if result.dry_run else "reclaimed"
         _instances(console, title, result.reclaimed)
+        for skipped in result.skipped:
+            console.print(f"skipped {skipped.mig_uuid}: {skipped.reason}")
         for note in result.notes:
             console.print(f"[yellow]note:[/] {note}")
+        for warning in result.warnings:
+            console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
     elif isinstance(result, ActionReport):
         _actions(console, result)
     elif isinstance(result, InstanceDetail):
@@ -240,7 +244,8 @@ def _instance_table(title: str, instances: tuple[InstanceView, ...]) -> Any:
             str(inst.placement),
             "-" if inst.gpu_instance_id is None else str(inst.gpu_instance_id),
             "-" if inst.compute_instance_id is None else str(inst.compute_instance_id),
-            f"[{style}]{inst.state.value}[/]" if style else inst.state.value,
+            (f"[{style}]{inst.state.value}[/]" if style else inst.state.value)
+            + (" (busy)" if inst.processes else ""),
             _owner(inst),
             inst.cdi_device.rsplit("=", 1)[-1][:16] if inst.cdi_device else "-",
         )
@@ -289,6 +294,8 @@ def _actions(console: Console, result: ActionReport) -> None:
         console.print(table)
     for skipped in result.skipped:
         console.print(f"skipped GPU {skipped.index} ({skipped.uuid}): {skipped.reason}")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
     if result.failed:
         console.print(f"[bold red]failed:[/] {result.failed}")
 
@@ -321,6 +328,7 @@ def _detail(console: Console, result: InstanceDetail) -> None:
         ("placement", str(inst.placement)),
         ("GI / CI", f"{inst.gpu_instance_id} / {inst.compute_instance_id}"),
         ("owner", "-" if inst.owner is None else str(inst.owner)),
+        ("processes", "-" if inst.processes is None else ("yes" if inst.processes else "none")),
         ("CDI device", inst.cdi_device or "-"),
         ("CDI spec", result.cdi_spec or "-"),
         ("record", result.record or "-"),

@@ -13,7 +13,13 @@ from hamimig.engine.executor import (
     destroy_managed,
     set_state,
 )
-from hamimig.engine.facts import Durable, check_reuse, load_for_mutation, tidy_finished
+from hamimig.engine.facts import (
+    Durable,
+    check_reuse,
+    has_processes,
+    load_for_mutation,
+    tidy_finished,
+)
 from hamimig.engine.inventory import record_view
 from hamimig.engine.metrics import CREATIONS, REUSES, count
 from hamimig.engine.node import Node, legal_placement, parse_gpu_ref, parse_placement, resolve_gpu
@@ -121,7 +127,8 @@ def _try_reuse(
     """Hand out an exact Idle match after verifying it live and repairing its CDI spec.
 
     Any failure leaves the instance Idle and cached. Verification reads that one instance
-    (at most ten NVML calls), never the node's layout.
+    (at most ten NVML calls, and one more to see that no process runs on it), never the node's
+    layout.
     """
     hw = node.hardware()
     for record in reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
@@ -138,6 +145,8 @@ def _try_reuse(
         problem = check_reuse(record, live, hw.profile_name(live.gpu_index, live.profile_id))
         if problem:
             raise UnverifiableError(f"cannot reuse: {problem}; run 'hamimig recover'")
+        if has_processes(hw, record.mig_uuid):
+            continue  # never handed out; it blocks its slices when the create path plans
         _allowed(node, live.gpu_index, request.profile, model=None)
         cdi = node.cdi()
         cdi_name = record.cdi_device
@@ -205,6 +214,13 @@ def _create(
         gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout
     }
     profile_names[profile.id] = profile.name
+    busy: dict[str, bool] = {}
+
+    def is_busy(record: Record) -> bool:
+        if record.mig_uuid not in busy:
+            busy[record.mig_uuid] = has_processes(hw, record.mig_uuid)
+        return busy[record.mig_uuid]
+
     plan: CreatePlan = plan_create(
         gpu.uuid,
         profile.placements,
@@ -213,6 +229,7 @@ def _create(
         list(durable.intents),
         layout,
         profile_names,
+        is_busy,
     )
     reclaimed: list[str] = []
     for record, live in plan.reclaim:

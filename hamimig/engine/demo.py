@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,8 @@ from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance, recovery
 from hamimig.engine.inventory import list_instances
 from hamimig.engine.node import Node
-from hamimig.engine.simulator import sim_busy, sim_fault_add, sim_init
+from hamimig.engine.podsource import PodSource
+from hamimig.engine.simulator import sim_fault_add, sim_init
 from hamimig.engine.views import InstanceView, Json
 from hamimig.errors import HamimigError, UsageError
 from hamimig.hw.sim_state import SimStore
@@ -308,22 +310,24 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         uuid = text.split()[1]
         error_target["uuid"] = uuid
         maintenance.release(node, ("team-e", "job-1"), None)
-        sim_busy(sim, uuid, gi_only=False, clear=False)
+        # A process that starts after hamimig saw none: the destroy itself fails with IN_USE.
+        sim_fault_add(sim, "nvmlComputeInstanceDestroy", "IN_USE", "raise", 1, 0, None)
         return _reclaim(node, uuid)
 
     yield step(
         "NVML failure -> Error",
-        "An Idle instance at slice 6 still has a stray process on it. Reclaiming it fails with "
-        "IN_USE: hamimig keeps it in state Error with its record and CDI spec, and will never "
+        "hamimig never reclaims an instance that processes run on; but a stray process can start "
+        "on the Idle instance at slice 6 just after that check, and the destroy fails with "
+        "IN_USE. hamimig keeps it in state Error with its record and CDI spec, and will never "
         "hand it out again.",
-        "sim busy --mig-uuid MIG-... && reclaim --mig-uuid MIG-...",
+        "sim fault add --op nvmlComputeInstanceDestroy --error IN_USE && "
+        "reclaim --mig-uuid MIG-...",
         make_error,
         expect_exit=4,
         after=lambda: _expect_error_kept(node, error_target.get("uuid")),
     )
 
     def clear_error() -> str:
-        sim_busy(sim, error_target["uuid"], gi_only=False, clear=True)
         report = maintenance.reconcile(node)
         text = "; ".join(f"{a.action} {a.mig_uuid}: {a.reason}" for a in report.actions)
         destroyed = [
@@ -398,8 +402,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             Pod(ns, name, None, None, "Running", None, (), None)
             for ns, name in (("team-b", "infer-1"), ("team-d", "big-1"))
         )
-        pods = PodSnapshot(pods=running, source="the demo's pod list")
-        report = recovery.recover(node, pods, adopt=False, dry_run=False)
+        pods = PodSnapshot(pods=running, source="the demo's pod list", taken_at=time.time())
+        report = recovery.recover(node, PodSource(snapshot=pods), adopt=False, dry_run=False)
         text = "; ".join(f"{a.action}: {a.reason}" for a in report.actions)
         rolled = [a for a in report.actions if a.action == "rollback-intent"]
         _expect(

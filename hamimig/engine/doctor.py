@@ -27,6 +27,7 @@ hex>` (the hash in the file name); the message carries the full path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -34,11 +35,12 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hamimig.config import Config
 from hamimig.engine.facts import Durable, Liveness, check_record, load_durable
 from hamimig.engine.node import Node
+from hamimig.engine.podsource import PodSource
+from hamimig.engine.safety import SYSTEM_CDI_DIR, cdi_conflicts, scan_cdi_dirs
 from hamimig.engine.views import Check, CheckStatus, DoctorReport
 from hamimig.errors import HamimigError
 from hamimig.hw.minors import DEFAULT_MIG_MINORS, MigMinors
@@ -51,7 +53,7 @@ from hamimig.store.cdi import (
     spec_file_name,
     validate_spec,
 )
-from hamimig.store.files import MAX_READ_BYTES, describe_entry, read_regular
+from hamimig.store.files import describe_entry, read_regular
 from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
 from hamimig.store.queue import QUEUE_NAME
 from hamimig.store.records import (
@@ -68,12 +70,8 @@ HARDWARE = 4
 UNVERIFIABLE = 5
 """Exit code of a failing check on state that cannot be trusted."""
 
-SYSTEM_CDI_DIR = Path("/etc/cdi")
-"""The runtimes' other CDI directory; `--cdi-dir` (default /var/run/cdi) is the first one."""
-
 DOCTOR_TEMP_PREFIX = ".hamimig-doctor-"
 _FIRST_STABLE_UUID_DRIVER = 470
-_CDI_SUFFIXES = (".json", ".yaml")
 
 
 def _ok(name: str, message: str) -> Check:
@@ -137,9 +135,13 @@ def _short(name: str) -> str:
 # Entry point
 
 
-def run_checks(node: Node, cdi_dirs: Sequence[Path] | None = None) -> DoctorReport:
+def run_checks(
+    node: Node, cdi_dirs: Sequence[Path] | None = None, pods: PodSource | None = None
+) -> DoctorReport:
     """Every check on `node`. `cdi_dirs` are the directories searched for other specs that
-    define one of our devices: by default /etc/cdi and the node's CDI directory."""
+    define one of our devices: by default /etc/cdi and the node's CDI directory. `pods` is
+    the pod source the recovery checks judge pod-held instances by (none: those are skipped).
+    """
     dirs = tuple(cdi_dirs) if cdi_dirs is not None else (SYSTEM_CDI_DIR, node.cdi_dir)
     checks: list[Check] = []
     config, config_check = _check_config(node)
@@ -170,12 +172,88 @@ def run_checks(node: Node, cdi_dirs: Sequence[Path] | None = None) -> DoctorRepo
         none = "none (no state directory yet)"
         checks += [_ok("records", none), _ok("intents", none), _ok("cdi-removal-queue", none)]
     checks += _check_cdi(node, config, live, durable, dirs)
+    if live.hw is not None and durable is not None and not durable.problems:
+        checks = _with_recovery(checks, node, config, durable, pods or PodSource())
     return DoctorReport(
         checks=tuple(checks),
         sim=None if node.sim is None else str(node.sim),
         state_dir=str(node.state_dir),
         cdi_dir=str(node.cdi_dir),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# What recover would do
+
+
+RECOVER_REFUSES = (
+    "recover refuses this node until the recovery/… failures are resolved: fix the record, "
+    "the pod annotation or the hardware, or drop what cannot be verified with "
+    "'hamimig forget MIG_UUID' / 'hamimig forget --intent ID'"
+)
+
+
+def _with_recovery(
+    checks: list[Check], node: Node, config: Config, durable: Durable, source: PodSource
+) -> list[Check]:
+    """The recovery planner's own verdict, so that every condition that makes `recover`
+    exit 5 is a failing check here, found by the same code. Hints that would send the
+    operator to `recover` are replaced while recover refuses."""
+    from hamimig.engine.recovery import plan_recovery
+
+    environment = [
+        c.name
+        for c in checks
+        if c.status is CheckStatus.FAIL
+        and (c.exit_code == HARDWARE or c.name in ("config", "state-dir", "cdi-dir"))
+    ]
+    if environment:
+        return [
+            *checks,
+            _warn(
+                "recovery",
+                f"not checked while {', '.join(environment)} fail(s): recover cannot run either",
+                "fix those first",
+            ),
+        ]
+    found: list[Check] = []
+    try:
+        snapshot = source.load(node)
+    except HamimigError as exc:
+        return [*checks, _fail("recovery/pods", f"the pod list: {exc.message}", _POD_HINT)]
+    pods_known = snapshot is not None or source.assume_no_pods
+    try:
+        plan = plan_recovery(node, durable, snapshot, config.adopt_existing, pods_known=pods_known)
+    except HamimigError as exc:
+        code = HARDWARE if exc.exit_code == HARDWARE else UNVERIFIABLE
+        name = "recovery/pods" if "pod" in exc.message else "recovery"
+        return [*checks, _fail(name, f"recover would fail: {exc.message}", _POD_HINT, code)]
+    for number, refusal in enumerate(plan.refusals, 1):
+        found.append(
+            _fail(f"recovery/{number}", f"recover would refuse: {refusal}", RECOVER_REFUSES)
+        )
+    if not found:
+        changes = sum(1 for step in plan.steps if step.run is not None)
+        found.append(
+            _ok("recovery", f"recover can verify every record and intent ({changes} step(s))")
+        )
+    if not pods_known:
+        found.append(
+            _ok(
+                "recovery/pods",
+                "skipped: no pod source given, so what pods hold is not checked "
+                "(doctor --pods FILE|- or --kube checks it too)",
+            )
+        )
+    if plan.refusals:
+        checks = [
+            dataclasses.replace(c, hint=RECOVER_REFUSES) if "hamimig recover" in c.hint else c
+            for c in checks
+        ]
+    return [*checks, *found]
+
+
+_POD_HINT = "fix the pod source (kubectl get pods -o json), or check --node/NODE_NAME"
 
 
 # --------------------------------------------------------------------------------------------
@@ -558,7 +636,7 @@ def _check_cdi(
     records = {} if durable is None else durable.records
     if usable:
         checks += _guarded("cdi-spec", lambda: _check_our_specs(cdi, live, durable))
-    checks += _guarded("cdi-conflicts", lambda: _check_conflicts(cdi, records, dirs))
+    checks += _guarded("cdi-conflicts", lambda: _check_conflicts(node, cdi, records, dirs))
     return checks
 
 
@@ -731,82 +809,14 @@ def _check_spec(
     return _ok(check, f"{what}, matches its live instance")
 
 
-def _read_any(path: Path) -> Any:
-    """A spec file of anyone's, parsed; None when it is not a readable JSON/YAML file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:
-            return None
-        data = os.read(fd, MAX_READ_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        text = data.decode("utf-8")
-        if path.suffix == ".json":
-            return json.loads(text)
-        import yaml
-
-        return yaml.safe_load(text)
-    except Exception:  # someone else's unparsable file is not ours to judge
-        return None
-
-
-def _qualified_names(spec: Any) -> list[str]:
-    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
-        return []
-    devices = spec.get("devices")
-    if not isinstance(devices, list):
-        return []
-    kind = spec["kind"]
-    return [
-        f"{kind}={d['name']}"
-        for d in devices
-        if isinstance(d, dict) and isinstance(d.get("name"), str)
-    ]
-
-
 def _check_conflicts(
-    cdi: CdiStore, records: dict[str, Record], dirs: Sequence[Path]
+    node: Node, cdi: CdiStore, records: dict[str, Record], dirs: Sequence[Path]
 ) -> list[Check]:
-    """No other spec in any CDI directory defines a device of ours (FACTS.md 3: within one
-    directory runtimes drop it from both files; across directories one shadows the other)."""
-    ours = Path(os.path.abspath(cdi.directory))
-    expected: dict[str, Path] = {
-        cdi.qualified_name(r.mig_uuid): ours / spec_file_name(r.mig_uuid) for r in records.values()
-    }
-    definers: dict[str, list[Path]] = {}
-    seen_dirs: set[str] = set()
-    searched: list[str] = []
-    read = 0
-    for directory in (Path(os.path.abspath(d)) for d in dirs):
-        real = os.path.realpath(directory)
-        if real in seen_dirs or not os.path.isdir(directory):
-            continue
-        seen_dirs.add(real)
-        searched.append(str(directory))
-        for name in sorted(os.listdir(directory)):
-            if not name.endswith(_CDI_SUFFIXES):
-                continue
-            path = directory / name
-            spec = _read_any(path)
-            if spec is None:
-                continue
-            read += 1
-            for qualified in _qualified_names(spec):
-                definers.setdefault(qualified, []).append(path)
-                if directory == ours and name.startswith(SPEC_PREFIX):
-                    expected.setdefault(qualified, path)
+    """No other spec in any CDI directory defines a device of ours (within one directory
+    runtimes drop it from both files; across directories one shadows the other)."""
+    scan = scan_cdi_dirs(dirs, node.cache)
     checks: list[Check] = []
-    for qualified, own in sorted(expected.items()):
-        others = [p for p in definers.get(qualified, []) if p != own]
-        if not others:
-            continue
+    for qualified, own, others in cdi_conflicts(cdi, records, scan):
         same_dir = [p for p in others if p.parent == own.parent]
         effect = (
             "runtimes drop it from both files, so pods given it cannot start"
@@ -822,11 +832,11 @@ def _check_conflicts(
             )
         )
     if not checks:
-        where = ", ".join(searched) if searched else "no CDI directory present"
+        where = ", ".join(scan.searched) if scan.searched else "no CDI directory present"
         checks.append(
             _ok(
                 "cdi-conflicts",
-                f"no other spec defines a device of ours ({read} file(s) in {where})",
+                f"no other spec defines a device of ours ({scan.read} file(s) in {where})",
             )
         )
     return checks

@@ -12,8 +12,9 @@ import enum
 from dataclasses import dataclass
 
 from hamimig.engine.node import Node
-from hamimig.errors import UnverifiableError
-from hamimig.hw.types import GpuInstance, MigDevice
+from hamimig.engine.views import Warning_
+from hamimig.errors import NvmlError, UnverifiableError
+from hamimig.hw.types import GpuInstance, MigDevice, MigHardware
 from hamimig.store.intents import Intent
 from hamimig.store.queue import QueuedRemoval
 from hamimig.store.records import Problem, Record
@@ -28,6 +29,8 @@ class Durable:
     removals: tuple[QueuedRemoval, ...]
     problems: tuple[Problem, ...]
     finished: tuple[Intent, ...] = ()
+    warnings: tuple[Warning_, ...] = ()
+    """What makes the node unsafe to change, found by a dry run (a real run refuses)."""
 
     def on_gpu(self, gpu_uuid: str) -> list[Record]:
         return [r for r in self.records.values() if r.gpu_uuid == gpu_uuid]
@@ -45,8 +48,10 @@ def load_durable(node: Node) -> Durable:
     )
 
 
-def load_for_mutation(node: Node, tidy: bool = False) -> Durable:
-    """Mutating commands refuse to run past any unreadable record, intent or queue (exit 5).
+def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> Durable:
+    """Mutating commands refuse to run past any unreadable record, intent or queue (exit 5),
+    and on a node others can forge records on or shadow our CDI devices in (exit 5; a dry run
+    reports that as `warnings`).
 
     With `tidy`, intents of allocations that had finished (their MIG UUID has a record on the
     same GPU and placement: only the intent's removal failed) are set aside in `finished`, so
@@ -60,6 +65,10 @@ def load_for_mutation(node: Node, tidy: bool = False) -> Durable:
         raise UnverifiableError(
             f"cannot verify {first.file}: {first.reason}{more}; nothing was changed"
         )
+    from hamimig.engine.safety import refuse_if_unsafe
+
+    warnings = refuse_if_unsafe(node, durable.records, dry_run)
+    durable = dataclasses.replace(durable, warnings=warnings)
     if not tidy:
         return durable
     finished = tuple(
@@ -80,6 +89,15 @@ def tidy_finished(node: Node, durable: Durable) -> None:
     for intent in durable.finished:
         with contextlib.suppress(OSError):
             node.intents().remove(intent.id)
+
+
+def has_processes(hw: MigHardware, mig_uuid: str) -> bool:
+    """Whether processes run on a MIG device. A failed query counts as busy: an instance
+    that cannot be shown idle is never handed out, restored Idle, adopted or destroyed."""
+    try:
+        return hw.instance_has_processes(mig_uuid)
+    except NvmlError:
+        return True
 
 
 class Liveness(enum.Enum):

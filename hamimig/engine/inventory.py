@@ -6,7 +6,9 @@ becomes a warning, never a failure.
 
 from __future__ import annotations
 
-from hamimig.engine.facts import Durable, Liveness, check_record, load_durable
+import dataclasses
+
+from hamimig.engine.facts import Durable, Liveness, check_record, has_processes, load_durable
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.views import (
     GpuProfiles,
@@ -143,8 +145,23 @@ def gpu_instances(
         for ci in gi.compute_instances:
             if (gi.id, ci.id) not in claimed_pairs:
                 out.append(_unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid))
+    out = [_with_processes(hw, v) for v in out]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
     return out, seen_records, seen_intents
+
+
+_LIVE_PAIR_STATES = frozenset(
+    (State.ACTIVE, State.IDLE, State.RECLAIMING, State.ERROR, State.UNMANAGED, State.CREATING)
+)
+
+
+def _with_processes(hw: MigHardware, view: InstanceView) -> InstanceView:
+    """A live MIG device's view, with whether processes run on it (never for a GI alone)."""
+    if view.mig_uuid is None or view.compute_instance_id is None:
+        return view
+    if view.state not in _LIVE_PAIR_STATES:
+        return view
+    return dataclasses.replace(view, processes=has_processes(hw, view.mig_uuid))
 
 
 def _unmanaged(
@@ -162,8 +179,12 @@ def _unmanaged(
     )
 
 
-def _warnings(durable: Durable) -> tuple[Warning_, ...]:
-    return tuple(Warning_(file=p.file, reason=p.reason) for p in durable.problems)
+def _warnings(node: Node, durable: Durable) -> tuple[Warning_, ...]:
+    """Unreadable records, and what would make mutating commands refuse the node."""
+    from hamimig.engine.safety import node_problems
+
+    unreadable = tuple(Warning_(file=p.file, reason=p.reason) for p in durable.problems)
+    return unreadable + tuple(node_problems(node, durable.records))
 
 
 def list_instances(
@@ -221,7 +242,9 @@ def list_instances(
         instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
     if wanted is not None:
         instances = [i for i in instances if i.state is wanted]
-    return InstanceList(instances=tuple(instances), gpus=tuple(views), warnings=_warnings(durable))
+    return InstanceList(
+        instances=tuple(instances), gpus=tuple(views), warnings=_warnings(node, durable)
+    )
 
 
 def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
@@ -234,14 +257,14 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
     cdi_path = str(cdi.path_of(mig_uuid)) if cdi is not None and cdi.exists(mig_uuid) else None
     if record is not None:
         if live is not None:
-            view = record_view(record, live.gpu_index)
+            view = _with_processes(hw, record_view(record, live.gpu_index))
         else:
             view = _record_without_mig_device(hw, record)
         return InstanceDetail(
             instance=view,
             record=str(node.records().path_of(mig_uuid)),
             cdi_spec=cdi_path,
-            warnings=_warnings(durable),
+            warnings=_warnings(node, durable),
         )
     if live is None:
         raise NotFoundError(f"no MIG instance {mig_uuid} on this node and no record of it")
@@ -255,9 +278,10 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         gpu_instance_id=live.gpu_instance_id,
         compute_instance_id=live.compute_instance_id,
         state=State.UNMANAGED,
+        processes=has_processes(hw, mig_uuid),
     )
     return InstanceDetail(
-        instance=view, record=None, cdi_spec=cdi_path, warnings=_warnings(durable)
+        instance=view, record=None, cdi_spec=cdi_path, warnings=_warnings(node, durable)
     )
 
 

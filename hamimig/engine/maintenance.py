@@ -13,12 +13,21 @@ from hamimig.engine.facts import (
     LiveCheck,
     Liveness,
     check_record,
+    has_processes,
     load_for_mutation,
     tidy_finished,
 )
 from hamimig.engine.inventory import record_view
 from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.views import Action, ActionReport, InstanceView, Reclaim, Release
+from hamimig.engine.podsource import PodSource, changed_after
+from hamimig.engine.views import (
+    Action,
+    ActionReport,
+    InstanceView,
+    Reclaim,
+    Release,
+    SkippedInstance,
+)
 from hamimig.errors import (
     ConflictError,
     HamimigError,
@@ -28,7 +37,7 @@ from hamimig.errors import (
     UsageError,
 )
 from hamimig.hw.types import Gpu, GpuInstance, Placement
-from hamimig.store.records import Record, RecordState
+from hamimig.store.records import Owner, Record, RecordState
 
 if TYPE_CHECKING:
     from hamimig.pods.model import Pod
@@ -130,7 +139,7 @@ def reclaim(
         raise UsageError("--mig-uuid names one instance: drop --placement/--all-idle")
     hw = node.hardware()
     with node.lock():
-        durable = load_for_mutation(node, tidy=not dry_run)
+        durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         if mig_uuid is not None:
             targets = _targets_by_uuid(node, durable, mig_uuid)
         else:
@@ -152,14 +161,33 @@ def reclaim(
                 chosen = _window_targets(window, records, layout, names)
             targets = [_verified(r, layout, names, gpu) for r in chosen]
         targets.sort(key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
+        busy = [t for t in targets if _busy(node, t)]
+        if mig_uuid is not None and busy:
+            raise ConflictError(
+                f"{mig_uuid} is busy: processes run on it; hamimig never reclaims it"
+            )
+        skipped = tuple(SkippedInstance(t.record.mig_uuid, BUSY) for t in busy)
+        targets = [t for t in targets if t not in busy]
         views = tuple(record_view(t.record, t.gpu_index) for t in targets)
         if dry_run:
-            return Reclaim(dry_run=True, reclaimed=views)
+            return Reclaim(
+                dry_run=True, reclaimed=views, skipped=skipped, warnings=durable.warnings
+            )
         notes: list[str] = []
         for target in targets:
             notes.extend(destroy_managed(node, target.record, target.live, target.gpu_index))
         tidy_finished(node, durable)
-        return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes))
+        return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes), skipped=skipped)
+
+
+BUSY = "busy: processes run on it"
+
+
+def _busy(node: Node, target: Target) -> bool:
+    """Only a live instance can have processes; a GI whose CI is gone has no MIG device."""
+    if target.live.status is not Liveness.COMPLETE:
+        return False
+    return has_processes(node.hardware(), target.record.mig_uuid)
 
 
 def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Target]:
@@ -212,8 +240,8 @@ def _window_targets(
     return chosen
 
 
-def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
-    """Active records whose owner pod no longer holds allocations, with the reason."""
+def _holders(pods: PodSnapshot) -> list[Pod]:
+    """The pods that hold allocations, once the list is known to be complete and readable."""
     if not pods.complete:
         raise UnverifiableError(
             f"the pod list from {pods.source} is incomplete; reconcile changed nothing"
@@ -224,6 +252,53 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
             f"pod {bad[0].key} has a malformed hami.io/vgpu-mig-allocations annotation "
             f"({bad[0].annotation_error}); reconcile changed nothing"
         )
+    return [p for p in pods.pods if p.holds_allocations]
+
+
+def _owner_pods(owner: Owner, by_key: dict[tuple[str, str], list[Pod]]) -> list[Pod]:
+    return [
+        p
+        for p in by_key.get((owner.namespace, owner.name), [])
+        if owner.uid is None or p.uid is None or p.uid == owner.uid
+    ]
+
+
+def _check_holders(durable: Durable, pods: PodSnapshot) -> None:
+    """Two holders of one instance are a conflict nobody here can settle (exit 5): two
+    annotations naming it, or an annotation naming an instance whose recorded owner is
+    another pod that still holds allocations."""
+    holding = _holders(pods)
+    by_key: dict[tuple[str, str], list[Pod]] = {}
+    for pod in pods.pods:
+        by_key.setdefault((pod.namespace, pod.name), []).append(pod)
+    named: dict[str, list[str]] = {}
+    for pod in holding:
+        for alloc in pod.allocations:
+            if alloc.mig_uuid:
+                where = f"pod {pod.key} container {alloc.container_index} device "
+                named.setdefault(alloc.mig_uuid, []).append(where + str(alloc.device_index))
+    refusals: list[str] = []
+    for mig_uuid, wheres in sorted(named.items()):
+        if len(wheres) > 1:
+            refusals.append(f"{mig_uuid} is named by {' and by '.join(wheres)}")
+            continue
+        record = durable.records.get(mig_uuid)
+        if record is None or _state(record) is not RecordState.ACTIVE or record.owner is None:
+            continue
+        owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]
+        claimant = wheres[0].split(" ")[1]
+        if owners and all(p.key != claimant for p in owners):
+            refusals.append(
+                f"{mig_uuid} is held by pod {owners[0].key} (its record's owner) and named by "
+                f"{wheres[0]}: two pods cannot hold one instance"
+            )
+    if refusals:
+        raise UnverifiableError("; ".join(refusals) + "; reconcile changed nothing")
+
+
+def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
+    """Active records whose owner pod no longer holds allocations, with the reason."""
+    _check_holders(durable, pods)
     by_key: dict[tuple[str, str], list[Pod]] = {}
     for pod in pods.pods:
         by_key.setdefault((pod.namespace, pod.name), []).append(pod)
@@ -237,11 +312,7 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
         if record.mig_uuid in named:
             continue
         owner = record.owner
-        candidates = [
-            p
-            for p in by_key.get((owner.namespace, owner.name), [])
-            if owner.uid is None or p.uid is None or p.uid == owner.uid
-        ]
+        candidates = _owner_pods(owner, by_key)
         if not candidates:
             gone.append((record, f"owner pod {owner.namespace}/{owner.name} no longer exists"))
         elif not any(p.holds_allocations for p in candidates):
@@ -251,23 +322,39 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
     return gone
 
 
-def reconcile(node: Node, dry_run: bool = False, pods: PodSnapshot | None = None) -> ActionReport:
+def _release_gone(node: Node, durable: Durable, pods: PodSnapshot, dry_run: bool) -> list[Action]:
+    """Release (Active -> Idle) what pods no longer hold: never a record written after the
+    pods were listed, never an instance that processes still run on."""
+    hw = node.hardware()
+    actions: list[Action] = []
+    for record, reason in sorted(_pods_gone(durable, pods), key=lambda g: g[0].mig_uuid):
+        where = (record.mig_uuid, record.gpu_uuid, record.placement)
+        newer = changed_after(record, pods)
+        if newer:
+            actions.append(Action("skip", *where, f"{reason}, but the record {newer}"))
+            continue
+        if has_processes(hw, record.mig_uuid):
+            actions.append(Action("skip", *where, f"{reason}, but {BUSY}; left Active"))
+            continue
+        if not dry_run:
+            set_state(node, record, RecordState.IDLE, owner=None)
+        actions.append(Action("release-idle", *where, reason))
+    return actions
+
+
+def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None) -> ActionReport:
     """One pass: with pods, release instances whose pods are gone; retry queued CDI removals;
     retry destroying Error instances."""
+    source = source or PodSource()
+    source.check(node, required=False)
     hw = node.hardware()
     actions: list[Action] = []
     failures: list[str] = []
     with node.lock():
-        durable = load_for_mutation(node, tidy=not dry_run)
+        durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
+        pods = source.load(node)
         if pods is not None:
-            for record, reason in _pods_gone(durable, pods):
-                if not dry_run:
-                    set_state(node, record, RecordState.IDLE, owner=None)
-                actions.append(
-                    Action(
-                        "release-idle", record.mig_uuid, record.gpu_uuid, record.placement, reason
-                    )
-                )
+            actions += _release_gone(node, durable, pods, dry_run)
         cdi = node.cdi()
         queue = node.queue()
         for item in durable.removals:
@@ -299,6 +386,17 @@ def reconcile(node: Node, dry_run: bool = False, pods: PodSnapshot | None = None
                 gpu = hw.gpu_by_uuid(record.gpu_uuid)
                 layout = hw.layout(gpu.index)
                 target = _verified(record, layout, _names(node, gpu, layout), gpu)
+                if _busy(node, target):
+                    actions.append(
+                        Action(
+                            "skip",
+                            record.mig_uuid,
+                            record.gpu_uuid,
+                            record.placement,
+                            f"{_state(record).value} instance is {BUSY}; not destroyed",
+                        )
+                    )
+                    continue
             except HamimigError as exc:
                 failures.append(exc.message)
                 actions.append(
@@ -326,5 +424,9 @@ def reconcile(node: Node, dry_run: bool = False, pods: PodSnapshot | None = None
             tidy_finished(node, durable)
     failed = "; ".join(failures) if failures else None
     return ActionReport(
-        dry_run=dry_run, actions=tuple(actions), failed=failed, exit_code=4 if failures else 0
+        dry_run=dry_run,
+        actions=tuple(actions),
+        failed=failed,
+        exit_code=4 if failures else 0,
+        warnings=durable.warnings,
     )

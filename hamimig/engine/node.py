@@ -48,6 +48,8 @@ class Node:
     clock: Callable[[], str] = utc_now
     _hw: NvmlHardware | None = field(default=None, repr=False)
     _config: Config | None = field(default=None, repr=False)
+    cache: dict[str, object] = field(default_factory=dict, repr=False)
+    """What one command reads once and asks for several times (the CDI directory scan)."""
 
     def config(self) -> Config:
         if self._config is None:

@@ -6,6 +6,7 @@ unit-tested without hardware, and `--dry-run` shows exactly what execution would
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hamimig.engine.facts import LiveCheck, Liveness, check_record
@@ -71,6 +72,7 @@ class Blocker:
     gi: GpuInstance
     record: Record | None
     check: LiveCheck | None
+    busy: bool = False
 
     def describe(self, names: dict[int, str]) -> str:
         name = names.get(self.gi.profile_id, f"profile {self.gi.profile_id}")
@@ -79,7 +81,8 @@ class Blocker:
             kind = "OrphanGI" if not self.gi.compute_instances else "Unmanaged"
             return f"{what} is {kind}"
         state = self.record.state.value if self.record.managed else "Idle"
-        return f"{what} is {state} ({self.record.mig_uuid})"
+        busy = ", busy: processes run on it" if self.busy else ""
+        return f"{what} is {state} ({self.record.mig_uuid}{busy})"
 
 
 @dataclass(frozen=True)
@@ -110,11 +113,14 @@ def plan_create(
     intents: list[Intent],
     layout: tuple[GpuInstance, ...],
     names: dict[int, str],
+    is_busy: Callable[[Record], bool] = lambda _record: False,
 ) -> CreatePlan:
     """Choose where to create and which Idle instances to reclaim, or refuse.
 
     `records` are those of this GPU. Active, Unmanaged, OrphanGI and in-flight (intent)
     instances are never touched. An Error instance in the way is retried for destruction.
+    An Idle or Error instance that processes run on (`is_busy`, asked only of live
+    instances in the way of a candidate placement) blocks its slices like an Active one.
     """
     recorded = {r.mig_uuid for r in records}
     for intent in intents:
@@ -141,7 +147,15 @@ def plan_create(
         for gi in layout:
             if gi.placement.overlaps(p):
                 rec = _record_of(gi, records)
-                out.append(Blocker(gi, rec, check_record(rec, layout, names) if rec else None))
+                check = check_record(rec, layout, names) if rec else None
+                busy = (
+                    rec is not None
+                    and check is not None
+                    and check.status is Liveness.COMPLETE
+                    and _effective(rec) is not RecordState.ACTIVE
+                    and is_busy(rec)
+                )
+                out.append(Blocker(gi, rec, check, busy))
         return out
 
     def hard(bs: list[Blocker]) -> list[Blocker]:
@@ -149,6 +163,7 @@ def plan_create(
             b
             for b in bs
             if b.record is None
+            or b.busy
             or _effective(b.record)
             not in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
         ]
@@ -199,7 +214,8 @@ def plan_create(
         scored.append((len(bs), p.start, p, bs))
     if not scored:
         raise ConflictError(
-            "no placement for this profile is free of Active, Unmanaged or in-flight instances"
+            "no placement for this profile is free of Active, Unmanaged, busy or in-flight "
+            "instances"
         )
     scored.sort(key=lambda t: (t[0], t[1]))
     count, _, p, bs = scored[0]

@@ -1,46 +1,116 @@
-"""Choosing the pod source a command was given: a kubectl list, the API, or an explicit none."""
+"""Choosing the pod source a command was given: a kubectl list, the API, or an explicit none.
+
+The source is only *named* when the command starts; it is read after the node lock is taken.
+A pod list read before waiting for the lock is older than the records another hamimig process
+writes during the wait, and judging a fresh allocation by an older pod list releases it as
+"owner gone". Records changed after the snapshot was taken are left alone for the same reason
+(`changed_after`).
+"""
 
 from __future__ import annotations
 
+import datetime
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hamimig.engine.node import Node
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
+    from hamimig.hw.types import MigHardware
     from hamimig.pods.sources import PodSnapshot
+    from hamimig.store.records import Record
 
 
-def load_pods(
-    node: Node,
-    pods_file: str | None,
-    kube: bool,
-    assume_no_pods: bool,
-    required: bool,
-) -> PodSnapshot | None:
-    """The pods to trust, or None for `--assume-no-pods` (and for an optional source unset).
+@dataclass(frozen=True)
+class PodSource:
+    """Which pods to trust: `--pods FILE|-`, `--kube`, `--assume-no-pods`, or none given."""
 
-    `recover` and `adopt` require one of the three: acting without knowing which instances
-    running pods hold is exactly how a tenant's slice gets handed to another.
-    """
-    given = sum((pods_file is not None, kube, assume_no_pods))
-    if given > 1:
-        raise UsageError("give only one pod source: --pods FILE|-, --kube or --assume-no-pods")
-    if given == 0:
-        if required:
+    pods_file: str | None = None
+    kube: bool = False
+    assume_no_pods: bool = False
+    snapshot: PodSnapshot | None = None
+    """Pods already in hand (a long-lived caller: the demo); taken as given."""
+
+    def check(self, node: Node, required: bool) -> None:
+        """Usage errors, raised before the lock is taken or anything is read.
+
+        `recover` and `adopt` require one of the three: acting without knowing which
+        instances running pods hold is exactly how a tenant's slice gets handed to another.
+        """
+        given = sum(
+            (self.pods_file is not None, self.kube, self.assume_no_pods, self.snapshot is not None)
+        )
+        if given > 1:
+            raise UsageError("give only one pod source: --pods FILE|-, --kube or --assume-no-pods")
+        if given == 0 and required:
             raise UsageError(
                 "a pod source is required: --pods FILE|- (kubectl get pods -o json), --kube, "
                 "or --assume-no-pods when no pod on this node holds a MIG instance"
             )
-        return None
-    if pods_file is not None:
-        from hamimig.pods.sources import read_pods_file  # only commands that read pods pay
-
-        return read_pods_file(pods_file, node.node_name)
-    if kube:
-        from hamimig.pods.sources import read_pods_kube
-
-        if not node.node_name:
+        if self.pods_file == "":
+            raise UsageError("--pods needs a file name, or '-' for stdin")
+        if self.kube and not node.node_name:
             raise UsageError("--kube needs this node's name: --node NAME or NODE_NAME")
-        return read_pods_kube(node.node_name)
-    return None
+
+    def load(self, node: Node) -> PodSnapshot | None:
+        """The pods, read now (call it under the node lock); None for `--assume-no-pods` or
+        when no source was given. The snapshot is verified to describe this node."""
+        if self.pods_file is not None:
+            from hamimig.pods.sources import read_pods_file  # only commands that read pods pay
+
+            snapshot = read_pods_file(self.pods_file, node.node_name)
+        elif self.kube:
+            from hamimig.pods.sources import read_pods_kube
+
+            assert node.node_name
+            snapshot = read_pods_kube(node.node_name)
+        elif self.snapshot is not None:
+            snapshot = self.snapshot
+        else:
+            return None
+        verify_node(node, snapshot)
+        return snapshot
+
+
+def verify_node(node: Node, snapshot: PodSnapshot) -> None:
+    """The node name is verified, not trusted: pods bound elsewhere must not name this node's
+    GPUs, and the Node object (with `--kube`) must describe this machine."""
+    from hamimig.pods.identity import read_product_uuid
+    from hamimig.pods.identity import verify_node as verify
+
+    hw: MigHardware = node.hardware()
+    gpu_uuids = [hw.gpu(i).uuid for i in range(hw.gpu_count())]
+    # A simulated node runs on some machine that is not the one it simulates.
+    product_uuid = None if node.sim is not None else read_product_uuid()
+    verify(snapshot, gpu_uuids, product_uuid)
+
+
+def _instant(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed.timestamp()
+
+
+def changed_after(record: Record, snapshot: PodSnapshot | None) -> str | None:
+    """Why `record` must not be judged by `snapshot`, or None when it may.
+
+    A record written after the pods were listed may describe an allocation the list cannot
+    show yet. A record without `updatedAt` (HAMi's own) is older than any snapshot.
+    """
+    if snapshot is None:
+        return None
+    updated = _instant(record.updated_at)
+    if updated is None or updated <= snapshot.taken_at:
+        return None
+    taken = datetime.datetime.fromtimestamp(snapshot.taken_at, datetime.timezone.utc)
+    return (
+        f"changed after the pod snapshot (updated {record.updated_at}, pods listed "
+        f"{taken.isoformat(timespec='milliseconds')}); left as it is"
+    )

@@ -19,19 +19,31 @@ from hamimig.engine.executor import (
     cdi_device_for,
     destroy_managed,
     remove_cdi_after_destroy,
+    rollback_intent,
 )
-from hamimig.engine.facts import Durable, LiveCheck, Liveness, check_record, load_for_mutation
+from hamimig.engine.facts import (
+    Durable,
+    LiveCheck,
+    Liveness,
+    check_record,
+    has_processes,
+    load_for_mutation,
+)
 from hamimig.engine.node import Node, resolve_gpu
+from hamimig.engine.podsource import PodSource, changed_after
 from hamimig.engine.states import Creating, check_transition
 from hamimig.engine.views import Action, ActionReport, SkippedGpu
 from hamimig.errors import HamimigError, NvmlError, UnverifiableError, UsageError
 from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode, Placement
+from hamimig.store.cdi import spec_file_name
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
 
 if TYPE_CHECKING:
     from hamimig.pods.model import Pod
     from hamimig.pods.sources import PodSnapshot
+
+NOTHING_CHANGED = "nothing was changed"
 
 
 @dataclass(frozen=True)
@@ -59,11 +71,26 @@ class Step:
 
 @dataclass
 class Plan:
+    """The steps to take, the GPUs not looked at, and every reason to take none of them.
+
+    Planning collects every refusal rather than stopping at the first, so that `doctor`
+    can list them all and an operator fixes the node in one round.
+    """
+
     steps: list[Step] = field(default_factory=list)
     skipped: list[SkippedGpu] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
 
     def add(self, step: Step) -> None:
         self.steps.append(step)
+
+    def refuse(self, reason: str) -> None:
+        self.refusals.append(reason)
+
+    def check(self) -> None:
+        """Raise when anything could not be verified: then no step runs (exit 5)."""
+        if self.refusals:
+            raise UnverifiableError("; ".join(self.refusals) + f"; {NOTHING_CHANGED}")
 
 
 def _state(record: Record) -> RecordState:
@@ -89,15 +116,13 @@ def _active_pods(pods: PodSnapshot | None) -> list[Pod]:
     if pods is None:
         return []
     if not pods.complete:
-        raise UnverifiableError(
-            f"the pod list from {pods.source} is incomplete; nothing was changed"
-        )
+        raise UnverifiableError(f"the pod list from {pods.source} is incomplete; {NOTHING_CHANGED}")
     holding = [p for p in pods.pods if p.holds_allocations]
     for pod in holding:
         if pod.annotation_error:
             raise UnverifiableError(
                 f"pod {pod.key} has a malformed hami.io/vgpu-mig-allocations annotation "
-                f"({pod.annotation_error}); nothing was changed"
+                f"({pod.annotation_error}); {NOTHING_CHANGED}"
             )
     return holding
 
@@ -125,6 +150,15 @@ def _owner_holds(record: Record, pods: list[Pod]) -> Pod | None:
     return None
 
 
+@dataclass
+class _Claims:
+    """What the plan has accounted for so far: instances, GIs, and GPUs pods use."""
+
+    instances: dict[str, str] = field(default_factory=dict)  # MIG UUID -> who claims it
+    gis: set[tuple[str, int]] = field(default_factory=set)  # (GPU UUID, GI ID)
+    busy_gpus: set[str] = field(default_factory=set)  # GPUs with a live pod allocation
+
+
 def plan_recovery(
     node: Node,
     durable: Durable,
@@ -132,36 +166,69 @@ def plan_recovery(
     adopt: bool,
     only_gpu: str | None = None,
     pairs_only: bool = False,
+    pods_known: bool = True,
 ) -> Plan:
-    """Build and verify the whole plan; raises UnverifiableError before anything changes.
+    """Build and verify the whole plan; every refusal is collected in `plan.refusals`.
 
     `pairs_only` is `adopt`: claim unmarked complete pairs (and pod-referenced ones), leave
-    records, intents and orphan GIs to `recover`.
+    records, intents and orphan GIs to `recover`. `pods_known` False is `doctor` without a
+    pod source: it plans as if no pod held anything, except that processes on an Active
+    instance are not held against it (they may well be its pod's).
     """
     hw = node.hardware()
     plan = Plan()
     facts = _facts(hw, plan, only_gpu)
     holding = _active_pods(pods)
-    claimed: dict[str, str] = {}  # MIG UUID -> what claims it (pod key or record)
-    held_gi: set[tuple[str, int]] = set()  # (GPU UUID, GI ID) accounted for
-    busy_gpus: set[str] = set()  # GPUs with a live pod allocation
+    claims = _Claims()
+    _plan_pod_claims(node, plan, durable, facts, holding, claims, only_gpu)
+    if pairs_only:
+        # adopt claims only what nobody accounts for: records and in-flight allocations
+        # (intents) belong to `recover`, which alone may restore or undo them.
+        for record in durable.records.values():
+            claims.instances.setdefault(record.mig_uuid, "record")
+            claims.gis.add((record.gpu_uuid, record.gpu_instance_id))
+        for intent in durable.intents:
+            intent_gpu = facts.get(intent.gpu_uuid)
+            for gi in intent_gpu.layout if intent_gpu else ():
+                if gi.placement.overlaps(intent.placement):
+                    claims.gis.add((intent.gpu_uuid, gi.id))
+        _plan_unknown(node, plan, facts, claims, adopt=True, pairs_only=True)
+        return plan
+    _plan_records(node, plan, durable, facts, holding, claims, pods, pods_known, only_gpu)
+    for intent in durable.intents:
+        step = _plan_intent(plan, intent, durable, facts, claims)
+        if step is not None:
+            plan.add(step)
+    _plan_unknown(node, plan, facts, claims, adopt, pairs_only=False)
+    _plan_cdi_files(node, plan, durable)
+    return plan
 
-    # 1. Runtime identities referenced by active pods.
+
+def _plan_pod_claims(
+    node: Node,
+    plan: Plan,
+    durable: Durable,
+    facts: dict[str, GpuFacts],
+    holding: list[Pod],
+    claims: _Claims,
+    only_gpu: str | None,
+) -> None:
+    """1. Runtime identities referenced by active pods."""
     for pod in holding:
         for alloc in pod.allocations:
-            busy_gpus.add(alloc.gpu_uuid)
+            claims.busy_gpus.add(alloc.gpu_uuid)
             if not alloc.has_runtime_identity:
                 continue
             assert alloc.mig_uuid is not None
             where = f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
             gpu = facts.get(alloc.gpu_uuid)
             if gpu is None:
-                if only_gpu:
-                    continue
-                raise UnverifiableError(
-                    f"{where} names {alloc.mig_uuid} on GPU {alloc.gpu_uuid}, which is not a "
-                    "MIG-enabled GPU of this node; nothing was changed"
-                )
+                if not only_gpu:
+                    plan.refuse(
+                        f"{where} names {alloc.mig_uuid} on GPU {alloc.gpu_uuid}, which is not "
+                        "a MIG-enabled GPU of this node"
+                    )
+                continue
             pair = _find_pair(
                 gpu, alloc.gpu_instance_id or 0, alloc.compute_instance_id or 0, alloc.mig_uuid
             )
@@ -170,121 +237,133 @@ def plan_recovery(
                 or pair[0].placement != alloc.placement
                 or gpu.names.get(pair[0].profile_id) != alloc.profile
             ):
-                raise UnverifiableError(
+                plan.refuse(
                     f"{where} names {alloc.mig_uuid} ({alloc.profile} at {alloc.placement}, GI "
                     f"{alloc.gpu_instance_id}, CI {alloc.compute_instance_id}) but the live "
-                    "layout differs; nothing was changed"
+                    "layout differs"
                 )
-            if alloc.mig_uuid in claimed:
-                raise UnverifiableError(
-                    f"{alloc.mig_uuid} is claimed by {claimed[alloc.mig_uuid]} and by {where}; "
-                    "nothing was changed"
+                continue
+            if alloc.mig_uuid in claims.instances:
+                plan.refuse(
+                    f"{alloc.mig_uuid} is claimed by {claims.instances[alloc.mig_uuid]} and by "
+                    f"{where}"
                 )
-            claimed[alloc.mig_uuid] = where
-            held_gi.add((alloc.gpu_uuid, pair[0].id))
+                continue
+            claims.instances[alloc.mig_uuid] = where
+            claims.gis.add((alloc.gpu_uuid, pair[0].id))
             owner = Owner(
                 pod.namespace, pod.name, pod.uid, alloc.container_index, alloc.device_index
             )
             record = durable.records.get(alloc.mig_uuid)
-            if record is not None and (
-                record.gpu_uuid,
-                record.gpu_instance_id,
-                record.compute_instance_id,
-                record.placement,
-                record.profile,
-            ) != (
-                alloc.gpu_uuid,
-                alloc.gpu_instance_id,
-                alloc.compute_instance_id,
-                alloc.placement,
-                alloc.profile,
-            ):
-                raise UnverifiableError(
-                    f"the record of {alloc.mig_uuid} disagrees with {where}; nothing was changed"
+            if record is not None:
+                identity = (
+                    record.gpu_uuid,
+                    record.gpu_instance_id,
+                    record.compute_instance_id,
+                    record.placement,
+                    record.profile,
                 )
-            if record is not None and _state(record) in (RecordState.RECLAIMING, RecordState.ERROR):
-                raise UnverifiableError(
-                    f"{where} holds {alloc.mig_uuid}, whose record is {_state(record).value}; "
-                    "nothing was changed"
+                named = (
+                    alloc.gpu_uuid,
+                    alloc.gpu_instance_id,
+                    alloc.compute_instance_id,
+                    alloc.placement,
+                    alloc.profile,
                 )
+                if identity != named:
+                    plan.refuse(f"the record of {alloc.mig_uuid} disagrees with {where}")
+                    continue
+                if _state(record) in (RecordState.RECLAIMING, RecordState.ERROR):
+                    plan.refuse(
+                        f"{where} holds {alloc.mig_uuid}, whose record is {_state(record).value}"
+                    )
+                    continue
+                other = _owner_holds(record, holding)
+                if other is not None and other.key != pod.key:
+                    plan.refuse(
+                        f"{alloc.mig_uuid} is held by pod {other.key} (its record's owner) and "
+                        f"named by {where}: two pods cannot hold one instance"
+                    )
+                    continue
             plan.add(_activate(gpu, pair[0], pair[1], alloc.profile, owner, record, where))
             if record is not None:
                 _plan_cdi_repair(node, plan, gpu, pair[0], pair[1])
 
-    if pairs_only:
-        # adopt claims only what nobody accounts for: records and in-flight allocations
-        # (intents) belong to `recover`, which alone may restore or undo them.
-        for record in durable.records.values():
-            claimed.setdefault(record.mig_uuid, "record")
-            held_gi.add((record.gpu_uuid, record.gpu_instance_id))
-        for intent in durable.intents:
-            intent_gpu = facts.get(intent.gpu_uuid)
-            for gi in intent_gpu.layout if intent_gpu else ():
-                if gi.placement.overlaps(intent.placement):
-                    held_gi.add((intent.gpu_uuid, gi.id))
-        _plan_unknown(
-            node, plan, facts, durable, claimed, held_gi, busy_gpus, adopt=True, pairs_only=True
-        )
-        return plan
 
-    # 2. Durable records reconciled with the live layout, and leftover intents.
+def _plan_records(
+    node: Node,
+    plan: Plan,
+    durable: Durable,
+    facts: dict[str, GpuFacts],
+    holding: list[Pod],
+    claims: _Claims,
+    pods: PodSnapshot | None,
+    pods_known: bool,
+    only_gpu: str | None,
+) -> None:
+    """2. Durable records reconciled with the live layout."""
+    hw = node.hardware()
     for record in sorted(durable.records.values(), key=lambda r: r.mig_uuid):
-        if record.mig_uuid in claimed:
+        if record.mig_uuid in claims.instances:
             continue
         gpu = facts.get(record.gpu_uuid)
         if gpu is None:
             skipped = next((s for s in plan.skipped if s.uuid == record.gpu_uuid), None)
             if only_gpu:
                 continue
+            claims.instances[record.mig_uuid] = "record"
             if skipped is None:
-                raise UnverifiableError(
-                    f"record {record.mig_uuid} names GPU {record.gpu_uuid}, which is not on this "
-                    "node; nothing was changed"
+                plan.refuse(
+                    f"record {record.mig_uuid} names GPU {record.gpu_uuid}, which is not on "
+                    "this node"
                 )
-            if _owner_holds(record, holding):
-                raise UnverifiableError(
+            elif _owner_holds(record, holding):
+                plan.refuse(
                     f"record {record.mig_uuid} is held by a running pod but its GPU has "
-                    f"MIG {skipped.mig_mode}; nothing was changed"
+                    f"MIG {skipped.mig_mode}"
                 )
-            plan.add(_drop(record, f"its GPU has MIG {skipped.mig_mode}: no instance can exist"))
-            claimed[record.mig_uuid] = "record"
+            else:
+                plan.add(
+                    _drop(record, f"its GPU has MIG {skipped.mig_mode}: no instance can exist")
+                )
             continue
         live = check_record(record, gpu.layout, gpu.names)
+        claims.instances[record.mig_uuid] = "record"
+        if live.gi is not None:
+            claims.gis.add((record.gpu_uuid, live.gi.id))
         if live.status is Liveness.MISMATCH:
-            raise UnverifiableError(
+            plan.refuse(
                 f"record {record.mig_uuid} ({record.profile} at {record.placement}, GI "
-                f"{record.gpu_instance_id}) does not match the hardware: {live.detail}; nothing "
-                "was changed"
+                f"{record.gpu_instance_id}) does not match the hardware: {live.detail}"
             )
+            continue
         owner_pod = _owner_holds(record, holding)
         state = _state(record)
         if owner_pod is not None:
+            who = f"its owner pod {owner_pod.key}"
             if live.status is not Liveness.COMPLETE:
-                raise UnverifiableError(
-                    f"pod {owner_pod.key} holds {record.mig_uuid} but {live.detail}; nothing "
-                    "was changed"
-                )
-            claimed[record.mig_uuid] = f"pod {owner_pod.key}"
-            held_gi.add((record.gpu_uuid, record.gpu_instance_id))
-            busy_gpus.add(record.gpu_uuid)
+                plan.refuse(f"{who} holds {record.mig_uuid} but {live.detail}")
+                continue
+            claims.instances[record.mig_uuid] = who
+            claims.busy_gpus.add(record.gpu_uuid)
             assert live.gi is not None and record.owner is not None
             ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
-            plan.add(
-                _activate(
-                    gpu,
-                    live.gi,
-                    ci,
-                    record.profile,
-                    record.owner,
-                    record,
-                    f"its owner pod {owner_pod.key}",
-                )
-            )
+            plan.add(_activate(gpu, live.gi, ci, record.profile, record.owner, record, who))
             _plan_cdi_repair(node, plan, gpu, live.gi, ci)
             continue
-        claimed[record.mig_uuid] = "record"
-        if live.gi is not None:
-            held_gi.add((record.gpu_uuid, live.gi.id))
+        # Without a pod source (doctor) an Active record's processes may be its pod's.
+        unknown_holder = not pods_known and state is RecordState.ACTIVE
+        if (
+            live.status is Liveness.COMPLETE
+            and not unknown_holder
+            and has_processes(hw, record.mig_uuid)
+        ):
+            plan.refuse(
+                f"processes run on {record.mig_uuid} ({state.value}, {record.profile} at "
+                f"{record.placement} on GPU {gpu.gpu.index}) and no pod that holds allocations "
+                "accounts for them"
+            )
+            continue
         if live.status is Liveness.ABSENT:
             plan.add(_drop(record, f"no GPU instance at {record.placement} and no pod holds it"))
         elif state is RecordState.RECLAIMING or live.status is Liveness.GI_ONLY:
@@ -310,33 +389,63 @@ def plan_recovery(
                     "reused; retrying its destruction",
                 )
             )
+        elif state is RecordState.ACTIVE and (newer := changed_after(record, pods)):
+            plan.add(Step("skip", record.mig_uuid, record.gpu_uuid, record.placement, newer))
         else:
             plan.add(_restore_idle(record, gpu))
             assert live.gi is not None
             ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
             _plan_cdi_repair(node, plan, gpu, live.gi, ci)
 
-    for intent in durable.intents:
-        plan.add(_plan_intent(intent, durable, facts, claimed, held_gi, only_gpu))
 
-    # 3. Instances nobody knows.
-    _plan_unknown(node, plan, facts, durable, claimed, held_gi, busy_gpus, adopt, pairs_only=False)
+def _plan_cdi_files(node: Node, plan: Plan, durable: Durable) -> None:
+    """4. CDI: retry queued removals, and remove specs of ours nothing accounts for.
 
-    # 4. CDI: repair specs of kept instances, retry queued removals.
+    A spec without a record, intent or queued removal is left by a crash (an adoption between
+    its spec and its record) or by hand; HAMi's device plugin refuses to start on such a file,
+    and runtimes still offer its device. Recovery removes it.
+    """
     cdi = node.cdi()
-    if cdi is not None:
-        for item in durable.removals:
-            plan.add(
-                Step(
-                    "retry-cdi-removal",
-                    item.mig_uuid,
-                    None,
-                    None,
-                    f"queued since {item.since} after {item.attempts} attempt(s)",
-                    _retry_removal(item.mig_uuid),
-                )
+    if cdi is None:
+        return
+    for item in durable.removals:
+        plan.add(
+            Step(
+                "retry-cdi-removal",
+                item.mig_uuid,
+                None,
+                None,
+                f"queued since {item.since} after {item.attempts} attempt(s)",
+                _retry_removal(item.mig_uuid),
             )
-    return plan
+        )
+    accounted = set(durable.records) | {q.mig_uuid for q in durable.removals}
+    accounted |= {i.mig_uuid for i in durable.intents if i.mig_uuid}
+    accounted |= {s.mig_uuid for s in plan.steps if s.mig_uuid}
+    known = {spec_file_name(u) for u in accounted}
+    for name in cdi.list_ours():
+        if name in known:
+            continue
+        plan.add(
+            Step(
+                "remove-orphan-cdi",
+                None,
+                None,
+                None,
+                f"{cdi.directory / name}: no record, intent or queued removal accounts for it",
+                _remove_orphan_spec(name),
+            )
+        )
+
+
+def _remove_orphan_spec(name: str) -> Callable[[Node], str | None]:
+    def run(node: Node) -> str | None:
+        cdi = node.cdi()
+        if cdi is not None:
+            cdi.remove_name(name)
+        return None
+
+    return run
 
 
 def _activate(
@@ -352,7 +461,7 @@ def _activate(
     reason = f"verified live and held by {where}"
 
     def run(node: Node) -> str | None:
-        cdi_name = _ensure_cdi(node, facts, gi, ci)
+        cdi_name = _cdi_name(node, ci.mig_uuid)
         if (
             record is not None
             and record.managed
@@ -385,6 +494,8 @@ def _activate(
                 cdi_device=cdi_name or base.cdi_device,
             )
         )
+        if record is None:  # adopted: its spec after its record, as for adopt-idle
+            _write_spec(node, facts, gi, ci)
         return None
 
     return Step(action, ci.mig_uuid, facts.gpu.uuid, gi.placement, reason, run)
@@ -401,26 +512,23 @@ def _plan_cdi_repair(
     if cdi.matches(dev):
         return
     why = "missing" if not cdi.exists(ci.mig_uuid) else "different from what the instance needs"
-    plan.add(
-        Step(
-            "repair-cdi",
-            ci.mig_uuid,
-            facts.gpu.uuid,
-            gi.placement,
-            f"its CDI spec is {why}; rewritten",
-        )
-    )
 
-
-def _ensure_cdi(node: Node, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance) -> str | None:
-    """Write the instance's CDI spec when missing or different; returns its qualified name."""
-    cdi = node.cdi()
-    if cdi is None:
+    def run(node: Node) -> str | None:
+        store = node.cdi()
+        if store is not None:
+            store.write(dev)
         return None
-    dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.minor, gi.id, ci.id)
-    if not cdi.matches(dev):
-        cdi.write(dev)
-    return cdi.qualified_name(ci.mig_uuid)
+
+    # The step itself writes the spec, so a failed write is reported on it ("failed: …").
+    reason = f"its CDI spec is {why}; rewritten"
+    plan.add(Step("repair-cdi", ci.mig_uuid, facts.gpu.uuid, gi.placement, reason, run))
+
+
+def _cdi_name(node: Node, mig_uuid: str) -> str | None:
+    """The qualified CDI device name of an instance (None in legacy non-CDI mode); its spec
+    is written by the `repair-cdi` step, which reports success only when the write did."""
+    cdi = node.cdi()
+    return None if cdi is None else cdi.qualified_name(mig_uuid)
 
 
 def _restore_idle(record: Record, facts: GpuFacts) -> Step:
@@ -429,9 +537,7 @@ def _restore_idle(record: Record, facts: GpuFacts) -> Step:
     reason = f"verified live; no pod holds it{was}"
 
     def run(node: Node) -> str | None:
-        gi = next(g for g in facts.layout if g.id == record.gpu_instance_id)
-        ci = next(c for c in gi.compute_instances if c.id == record.compute_instance_id)
-        cdi_name = _ensure_cdi(node, facts, gi, ci)
+        cdi_name = _cdi_name(node, record.mig_uuid)
         if state is RecordState.IDLE and (
             not record.managed or cdi_name is None or cdi_name == record.cdi_device
         ):
@@ -490,13 +596,12 @@ class _Failed(HamimigError):
 
 
 def _plan_intent(
+    plan: Plan,
     intent: Intent,
     durable: Durable,
     facts: dict[str, GpuFacts],
-    claimed: dict[str, str],
-    held_gi: set[tuple[str, int]],
-    only_gpu: str | None,
-) -> Step:
+    claims: _Claims,
+) -> Step | None:
     if intent.mig_uuid is not None and intent.mig_uuid in durable.records:
         record = durable.records[intent.mig_uuid]
         if (record.gpu_uuid, record.placement) == (intent.gpu_uuid, intent.placement):
@@ -510,33 +615,36 @@ def _plan_intent(
             )
     gpu = facts.get(intent.gpu_uuid)
     if gpu is None:
-        raise UnverifiableError(
+        plan.refuse(
             f"intent {intent.id} names GPU {intent.gpu_uuid}, which is not a MIG-enabled GPU of "
-            "this node; nothing was changed"
+            "this node"
         )
+        return None
     here = [g for g in gpu.layout if g.placement.overlaps(intent.placement)]
     created: GpuInstance | None = None
     for gi in here:
-        ours = (
-            gi.placement == intent.placement
-            and gi.profile_id == intent.profile_id
-            and intent.gpu_instance_id in (None, gi.id)
-            and (intent.gpu_uuid, gi.id) not in held_gi
-            and not any(c.mig_uuid in claimed for c in gi.compute_instances)
-        )
-        if ours and created is None:
+        if (intent.gpu_uuid, gi.id) in claims.gis:
+            continue  # a GI a record or pod accounts for: not created by this request
+        if created is None and created_by(intent, gi):
             created = gi
             continue
-        if (intent.gpu_uuid, gi.id) in held_gi:
-            continue  # a GI a record or pod accounts for: not created by this request
-        raise UnverifiableError(
+        if intent.gpu_instance_id is None and gi.compute_instances and _same_slot(intent, gi):
+            plan.refuse(
+                f"intent {intent.id} ({intent.profile} at {intent.placement}) never learned a "
+                f"GI ID, yet GI {gi.id} there holds a compute instance: an interrupted request "
+                "creates its CI only after journaling its GI, so this GI is not its own; "
+                f"'hamimig forget --intent {intent.id}' drops the intent"
+            )
+            return None
+        plan.refuse(
             f"intent {intent.id} ({intent.profile} at {intent.placement}) overlaps GI {gi.id} "
-            "that it cannot have created; nothing was changed"
+            "that it cannot have created"
         )
+        return None
     if created is not None:
-        held_gi.add((intent.gpu_uuid, created.id))
+        claims.gis.add((intent.gpu_uuid, created.id))
         for ci in created.compute_instances:
-            claimed[ci.mig_uuid] = f"intent {intent.id}"
+            claims.instances[ci.mig_uuid] = f"intent {intent.id}"
     reason = (
         f"allocation {intent.id} for {intent.owner} was interrupted; destroying GI "
         f"{created.id} it created"
@@ -553,6 +661,24 @@ def _plan_intent(
     )
 
 
+def _same_slot(intent: Intent, gi: GpuInstance) -> bool:
+    return gi.placement == intent.placement and gi.profile_id == intent.profile_id
+
+
+def created_by(intent: Intent, gi: GpuInstance) -> bool:
+    """Whether `gi` can be the GI that `intent`'s interrupted request created.
+
+    Same placement and profile, and either the GI ID the intent journaled, or, when the
+    request died before journaling one, a GI without compute instances: the CI is created
+    only after the GI ID is journaled, so a GI that holds one belongs to someone else.
+    """
+    if not _same_slot(intent, gi):
+        return False
+    if intent.gpu_instance_id is not None:
+        return gi.id == intent.gpu_instance_id
+    return not gi.compute_instances
+
+
 def _remove_intent(intent: Intent) -> Callable[[Node], str | None]:
     def run(node: Node) -> str | None:
         check_transition(Creating, None, intent.id)
@@ -565,24 +691,22 @@ def _remove_intent(intent: Intent) -> Callable[[Node], str | None]:
 def _rollback(
     intent: Intent, facts: GpuFacts, gi: GpuInstance | None
 ) -> Callable[[Node], str | None]:
+    """Undo an interrupted allocation with the executor's one rollback.
+
+    The GPU is addressed by its index now (indexes can change across reboots), and only the
+    GI the planner verified as this request's is destroyed: when the journaled GI is gone,
+    its ID may already belong to another instance, so the rollback destroys nothing.
+    """
+
     def run(node: Node) -> str | None:
-        hw = node.hardware()
-        uuids = {intent.mig_uuid} if intent.mig_uuid else set()
-        if gi is not None:
-            try:
-                for ci in gi.compute_instances:
-                    uuids.add(ci.mig_uuid)
-                    hw.destroy_compute_instance(facts.gpu.index, gi.id, ci.id)
-                hw.destroy_gpu_instance(facts.gpu.index, gi.id)
-            except NvmlError as exc:
-                raise _Failed(
-                    f"rollback of intent {intent.id} failed: {exc.message}; the intent is kept",
-                    fatal=True,
-                ) from None
-        notes = [n for u in sorted(uuids) if (n := remove_cdi_after_destroy(node, u))]
-        check_transition(Creating, None, intent.id)
-        node.intents().remove(intent.id)
-        return "; ".join(notes) or None
+        known = dataclasses.replace(
+            intent, gpu_index=facts.gpu.index, gpu_instance_id=gi.id if gi is not None else None
+        )
+        try:
+            rollback_intent(node, known, record_written=False)
+        except HamimigError as exc:
+            raise _Failed(exc.message, fatal=True) from None
+        return None
 
     return run
 
@@ -607,37 +731,31 @@ def _plan_unknown(
     node: Node,
     plan: Plan,
     facts: dict[str, GpuFacts],
-    durable: Durable,
-    claimed: dict[str, str],
-    held_gi: set[tuple[str, int]],
-    busy_gpus: set[str],
+    claims: _Claims,
     adopt: bool,
     pairs_only: bool,
 ) -> None:
+    """3. Instances nobody knows: preserved, or adopted with the opt-in when idle."""
     hw = node.hardware()
     for uuid, gpu in facts.items():
         for gi in gpu.layout:
-            if (uuid, gi.id) in held_gi:
+            if (uuid, gi.id) in claims.gis:
                 continue
             name = gpu.names.get(gi.profile_id, f"profile {gi.profile_id}")
             if not gi.compute_instances:
-                _plan_orphan(hw, plan, gpu, gi, name, busy_gpus, adopt and not pairs_only)
+                _plan_orphan(hw, plan, gpu, gi, name, claims.busy_gpus, adopt and not pairs_only)
                 continue
             for ci in gi.compute_instances:
-                if ci.mig_uuid in claimed:
+                if ci.mig_uuid in claims.instances:
                     continue
-                if adopt:
+                if adopt and has_processes(hw, ci.mig_uuid):
+                    reason = "no ownership record; processes run on it, so it is not adopted"
+                elif adopt:
                     plan.add(_adopt_idle(gpu, gi, ci, name))
+                    continue
                 else:
-                    plan.add(
-                        Step(
-                            "preserve-unmanaged",
-                            ci.mig_uuid,
-                            uuid,
-                            gi.placement,
-                            "no ownership record; adoption is not enabled",
-                        )
-                    )
+                    reason = "no ownership record; adoption is not enabled"
+                plan.add(Step("preserve-unmanaged", ci.mig_uuid, uuid, gi.placement, reason))
 
 
 def _plan_orphan(
@@ -704,11 +822,21 @@ def _plan_orphan(
     )
 
 
+def _write_spec(node: Node, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance) -> None:
+    cdi = node.cdi()
+    if cdi is not None:
+        dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.minor, gi.id, ci.id)
+        if not cdi.matches(dev):
+            cdi.write(dev)
+
+
 def _adopt_idle(gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str) -> Step:
     def run(node: Node) -> str | None:
         now = node.clock()
         check_transition(None, RecordState.IDLE, ci.mig_uuid)
-        cdi_name = _ensure_cdi(node, gpu, gi, ci)
+        cdi_name = _cdi_name(node, ci.mig_uuid)
+        # The record first, then the spec: a crash between them leaves an Idle record whose
+        # spec the next recovery rewrites, never a spec that no record accounts for.
         node.records().write(
             Record(
                 mig_uuid=ci.mig_uuid,
@@ -724,6 +852,7 @@ def _adopt_idle(gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str) 
                 gpu_index=gpu.gpu.index,
             )
         )
+        _write_spec(node, gpu, gi, ci)
         return None
 
     return Step(
@@ -767,15 +896,19 @@ class AdoptionReport(ActionReport):
     kind = "Adoption"
 
 
-def recover(node: Node, pods: PodSnapshot | None, adopt: bool, dry_run: bool) -> ActionReport:
-    """`recover`: the pod source (or `--assume-no-pods`) is required by the caller."""
+def recover(node: Node, source: PodSource, adopt: bool, dry_run: bool) -> ActionReport:
+    """`recover`: a pod source, or `--assume-no-pods`, is required."""
+    source.check(node, required=True)
     adopt = adopt or node.config().adopt_existing
-    return _run(node, RecoveryReport, dry_run, lambda d: plan_recovery(node, d, pods, adopt))
+    return _run(
+        node, RecoveryReport, dry_run, source, lambda d, pods: plan_recovery(node, d, pods, adopt)
+    )
 
 
 def adopt_pairs(
-    node: Node, pods: PodSnapshot | None, exclusive_owner: bool, gpu: str | None, dry_run: bool
+    node: Node, source: PodSource, exclusive_owner: bool, gpu: str | None, dry_run: bool
 ) -> ActionReport:
+    source.check(node, required=True)
     if not (exclusive_owner or node.config().adopt_existing):
         raise UsageError(
             "adopt needs the opt-in that HAMi exclusively owns the complete MIG layout on this "
@@ -785,7 +918,8 @@ def adopt_pairs(
         node,
         AdoptionReport,
         dry_run,
-        lambda d: plan_recovery(node, d, pods, adopt=True, only_gpu=gpu, pairs_only=True),
+        source,
+        lambda d, pods: plan_recovery(node, d, pods, adopt=True, only_gpu=gpu, pairs_only=True),
     )
 
 
@@ -793,11 +927,15 @@ def _run(
     node: Node,
     report: type[ActionReport],
     dry_run: bool,
-    make_plan: Callable[[Durable], Plan],
+    source: PodSource,
+    make_plan: Callable[[Durable, PodSnapshot | None], Plan],
 ) -> ActionReport:
-    """Under the node lock: load, plan and verify everything, then execute (or only report)."""
+    """Under the node lock: load the records, then the pods (never older than the records
+    they judge), plan and verify everything, then execute (or only report)."""
     with node.lock():
-        plan = make_plan(load_for_mutation(node))
+        durable = load_for_mutation(node, dry_run=dry_run)
+        plan = make_plan(durable, source.load(node))
+        plan.check()
         actions, failures = execute_plan(node, plan, dry_run)
     return report(
         dry_run=dry_run,
@@ -805,4 +943,5 @@ def _run(
         failed="; ".join(failures) or None,
         exit_code=4 if failures else 0,
         skipped=tuple(plan.skipped),
+        warnings=durable.warnings,
     )

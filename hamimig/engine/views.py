@@ -57,6 +57,9 @@ class InstanceView:
     owner: Owner | None = None
     cdi_device: str | None = None
     error: str | None = None
+    processes: bool | None = None
+    """Whether processes run on the MIG device (an NVML error counts as yes); None when
+    not asked (no live MIG device, or a command that does not look)."""
 
     def to_json(self) -> Json:
         return {
@@ -71,6 +74,7 @@ class InstanceView:
             "owner": self.owner.to_json() if self.owner else None,
             "cdiDevice": self.cdi_device,
             "error": self.error,
+            "processes": self.processes,
         }
 
 
@@ -121,20 +125,36 @@ class Release:
 
 
 @dataclass(frozen=True)
+class SkippedInstance:
+    """An instance a command left alone on purpose (busy), and why."""
+
+    mig_uuid: str
+    reason: str
+
+    def to_json(self) -> Json:
+        return {"migUUID": self.mig_uuid, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class Reclaim:
     kind: ClassVar[str] = "Reclaim"
     dry_run: bool
     reclaimed: tuple[InstanceView, ...]
     notes: tuple[str, ...] = ()
+    skipped: tuple[SkippedInstance, ...] = ()
+    warnings: tuple[Warning_, ...] = ()
 
     def to_json(self) -> Json:
         out: Json = {
             "kind": self.kind,
             "dryRun": self.dry_run,
             "reclaimed": [i.to_json() for i in self.reclaimed],
+            "skipped": [s.to_json() for s in self.skipped],
         }
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
         return out
 
 
@@ -190,6 +210,7 @@ class ActionReport:
     failed: str | None = None
     exit_code: int = 0
     skipped: tuple[SkippedGpu, ...] = ()
+    warnings: tuple[Warning_, ...] = ()
 
     def to_json(self) -> Json:
         out: Json = {
@@ -199,6 +220,8 @@ class ActionReport:
         }
         if self.skipped:
             out["skippedGPUs"] = [s.to_json() for s in self.skipped]
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
         if self.failed:
             out["error"] = {"code": "hardware", "message": self.failed}
         return out

@@ -59,6 +59,9 @@ class NvmlHardware:
             if a.startswith("NVML_ERROR_")
         }
         self._handles: dict[int, Any] = {}
+        # MIG device handles read back by `mig_device`, so that asking whether processes run
+        # on the instance just verified costs one call. Dropped when a CI is destroyed.
+        self._mig_handles: dict[str, Any] = {}
         self._gpus: dict[int, Gpu] = {}
         self._profile_infos: dict[int, list[tuple[int, Any]]] = {}
         self._profiles: dict[int, tuple[GiProfile, ...]] = {}
@@ -87,6 +90,7 @@ class NvmlHardware:
         self._open = True
 
     def close(self) -> None:
+        self._mig_handles.clear()
         if self._open:
             self._open = False
             # Nothing useful can be done about a failed shutdown at exit.
@@ -327,7 +331,8 @@ class NvmlHardware:
         """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node.
 
         Nine calls: the lifecycle verifies an instance before every reuse and must stay within
-        ten NVML calls for it (see `profile_name` for the tenth).
+        ten NVML calls for it (see `profile_name` for the tenth; `instance_has_processes` then
+        costs one more on the handle kept here).
         """
         mig = self._try(
             "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
@@ -341,6 +346,7 @@ class NvmlHardware:
         if gi_id is None:
             return None
         ci_id = int(self._c("nvmlDeviceGetComputeInstanceId", mig))
+        self._mig_handles[mig_uuid] = mig
         parent = self._c("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig)
         gpu_uuid = self._text(self._c("nvmlDeviceGetUUID", parent))
         gpu_index = int(self._c("nvmlDeviceGetIndex", parent))
@@ -468,6 +474,7 @@ class NvmlHardware:
         """`nvidia-smi mig -i GPU -gi GI -ci CI -dci`"""
         gi_handle = self._c("nvmlDeviceGetGpuInstanceById", self._handle(gpu), gi_id)
         ci_handle = self._c("nvmlGpuInstanceGetComputeInstanceById", gi_handle, ci_id)
+        self._mig_handles.clear()  # a destroyed CI's UUID handle must never be asked again
         self._c("nvmlComputeInstanceDestroy", ci_handle)
 
     def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
@@ -485,8 +492,13 @@ class NvmlHardware:
         return bool(self._c("nvmlDeviceGetComputeRunningProcesses", self._handle(gpu)))
 
     def instance_has_processes(self, mig_uuid: str) -> bool:
-        """`nvidia-smi -i MIG-UUID --query-compute-apps=pid --format=csv`"""
-        mig = self._try("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
+        """`nvidia-smi -i MIG-UUID --query-compute-apps=pid --format=csv`
+
+        One call when `mig_device` has just read the instance back (its handle is kept).
+        """
+        mig = self._mig_handles.get(mig_uuid)
+        if mig is None:
+            mig = self._try("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
         if mig is None:
             return False
         return bool(self._c("nvmlDeviceGetComputeRunningProcesses", mig))

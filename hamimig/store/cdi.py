@@ -491,6 +491,14 @@ class CdiStore:
         self.file_op("cdi.remove", lambda: removed.append(remove_file(self.directory, name)))
         return bool(removed and removed[0])
 
+    def remove_name(self, name: str) -> bool:
+        """Remove a spec of ours known only by its file name (no record names its MIG UUID)."""
+        if not (name.startswith(SPEC_PREFIX) and name.endswith(SPEC_SUFFIX)):
+            raise ValueError(f"{name} is not the name of a per-instance spec")
+        removed: list[bool] = []
+        self.file_op("cdi.remove", lambda: removed.append(remove_file(self.directory, name)))
+        return bool(removed and removed[0])
+
     def list_ours(self) -> list[str]:
         """File names of every per-instance spec in the directory, ours or HAMi's (same names)."""
         if not check_dir(self.directory):

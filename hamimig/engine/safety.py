@@ -1,0 +1,217 @@
+"""Refusing to act on a node whose durable state others can forge or shadow.
+
+Ownership records decide which instance belongs to whom. A state directory that other users
+can write (or that another user owns) lets them forge a record and have hamimig hand a tenant's
+slice to someone else; a foreign CDI spec that defines one of our device names makes runtimes
+drop or shadow the device a pod is given. `doctor` fails such a node; mutating commands refuse
+it (exit 5: unsafe, not unusable), and dry runs and read-only commands carry the same findings
+as warnings so an operator sees them before acting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hamimig.engine.node import Node
+from hamimig.engine.views import Warning_
+from hamimig.errors import UnverifiableError
+from hamimig.store.cdi import SPEC_PREFIX, CdiStore, spec_file_name
+from hamimig.store.files import MAX_READ_BYTES
+from hamimig.store.records import Record
+
+SYSTEM_CDI_DIR = Path("/etc/cdi")
+"""The runtimes' other CDI directory; `--cdi-dir` (default /var/run/cdi) is the first one."""
+
+CDI_SUFFIXES = (".json", ".yaml")
+
+
+@dataclass(frozen=True)
+class CdiScan:
+    """Which files define which qualified device names, over every CDI directory searched."""
+
+    definers: dict[str, tuple[Path, ...]]
+    searched: tuple[str, ...]
+    read: int
+
+
+def read_any_spec(path: Path) -> Any:
+    """A spec file of anyone's, parsed; None when it is not a readable JSON/YAML file.
+
+    Opened non-blocking and checked to be a regular file of bounded size first, so a FIFO or
+    a huge file planted in a CDI directory can neither hang nor exhaust a command.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:
+            return None
+        data = os.read(fd, MAX_READ_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+        if path.suffix == ".json":
+            return json.loads(text)
+        import yaml
+
+        return yaml.safe_load(text)
+    except Exception:  # someone else's unparsable file is not ours to judge
+        return None
+
+
+def qualified_names(spec: Any) -> list[str]:
+    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
+        return []
+    devices = spec.get("devices")
+    if not isinstance(devices, list):
+        return []
+    kind = spec["kind"]
+    return [
+        f"{kind}={d['name']}"
+        for d in devices
+        if isinstance(d, dict) and isinstance(d.get("name"), str)
+    ]
+
+
+def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object] | None = None) -> CdiScan:
+    """Every device name defined in the CDI directories, read once per command (`cache` is
+    the node's per-command cache: a command may ask several times)."""
+    key = tuple(os.path.abspath(d) for d in dirs)
+    cache_key = "cdi-scan:" + "\0".join(key)
+    cached = cache.get(cache_key) if cache is not None else None
+    if isinstance(cached, CdiScan):
+        return cached
+    definers: dict[str, list[Path]] = {}
+    seen_dirs: set[str] = set()
+    searched: list[str] = []
+    read = 0
+    for directory in (Path(d) for d in key):
+        real = os.path.realpath(directory)
+        if real in seen_dirs or not os.path.isdir(directory):
+            continue
+        seen_dirs.add(real)
+        searched.append(str(directory))
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(CDI_SUFFIXES):
+                continue
+            path = directory / name
+            spec = read_any_spec(path)
+            if spec is None:
+                continue
+            read += 1
+            for qualified in qualified_names(spec):
+                definers.setdefault(qualified, []).append(path)
+    scan = CdiScan({k: tuple(v) for k, v in definers.items()}, tuple(searched), read)
+    if cache is not None:
+        cache[cache_key] = scan
+    return scan
+
+
+def default_cdi_dirs(node: Node) -> tuple[Path, ...]:
+    return (SYSTEM_CDI_DIR, node.cdi_dir)
+
+
+def state_dir_problems(path: Path) -> list[Warning_]:
+    """Others can forge or delete records here: a group/world-writable directory, or one
+    owned by a user other than root and this one. A missing directory is fine (hamimig
+    creates it 0750); a symlink or non-directory is refused by the stores themselves."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return []
+    if not stat.S_ISDIR(st.st_mode):
+        return []
+    problems: list[Warning_] = []
+    uid = os.getuid()
+    if st.st_uid not in (0, uid):
+        problems.append(
+            Warning_(
+                str(path),
+                f"the state directory is owned by uid {st.st_uid}, neither root nor this user "
+                f"(uid {uid}): its owner can forge ownership records",
+            )
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        problems.append(
+            Warning_(
+                str(path),
+                f"the state directory has mode {mode:04o}: group- or world-writable, so others "
+                "can forge or delete ownership records (chmod 0750)",
+            )
+        )
+    return problems
+
+
+def cdi_conflicts(
+    cdi: CdiStore, mig_uuids: Iterable[str], scan: CdiScan
+) -> list[tuple[str, Path, tuple[Path, ...]]]:
+    """(qualified name, our spec, other files defining it) for each device of ours that
+    another spec file also defines."""
+    ours = Path(os.path.abspath(cdi.directory))
+    expected: dict[str, Path] = {
+        cdi.qualified_name(u): ours / spec_file_name(u) for u in sorted(set(mig_uuids))
+    }
+    # Specs of ours without a record still define our names: they count as ours, not foreign.
+    for qualified, paths in scan.definers.items():
+        for path in paths:
+            if path.parent == ours and path.name.startswith(SPEC_PREFIX):
+                expected.setdefault(qualified, path)
+    out = []
+    for qualified, own in sorted(expected.items()):
+        others = tuple(p for p in scan.definers.get(qualified, ()) if p != own)
+        if others:
+            out.append((qualified, own, others))
+    return out
+
+
+def node_problems(node: Node, records: dict[str, Record]) -> list[Warning_]:
+    """What makes the node unsafe to change, as doctor would fail it."""
+    problems = state_dir_problems(node.state_dir)
+    cdi = node.cdi()
+    if cdi is not None:
+        ours = Path(os.path.abspath(cdi.directory))
+        scan = scan_cdi_dirs(default_cdi_dirs(node), node.cache)
+        for qualified, own, found in cdi_conflicts(cdi, records, scan):
+            # A damaged spec of our own is repaired by the command itself (repair-cdi).
+            others = tuple(
+                p for p in found if not (p.parent == ours and p.name.startswith(SPEC_PREFIX))
+            )
+            if not others:
+                continue
+            listed = ", ".join(str(p) for p in others)
+            problems.append(
+                Warning_(
+                    str(others[0]),
+                    f"{qualified} (ours: {own.name}) is also defined by {listed}: runtimes drop "
+                    "or shadow it",
+                )
+            )
+    return problems
+
+
+def refuse_if_unsafe(node: Node, records: dict[str, Record], dry_run: bool) -> tuple[Warning_, ...]:
+    """Raise (exit 5) before a change on an unsafe node; a dry run gets the findings back."""
+    problems = node_problems(node, records)
+    if problems and not dry_run:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UnverifiableError(
+            f"unsafe node: {problems[0].file}: {problems[0].reason}{more}; run 'hamimig doctor'; "
+            "nothing was changed"
+        )
+    return tuple(problems)
