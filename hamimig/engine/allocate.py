@@ -3,6 +3,7 @@ reclaim only the Idle instances in the way and create."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from hamimig.engine import validate
@@ -59,7 +60,7 @@ def make_request(
     validate.index(container_index, "--container-index")
     validate.index(device_index, "--device-index")
     if pod_uid is not None:
-        validate.pod_uid(pod_uid, "--pod-uid")
+        pod_uid = validate.pod_uid(pod_uid, "--pod-uid")
     owner = Owner(namespace, name, pod_uid, container_index, device_index)
     return AllocateRequest(owner=owner, gpu=gpu, profile=profile, placement=placement)
 
@@ -174,6 +175,11 @@ def _try_reuse(
             raise HardwareError(
                 f"reuse of {record.mig_uuid} failed ({exc.strerror or exc}); it stays Idle"
             ) from None
+        if any(q.mig_uuid == record.mig_uuid for q in durable.removals):
+            # An interrupted forget queued this spec's removal; the spec is the instance's
+            # again (reconcile would drop the entry too, but nothing should ever remove it).
+            with contextlib.suppress(OSError):
+                node.queue().drop(record.mig_uuid)
         count(node, REUSES)
         return Allocation(
             instance=record_view(active, live.gpu_index), created=False, reused=True, reclaimed=()

@@ -40,7 +40,7 @@ from hamimig.config import Config
 from hamimig.engine.facts import Durable, Liveness, check_record, load_durable
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
-from hamimig.engine.safety import SYSTEM_CDI_DIR, cdi_conflicts, scan_cdi_dirs
+from hamimig.engine.safety import SYSTEM_CDI_DIR, cdi_conflicts, parent_problem, scan_cdi_dirs
 from hamimig.engine.views import Check, CheckStatus, DoctorReport
 from hamimig.errors import HamimigError
 from hamimig.hw.minors import DEFAULT_MIG_MINORS, MigMinors
@@ -187,9 +187,9 @@ def run_checks(
 
 
 RECOVER_REFUSES = (
-    "recover refuses this node until the recovery/… failures are resolved: fix the record, "
-    "the pod annotation or the hardware, or drop what cannot be verified with "
-    "'hamimig forget MIG_UUID' / 'hamimig forget --intent ID'"
+    "recover refuses until every recovery/N failure is resolved: stop the stray process, fix "
+    "the record or the pod annotation, or drop what cannot be verified (hamimig forget "
+    "MIG_UUID, or --intent ID)"
 )
 
 
@@ -220,14 +220,16 @@ def _with_recovery(
     try:
         snapshot = source.load(node)
     except HamimigError as exc:
-        return [*checks, _fail("recovery/pods", f"the pod list: {exc.message}", _POD_HINT)]
+        failed = _fail("recovery/pods", f"the pod list: {exc.message}", _POD_HINT)
+        return [*_not_via_recover(checks), failed]
     pods_known = snapshot is not None or source.assume_no_pods
     try:
         plan = plan_recovery(node, durable, snapshot, config.adopt_existing, pods_known=pods_known)
     except HamimigError as exc:
         code = HARDWARE if exc.exit_code == HARDWARE else UNVERIFIABLE
         name = "recovery/pods" if "pod" in exc.message else "recovery"
-        return [*checks, _fail(name, f"recover would fail: {exc.message}", _POD_HINT, code)]
+        failed = _fail(name, f"recover would fail: {exc.message}", _POD_HINT, code)
+        return [*_not_via_recover(checks), failed]
     for number, refusal in enumerate(plan.refusals, 1):
         found.append(
             _fail(f"recovery/{number}", f"recover would refuse: {refusal}", RECOVER_REFUSES)
@@ -246,11 +248,16 @@ def _with_recovery(
             )
         )
     if plan.refusals:
-        checks = [
-            dataclasses.replace(c, hint=RECOVER_REFUSES) if "hamimig recover" in c.hint else c
-            for c in checks
-        ]
+        checks = _not_via_recover(checks)
     return [*checks, *found]
+
+
+def _not_via_recover(checks: list[Check]) -> list[Check]:
+    """While recover refuses (or fails), no hint may send the operator to it."""
+    return [
+        dataclasses.replace(c, hint=RECOVER_REFUSES) if "hamimig recover" in c.hint else c
+        for c in checks
+    ]
 
 
 _POD_HINT = "fix the pod source (kubectl get pods -o json), or check --node/NODE_NAME"
@@ -509,6 +516,9 @@ def _check_state_dir(path: Path) -> tuple[list[Check], str]:
                 f"remove {path / LOCK_NAME} (hamimig creates the lock file itself)",
             )
         )
+    parent = parent_problem(path)
+    if parent is not None:
+        checks.append(_fail(f"{name}/parent", parent, f"chmod go-w {path.parent}"))
     return checks, "usable"
 
 

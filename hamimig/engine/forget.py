@@ -69,16 +69,20 @@ def forget(node: Node, mig_uuid: str | None, intent_id: str | None, dry_run: boo
     """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
     if (mig_uuid is None) == (intent_id is None):
         raise UsageError("say what to forget: MIG_UUID or --intent ID (exactly one)")
-    if mig_uuid is not None:
-        uuid = parse_mig_uuid(mig_uuid)
-        with node.lock():
+    uuid = parse_mig_uuid(mig_uuid) if mig_uuid is not None else None
+    ident = parse_intent_id(intent_id) if intent_id is not None else None
+    with node.lock():
+        # Like every mutating command, never on a node others can forge records on (a dry run
+        # reports it). Unreadable records do not matter here: forgetting one is the point.
+        from hamimig.engine.safety import refuse_if_unsafe
+
+        warnings = refuse_if_unsafe(node, node.records().load()[0], dry_run)
+        if uuid is not None:
             item = forget_record(node, uuid, dry_run)
-    else:
-        assert intent_id is not None
-        ident = parse_intent_id(intent_id)
-        with node.lock():
+        else:
+            assert ident is not None
             item = forget_intent(node, ident, dry_run)
-    return Forget(dry_run=dry_run, forgotten=(item,))
+    return Forget(dry_run=dry_run, forgotten=(item,), warnings=warnings)
 
 
 # --------------------------------------------------------------------------------------------

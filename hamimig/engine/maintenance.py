@@ -19,6 +19,7 @@ from hamimig.engine.facts import (
 )
 from hamimig.engine.inventory import record_view
 from hamimig.engine.node import Node, resolve_gpu
+from hamimig.engine.plans import same_uid
 from hamimig.engine.podsource import PodSource, changed_after
 from hamimig.engine.views import (
     Action,
@@ -256,11 +257,7 @@ def _holders(pods: PodSnapshot) -> list[Pod]:
 
 
 def _owner_pods(owner: Owner, by_key: dict[tuple[str, str], list[Pod]]) -> list[Pod]:
-    return [
-        p
-        for p in by_key.get((owner.namespace, owner.name), [])
-        if owner.uid is None or p.uid is None or p.uid == owner.uid
-    ]
+    return [p for p in by_key.get((owner.namespace, owner.name), []) if same_uid(owner.uid, p.uid)]
 
 
 def _check_holders(durable: Durable, pods: PodSnapshot) -> None:

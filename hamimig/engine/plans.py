@@ -16,6 +16,12 @@ from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
 
 
+def same_uid(a: str | None, b: str | None) -> bool:
+    """Pod UIDs match when either side has none, ignoring case (hex digits may be written
+    either way by hand; the API server writes lowercase)."""
+    return a is None or b is None or a.lower() == b.lower()
+
+
 def same_slot(a: Owner, b: Owner) -> bool:
     """One pod container device slot; a recorded uid must match when both sides have one."""
     if (a.namespace, a.name, a.container_index, a.device_index) != (
@@ -25,7 +31,7 @@ def same_slot(a: Owner, b: Owner) -> bool:
         b.device_index,
     ):
         return False
-    return a.uid is None or b.uid is None or a.uid == b.uid
+    return same_uid(a.uid, b.uid)
 
 
 def held_by(records: dict[str, Record], owner: Owner) -> Record | None:

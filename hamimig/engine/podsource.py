@@ -84,6 +84,22 @@ def verify_node(node: Node, snapshot: PodSnapshot) -> None:
     # A simulated node runs on some machine that is not the one it simulates.
     product_uuid = None if node.sim is not None else read_product_uuid()
     verify(snapshot, gpu_uuids, product_uuid)
+    # The other direction: a pod on this node that holds an allocation on a GPU this machine
+    # does not have means the list is another node's (a wrong --node); judged by it, every
+    # instance here would look released.
+    ours = set(gpu_uuids)
+    for pod in snapshot.pods:
+        if not pod.holds_allocations:
+            continue
+        for alloc in pod.allocations:
+            if alloc.gpu_uuid not in ours:
+                from hamimig.pods.model import PodSourceError
+
+                raise PodSourceError(
+                    f"{snapshot.source}: pod {pod.key} holds an allocation on GPU "
+                    f"{alloc.gpu_uuid}, which is not on this node: --node/NODE_NAME is wrong, "
+                    "or the pod data is; nothing was changed"
+                )
 
 
 def _instant(text: str | None) -> float | None:

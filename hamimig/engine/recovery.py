@@ -30,6 +30,7 @@ from hamimig.engine.facts import (
     load_for_mutation,
 )
 from hamimig.engine.node import Node, resolve_gpu
+from hamimig.engine.plans import same_uid
 from hamimig.engine.podsource import PodSource, changed_after
 from hamimig.engine.states import Creating, check_transition
 from hamimig.engine.views import Action, ActionReport, SkippedGpu
@@ -143,8 +144,8 @@ def _owner_holds(record: Record, pods: list[Pod]) -> Pod | None:
     if record.owner is None or _state(record) is not RecordState.ACTIVE:
         return None
     for pod in pods:
-        if (pod.namespace, pod.name) == (record.owner.namespace, record.owner.name) and (
-            record.owner.uid is None or pod.uid is None or record.owner.uid == pod.uid
+        if (pod.namespace, pod.name) == (record.owner.namespace, record.owner.name) and same_uid(
+            record.owner.uid, pod.uid
         ):
             return pod
     return None
@@ -196,7 +197,7 @@ def plan_recovery(
         return plan
     _plan_records(node, plan, durable, facts, holding, claims, pods, pods_known, only_gpu)
     for intent in durable.intents:
-        step = _plan_intent(plan, intent, durable, facts, claims)
+        step = _plan_intent(node.hardware(), plan, intent, durable, facts, claims)
         if step is not None:
             plan.add(step)
     _plan_unknown(node, plan, facts, claims, adopt, pairs_only=False)
@@ -351,6 +352,10 @@ def _plan_records(
             plan.add(_activate(gpu, live.gi, ci, record.profile, record.owner, record, who))
             _plan_cdi_repair(node, plan, gpu, live.gi, ci)
             continue
+        newer = changed_after(record, pods) if state is RecordState.ACTIVE else None
+        if newer:  # the pod list cannot show the allocation yet: not judged by it at all
+            plan.add(Step("skip", record.mig_uuid, record.gpu_uuid, record.placement, newer))
+            continue
         # Without a pod source (doctor) an Active record's processes may be its pod's.
         unknown_holder = not pods_known and state is RecordState.ACTIVE
         if (
@@ -389,8 +394,6 @@ def _plan_records(
                     "reused; retrying its destruction",
                 )
             )
-        elif state is RecordState.ACTIVE and (newer := changed_after(record, pods)):
-            plan.add(Step("skip", record.mig_uuid, record.gpu_uuid, record.placement, newer))
         else:
             plan.add(_restore_idle(record, gpu))
             assert live.gi is not None
@@ -409,6 +412,22 @@ def _plan_cdi_files(node: Node, plan: Plan, durable: Durable) -> None:
     if cdi is None:
         return
     for item in durable.removals:
+        again = durable.records.get(item.mig_uuid)
+        if again is not None and _state(again) is not RecordState.RECLAIMING:
+            # A forget interrupted after queueing, then the instance was reused: its spec is
+            # the live instance's again. Only the stale queue entry goes.
+            reason = "the instance has a record again; its spec is kept"
+            plan.add(
+                Step(
+                    "retry-cdi-removal",
+                    item.mig_uuid,
+                    None,
+                    None,
+                    reason,
+                    _drop_queued(item.mig_uuid),
+                )
+            )
+            continue
         plan.add(
             Step(
                 "retry-cdi-removal",
@@ -436,6 +455,14 @@ def _plan_cdi_files(node: Node, plan: Plan, durable: Durable) -> None:
                 _remove_orphan_spec(name),
             )
         )
+
+
+def _drop_queued(mig_uuid: str) -> Callable[[Node], str | None]:
+    def run(node: Node) -> str | None:
+        node.queue().drop(mig_uuid)
+        return None
+
+    return run
 
 
 def _remove_orphan_spec(name: str) -> Callable[[Node], str | None]:
@@ -520,7 +547,7 @@ def _plan_cdi_repair(
         return None
 
     # The step itself writes the spec, so a failed write is reported on it ("failed: …").
-    reason = f"its CDI spec is {why}; rewritten"
+    reason = f"its CDI spec is {why}; repair: rewrite it"
     plan.add(Step("repair-cdi", ci.mig_uuid, facts.gpu.uuid, gi.placement, reason, run))
 
 
@@ -596,6 +623,7 @@ class _Failed(HamimigError):
 
 
 def _plan_intent(
+    hw: MigHardware,
     plan: Plan,
     intent: Intent,
     durable: Durable,
@@ -639,6 +667,16 @@ def _plan_intent(
         plan.refuse(
             f"intent {intent.id} ({intent.profile} at {intent.placement}) overlaps GI {gi.id} "
             "that it cannot have created"
+        )
+        return None
+    if created is not None and any(
+        has_processes(hw, c.mig_uuid) for c in created.compute_instances
+    ):
+        plan.refuse(
+            f"intent {intent.id} ({intent.profile} at {intent.placement}) would roll back GI "
+            f"{created.id}, but processes run on it (or cannot be queried): a request that "
+            "never finished handed nothing out, so this GI is not its own; "
+            f"'hamimig forget --intent {intent.id}' drops the intent"
         )
         return None
     if created is not None:
@@ -758,6 +796,14 @@ def _plan_unknown(
                 plan.add(Step("preserve-unmanaged", ci.mig_uuid, uuid, gi.placement, reason))
 
 
+def _gpu_busy(hw: MigHardware, index: int) -> bool:
+    """Whether processes run on a GPU; a failed query counts as busy (nothing is destroyed)."""
+    try:
+        return hw.gpu_has_processes(index)
+    except NvmlError:
+        return True
+
+
 def _plan_orphan(
     hw: MigHardware,
     plan: Plan,
@@ -791,14 +837,14 @@ def _plan_orphan(
             )
         )
         return
-    if hw.gpu_has_processes(gpu.gpu.index):
+    if _gpu_busy(hw, gpu.gpu.index):
         plan.add(
             Step(
                 "preserve-orphan-gi",
                 None,
                 uuid,
                 gi.placement,
-                f"GI {gi.id} ({name}): processes run on the GPU",
+                f"GI {gi.id} ({name}): processes run on the GPU (or cannot be queried)",
             )
         )
         return

@@ -126,6 +126,24 @@ def default_cdi_dirs(node: Node) -> tuple[Path, ...]:
     return (SYSTEM_CDI_DIR, node.cdi_dir)
 
 
+def parent_problem(path: Path) -> str | None:
+    """Why others could replace the state directory itself (rename it away and put a forged
+    one in its place while a command holds the lock on the old one): its parent is group- or
+    world-writable without the sticky bit. None when it is not (or cannot be looked at)."""
+    parent = Path(os.path.abspath(path)).parent
+    try:
+        st = os.stat(parent)
+    except OSError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        return (
+            f"the state directory's parent {parent} has mode {mode:04o}: others can replace "
+            f"the state directory (chmod go-w {parent})"
+        )
+    return None
+
+
 def state_dir_problems(path: Path) -> list[Warning_]:
     """Others can forge or delete records here: a group/world-writable directory, or one
     owned by a user other than root and this one. A missing directory is fine (hamimig
@@ -155,6 +173,9 @@ def state_dir_problems(path: Path) -> list[Warning_]:
                 "can forge or delete ownership records (chmod 0750)",
             )
         )
+    parent = parent_problem(path)
+    if parent is not None:
+        problems.append(Warning_(str(path), parent))
     return problems
 
 

@@ -59,7 +59,7 @@ def pod_uid(value: str, what: str) -> str:
     """A pod UID as the API server issues it: RFC 4122 text, 8-4-4-4-12 hex digits."""
     if not _UUID.fullmatch(value):
         raise UsageError(f"invalid {what} {value!r}: use the pod's UID (8-4-4-4-12 hex digits)")
-    return value
+    return value.lower()  # as the API server writes it, so that records compare equal
 
 
 def index(value: int, what: str) -> int:

@@ -58,8 +58,9 @@ class InstanceView:
     cdi_device: str | None = None
     error: str | None = None
     processes: bool | None = None
-    """Whether processes run on the MIG device (an NVML error counts as yes); None when
-    not asked (no live MIG device, or a command that does not look)."""
+    """Whether processes run on the MIG device. None when nobody asked (no live MIG device,
+    or a command that does not look) or NVML could not say (`list` and `show` ask every live
+    device; commands that act treat "could not say" as busy)."""
 
     def to_json(self) -> Json:
         return {
@@ -460,10 +461,14 @@ class Forget:
     kind: ClassVar[str] = "Forget"
     dry_run: bool
     forgotten: tuple[Forgotten, ...]
+    warnings: tuple[Warning_, ...] = ()
 
     def to_json(self) -> Json:
-        return {
+        out: Json = {
             "kind": self.kind,
             "dryRun": self.dry_run,
             "forgotten": [f.to_json() for f in self.forgotten],
         }
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
+        return out
