@@ -109,7 +109,11 @@ def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
     minors.write_text(mig_minors_text())
     hw = NvmlHardware(SimNvml(store), minors)
     hw.open()
-    node = Node(state_dir=tmp / "state", cdi_dir=tmp / "cdi", config_path=tmp / "none.yaml")
+    # Device-nodes-only specs: an in-memory node has no NVIDIA CDI spec or /proc beside it, and
+    # the host's must not decide what this benchmark measures.
+    config = tmp / "config.yaml"
+    config.write_text("cdi:\n  baseSpec: none\n")
+    node = Node(state_dir=tmp / "state", cdi_dir=tmp / "cdi", config_path=config)
     node.attach(hw)
     held: dict[str, str] = {}
     reused = created = 0

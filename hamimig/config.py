@@ -14,6 +14,7 @@ from typing import Any
 
 from hamimig.errors import UsageError
 from hamimig.store.cdi import check_kind
+from hamimig.store.cdi_base import AUTO, check_setting
 
 DEFAULT_CDI_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
 
@@ -37,6 +38,8 @@ class Config:
     cdi_enabled: bool = True
     cdi_kind: str = DEFAULT_CDI_KIND
     cdi_annotations: bool = False
+    cdi_base_spec: str = AUTO
+    """Where a spec's driver edits come from: `auto` (the node's NVIDIA spec), a file, `none`."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def profile_allowed(self, model: str, profile: str) -> bool:
@@ -50,7 +53,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "": ("devices", "cdi"),
     "devices": ("nvidia",),
     "devices.nvidia": ("adoptExistingMIGInstances", "migProfileAllowlist"),
-    "cdi": ("enabled", "kind", "annotations"),
+    "cdi": ("enabled", "kind", "annotations", "baseSpec"),
 }
 
 ENV_OVERRIDES = {
@@ -58,6 +61,7 @@ ENV_OVERRIDES = {
     "HAMIMIG_CDI_ENABLED": "cdi.enabled",
     "HAMIMIG_CDI_KIND": "cdi.kind",
     "HAMIMIG_CDI_ANNOTATIONS": "cdi.annotations",
+    "HAMIMIG_CDI_BASE_SPEC": "cdi.baseSpec",
 }
 
 
@@ -160,6 +164,12 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
             raise UsageError(f"{source}: cdi.kind: {problems[0]}")
         values["cdi.kind"] = cdi["kind"]
         sources["cdi.kind"] = source
+    if "baseSpec" in cdi:
+        problem = check_setting(cdi["baseSpec"])
+        if problem:
+            raise UsageError(f"{source}: cdi.baseSpec {problem}")
+        values["cdi.baseSpec"] = cdi["baseSpec"]
+        sources["cdi.baseSpec"] = source
     allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)
     if "migProfileAllowlist" in nvidia:
         sources["devices.nvidia.migProfileAllowlist"] = source
@@ -172,6 +182,11 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
                 if problems:
                     raise UsageError(f"environment {var}: {problems[0]}")
                 values[key] = text_value
+            elif key == "cdi.baseSpec":
+                problem = check_setting(text_value)
+                if problem:
+                    raise UsageError(f"environment {var}: {problem}")
+                values[key] = text_value
             else:
                 values[key] = _parse_bool_env(text_value, var)
             sources[key] = f"env {var}"
@@ -182,5 +197,6 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         cdi_enabled=values.get("cdi.enabled", True),
         cdi_kind=values.get("cdi.kind", DEFAULT_CDI_KIND),
         cdi_annotations=values.get("cdi.annotations", False),
+        cdi_base_spec=values.get("cdi.baseSpec", AUTO),
         sources=sources,
     )

@@ -31,6 +31,7 @@ MODELS = {
 HOST_PATHS = {
     "/var/run/hami/dynamic-mig-state": ("/var/run/hami/dynamic-mig-state", False),
     "/var/run/cdi": ("/var/run/cdi", False),
+    "/etc/cdi": ("/etc/cdi", True),
     "/dev": ("/dev", False),
     "/proc/driver/nvidia": ("/host/proc/driver/nvidia", True),
 }
@@ -180,6 +181,7 @@ def test_the_patch_only_adds_the_init_container_and_its_volumes() -> None:
         "device-plugin",
         "hamimig-state",
         "hamimig-cdi",
+        "hamimig-etc-cdi",
         "hamimig-dev",
         "hamimig-proc-driver-nvidia",
     }

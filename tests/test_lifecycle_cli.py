@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hamimig.engine.simulator import sim_init
 from hamimig.hw.models import MODELS
@@ -203,6 +204,39 @@ def error_code(ran: Ran) -> str:
     return code
 
 
+def nvidia_base(cli: Cli) -> dict[str, Any]:
+    """The simulated node's NVIDIA CDI spec (nvidia-ctk's shape), which specs are composed from."""
+    data: dict[str, Any] = yaml.safe_load(
+        cli.sim.with_name("nvidia-cdi").joinpath("nvidia.yaml").read_text()
+    )
+    return data
+
+
+def base_device(base: dict[str, Any], name: str) -> dict[str, Any]:
+    [device] = [d for d in base["devices"] if d["name"] == name]
+    edits: dict[str, Any] = device["containerEdits"]
+    return edits
+
+
+def cap_node(cli: Cli, minor: int, capability: str) -> dict[str, Any]:
+    """A capability node as the driver's files describe it: nvidia-caps major, mode of its
+    `access` file."""
+    [major] = [
+        int(line.split()[0])
+        for line in cli.sim.with_name("proc-devices").read_text().splitlines()
+        if line.endswith(" nvidia-caps")
+    ]
+    access = cli.sim.with_name("nvidia-capabilities") / capability / "access"
+    [mode] = [int(line.split(":")[1]) for line in access.read_text().splitlines() if "Mode" in line]
+    return {
+        "path": f"/dev/nvidia-caps/nvidia-cap{minor}",
+        "type": "c",
+        "major": major,
+        "minor": minor,
+        "fileMode": mode,
+    }
+
+
 def cap_minors(cli: Cli) -> dict[str, int]:
     table = {}
     for line in cli.sim.with_name("mig-minors").read_text().splitlines():
@@ -283,6 +317,7 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
     assert mode(spec_path) == 0o644
     caps = cap_minors(cli)
     spec = json.loads(spec_path.read_text())
+    base = nvidia_base(cli)
     assert spec == {
         "cdiVersion": "0.3.0",
         "kind": KIND,
@@ -291,21 +326,15 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
                 "name": f"mig-{sha(mig)}",
                 "containerEdits": {
                     "deviceNodes": [
-                        {"path": "/dev/nvidia0"},
-                        {"path": f"/dev/nvidia-caps/nvidia-cap{caps['gpu0/gi9/access']}"},
-                        {"path": f"/dev/nvidia-caps/nvidia-cap{caps['gpu0/gi9/ci0/access']}"},
+                        *base_device(base, "0")["deviceNodes"],
+                        cap_node(cli, caps["gpu0/gi9/access"], "gpu0/mig/gi9"),
+                        cap_node(cli, caps["gpu0/gi9/ci0/access"], "gpu0/mig/gi9/ci0"),
                     ]
                 },
             }
         ],
-        "containerEdits": {
-            "env": ["NVIDIA_VISIBLE_DEVICES=void"],
-            "deviceNodes": [
-                {"path": "/dev/nvidiactl"},
-                {"path": "/dev/nvidia-uvm"},
-                {"path": "/dev/nvidia-uvm-tools"},
-            ],
-        },
+        # NVIDIA's common edits, as they are: no NVIDIA_VISIBLE_DEVICES=void added.
+        "containerEdits": base["containerEdits"],
     }
 
     # Record: HAMi's v1 fields plus the "hamimig" key; 0600 in a 0750 directory; no intent left.
@@ -343,9 +372,9 @@ def test_allocate_on_second_gpu_by_uuid_uses_that_gpus_minor(cli: Cli) -> None:
     caps = cap_minors(cli)
     nodes = json.loads(spec_file(cli, mig).read_text())["devices"][0]["containerEdits"]
     assert nodes["deviceNodes"] == [
-        {"path": "/dev/nvidia1"},
-        {"path": f"/dev/nvidia-caps/nvidia-cap{caps[f'gpu1/gi{gi}/access']}"},
-        {"path": f"/dev/nvidia-caps/nvidia-cap{caps[f'gpu1/gi{gi}/ci0/access']}"},
+        {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+        cap_node(cli, caps[f"gpu1/gi{gi}/access"], f"gpu1/mig/gi{gi}"),
+        cap_node(cli, caps[f"gpu1/gi{gi}/ci0/access"], f"gpu1/mig/gi{gi}/ci0"),
     ]
 
 

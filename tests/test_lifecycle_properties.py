@@ -264,8 +264,10 @@ class SimNodeEnv:
         self.hw = NvmlHardware(SimNvml(self.store), minors)
         self.hw.open()
         config = self.tmp / "config.yaml"
-        if not cdi_enabled:
-            config.write_text("cdi:\n  enabled: false\n", encoding="utf-8")
+        # Spec content is not what these properties are about; `none` keeps the host's /etc/cdi
+        # and /proc out of them (this node is not a `--sim` one, whose files sit beside it).
+        setting = "enabled: false" if not cdi_enabled else "baseSpec: none"
+        config.write_text(f"cdi:\n  {setting}\n", encoding="utf-8")
         self.state_dir = self.tmp / "state"
         self.cdi_dir = self.tmp / "cdi"
         self.ticks = 0

@@ -41,7 +41,13 @@ from tests.conftest import open_hw
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIG = "MIG-11111111-2222-3333-4444-555555555555"
-DEV = CdiDevice(MIG, gpu_minor=1, gi_cap_minor=66, ci_cap_minor=67)
+GPU = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+DEV = CdiDevice(MIG, gpu_minor=1, gi_cap_minor=66, ci_cap_minor=67, gpu_uuid=GPU, gi_id=7, ci_id=0)
+HAMI_ANNOTATIONS = {
+    "hami.io/mig-uuid": MIG,
+    "hami.io/parent-gpu-uuid": GPU,
+    "hami.io/mig-geometry": "1:7:0",
+}
 MODELS = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM5-141GB")
 
 
@@ -50,25 +56,23 @@ def sha(text: str) -> str:
 
 
 def expected_spec(annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """CONTRACT.md "Files", written out by hand."""
+    """CONTRACT.md "Files" with `cdi.baseSpec: none`, written out by hand (annotations on the
+    device, as HAMi's plugin looks for them)."""
     spec: dict[str, Any] = {
         "cdiVersion": "0.6.0" if annotations else "0.3.0",
         "kind": "k8s.device-plugin.nvidia.com/dynamic-mig",
     }
+    device: dict[str, Any] = {"name": f"mig-{sha(MIG)}"}
     if annotations:
-        spec["annotations"] = annotations
-    spec["devices"] = [
-        {
-            "name": f"mig-{sha(MIG)}",
-            "containerEdits": {
-                "deviceNodes": [
-                    {"path": "/dev/nvidia1"},
-                    {"path": "/dev/nvidia-caps/nvidia-cap66"},
-                    {"path": "/dev/nvidia-caps/nvidia-cap67"},
-                ]
-            },
-        }
-    ]
+        device["annotations"] = annotations
+    device["containerEdits"] = {
+        "deviceNodes": [
+            {"path": "/dev/nvidia1"},
+            {"path": "/dev/nvidia-caps/nvidia-cap66"},
+            {"path": "/dev/nvidia-caps/nvidia-cap67"},
+        ]
+    }
+    spec["devices"] = [device]
     spec["containerEdits"] = {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": [
@@ -119,8 +123,12 @@ def test_written_file_is_the_rendered_spec(tmp_path: Path) -> None:
 def test_annotations_force_version_0_6_0(tmp_path: Path) -> None:
     store = CdiStore(tmp_path, annotations=True)
     spec = json.loads(store.render(DEV))
-    assert spec == expected_spec({"hami.io/mig-uuid": MIG})
+    assert spec == expected_spec(HAMI_ANNOTATIONS)
+    assert "annotations" not in spec  # on the device, where HAMi's plugin reads them
     assert spec["cdiVersion"] == "0.6.0"
+    # Without the GI/CI IDs or the parent GPU, no annotation could be right: refused.
+    with pytest.raises(HardwareError, match="cannot annotate"):
+        store.render(CdiDevice(MIG, 1, 66, 67))
 
 
 def test_render_is_stable_and_validated() -> None:
@@ -143,7 +151,12 @@ def test_matches_exists_remove(tmp_path: Path) -> None:
     assert store.matches(DEV)
     assert not store.matches(CdiDevice(MIG, 1, 66, 68))  # other minors: stale
     assert not CdiStore(tmp_path, annotations=True).matches(DEV)
-    store.path_of(MIG).write_bytes(store.render(DEV) + b" ")
+    # Compared as normalized JSON, as HAMi's plugin compares: layout and key order do not count.
+    spec = json.loads(store.render(DEV))
+    store.path_of(MIG).write_text(json.dumps(dict(reversed(spec.items()))) + " ")
+    assert store.matches(DEV)
+    spec["containerEdits"]["env"].append("EXTRA=1")
+    store.path_of(MIG).write_text(json.dumps(spec))
     assert not store.matches(DEV)
     assert store.remove(MIG) is True
     assert store.remove(MIG) is False
@@ -432,7 +445,7 @@ def test_reference_library_rejects_annotations(tmp_path: Path, cdi_check: Path) 
 
     # Without the field, the version alone is refused too: 0.6.0 is unknown to that library.
     spec = json.loads(store.path_of(MIG).read_bytes())
-    del spec["annotations"]
+    del spec["devices"][0]["annotations"]
     store.path_of(MIG).write_text(json.dumps(spec))
     code, listed, errors = run_check(cdi_check, tmp_path / "cdi")
     assert (code, listed) == (1, [])

@@ -270,6 +270,8 @@ def _allocation(console: Console, result: Allocation) -> None:
         console.print("reclaimed to make room: " + ", ".join(result.reclaimed))
     if inst.cdi_device:
         console.print(f"CDI device: {inst.cdi_device}")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
 
 def _actions(console: Console, result: ActionReport) -> None:

@@ -12,6 +12,7 @@ from hamimig.engine.executor import (
     cdi_device_for,
     create_instance,
     destroy_managed,
+    refresh_spec,
     set_state,
 )
 from hamimig.engine.facts import (
@@ -25,7 +26,7 @@ from hamimig.engine.inventory import record_view
 from hamimig.engine.metrics import CREATIONS, REUSES, count
 from hamimig.engine.node import Node, legal_placement, parse_gpu_ref, parse_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, held_by, plan_create, reuse_candidates
-from hamimig.engine.views import Allocation
+from hamimig.engine.views import Allocation, Warning_
 from hamimig.errors import ConflictError, HardwareError, UnverifiableError, UsageError
 from hamimig.hw.types import MigMode, Placement
 from hamimig.store.records import Owner, Record, RecordState
@@ -73,6 +74,8 @@ def allocate(node: Node, request: AllocateRequest) -> Allocation:
         held = held_by(durable.records, request.owner)
         if held is not None:
             return _idempotent(node, held, gpu_ref, request, start, size)
+        if not reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
+            _require_base(node)  # nothing to reuse: a new spec, refused before any NVML call
         result = _try_reuse(node, durable, gpu_ref, request, start, size)
         if result is None:
             result = _create(node, durable, request, start, size)
@@ -151,18 +154,24 @@ def _try_reuse(
         _allowed(node, live.gpu_index, request.profile, model=None)
         cdi = node.cdi()
         cdi_name = record.cdi_device
+        warnings: list[Warning_] = []
         try:
             if cdi is not None:
                 dev = cdi_device_for(
                     node,
                     record.mig_uuid,
+                    live.gpu_uuid,
                     live.gpu_minor,
                     live.gpu_instance_id,
                     live.compute_instance_id,
                 )
                 cdi_name = cdi.qualified_name(record.mig_uuid)
-                if not cdi.matches(dev):
-                    cdi.write(dev)
+                try:
+                    kept = refresh_spec(cdi, dev)
+                except UsageError:
+                    continue  # no spec, and none can be composed: never handed out without
+                if kept:
+                    warnings.append(Warning_(str(cdi.path_of(record.mig_uuid)), kept))
             active = set_state(
                 node,
                 record,
@@ -182,9 +191,28 @@ def _try_reuse(
                 node.queue().drop(record.mig_uuid)
         count(node, REUSES)
         return Allocation(
-            instance=record_view(active, live.gpu_index), created=False, reused=True, reclaimed=()
+            instance=record_view(active, live.gpu_index),
+            created=False,
+            reused=True,
+            reclaimed=(),
+            warnings=tuple(warnings),
         )
     return None
+
+
+def _require_base(node: Node, gpu_minor: int | None = None) -> None:
+    """Refuse (exit 2) an allocation whose new spec could not be composed: no usable NVIDIA
+    base spec, or (once the GPU is known) one without that GPU. Checked before any hardware
+    change, so a refusal leaves no GI or CI behind."""
+    cdi = node.cdi()
+    if cdi is None:
+        return
+    lookup = cdi.lookup()
+    if not lookup.composes:
+        return
+    base = lookup.require()
+    if gpu_minor is not None:
+        base.parent_edits(gpu_minor)
 
 
 def _allowed(node: Node, gpu_index: int, profile: str, model: str | None) -> None:
@@ -201,8 +229,10 @@ def _allowed(node: Node, gpu_index: int, profile: str, model: str | None) -> Non
 def _create(
     node: Node, durable: Durable, request: AllocateRequest, start: int | None, size: int | None
 ) -> Allocation:
+    _require_base(node)
     hw = node.hardware()
     gpu = resolve_gpu(hw, request.gpu)
+    _require_base(node, gpu.minor)
     if gpu.mig_mode is not MigMode.ENABLED:
         raise UsageError(f"GPU {gpu.index} has MIG {gpu.mig_mode.value}")
     profile = hw.find_profile(gpu.index, request.profile)

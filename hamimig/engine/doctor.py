@@ -10,15 +10,18 @@ directory and removed at once, to prove that hamimig could write a spec there.
 Exit codes (CONTRACT.md's categories): 0 when no check fails (warnings allowed); otherwise 4 when
 any failing check is a hardware or I/O failure (NVML unreachable, the driver version or a GPU
 unreadable, `mig-minors` unreadable or without the GPU's entries, a state or CDI directory that
-this user cannot read or write), else 5: state that is readable but cannot be trusted (a record,
-intent or queue that does not load, a state directory that is a symlink, owned by another user or
-writable by others, a spec of ours that runtimes reject, another spec defining one of our
-devices, a config file that does not load).
+this user cannot read or write, no NVIDIA CDI spec to compose specs from), else 5: state that
+is readable but cannot be trusted (a record, intent or queue that does not load, a state
+directory that is a symlink, owned by another user or writable by others, a spec of ours that
+runtimes reject, another spec defining one of our devices, an NVIDIA CDI spec that is invalid,
+conflicting or lacks a MIG GPU, a config file that does not load).
 
 Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per GPU;
 `mig-minors`; `state-dir`, `state-dir/owner`, `state-dir/mode`; `file-mode/NAME` for each state
 file that is not 0600; `records` (or one failing `record/NAME`, `intent/NAME`,
 `cdi-removal-queue` check per unusable file); `intents`; `cdi-removal-queue`; `cdi-dir`;
+`cdi-base` (the NVIDIA spec instance specs are composed from: found, valid, describing every MIG
+GPU; a warning with `cdi.baseSpec: none`, whose containers get no driver libraries);
 `cdi-specs` (a summary of the good ones) and `cdi-spec/NAME` per spec of ours that is not good
 (and per live instance missing its spec); `cdi-conflicts`, or one failing `cdi-conflict/DEVICE`
 per device of ours that another spec also defines. NAME and DEVICE are shortened to `mig-<12
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hamimig.config import Config
+from hamimig.engine.executor import cdi_device_for
 from hamimig.engine.facts import Durable, Liveness, check_record, load_durable
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
@@ -53,6 +57,7 @@ from hamimig.store.cdi import (
     spec_file_name,
     validate_spec,
 )
+from hamimig.store.cdi_base import NONE, BaseLookup
 from hamimig.store.files import describe_entry, read_regular
 from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
 from hamimig.store.queue import QUEUE_NAME
@@ -146,7 +151,7 @@ def run_checks(
     checks: list[Check] = []
     config, config_check = _check_config(node)
     checks.append(config_check)
-    hw_checks, live = _check_hardware(node)
+    hw_checks, live = _check_hardware(node, config)
     checks += hw_checks
     checks += _guarded("mig-minors", lambda: _check_mig_minors(node, live))
     state_checks, state = _check_state_dir(node.state_dir)
@@ -291,7 +296,10 @@ def _check_config(node: Node) -> tuple[Config, Check]:
 class _Live:
     """The hardware as far as it could be read, with per-GPU caches for the CDI comparison."""
 
+    node: Node
     hw: MigHardware | None = None
+    composes: bool = True
+    """Whether specs are composed from the NVIDIA base (`cdi.baseSpec` is not none)."""
     gpus: list[Gpu] = field(default_factory=list)
     _layouts: dict[int, tuple[GpuInstance, ...]] = field(default_factory=dict)
     _names: dict[int, dict[int, str]] = field(default_factory=dict)
@@ -313,14 +321,19 @@ class _Live:
         live = check_record(record, self._layouts[gpu.index], self._names[gpu.index])
         if live.status is not Liveness.COMPLETE:
             return f"its instance is not live ({live.detail})"
-        minors = self.hw.capability_minors(
-            gpu.minor, record.gpu_instance_id, record.compute_instance_id
+        return cdi_device_for(
+            self.node,
+            record.mig_uuid,
+            gpu.uuid,
+            gpu.minor,
+            record.gpu_instance_id,
+            record.compute_instance_id,
+            self.composes,
         )
-        return CdiDevice(record.mig_uuid, gpu.minor, minors.gi_access, minors.ci_access)
 
 
-def _check_hardware(node: Node) -> tuple[list[Check], _Live]:
-    live = _Live()
+def _check_hardware(node: Node, config: Config) -> tuple[list[Check], _Live]:
+    live = _Live(node, composes=config.cdi_base_spec != NONE)
     if node.sim is not None:
         where = f"simulated node {node.sim}"
         hint = f"create it: hamimig --sim {node.sim} sim init --model H100-SXM5-80GB"
@@ -640,14 +653,50 @@ def _check_cdi(
                 )
             ]
         return [_ok("cdi-dir", "CDI disabled (legacy mode): no specs to check")]
-    cdi = CdiStore(directory, config.cdi_kind, config.cdi_annotations)
+    cdi = CdiStore(
+        directory, config.cdi_kind, config.cdi_annotations, base=lambda: node.cdi_base(config)
+    )
     dir_check, usable = _check_cdi_dir(directory)
-    checks = [dir_check]
+    checks = [dir_check, _check_base(cdi.lookup(), live)]
     records = {} if durable is None else durable.records
     if usable:
         checks += _guarded("cdi-spec", lambda: _check_our_specs(cdi, live, durable))
     checks += _guarded("cdi-conflicts", lambda: _check_conflicts(node, cdi, records, dirs))
     return checks
+
+
+_GENERATE = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (or set cdi.baseSpec: none)"
+
+
+def _check_base(lookup: BaseLookup, live: _Live) -> Check:
+    """The NVIDIA spec that instance specs take their driver edits from, and whether it
+    describes every MIG GPU (allocate refuses a GPU it lacks)."""
+    if not lookup.composes:
+        return _warn(
+            "cdi-base",
+            "cdi.baseSpec is none: containers given our devices get device nodes only, no "
+            "driver libraries (libcuda, libnvidia-ml), binaries or hooks, so CUDA cannot start "
+            "unless the image brings a matching driver",
+            "generate NVIDIA's spec (nvidia-ctk cdi generate) and set cdi.baseSpec: auto",
+        )
+    if lookup.base is None:
+        code = HARDWARE if lookup.missing else UNVERIFIABLE
+        return _fail("cdi-base", lookup.problem or "no NVIDIA CDI spec", _GENERATE, code)
+    base = lookup.base
+    lacking = []
+    for gpu in live.gpus:
+        if gpu.mig_mode is not MigMode.ENABLED:
+            continue
+        try:
+            base.parent_edits(gpu.minor)
+        except HamimigError as exc:
+            lacking.append(f"GPU {gpu.index}: {exc.message}")
+    if lacking:
+        more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
+        return _fail("cdi-base", lacking[0] + more, _GENERATE)
+    covered = ", ".join(str(g.index) for g in live.gpus if g.mig_mode is MigMode.ENABLED)
+    gpus = f"; it describes GPU(s) {covered}" if covered else ""
+    return _ok("cdi-base", f"{base.path} (kind {base.kind}) is valid{gpus}")
 
 
 def _guarded_names(directory: Path) -> list[str]:
@@ -810,11 +859,18 @@ def _check_spec(
             f"{what}, but {needed}: the spec offers a device that does not work",
             "hamimig recover (drops or repairs the record and its spec)",
         )
-    if not cdi.matches(needed):
+    try:
+        same = cdi.matches(needed)
+    except HamimigError as exc:
+        return _warn(
+            check, f"{what}; not compared with the NVIDIA CDI spec: {_why(exc)}", "see cdi-base"
+        )
+    if not same:
         return _warn(
             check,
-            f"{path} differs from what {record.mig_uuid} needs (device nodes, kind or version)",
-            "hamimig recover (rewrites it: repair-cdi)",
+            f"{path} differs from what {record.mig_uuid} needs (device nodes, the NVIDIA "
+            "CDI spec's driver edits, kind or version)",
+            "hamimig reconcile or recover (rewrites it: repair-cdi)",
         )
     return _ok(check, f"{what}, matches its live instance")
 

@@ -17,9 +17,10 @@ from hamimig.engine.facts import LiveCheck, Liveness
 from hamimig.engine.metrics import FAILED_ALLOCATE, FAILED_DESTROY, FAILURES, RECLAIMS, count
 from hamimig.engine.node import Node
 from hamimig.engine.states import Creating, StateName, check_transition
-from hamimig.errors import ConflictError, HamimigError, HardwareError, NvmlError
+from hamimig.errors import ConflictError, HamimigError, HardwareError, NvmlError, UsageError
+from hamimig.hw.devnodes import capability_nodes
 from hamimig.hw.types import GiProfile, Gpu, Placement
-from hamimig.store.cdi import CdiDevice
+from hamimig.store.cdi import CdiDevice, CdiStore
 from hamimig.store.intents import Intent, new_intent_id
 from hamimig.store.records import Owner, Record, RecordState
 
@@ -39,14 +40,51 @@ def set_state(node: Node, record: Record, target: RecordState, **changes: object
     return updated
 
 
-def cdi_device_for(node: Node, mig_uuid: str, gpu_minor: int, gi: int, ci: int) -> CdiDevice:
+def cdi_device_for(
+    node: Node,
+    mig_uuid: str,
+    gpu_uuid: str,
+    gpu_minor: int,
+    gi: int,
+    ci: int,
+    composes: bool | None = None,
+) -> CdiDevice:
+    """What the instance's spec is made of. The capability nodes' major and modes are read
+    only where a spec is composed from the NVIDIA base (`composes`; by default as the
+    node's config says): the device-nodes-only form lists paths alone."""
     minors = node.hardware().capability_minors(gpu_minor, gi, ci)
-    return CdiDevice(
+    dev = CdiDevice(
         mig_uuid=mig_uuid,
         gpu_minor=gpu_minor,
         gi_cap_minor=minors.gi_access,
         ci_cap_minor=minors.ci_access,
+        gpu_uuid=gpu_uuid,
+        gi_id=gi,
+        ci_id=ci,
     )
+    if not (node.cdi_base().composes if composes is None else composes):
+        return dev
+    files = node.files()
+    nodes = capability_nodes(files.proc_devices, files.capabilities, gpu_minor, gi, ci)
+    return dataclasses.replace(
+        dev, caps_major=nodes.major, gi_cap_mode=nodes.gi_mode, ci_cap_mode=nodes.ci_mode
+    )
+
+
+def refresh_spec(cdi: CdiStore, dev: CdiDevice) -> str | None:
+    """Make an existing instance's spec what it needs (rewritten only when its content
+    differs). When no spec can be composed (no or a bad NVIDIA base spec, or the base lacks the
+    GPU), a spec that runtimes load is kept as it is and the reason is returned for a warning:
+    an instance that works must not stop working for it. Without one, `UsageError` says why.
+    """
+    try:
+        if not cdi.matches(dev):
+            cdi.write(dev)
+        return None
+    except UsageError as exc:
+        if cdi.usable(dev.mig_uuid):
+            return f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
+        raise
 
 
 class DestroyFailed(HardwareError):
@@ -149,7 +187,8 @@ def create_instance(
         cdi = node.cdi()
         cdi_name: str | None = None
         if cdi is not None:
-            cdi_name = cdi.write(cdi_device_for(node, ci.mig_uuid, gpu.minor, gi_id, ci.id))
+            dev = cdi_device_for(node, ci.mig_uuid, gpu.uuid, gpu.minor, gi_id, ci.id)
+            cdi_name = cdi.write(dev)
         now = node.clock()
         record = Record(
             mig_uuid=ci.mig_uuid,

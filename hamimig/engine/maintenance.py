@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hamimig.engine import validate
-from hamimig.engine.executor import DestroyFailed, destroy_managed, set_state
+from hamimig.engine.executor import (
+    DestroyFailed,
+    cdi_device_for,
+    destroy_managed,
+    set_state,
+)
 from hamimig.engine.facts import (
     Durable,
     LiveCheck,
@@ -28,6 +33,7 @@ from hamimig.engine.views import (
     Reclaim,
     Release,
     SkippedInstance,
+    Warning_,
 )
 from hamimig.errors import (
     ConflictError,
@@ -373,6 +379,9 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
                     failures.append(f"CDI spec of {item.mig_uuid}: {exc.strerror or exc}")
                     reason += f"; failed again: {exc.strerror or exc}"
             actions.append(Action("retry-cdi-removal", item.mig_uuid, None, None, reason))
+        specs, kept, spec_failures = _refresh_specs(node, durable, dry_run)
+        actions += specs
+        failures += spec_failures
         errors = [
             r
             for r in durable.records.values()
@@ -425,5 +434,66 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         actions=tuple(actions),
         failed=failed,
         exit_code=4 if failures else 0,
-        warnings=durable.warnings,
+        warnings=durable.warnings + tuple(kept),
     )
+
+
+def _refresh_specs(
+    node: Node, durable: Durable, dry_run: bool
+) -> tuple[list[Action], list[Warning_], list[str]]:
+    """Rewrite the specs of Active and Idle instances that no longer match the NVIDIA base
+    spec (a driver upgrade changes library paths), as reuse and recover do.
+
+    Only existing specs are looked at (a missing one is recover's `repair-cdi`), and the
+    instance is taken as its record says: reconcile verifies nothing it does not destroy.
+    With no usable base spec every spec is kept as it is, with a warning.
+    """
+    cdi = node.cdi()
+    if cdi is None or not cdi.lookup().composes:
+        return [], [], []
+    records = sorted(
+        (
+            r
+            for r in durable.records.values()
+            if _state(r) in (RecordState.ACTIVE, RecordState.IDLE) and cdi.exists(r.mig_uuid)
+        ),
+        key=lambda r: r.mig_uuid,
+    )
+    actions: list[Action] = []
+    kept: list[Warning_] = []
+    failures: list[str] = []
+    hw = node.hardware() if records else None
+    for record in records:
+        path = str(cdi.path_of(record.mig_uuid))
+        where = (record.mig_uuid, record.gpu_uuid, record.placement)
+        try:
+            assert hw is not None
+            gpu = hw.gpu_by_uuid(record.gpu_uuid)
+        except HamimigError:
+            continue  # its GPU is gone: recover's business
+        try:
+            dev = cdi_device_for(
+                node,
+                record.mig_uuid,
+                gpu.uuid,
+                gpu.minor,
+                record.gpu_instance_id,
+                record.compute_instance_id,
+            )
+            if cdi.matches(dev):
+                continue
+            if not dry_run:
+                cdi.write(dev)
+        except UsageError as exc:
+            kept.append(Warning_(path, f"kept as it is, not compared: {exc.message}"))
+            continue
+        except (HamimigError, OSError) as exc:
+            why = exc.message if isinstance(exc, HamimigError) else str(exc.strerror or exc)
+            failures.append(f"CDI spec of {record.mig_uuid}: {why}")
+            actions.append(Action("repair-cdi", *where, f"failed: {why}"))
+            continue
+        base = cdi.lookup().base
+        reason = f"its CDI spec differs from what the NVIDIA CDI spec {base.path if base else ''}"
+        reason += " and the instance need (a driver upgrade changes library paths)"
+        actions.append(Action("repair-cdi", *where, reason + ("" if dry_run else "; rewritten")))
+    return actions, kept, failures

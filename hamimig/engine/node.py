@@ -15,17 +15,24 @@ from pathlib import Path
 from hamimig.config import Config, load_config
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import UsageError
+from hamimig.hw.devnodes import DEFAULT_CAPABILITIES, DEFAULT_PROC_DEVICES
+from hamimig.hw.minors import DEFAULT_MIG_MINORS
 from hamimig.hw.nvml import NvmlHardware, bindings
 from hamimig.hw.sim import SimNvml
+from hamimig.hw.sim_files import NodeFiles
 from hamimig.hw.sim_state import SimStore, run_file_op
 from hamimig.hw.types import Gpu, MigHardware, Placement
 from hamimig.store.cdi import CdiStore
+from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters
 from hamimig.store.files import FileOp, check_usable_dir, no_faults
 from hamimig.store.intents import IntentStore
 from hamimig.store.lock import NodeLock
 from hamimig.store.queue import RemovalQueue
 from hamimig.store.records import RecordStore
+
+SYSTEM_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+"""Where runtimes read CDI specs, and so where the node's NVIDIA spec is looked for."""
 
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]{8,64}$")
 _PLACEMENT = re.compile(r"^(\d{1,3})(?::(\d{1,3}))?$")
@@ -77,7 +84,35 @@ class Node:
         cfg = self.config()
         if not cfg.cdi_enabled:
             return None
-        return CdiStore(self.cdi_dir, cfg.cdi_kind, cfg.cdi_annotations, self.file_op())
+        return CdiStore(
+            self.cdi_dir, cfg.cdi_kind, cfg.cdi_annotations, self.file_op(), self.cdi_base
+        )
+
+    def files(self) -> NodeFiles:
+        """The driver's files (beside the state file on a simulated node)."""
+        if self.sim is not None:
+            return NodeFiles.beside(self.sim)
+        return NodeFiles(DEFAULT_MIG_MINORS, DEFAULT_PROC_DEVICES, DEFAULT_CAPABILITIES, None)
+
+    def cdi_base_dirs(self) -> tuple[Path, ...]:
+        """Where `cdi.baseSpec: auto` looks: a simulated node's own directory only (never the
+        host's), else the runtimes' directories and `--cdi-dir`."""
+        own = self.files().cdi_base_dir
+        if own is not None:
+            return (own,)
+        dirs = [*SYSTEM_CDI_DIRS, self.cdi_dir]
+        return tuple(d for i, d in enumerate(dirs) if d not in dirs[:i])
+
+    def cdi_base(self, config: Config | None = None) -> BaseLookup:
+        """The node's NVIDIA CDI spec as `cdi.baseSpec` says, looked up once per command."""
+        setting = (config or self.config()).cdi_base_spec
+        key = f"cdi-base:{setting}"
+        found = self.cache.get(key)
+        if isinstance(found, BaseLookup):
+            return found
+        lookup = find_base(setting, self.cdi_base_dirs())
+        self.cache[key] = lookup
+        return lookup
 
     def counters(self) -> Counters:
         """Lifecycle event counters (`counters.json` in the state directory)."""

@@ -33,7 +33,7 @@ from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import same_uid
 from hamimig.engine.podsource import PodSource, changed_after
 from hamimig.engine.states import Creating, check_transition
-from hamimig.engine.views import Action, ActionReport, SkippedGpu
+from hamimig.engine.views import Action, ActionReport, SkippedGpu, Warning_
 from hamimig.errors import HamimigError, NvmlError, UnverifiableError, UsageError
 from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode, Placement
 from hamimig.store.cdi import spec_file_name
@@ -81,6 +81,7 @@ class Plan:
     steps: list[Step] = field(default_factory=list)
     skipped: list[SkippedGpu] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
+    warnings: list[Warning_] = field(default_factory=list)
 
     def add(self, step: Step) -> None:
         self.steps.append(step)
@@ -535,8 +536,17 @@ def _plan_cdi_repair(
     cdi = node.cdi()
     if cdi is None:
         return
-    dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.minor, gi.id, ci.id)
-    if cdi.matches(dev):
+    dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.uuid, facts.gpu.minor, gi.id, ci.id)
+    try:
+        if cdi.matches(dev):
+            return
+    except UsageError as exc:  # no spec can be composed: keep what works, say so
+        path = str(cdi.path_of(ci.mig_uuid))
+        if cdi.usable(ci.mig_uuid):
+            reason = f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
+        else:
+            reason = f"missing or unusable, and none can be composed: {exc.message}"
+        plan.warnings.append(Warning_(path, reason))
         return
     why = "missing" if not cdi.exists(ci.mig_uuid) else "different from what the instance needs"
 
@@ -871,7 +881,7 @@ def _plan_orphan(
 def _write_spec(node: Node, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance) -> None:
     cdi = node.cdi()
     if cdi is not None:
-        dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.minor, gi.id, ci.id)
+        dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.uuid, facts.gpu.minor, gi.id, ci.id)
         if not cdi.matches(dev):
             cdi.write(dev)
 
@@ -989,5 +999,5 @@ def _run(
         failed="; ".join(failures) or None,
         exit_code=4 if failures else 0,
         skipped=tuple(plan.skipped),
-        warnings=durable.warnings,
+        warnings=durable.warnings + tuple(plan.warnings),
     )

@@ -64,6 +64,7 @@ def show_config(node: Node) -> ConfigView:
         Setting("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
         Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
         Setting("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),
+        Setting("cdi.baseSpec", cfg.cdi_base_spec, source("cdi.baseSpec")),
         Setting("stateDir", str(node.state_dir), "option --state-dir / HAMIMIG_STATE_DIR"),
         Setting("cdiDir", str(node.cdi_dir), "option --cdi-dir / HAMIMIG_CDI_DIR"),
         Setting("sim", str(node.sim) if node.sim else None, "option --sim / HAMIMIG_SIM"),

@@ -82,6 +82,9 @@ def sim_create(
         except SimNvmlFailure as exc:
             gpu["gpuInstances"].remove(gi)  # all or nothing
             raise as_hardware_error(exc, what) from None
+        store.publish_capability(int(gpu["minor"]), int(gi["id"]))
+        if ci is not None:
+            store.publish_capability(int(gpu["minor"]), int(gi["id"]), int(ci["id"]))
         created = InstanceView(
             mig_uuid=ci["migUUID"] if ci else None,
             gpu_uuid=gpu["uuid"],

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from hamimig.hw.sim_files import NodeFiles
 from hamimig.hw.types import MigMode, Placement
 from hamimig.store.records import Owner
 
@@ -105,15 +107,19 @@ class Allocation:
     created: bool
     reused: bool
     reclaimed: tuple[str, ...]
+    warnings: tuple[Warning_, ...] = ()
 
     def to_json(self) -> Json:
-        return {
+        out: Json = {
             "kind": self.kind,
             "instance": self.instance.to_json(),
             "created": self.created,
             "reused": self.reused,
             "reclaimed": list(self.reclaimed),
         }
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
+        return out
 
 
 @dataclass(frozen=True)
@@ -334,6 +340,11 @@ class SimView:
         if self.created is not None:
             out["instance"] = self.created.to_json()
         out.update(self.extra)
+        files = NodeFiles.beside(Path(self.path))
+        out["migMinors"] = str(files.mig_minors)
+        out["procDevices"] = str(files.proc_devices)
+        out["capabilitiesDir"] = str(files.capabilities)
+        out["cdiBaseDir"] = str(files.cdi_base_dir)
         out["gpus"] = self.state["gpus"]
         out["faults"] = self.state["faults"]
         out["calls"] = self.state["calls"]

@@ -408,6 +408,7 @@ class SimNvml:
             if spec is not None and wanted.size != spec.size:
                 raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "placement size mismatch")
             gi = create_gi(gpu, profileId, int(wanted.start))
+            self._store.publish_capability(int(gpu["minor"]), int(gi["id"]))
             return self._handle(_GI, gpu["index"], gi["id"])
 
         return self._call("nvmlDeviceCreateGpuInstanceWithPlacement", self._gpu_of(handle), body)
@@ -502,6 +503,7 @@ class SimNvml:
         def body(state: State) -> Any:
             gpu, gi = self._gi(state, gpuInstance)
             ci = create_ci(gpu, gi, profileId)
+            self._store.publish_capability(int(gpu["minor"]), int(gi["id"]), int(ci["id"]))
             return self._handle(_CI, gpu["index"], gi["id"], ci["id"])
 
         return self._call("nvmlGpuInstanceCreateComputeInstance", self._gpu_of(gpuInstance), body)

@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from hamimig.errors import HardwareError, UsageError
 from hamimig.hw.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
+from hamimig.hw.sim_files import NodeFiles, write_access, write_node_files
 
 SCHEMA_VERSION = 1
 DRIVER_VERSION = "550.127.05"
@@ -72,17 +73,20 @@ class SimNvmlFailure(Exception):
         self.detail = detail
 
 
+def capability_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """The minor `mig-minors` gives `gpu<minor>/gi<gi>[/ci<ci>]/access` on a simulated node."""
+    per_gi = 1 + MINORS_CIS
+    return 3 + gpu_minor * MINORS_GIS * per_gi + gi * per_gi + (0 if ci is None else 1 + ci)
+
+
 def mig_minors_text() -> str:
     """The content of a driver's `mig-minors` file for every possible GPU minor."""
     lines = ["config 1", "monitor 2"]
-    minor = 3
     for gpu in range(MINORS_GPUS):
         for gi in range(MINORS_GIS):
-            lines.append(f"gpu{gpu}/gi{gi}/access {minor}")
-            minor += 1
+            lines.append(f"gpu{gpu}/gi{gi}/access {capability_minor(gpu, gi)}")
             for ci in range(MINORS_CIS):
-                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {minor}")
-                minor += 1
+                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {capability_minor(gpu, gi, ci)}")
     return "\n".join(lines) + "\n"
 
 
@@ -123,8 +127,13 @@ class SimStore:
     def minors_path(self) -> Path | None:
         return None if self.path is None else self.path.with_name("mig-minors")
 
+    @property
+    def files(self) -> NodeFiles | None:
+        """The driver's and NVIDIA's files that stand beside the simulated node."""
+        return None if self.path is None else NodeFiles.beside(self.path)
+
     def create(self, state: State) -> None:
-        """Write a fresh node (and its mig-minors file), replacing any previous one."""
+        """Write a fresh node (and the driver's and NVIDIA's files), replacing any previous one."""
         if self.path is None:
             self._memory = state
             return
@@ -134,6 +143,15 @@ class SimStore:
         minors = self.minors_path
         assert minors is not None
         minors.write_text(mig_minors_text(), encoding="ascii")
+        files = self.files
+        assert files is not None
+        write_node_files(files, state["gpus"], state["driverVersion"], capability_minor)
+
+    def publish_capability(self, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> None:
+        """Write the `access` file the driver publishes for a new GI or CI (file-backed only)."""
+        files = self.files
+        if files is not None and gpu_minor < MINORS_GPUS and gi_id < MINORS_GIS:
+            write_access(files, gpu_minor, gi_id, ci_id, capability_minor(gpu_minor, gi_id, ci_id))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

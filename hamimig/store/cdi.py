@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hamimig.errors import HardwareError
 from hamimig.store._fields import uuid_digest
+from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
 from hamimig.store.files import (
     FileOp,
     atomic_write,
@@ -40,6 +42,11 @@ CDI_DIR_MODE = 0o755
 SPEC_PREFIX = "hami-dynamic-mig-mig-"
 SPEC_SUFFIX = ".json"
 MIG_UUID_ANNOTATION = "hami.io/mig-uuid"
+PARENT_GPU_ANNOTATION = "hami.io/parent-gpu-uuid"
+GEOMETRY_ANNOTATION = "hami.io/mig-geometry"
+HAMI_ANNOTATIONS = (MIG_UUID_ANNOTATION, PARENT_GPU_ANNOTATION, GEOMETRY_ANNOTATION)
+"""HAMi's device annotations: its plugin identifies a dynamic MIG spec by `hami.io/mig-uuid` on
+the device, and the geometry reads `<GPU minor>:<GI>:<CI>`."""
 
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 """The versions the reference library accepts (0.1.0/0.2.0 predate the base features)."""
@@ -88,12 +95,35 @@ _NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 
 @dataclass(frozen=True)
 class CdiDevice:
-    """What a container needs to use one MIG device: its GPU's and its two capability minors."""
+    """What a container needs to use one MIG device: its GPU's and its two capability minors.
+
+    The rest is known on a real node and needed only by some specs: the GPU UUID and GI/CI IDs
+    for HAMi's annotations, the capability nodes' major and modes for a composed spec.
+    """
 
     mig_uuid: str
     gpu_minor: int
     gi_cap_minor: int
     ci_cap_minor: int
+    gpu_uuid: str | None = None
+    gi_id: int | None = None
+    ci_id: int | None = None
+    caps_major: int | None = None
+    gi_cap_mode: int | None = None
+    ci_cap_mode: int | None = None
+
+    def annotations(self) -> dict[str, str]:
+        """HAMi's three device annotations (the GPU UUID and GI/CI IDs must be known)."""
+        if self.gpu_uuid is None or self.gi_id is None or self.ci_id is None:
+            raise HardwareError(
+                f"cannot annotate the CDI device of {self.mig_uuid}: its parent GPU or GI/CI "
+                "is unknown"
+            )
+        return {
+            MIG_UUID_ANNOTATION: self.mig_uuid,
+            PARENT_GPU_ANNOTATION: self.gpu_uuid,
+            GEOMETRY_ANNOTATION: f"{self.gpu_minor}:{self.gi_id}:{self.ci_id}",
+        }
 
 
 def device_name(mig_uuid: str) -> str:
@@ -112,26 +142,23 @@ def spec_file_name(mig_uuid: str) -> str:
 def build_spec(
     kind: str, dev: CdiDevice, annotations: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """The spec for one MIG device, declaring the lowest `cdiVersion` its content allows.
+    """The device-nodes-only spec (`cdi.baseSpec: none`), with the lowest `cdiVersion` its
+    content allows.
 
     The lowest version is what keeps the spec loadable by runtimes built on older libraries
     (Debian 12's stops at 0.5.0); annotations are therefore opt-in, since they force 0.6.0.
     """
-    body: dict[str, Any] = {"kind": kind}
+    device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
     if annotations:
-        body["annotations"] = dict(annotations)
-    body["devices"] = [
-        {
-            "name": device_name(dev.mig_uuid),
-            "containerEdits": {
-                "deviceNodes": [
-                    {"path": f"/dev/nvidia{dev.gpu_minor}"},
-                    {"path": f"/dev/nvidia-caps/nvidia-cap{dev.gi_cap_minor}"},
-                    {"path": f"/dev/nvidia-caps/nvidia-cap{dev.ci_cap_minor}"},
-                ]
-            },
-        }
-    ]
+        device["annotations"] = dict(annotations)
+    device["containerEdits"] = {
+        "deviceNodes": [
+            {"path": f"/dev/nvidia{dev.gpu_minor}"},
+            {"path": f"/dev/nvidia-caps/nvidia-cap{dev.gi_cap_minor}"},
+            {"path": f"/dev/nvidia-caps/nvidia-cap{dev.ci_cap_minor}"},
+        ]
+    }
+    body: dict[str, Any] = {"kind": kind, "devices": [device]}
     # NVIDIA_VISIBLE_DEVICES=void stops the NVIDIA runtime hook from injecting devices of its own
     # on top of the ones this spec grants.
     body["containerEdits"] = {
@@ -142,6 +169,48 @@ def build_spec(
             {"path": "/dev/nvidia-uvm-tools"},
         ],
     }
+    return {"cdiVersion": minimum_version(body), **body}
+
+
+def _cap_node(minor: int, major: int, mode: int | None) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "path": f"/dev/nvidia-caps/nvidia-cap{minor}",
+        "type": "c",
+        "major": major,
+        "minor": minor,
+    }
+    if mode is not None:
+        node["fileMode"] = mode
+    return node
+
+
+def compose_spec(
+    kind: str, dev: CdiDevice, base: BaseSpec, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The spec HAMi would compose: NVIDIA's common edits at spec level, and on the device the
+    parent GPU's edits (copied as they are) plus the GI and CI capability nodes.
+
+    Nothing is added that the base does not say: no `NVIDIA_VISIBLE_DEVICES=void` unless the
+    base sets it, no type or numbers on nodes the base lists by path only.
+    """
+    if dev.caps_major is None:
+        raise HardwareError(
+            f"cannot compose the CDI spec of {dev.mig_uuid}: the nvidia-caps major is unknown"
+        )
+    edits = base.parent_edits(dev.gpu_minor)
+    edits["deviceNodes"] = [
+        *edits.get("deviceNodes", []),
+        _cap_node(dev.gi_cap_minor, dev.caps_major, dev.gi_cap_mode),
+        _cap_node(dev.ci_cap_minor, dev.caps_major, dev.ci_cap_mode),
+    ]
+    device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
+    if annotations:
+        device["annotations"] = dict(annotations)
+    device["containerEdits"] = edits
+    body: dict[str, Any] = {"kind": kind, "devices": [device]}
+    common = base.common_edits()
+    if common:
+        body["containerEdits"] = common
     return {"cdiVersion": minimum_version(body), **body}
 
 
@@ -415,7 +484,11 @@ def validate_spec(spec: Any) -> list[str]:
 
 
 class CdiStore:
-    """The per-instance spec files in the CDI directory."""
+    """The per-instance spec files in the CDI directory.
+
+    `base` looks up the node's NVIDIA spec on first use (None: `cdi.baseSpec: none`, the
+    device-nodes-only spec); commands that never render a spec never read it.
+    """
 
     def __init__(
         self,
@@ -423,11 +496,25 @@ class CdiStore:
         kind: str = DEFAULT_KIND,
         annotations: bool = False,
         file_op: FileOp = no_faults,
+        base: Callable[[], BaseLookup] | None = None,
     ) -> None:
         self.directory = directory
         self.kind = kind
         self.annotations = annotations
         self.file_op = file_op
+        self._base = base
+        self._lookup: BaseLookup | None = None
+
+    def lookup(self) -> BaseLookup:
+        """Where this store composes specs from (looked up once)."""
+        if self._lookup is None:
+            self._lookup = self._base() if self._base is not None else BaseLookup(NONE)
+        return self._lookup
+
+    def cannot_render(self) -> str | None:
+        """Why no spec can be composed now (no or a bad base spec), or None."""
+        lookup = self.lookup()
+        return lookup.problem if lookup.composes and lookup.base is None else None
 
     def qualified_name(self, mig_uuid: str) -> str:
         """What a runtime resolves and a device plugin returns in `cdi_devices`."""
@@ -436,35 +523,69 @@ class CdiStore:
     def path_of(self, mig_uuid: str) -> Path:
         return self.directory / spec_file_name(mig_uuid)
 
-    def render(self, dev: CdiDevice) -> bytes:
-        """The exact bytes of the spec file: stable key order, 2-space indent, newline.
+    def spec_for(self, dev: CdiDevice) -> dict[str, Any]:
+        """The spec object for `dev`, checked against the reference library's rules.
 
-        Stable bytes are what let `matches` verify a reused instance's spec by comparison.
-        Raises `HardwareError` when the spec would not load in a runtime (a bad configured kind
+        Raises `UsageError` when there is no usable base spec to compose from (or it lacks the
+        GPU), `HardwareError` when the spec would not load in a runtime (a bad configured kind
         or a bogus minor), so that nothing unloadable is ever written.
         """
         minors = (dev.gpu_minor, dev.gi_cap_minor, dev.ci_cap_minor)
         if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in minors):
             raise HardwareError(f"invalid device minors {minors} for {dev.mig_uuid}")
-        annotations = {MIG_UUID_ANNOTATION: dev.mig_uuid} if self.annotations else None
-        spec = build_spec(self.kind, dev, annotations)
+        annotations = dev.annotations() if self.annotations else None
+        lookup = self.lookup()
+        if lookup.composes:
+            spec = compose_spec(self.kind, dev, lookup.require(), annotations)
+        else:
+            spec = build_spec(self.kind, dev, annotations)
         problems = validate_spec(spec)
         if problems:
             raise HardwareError(
                 f"refusing to write an invalid CDI spec for {dev.mig_uuid}: {'; '.join(problems)}"
             )
-        return (json.dumps(spec, indent=2) + "\n").encode("utf-8")
+        return spec
 
-    def matches(self, dev: CdiDevice) -> bool:
-        """True when the spec on disk is exactly what `render` produces (a regular file)."""
-        name = spec_file_name(dev.mig_uuid)
+    def render(self, dev: CdiDevice) -> bytes:
+        """The exact bytes of the spec file: stable key order, 2-space indent, newline."""
+        return (json.dumps(self.spec_for(dev), indent=2) + "\n").encode("utf-8")
+
+    def read(self, mig_uuid: str) -> Any:
+        """The spec on disk parsed, or None when it is absent, not a regular file or not JSON."""
+        name = spec_file_name(mig_uuid)
         try:
             if describe_entry(self.directory, name) is not None:
-                return False
+                return None
             data = read_regular(self.directory, name)
+            return json.loads(data.decode("utf-8"))
         except (OSError, ValueError):
+            return None
+
+    def matches(self, dev: CdiDevice) -> bool:
+        """True when the spec on disk has the content `render` produces, compared as HAMi's
+        plugin compares (normalized JSON, not bytes), so that the two never rewrite each other.
+
+        A spec carrying HAMi's device annotations for this very device is consistent too (with
+        annotations off, they are what HAMi itself writes); with annotations on they must be
+        there. Raises as `spec_for` does when no spec can be composed.
+        """
+        wanted = self.spec_for(dev)
+        found = self.read(dev.mig_uuid)
+        if not isinstance(found, dict) or validate_spec(found):
             return False
-        return data == self.render(dev)
+        if not self.annotations:
+            found = _without_hami_annotations(found, dev)
+        return canonical(found) == canonical(wanted)
+
+    def usable(self, mig_uuid: str) -> bool:
+        """Whether the spec on disk is one runtimes load and that defines this device (what is
+        kept as it is when no base spec is available to compare it with)."""
+        found = self.read(mig_uuid)
+        if not isinstance(found, dict) or validate_spec(found):
+            return False
+        return found.get("kind") == self.kind and any(
+            d.get("name") == device_name(mig_uuid) for d in _devices_of(found)
+        )
 
     def exists(self, mig_uuid: str) -> bool:
         """Whether anything (even a symlink or a broken file) sits at the spec's name."""
@@ -504,3 +625,27 @@ class CdiStore:
         if not check_dir(self.directory):
             return []
         return list_names(self.directory, SPEC_PREFIX, SPEC_SUFFIX)
+
+
+def _without_hami_annotations(spec: dict[str, Any], dev: CdiDevice) -> dict[str, Any]:
+    """`spec` without device annotations that are exactly HAMi's for `dev` (any of the three,
+    each with this device's value), at the version its remaining content needs."""
+    expected: dict[str, str | None] = {
+        MIG_UUID_ANNOTATION: dev.mig_uuid,
+        PARENT_GPU_ANNOTATION: dev.gpu_uuid,
+        GEOMETRY_ANNOTATION: None
+        if dev.gi_id is None or dev.ci_id is None
+        else f"{dev.gpu_minor}:{dev.gi_id}:{dev.ci_id}",
+    }
+    copy: dict[str, Any] = json.loads(canonical(spec))
+    stripped = False
+    for device in _devices_of(copy):
+        found = device.get("annotations")
+        if not isinstance(found, dict) or not found:
+            continue
+        if all(key in expected and expected[key] == value for key, value in found.items()):
+            del device["annotations"]
+            stripped = True
+    if stripped:
+        copy["cdiVersion"] = minimum_version(copy)
+    return copy

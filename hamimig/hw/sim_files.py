@@ -1,0 +1,190 @@
+"""The files a GPU node has besides NVML, for a simulated node: NVIDIA's CDI spec, the kernel's
+`/proc/devices` and the driver's capability `access` files.
+
+They sit beside the simulated node's state file, so a simulated node never reads the host's
+`/etc/cdi` or `/proc`: a test machine without GPUs gets the same spec composition (and, since
+every node carries type, major and minor, the same CDI injection) as a GPU node. The base spec is
+shaped like `nvidia-ctk cdi generate` output: driver library and binary mounts, `nvidia-cdi-hook`
+hooks, the control and uvm nodes, an `all` device, one device per GPU by index and by UUID, and
+a MIG entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GPU_MAJOR = 195
+UVM_MAJOR = 510
+CAPS_MAJOR = 508
+CTL_MINOR = 255
+CAP_FILE_MODE = 0o444
+LIB_DIR = "/usr/lib/x86_64-linux-gnu"
+HOOK = "/usr/bin/nvidia-cdi-hook"
+BASE_FILE = "nvidia.yaml"
+LIBRARIES = ("libcuda.so", "libnvidia-ml.so", "libnvidia-nvvm.so", "libnvidia-ptxjitcompiler.so")
+BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced")
+"""A real node has a few more of each; these are the ones a CUDA container cannot do without."""
+
+
+@dataclass(frozen=True)
+class NodeFiles:
+    """Where the node's non-NVML files are: the driver's on a real node, beside a simulated one."""
+
+    mig_minors: Path
+    proc_devices: Path
+    capabilities: Path
+    cdi_base_dir: Path | None
+    """The one directory a simulated node's `cdi.baseSpec: auto` searches; None on a real node
+    (which searches the runtimes' CDI directories)."""
+
+    @classmethod
+    def beside(cls, state: Path) -> NodeFiles:
+        return cls(
+            mig_minors=state.with_name("mig-minors"),
+            proc_devices=state.with_name("proc-devices"),
+            capabilities=state.with_name("nvidia-capabilities"),
+            cdi_base_dir=state.with_name("nvidia-cdi"),
+        )
+
+
+def _node(path: str, major: int, minor: int) -> dict[str, Any]:
+    return {"path": path, "type": "c", "major": major, "minor": minor}
+
+
+def _mount(path: str) -> dict[str, Any]:
+    return {
+        "hostPath": path,
+        "containerPath": path,
+        "options": ["ro", "nosuid", "nodev", "bind"],
+    }
+
+
+def base_spec(gpus: list[dict[str, Any]], driver: str, cap_minor: Any) -> dict[str, Any]:
+    """nvidia-ctk's spec for these GPUs (`cap_minor(gpu_minor, gi, ci)` numbers the MIG entry)."""
+    libraries = [f"{LIB_DIR}/{name}.{driver}" for name in LIBRARIES]
+    common: dict[str, Any] = {
+        "deviceNodes": [
+            _node("/dev/nvidia-modeset", GPU_MAJOR, 254),
+            _node("/dev/nvidia-uvm", UVM_MAJOR, 0),
+            _node("/dev/nvidia-uvm-tools", UVM_MAJOR, 1),
+            _node("/dev/nvidiactl", GPU_MAJOR, CTL_MINOR),
+        ],
+        "hooks": [
+            {
+                "hookName": "createContainer",
+                "path": HOOK,
+                "args": [
+                    "nvidia-cdi-hook",
+                    "create-symlinks",
+                    "--link",
+                    "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+                ],
+            },
+            {
+                "hookName": "createContainer",
+                "path": HOOK,
+                "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", LIB_DIR],
+            },
+        ],
+        "mounts": [
+            *(_mount(path) for path in libraries),
+            *(_mount(f"/usr/bin/{name}") for name in BINARIES),
+            _mount(f"/lib/firmware/nvidia/{driver}/gsp_ga10x.bin"),
+            _mount("/run/nvidia-persistenced/socket"),
+        ],
+    }
+    devices: list[dict[str, Any]] = []
+    for gpu in sorted(gpus, key=lambda g: int(g["index"])):
+        edits = {"deviceNodes": [_node(f"/dev/nvidia{gpu['minor']}", GPU_MAJOR, gpu["minor"])]}
+        devices.append({"name": str(gpu["index"]), "containerEdits": edits})
+        devices.append({"name": str(gpu["uuid"]), "containerEdits": edits})
+    first = min(gpus, key=lambda g: int(g["index"]))
+    minor = int(first["minor"])
+    devices.append(
+        {
+            "name": f"{first['index']}:0",
+            "containerEdits": {
+                "deviceNodes": [
+                    _node(f"/dev/nvidia{minor}", GPU_MAJOR, minor),
+                    _node(
+                        f"/dev/nvidia-caps/nvidia-cap{cap_minor(minor, 1)}",
+                        CAPS_MAJOR,
+                        cap_minor(minor, 1),
+                    ),
+                    _node(
+                        f"/dev/nvidia-caps/nvidia-cap{cap_minor(minor, 1, 0)}",
+                        CAPS_MAJOR,
+                        cap_minor(minor, 1, 0),
+                    ),
+                ]
+            },
+        }
+    )
+    devices.append(
+        {
+            "name": "all",
+            "containerEdits": {
+                "deviceNodes": [
+                    _node(f"/dev/nvidia{g['minor']}", GPU_MAJOR, int(g["minor"])) for g in gpus
+                ]
+            },
+        }
+    )
+    # Device names starting with a digit need 0.5.0: nvidia-ctk declares it for that reason.
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": devices,
+        "containerEdits": common,
+    }
+
+
+def proc_devices_text() -> str:
+    """`/proc/devices` of a node with the NVIDIA driver loaded (majors as on such a node)."""
+    return (
+        "Character devices:\n"
+        "  1 mem\n  4 /dev/vc/0\n  4 tty\n  5 /dev/tty\n  5 /dev/console\n  5 /dev/ptmx\n"
+        "  7 vcs\n 10 misc\n 13 input\n 136 pts\n"
+        f"{GPU_MAJOR} nvidia-frontend\n{GPU_MAJOR} nvidia-nvlink\n"
+        f"{CAPS_MAJOR} nvidia-caps\n509 nvidia-caps-imex-channels\n"
+        f"{UVM_MAJOR} nvidia-uvm\n511 nvidia-nvswitch\n"
+        "\nBlock devices:\n  7 loop\n  8 sd\n259 blkext\n"
+    )
+
+
+def access_text(minor: int) -> str:
+    """A capability's `access` file as the driver writes it (mode in decimal)."""
+    return f"DeviceFileMinor: {minor}\nDeviceFileMode: {CAP_FILE_MODE}\nDeviceFileModify: 1\n"
+
+
+def write_access(
+    files: NodeFiles, gpu_minor: int, gi_id: int, ci_id: int | None, minor: int
+) -> None:
+    """Publish a capability as the driver does when a GI or CI is created."""
+    directory = files.capabilities / f"gpu{gpu_minor}" / "mig" / f"gi{gi_id}"
+    if ci_id is not None:
+        directory = directory / f"ci{ci_id}"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "access").write_text(access_text(minor), encoding="ascii")
+
+
+def write_node_files(
+    files: NodeFiles, gpus: list[dict[str, Any]], driver: str, cap_minor: Any
+) -> None:
+    """What `sim init` writes beside the state: the base spec, `/proc/devices`, and the
+    capabilities directory (its `access` files appear as instances are created)."""
+    import shutil
+
+    import yaml
+
+    assert files.cdi_base_dir is not None
+    shutil.rmtree(files.capabilities, ignore_errors=True)
+    for gpu in gpus:
+        (files.capabilities / f"gpu{gpu['minor']}" / "mig").mkdir(parents=True, exist_ok=True)
+    files.proc_devices.write_text(proc_devices_text(), encoding="ascii")
+    files.cdi_base_dir.mkdir(parents=True, exist_ok=True)
+    spec = base_spec(gpus, driver, cap_minor)
+    text = yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)
+    (files.cdi_base_dir / BASE_FILE).write_text(text, encoding="utf-8")

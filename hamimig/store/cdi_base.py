@@ -1,0 +1,272 @@
+"""The node's NVIDIA CDI spec: where a per-instance spec takes its driver edits from.
+
+A container given only device nodes has no driver: no `libcuda.so`, no `libnvidia-ml.so`, no
+`nvidia-smi`, no ldcache update. NVIDIA's own spec (`nvidia-ctk cdi generate`, the GPU operator or
+the device plugin) carries those as spec-level edits and per-GPU device edits; a MIG instance's
+spec is composed from the same parts, as HAMi composes its dynamic MIG specs, so that both write
+the same content and neither rewrites the other's file.
+
+The base is read, never written, and is judged by the same rules a runtime applies (strict
+fields, known version): composing from a spec that runtimes reject would copy the fault into
+every instance.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hamimig.errors import UsageError
+from hamimig.store.files import MAX_READ_BYTES
+
+PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
+CTK_KIND = "nvidia.com/gpu"
+BASE_KINDS = (PLUGIN_KIND, CTK_KIND)
+"""In order of preference: the device plugin's spec describes what it hands out; nvidia-ctk's
+(`/etc/cdi/nvidia.yaml`) is the node-wide default."""
+
+AUTO = "auto"
+NONE = "none"
+OWN_SPEC_PREFIX = "hami-dynamic-mig-"
+"""Per-instance specs (ours and HAMi's) are never a base."""
+
+_SUFFIXES = (".json", ".yaml")
+_GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+_CAPS_NODE_PREFIX = "/dev/nvidia-caps/"
+GENERATE_HINT = "run `nvidia-ctk cdi generate` or set `cdi.baseSpec: none`"
+
+
+def check_setting(value: Any) -> str | None:
+    """Why a `cdi.baseSpec` value is unusable, or None."""
+    if not isinstance(value, str) or not value:
+        return f"must be auto, none or an absolute path, not {value!r}"
+    if value in (AUTO, NONE):
+        return None
+    if not value.startswith("/"):
+        return f"{value!r} is not an absolute path (or auto, none)"
+    return None
+
+
+def canonical(value: Any) -> str:
+    """JSON with sorted keys and no whitespace: what "the same content" means here."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    """A valid NVIDIA spec and the file it came from."""
+
+    path: Path
+    spec: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.spec.get("kind"))
+
+    def common_edits(self) -> dict[str, Any]:
+        """The spec-level edits (driver mounts, hooks, control nodes), copied."""
+        edits = self.spec.get("containerEdits")
+        return copy.deepcopy(edits) if isinstance(edits, dict) else {}
+
+    def parent_edits(self, gpu_minor: int) -> dict[str, Any]:
+        """The edits of the device entry that stands for GPU `gpu_minor` alone, copied.
+
+        That entry holds `/dev/nvidia<minor>` and no other GPU or capability node, which skips
+        `all` and MIG entries whatever the naming strategy. Entries naming the same GPU (by
+        index and by UUID) must agree; none, or differing ones, cannot be composed from.
+        """
+        found: list[tuple[str, dict[str, Any]]] = []
+        for device in self.spec.get("devices") or []:
+            edits = device.get("containerEdits") or {}
+            if _stands_for(edits, gpu_minor):
+                found.append((str(device.get("name")), edits))
+        if not found:
+            raise UsageError(
+                f"NVIDIA CDI spec {self.path} has no device for GPU minor {gpu_minor} "
+                f"(an entry with /dev/nvidia{gpu_minor} alone); regenerate it: {GENERATE_HINT}"
+            )
+        first_name, first = found[0]
+        for name, edits in found[1:]:
+            if canonical(edits) != canonical(first):
+                raise UsageError(
+                    f"NVIDIA CDI spec {self.path}: devices {first_name!r} and {name!r} both "
+                    f"stand for GPU minor {gpu_minor} with different edits; regenerate it"
+                )
+        return copy.deepcopy(first)
+
+    def gpu_minors(self) -> set[int]:
+        """The GPU minors some entry stands for alone."""
+        minors: set[int] = set()
+        for device in self.spec.get("devices") or []:
+            nodes = _gpu_nodes((device.get("containerEdits") or {}).get("deviceNodes"))
+            if len(nodes) == 1 and nodes[0] is not None:
+                minors.add(nodes[0])
+        return minors
+
+
+def _node_paths(nodes: Any) -> list[str]:
+    if not isinstance(nodes, list):
+        return []
+    return [n["path"] for n in nodes if isinstance(n, dict) and isinstance(n.get("path"), str)]
+
+
+def _gpu_nodes(nodes: Any) -> list[int | None]:
+    """GPU minors of the GPU nodes, and None for each capability node."""
+    out: list[int | None] = []
+    for path in _node_paths(nodes):
+        match = _GPU_NODE.match(path)
+        if match:
+            out.append(int(match.group(1)))
+        elif path.startswith(_CAPS_NODE_PREFIX):
+            out.append(None)
+    return out
+
+
+def _stands_for(edits: Any, gpu_minor: int) -> bool:
+    return isinstance(edits, dict) and _gpu_nodes(edits.get("deviceNodes")) == [gpu_minor]
+
+
+@dataclass(frozen=True)
+class BaseLookup:
+    """What `cdi.baseSpec` (none, auto or a path) found: a spec, or why there is none."""
+
+    setting: str
+    base: BaseSpec | None = None
+    problem: str | None = None
+    missing: bool = False
+    """The problem is that no base spec is there at all (not one that is invalid)."""
+
+    @property
+    def composes(self) -> bool:
+        """False with `cdi.baseSpec: none`: the device-nodes-only spec is then wanted."""
+        return self.setting != NONE
+
+    def require(self) -> BaseSpec:
+        """The base spec, or a usage error (exit 2) saying why a new spec cannot be composed."""
+        if self.base is None:
+            raise UsageError(self.problem or "no NVIDIA CDI spec")
+        return self.base
+
+
+def read_spec_file(path: Path) -> Any:
+    """A JSON or YAML spec file parsed; `ValueError` naming the file when it cannot be."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if st.st_size > MAX_READ_BYTES:
+            raise ValueError(f"{path} is larger than {MAX_READ_BYTES} bytes")
+        data = os.read(fd, MAX_READ_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+        if path.suffix == ".json":
+            return json.loads(text)
+        import yaml
+
+        return yaml.safe_load(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path} is not valid JSON/YAML: {exc}") from None
+    except Exception as exc:  # PyYAML's errors share no base class with ValueError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{path} is not valid YAML: {first}") from None
+
+
+def _validated(path: Path, spec: Any) -> BaseSpec:
+    """The spec as a base, or a usage error naming the file and the first problem."""
+    from hamimig.store.cdi import validate_spec
+
+    problems = validate_spec(spec)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(
+            f"NVIDIA CDI spec {path} is invalid: {problems[0]}{more}; runtimes reject it, so "
+            f"no instance spec is composed from it: {GENERATE_HINT}"
+        )
+    assert isinstance(spec, dict)
+    return BaseSpec(path, spec)
+
+
+def _candidates(dirs: Sequence[Path]) -> list[tuple[Path, Any]]:
+    """Every parsable spec file of an NVIDIA kind directly in `dirs` (each directory once)."""
+    seen: set[str] = set()
+    found: list[tuple[Path, Any]] = []
+    for directory in dirs:
+        real = os.path.realpath(directory)
+        if real in seen or not os.path.isdir(directory):
+            continue
+        seen.add(real)
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(_SUFFIXES) or name.startswith(OWN_SPEC_PREFIX):
+                continue
+            try:
+                spec = read_spec_file(directory / name)
+            except ValueError:
+                continue  # someone else's unreadable file: runtimes report it, not ours
+            if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
+                found.append((directory / name, spec))
+    return found
+
+
+def find_base(setting: str, dirs: Sequence[Path]) -> BaseLookup:
+    """Look the base spec up as `cdi.baseSpec` says; never raises (the problem is kept)."""
+    try:
+        return BaseLookup(setting, _find(setting, dirs))
+    except _Missing as exc:
+        return BaseLookup(setting, None, exc.message, missing=True)
+    except UsageError as exc:
+        return BaseLookup(setting, None, exc.message)
+
+
+class _Missing(UsageError):
+    """No base spec where one was looked for."""
+
+
+def _find(setting: str, dirs: Sequence[Path]) -> BaseSpec | None:
+    if setting == NONE:
+        return None
+    if setting != AUTO:
+        path = Path(setting)
+        if not path.exists():
+            raise _Missing(f"cdi.baseSpec: no NVIDIA CDI spec at {path}; {GENERATE_HINT}")
+        try:
+            spec = read_spec_file(path)
+        except ValueError as exc:
+            raise UsageError(f"cdi.baseSpec: {exc}") from None
+        return _validated(path, spec)
+    found = _candidates(dirs)
+    for kind in BASE_KINDS:
+        same = [(path, spec) for path, spec in found if spec.get("kind") == kind]
+        if not same:
+            continue
+        first_path, first = same[0]
+        for path, spec in same[1:]:
+            if canonical(spec) != canonical(first):
+                raise UsageError(
+                    f"NVIDIA CDI specs {first_path} and {path} both define kind {kind}, "
+                    "differently: runtimes drop the devices they both define; keep one"
+                )
+        return _validated(first_path, first)
+    where = ", ".join(str(d) for d in dirs) or "no directory"
+    raise _Missing(
+        "no NVIDIA CDI spec on this node to take driver edits from "
+        f"(kind {PLUGIN_KIND} or {CTK_KIND} in {where}); {GENERATE_HINT}"
+    )
