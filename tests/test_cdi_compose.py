@@ -481,11 +481,23 @@ def test_proc_devices_and_access_files_are_read_as_the_driver_writes_them(tmp_pa
 
 
 def test_without_the_nvidia_caps_major_no_spec_is_composed(cli: Cli) -> None:
+    kept = allocate(cli, "ns/old")["instance"]["migUUID"]
+    assert cli.json("release", "--mig-uuid", kept).exit_code == 0
+    spec = spec_file(cli, kept).read_bytes()
     proc = Path(cli.json("sim", "show").json()["procDevices"])
     proc.write_text("Character devices:\n195 nvidia-frontend\n")
-    ran = cli("allocate", "--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb")
-    assert ran.exit_code == 4 and "nvidia-caps" in ran.stderr and "rolled back" in ran.stderr
-    assert sim_state(cli.sim)["gpus"][0]["gpuInstances"] == []
+    # A new instance: refused before any GI is created (no create-and-destroy churn).
+    before = sim_state(cli.sim)["calls"].get("nvmlDeviceCreateGpuInstanceWithPlacement", 0)
+    ran = cli("allocate", "--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb", "--placement", "3")
+    assert ran.exit_code == 4 and "nvidia-caps" in ran.stderr
+    calls = sim_state(cli.sim)["calls"]
+    assert calls.get("nvmlDeviceCreateGpuInstanceWithPlacement", 0) == before
+    # The existing instance keeps its spec: reused and recovered with a warning, not refused.
+    reused = cli.json("allocate", "--pod", "ns/q", "--gpu", "0", "--profile", "1g.10gb")
+    assert reused.exit_code == 0 and reused.json()["reused"] is True
+    assert "nvidia-caps" in json.dumps(reused.json().get("warnings", []))
+    assert cli.json("recover", "--assume-no-pods").exit_code == 0
+    assert spec_file(cli, kept).read_bytes() == spec
 
 
 @pytest.mark.parametrize("value", ["", "relative.yaml", 3, "None"])

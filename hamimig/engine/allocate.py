@@ -213,6 +213,11 @@ def _require_base(node: Node, gpu_minor: int | None = None) -> None:
     base = lookup.require()
     if gpu_minor is not None:
         base.parent_edits(gpu_minor)
+    # The capability nodes' major too: without it no spec can be composed, and finding that
+    # out after the GI and CI exist would create and destroy an instance on every request.
+    from hamimig.hw.devnodes import caps_major
+
+    caps_major(node.files().proc_devices)
 
 
 def _allowed(node: Node, gpu_index: int, profile: str, model: str | None) -> None:

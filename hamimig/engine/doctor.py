@@ -211,6 +211,7 @@ def _with_recovery(
         for c in checks
         if c.status is CheckStatus.FAIL
         and (c.exit_code == HARDWARE or c.name in ("config", "state-dir", "cdi-dir"))
+        and c.name != "cdi-base"  # recover keeps existing specs without one (and warns)
     ]
     if environment:
         return [

@@ -65,7 +65,10 @@ def cdi_device_for(
     if not (node.cdi_base().composes if composes is None else composes):
         return dev
     files = node.files()
-    nodes = capability_nodes(files.proc_devices, files.capabilities, gpu_minor, gi, ci)
+    try:
+        nodes = capability_nodes(files.proc_devices, files.capabilities, gpu_minor, gi, ci)
+    except HardwareError as exc:  # composing then fails; an existing spec is kept
+        return dataclasses.replace(dev, caps_problem=exc.message)
     return dataclasses.replace(
         dev, caps_major=nodes.major, gi_cap_mode=nodes.gi_mode, ci_cap_mode=nodes.ci_mode
     )

@@ -523,7 +523,7 @@ def _activate(
             )
         )
         if record is None:  # adopted: its spec after its record, as for adopt-idle
-            _write_spec(node, facts, gi, ci)
+            return _write_spec(node, facts, gi, ci)
         return None
 
     return Step(action, ci.mig_uuid, facts.gpu.uuid, gi.placement, reason, run)
@@ -878,12 +878,21 @@ def _plan_orphan(
     )
 
 
-def _write_spec(node: Node, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance) -> None:
+def _write_spec(node: Node, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance) -> str | None:
+    """Write an adopted instance's spec. When none can be composed (no NVIDIA spec, no
+    nvidia-caps major) the adoption still stands and this says why there is no spec: the
+    instance is never handed out without one, and a later recover writes it (repair-cdi)
+    once the node can. The init container is not blocked for it."""
     cdi = node.cdi()
-    if cdi is not None:
-        dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.uuid, facts.gpu.minor, gi.id, ci.id)
+    if cdi is None:
+        return None
+    dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.uuid, facts.gpu.minor, gi.id, ci.id)
+    try:
         if not cdi.matches(dev):
             cdi.write(dev)
+    except UsageError as exc:
+        return f"no CDI spec written yet: {exc.message}"
+    return None
 
 
 def _adopt_idle(gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str) -> Step:
@@ -908,8 +917,7 @@ def _adopt_idle(gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str) 
                 gpu_index=gpu.gpu.index,
             )
         )
-        _write_spec(node, gpu, gi, ci)
-        return None
+        return _write_spec(node, gpu, gi, ci)
 
     return Step(
         "adopt-idle",

@@ -10,7 +10,6 @@ as warnings so an operator sees them before acting.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Iterable, Sequence
@@ -22,7 +21,6 @@ from hamimig.engine.node import Node
 from hamimig.engine.views import Warning_
 from hamimig.errors import UnverifiableError
 from hamimig.store.cdi import SPEC_PREFIX, CdiStore, spec_file_name
-from hamimig.store.files import MAX_READ_BYTES
 from hamimig.store.records import Record
 
 SYSTEM_CDI_DIR = Path("/etc/cdi")
@@ -43,30 +41,15 @@ class CdiScan:
 def read_any_spec(path: Path) -> Any:
     """A spec file of anyone's, parsed; None when it is not a readable JSON/YAML file.
 
-    Opened non-blocking and checked to be a regular file of bounded size first, so a FIFO or
-    a huge file planted in a CDI directory can neither hang nor exhaust a command.
+    Read as the base-spec lookup reads files: non-blocking, a regular file of bounded size,
+    YAML without anchors or aliases, so a FIFO, a huge file or an alias bomb planted in a CDI
+    directory can neither hang nor exhaust a command.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:
-            return None
-        data = os.read(fd, MAX_READ_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        text = data.decode("utf-8")
-        if path.suffix == ".json":
-            return json.loads(text)
-        import yaml
+    from hamimig.store.cdi_base import read_spec_file
 
-        return yaml.safe_load(text)
-    except Exception:  # someone else's unparsable file is not ours to judge
+    try:
+        return read_spec_file(path)
+    except ValueError:  # someone else's unparsable file is not ours to judge
         return None
 
 

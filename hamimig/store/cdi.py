@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hamimig.errors import HardwareError
+from hamimig.errors import HardwareError, UsageError
 from hamimig.store._fields import uuid_digest
 from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
 from hamimig.store.files import (
@@ -111,6 +111,9 @@ class CdiDevice:
     caps_major: int | None = None
     gi_cap_mode: int | None = None
     ci_cap_mode: int | None = None
+    caps_problem: str | None = None
+    """Why the capability nodes' major is unknown (`/proc/devices` unreadable or without
+    `nvidia-caps`): no spec can be composed, like without an NVIDIA base spec."""
 
     def annotations(self) -> dict[str, str]:
         """HAMi's three device annotations (the GPU UUID and GI/CI IDs must be known)."""
@@ -194,8 +197,10 @@ def compose_spec(
     base sets it, no type or numbers on nodes the base lists by path only.
     """
     if dev.caps_major is None:
-        raise HardwareError(
-            f"cannot compose the CDI spec of {dev.mig_uuid}: the nvidia-caps major is unknown"
+        # Like a missing base spec: a usage problem of the node, so an existing spec is kept.
+        raise UsageError(
+            f"cannot compose the CDI spec of {dev.mig_uuid}: "
+            f"{dev.caps_problem or 'the nvidia-caps major is unknown'}"
         )
     edits = base.parent_edits(dev.gpu_minor)
     edits["deviceNodes"] = [
@@ -358,9 +363,20 @@ def _check_node(node: dict[str, Any], where: str) -> list[str]:
     perms = node.get("permissions", "")
     if not isinstance(perms, str) or any(c not in "rwm" for c in perms):
         problems.append(f"{where}: invalid permissions {perms!r} (only r, w, m)")
-    for key in ("major", "minor", "fileMode", "uid", "gid"):
-        if key in node and not _is_int(node[key]):
+    # The Go types the reference library decodes into: int64, os.FileMode (uint32), uint32.
+    for key, low, high in (
+        ("major", -(2**63), 2**63 - 1),
+        ("minor", -(2**63), 2**63 - 1),
+        ("fileMode", 0, 2**32 - 1),
+        ("uid", 0, 2**32 - 1),
+        ("gid", 0, 2**32 - 1),
+    ):
+        if node.get(key) is None:  # absent, or null (Go leaves the field at its zero)
+            continue
+        if not _is_int(node[key]):
             problems.append(f"{where}: {key} must be an integer")
+        elif not low <= node[key] <= high:
+            problems.append(f"{where}: {key} {node[key]} is out of range ({low}..{high})")
     return problems
 
 
@@ -385,6 +401,14 @@ def _check_hook(hook: dict[str, Any], where: str) -> list[str]:
         problems.append(f"{where}: invalid hook name {hook.get('hookName')!r}")
     if not isinstance(hook.get("path"), str) or not hook.get("path"):
         problems.append(f"{where}: missing hook path")
+    args = hook.get("args")
+    if args is not None and (
+        not isinstance(args, list) or not all(isinstance(a, str) for a in args)
+    ):
+        problems.append(f"{where}: args must be a list of strings")
+    timeout = hook.get("timeout")
+    if timeout is not None and (not _is_int(timeout) or not -(2**63) <= timeout < 2**63):
+        problems.append(f"{where}: timeout must be an integer (seconds)")
     problems += _check_env(hook.get("env"), where)
     return problems
 

@@ -176,14 +176,68 @@ def read_spec_file(path: Path) -> Any:
         text = data.decode("utf-8")
         if path.suffix == ".json":
             return json.loads(text)
-        import yaml
-
-        return yaml.safe_load(text)
+        return _strict_yaml(text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path} is not valid JSON/YAML: {exc}") from None
     except Exception as exc:  # PyYAML's errors share no base class with ValueError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"{path} is not valid YAML: {first}") from None
+
+
+MAX_SPEC_NODES = 200_000
+"""Values a spec may expand to. A real NVIDIA spec holds a few thousand; YAML aliases can make
+a few KB expand to billions (the reference library refuses "excessive aliasing" too)."""
+
+
+def _strict_yaml(text: str) -> Any:
+    """YAML read as the reference library reads it (YAML turned into JSON values), and never
+    amplified: an unquoted date stays a string, a key given twice is refused, and aliases may
+    not expand the document past `MAX_SPEC_NODES` values (an alias bomb of a few KB would
+    otherwise become gigabytes the moment it is compared or written).
+
+    Built on PyYAML's pure-Python safe loader: a base spec is small.
+    """
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise ValueError(f"key {key!r} is given twice")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    loaded = yaml.load(text, Loader=Loader)
+    _count_values(loaded)
+    try:  # only JSON values: what `canonical` and the writer can represent
+        return json.loads(json.dumps(loaded, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"a value is not representable in JSON: {exc}") from None
+
+
+def _count_values(document: Any) -> None:
+    """Refuse a document that expands past `MAX_SPEC_NODES` values (shared subtrees counted
+    every time they appear, as serializing them would; a cycle never ends, so it is refused)."""
+    budget = MAX_SPEC_NODES
+    stack = [document]
+    while stack:
+        budget -= 1
+        if budget < 0:
+            raise ValueError(
+                f"the document expands to more than {MAX_SPEC_NODES} values (YAML aliases?)"
+            )
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 def _validated(path: Path, spec: Any) -> BaseSpec:
@@ -201,10 +255,12 @@ def _validated(path: Path, spec: Any) -> BaseSpec:
     return BaseSpec(path, spec)
 
 
-def _candidates(dirs: Sequence[Path]) -> list[tuple[Path, Any]]:
-    """Every parsable spec file of an NVIDIA kind directly in `dirs` (each directory once)."""
+def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]]:
+    """Every parsable spec file of an NVIDIA kind directly in `dirs` (each directory once),
+    and why the files that could not be parsed were not (one of them may be NVIDIA's)."""
     seen: set[str] = set()
     found: list[tuple[Path, Any]] = []
+    unreadable: list[str] = []
     for directory in dirs:
         real = os.path.realpath(directory)
         if real in seen or not os.path.isdir(directory):
@@ -219,11 +275,12 @@ def _candidates(dirs: Sequence[Path]) -> list[tuple[Path, Any]]:
                 continue
             try:
                 spec = read_spec_file(directory / name)
-            except ValueError:
-                continue  # someone else's unreadable file: runtimes report it, not ours
+            except ValueError as exc:
+                unreadable.append(str(exc))
+                continue
             if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
                 found.append((directory / name, spec))
-    return found
+    return found, unreadable
 
 
 def find_base(setting: str, dirs: Sequence[Path]) -> BaseLookup:
@@ -252,20 +309,30 @@ def _find(setting: str, dirs: Sequence[Path]) -> BaseSpec | None:
         except ValueError as exc:
             raise UsageError(f"cdi.baseSpec: {exc}") from None
         return _validated(path, spec)
-    found = _candidates(dirs)
-    for kind in BASE_KINDS:
+    found, unreadable = _candidates(dirs)
+    kinds = [k for k in BASE_KINDS if any(spec.get("kind") == k for _, spec in found)]
+    for kind in kinds:
         same = [(path, spec) for path, spec in found if spec.get("kind") == kind]
-        if not same:
-            continue
-        first_path, first = same[0]
-        for path, spec in same[1:]:
-            if canonical(spec) != canonical(first):
+        # Within one directory, two files defining the kind differently are a conflict
+        # runtimes drop; across directories the later one wins (/var/run/cdi over /etc/cdi).
+        chosen_path, chosen = same[-1]
+        for path, spec in same:
+            if path.parent == chosen_path.parent and canonical(spec) != canonical(chosen):
                 raise UsageError(
-                    f"NVIDIA CDI specs {first_path} and {path} both define kind {kind}, "
+                    f"NVIDIA CDI specs {path} and {chosen_path} both define kind {kind}, "
                     "differently: runtimes drop the devices they both define; keep one"
                 )
-        return _validated(first_path, first)
+        base = _validated(chosen_path, chosen)
+        if not base.gpu_minors() and kind != kinds[-1]:
+            continue  # only MIG entries (the device plugin's MIG strategy): no GPU to copy
+        return base
     where = ", ".join(str(d) for d in dirs) or "no directory"
+    if unreadable:  # perhaps NVIDIA's spec, unusable: say which file, not just "missing"
+        raise UsageError(
+            f"no usable NVIDIA CDI spec in {where}: {unreadable[0]}"
+            + (f" (and {len(unreadable) - 1} more unreadable)" if len(unreadable) > 1 else "")
+            + f"; {GENERATE_HINT}"
+        )
     raise _Missing(
         "no NVIDIA CDI spec on this node to take driver edits from "
         f"(kind {PLUGIN_KIND} or {CTK_KIND} in {where}); {GENERATE_HINT}"
