@@ -1,6 +1,6 @@
 """Typed failures shared by every layer.
 
-Each error carries the exit code CONTRACT.md assigns to its category, so the CLI never has to
+Each error carries the exit code docs/formats.md assigns to its category, so the CLI never has to
 guess how to translate an exception into a status that scripts and init containers rely on.
 Messages are one line and name what is wrong.
 """

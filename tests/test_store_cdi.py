@@ -56,7 +56,7 @@ def sha(text: str) -> str:
 
 
 def expected_spec(annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """CONTRACT.md "Files" with `cdi.baseSpec: none`, written out by hand (annotations on the
+    """The README's "Files" with `cdi.baseSpec: none`, written out by hand (annotations on the
     device, as HAMi's plugin looks for them)."""
     spec: dict[str, Any] = {
         "cdiVersion": "0.6.0" if annotations else "0.3.0",

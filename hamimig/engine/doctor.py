@@ -7,14 +7,14 @@ to attach to a bug report). Nothing is changed and no lock is taken; the one wri
 `.hamimig-doctor-*` (never a .json/.yaml name, so no runtime loads it) created in the CDI
 directory and removed at once, to prove that hamimig could write a spec there.
 
-Exit codes (CONTRACT.md's categories): 0 when no check fails (warnings allowed); otherwise 4 when
-any failing check is a hardware or I/O failure (NVML unreachable, the driver version or a GPU
-unreadable, `mig-minors` unreadable or without the GPU's entries, a state or CDI directory that
-this user cannot read or write, no NVIDIA CDI spec to compose specs from), else 5: state that
-is readable but cannot be trusted (a record, intent or queue that does not load, a state
-directory that is a symlink, owned by another user or writable by others, a spec of ours that
-runtimes reject, another spec defining one of our devices, an NVIDIA CDI spec that is invalid,
-conflicting or lacks a MIG GPU, a config file that does not load).
+Exit codes (the categories of docs/formats.md): 0 when no check fails (warnings allowed);
+otherwise 4 when any failing check is a hardware or I/O failure (NVML unreachable, the driver
+version or a GPU unreadable, `mig-minors` unreadable or without the GPU's entries, a state or
+CDI directory that this user cannot read or write, no NVIDIA CDI spec to compose specs from),
+else 5: state that is readable but cannot be trusted (a record, intent or queue that does not
+load, a state directory that is a symlink, owned by another user or writable by others, a spec
+of ours that runtimes reject, another spec defining one of our devices, an NVIDIA CDI spec that
+is invalid, conflicting or lacks a MIG GPU, a config file that does not load).
 
 Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per GPU;
 `mig-minors`; `state-dir`, `state-dir/owner`, `state-dir/mode`; `file-mode/NAME` for each state

@@ -1,6 +1,6 @@
 """Applying lifecycle steps to hardware and disk in a crash-safe order.
 
-The rule (DESIGN.md "Crash safety"): before every hardware mutation the durable state already
+The rule (docs/design.md "Crash safety"): before every hardware mutation the durable state already
 says what is about to happen. Creation journals an intent before the GI, updates it before the
 CI and again before the CDI spec; destruction marks the record Reclaiming before the CI and GI
 go. CDI specs are removed only after the hardware is gone, and a failed removal is queued.

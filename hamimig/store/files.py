@@ -1,10 +1,10 @@
 """Atomic, symlink-safe file I/O for the state and CDI directories.
 
-Every durable change hamimig makes is one of two operations: replace a whole file, or remove one.
-Both must survive a crash at any instant (DESIGN.md "Crash safety"): a reader sees either the old
-file or the new one, never a torn write, and once the call returns the change is on disk. So a
-write goes to a temp file in the same directory, is fsynced, renamed over the destination, and
-the directory is fsynced so the rename itself is durable.
+Every durable change hamimig makes is one of two operations: replace a whole file, or remove
+one. Both must survive a crash at any instant (docs/design.md "Crash safety"): a reader sees
+either the old file or the new one, never a torn write, and once the call returns the change is
+on disk. So a write goes to a temp file in the same directory, is fsynced, renamed over the
+destination, and the directory is fsynced so the rename itself is durable.
 
 The directories are shared with HAMi's device plugin (records) and with container runtimes (CDI)
 and usually live on a hostPath mount, so nothing here follows a symlink it did not expect: the
@@ -58,7 +58,7 @@ def _not_usable(path: Path, why: str) -> UsageError:
 def check_dir(path: Path) -> bool:
     """True if `path` is a real directory, False if it is absent.
 
-    Raises `UsageError` for anything else (a symlink, a file), which CONTRACT.md makes a usage
+    Raises `UsageError` for anything else (a symlink, a file), which docs/formats.md makes a usage
     error (exit 2) rather than something to work around.
     """
     try:

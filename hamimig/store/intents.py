@@ -5,7 +5,7 @@ hardware that no record explains; without a journal, recovery could not tell ham
 instance from a foreign one and would have to preserve it forever. So before the first hardware
 mutation the engine writes an intent (GPU, profile, placement, requesting owner), updates it as
 IDs become known, and removes it once the record exists. Recovery undoes whatever an intent's
-request created that has no record (DESIGN.md "Crash safety").
+request created that has no record (docs/design.md "Crash safety").
 
 Intent files live in the state directory under names that do not start with `hami-owned-`, so
 HAMi's record loader never sees them.

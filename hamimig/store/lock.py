@@ -3,7 +3,8 @@
 Two processes planning against the same snapshot would both see a placement free and both
 create, or both reclaim one instance. An advisory `flock` serialises them; the kernel drops it
 when the process dies (even by kill -9), so a crash never leaves a stale lock behind, unlike a PID
-file. It does not serialise HAMi's device plugin, which does not take it (CONTRACT.md).
+file. It does not serialise HAMi's device plugin, which does not take it (docs/formats.md, "The
+node lock").
 
 The lock is taken on the state directory itself, not only on a file in it: anyone who can write
 the directory can delete or replace `hamimig.lock`, after which a newcomer would create and lock
