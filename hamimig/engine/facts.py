@@ -91,13 +91,19 @@ def tidy_finished(node: Node, durable: Durable) -> None:
             node.intents().remove(intent.id)
 
 
-def has_processes(hw: MigHardware, mig_uuid: str) -> bool:
-    """Whether processes run on a MIG device. A failed query counts as busy: an instance
-    that cannot be shown idle is never handed out, restored Idle, adopted or destroyed."""
+def processes_on(hw: MigHardware, mig_uuid: str) -> bool | None:
+    """Whether processes run on a MIG device; None when NVML cannot say (`list` and `show`
+    report that as unknown)."""
     try:
         return hw.instance_has_processes(mig_uuid)
     except NvmlError:
-        return True
+        return None
+
+
+def has_processes(hw: MigHardware, mig_uuid: str) -> bool:
+    """Busy for every command that acts: an instance that cannot be shown idle (a failed
+    query) is never handed out, restored Idle, adopted or destroyed."""
+    return processes_on(hw, mig_uuid) is not False
 
 
 class Liveness(enum.Enum):

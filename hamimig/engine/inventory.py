@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hamimig.engine.facts import Durable, Liveness, check_record, load_durable
+from hamimig.engine.facts import Durable, Liveness, check_record, load_durable, processes_on
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.views import (
     GpuProfiles,
@@ -21,7 +21,7 @@ from hamimig.engine.views import (
     State,
     Warning_,
 )
-from hamimig.errors import NotFoundError, NvmlError, UsageError
+from hamimig.errors import NotFoundError, UsageError
 from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.intents import Intent
 from hamimig.store.records import Record, RecordState
@@ -155,22 +155,13 @@ _LIVE_PAIR_STATES = frozenset(
 )
 
 
-def _processes(hw: MigHardware, mig_uuid: str) -> bool | None:
-    """Whether processes run on a MIG device; None when NVML cannot say (a view reports what
-    it knows; the commands that act treat "cannot say" as busy)."""
-    try:
-        return hw.instance_has_processes(mig_uuid)
-    except NvmlError:
-        return None
-
-
 def _with_processes(hw: MigHardware, view: InstanceView) -> InstanceView:
     """A live MIG device's view, with whether processes run on it (never for a GI alone)."""
     if view.mig_uuid is None or view.compute_instance_id is None:
         return view
     if view.state not in _LIVE_PAIR_STATES:
         return view
-    return dataclasses.replace(view, processes=_processes(hw, view.mig_uuid))
+    return dataclasses.replace(view, processes=processes_on(hw, view.mig_uuid))
 
 
 def _unmanaged(
@@ -287,7 +278,7 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         gpu_instance_id=live.gpu_instance_id,
         compute_instance_id=live.compute_instance_id,
         state=State.UNMANAGED,
-        processes=_processes(hw, mig_uuid),
+        processes=processes_on(hw, mig_uuid),
     )
     return InstanceDetail(
         instance=view, record=None, cdi_spec=cdi_path, warnings=_warnings(node, durable)

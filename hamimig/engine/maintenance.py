@@ -266,30 +266,25 @@ def _owner_pods(owner: Owner, by_key: dict[tuple[str, str], list[Pod]]) -> list[
     return [p for p in by_key.get((owner.namespace, owner.name), []) if same_uid(owner.uid, p.uid)]
 
 
-def _check_holders(durable: Durable, pods: PodSnapshot) -> None:
+def _check_holders(
+    durable: Durable,
+    by_key: dict[tuple[str, str], list[Pod]],
+    named: dict[str, list[tuple[str, str]]],
+) -> None:
     """Two holders of one instance are a conflict nobody here can settle (exit 5): two
     annotations naming it, or an annotation naming an instance whose recorded owner is
     another pod that still holds allocations."""
-    holding = _holders(pods)
-    by_key: dict[tuple[str, str], list[Pod]] = {}
-    for pod in pods.pods:
-        by_key.setdefault((pod.namespace, pod.name), []).append(pod)
-    named: dict[str, list[str]] = {}
-    for pod in holding:
-        for alloc in pod.allocations:
-            if alloc.mig_uuid:
-                where = f"pod {pod.key} container {alloc.container_index} device "
-                named.setdefault(alloc.mig_uuid, []).append(where + str(alloc.device_index))
     refusals: list[str] = []
-    for mig_uuid, wheres in sorted(named.items()):
-        if len(wheres) > 1:
+    for mig_uuid, claims in sorted(named.items()):
+        wheres = [where for _, where in claims]
+        if len(claims) > 1:
             refusals.append(f"{mig_uuid} is named by {' and by '.join(wheres)}")
             continue
         record = durable.records.get(mig_uuid)
         if record is None or _state(record) is not RecordState.ACTIVE or record.owner is None:
             continue
         owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]
-        claimant = wheres[0].split(" ")[1]
+        claimant = claims[0][0]
         if owners and all(p.key != claimant for p in owners):
             refusals.append(
                 f"{mig_uuid} is held by pod {owners[0].key} (its record's owner) and named by "
@@ -301,13 +296,18 @@ def _check_holders(durable: Durable, pods: PodSnapshot) -> None:
 
 def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
     """Active records whose owner pod no longer holds allocations, with the reason."""
-    _check_holders(durable, pods)
     by_key: dict[tuple[str, str], list[Pod]] = {}
     for pod in pods.pods:
         by_key.setdefault((pod.namespace, pod.name), []).append(pod)
-    named = {
-        a.mig_uuid for p in pods.pods if p.holds_allocations for a in p.allocations if a.mig_uuid
-    }
+    named: dict[str, list[tuple[str, str]]] = {}  # MIG UUID -> (pod key, where) per claim
+    for pod in _holders(pods):
+        for alloc in pod.allocations:
+            if alloc.mig_uuid:
+                where = (
+                    f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
+                )
+                named.setdefault(alloc.mig_uuid, []).append((pod.key, where))
+    _check_holders(durable, by_key, named)
     gone: list[tuple[Record, str]] = []
     for record in durable.records.values():
         if _state(record) is not RecordState.ACTIVE or record.owner is None:
