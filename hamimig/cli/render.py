@@ -29,9 +29,9 @@ from hamimig.engine.views import (
     Release,
     Result,
     SimView,
-    State,
 )
 from hamimig.errors import HamimigError
+from hamimig.vocabulary import State
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -27,7 +27,7 @@ from hamimig.store.records import Owner, Record, RecordState
 
 def set_state(node: Node, record: Record, target: RecordState, **changes: object) -> Record:
     """Write `record` in state `target`, if the transition table allows the move."""
-    current: StateName = record.state if record.managed else RecordState.IDLE
+    current: StateName = record.state
     check_transition(current, target, record.mig_uuid)
     updated = dataclasses.replace(
         record,
@@ -106,7 +106,7 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
     """
     hw = node.hardware()
     notes: list[str] = []
-    if record.state is not RecordState.RECLAIMING or not record.managed:
+    if record.state is not RecordState.RECLAIMING:
         record = set_state(node, record, RecordState.RECLAIMING, error=None)
     try:
         if live.status is Liveness.COMPLETE:

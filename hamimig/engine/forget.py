@@ -117,7 +117,7 @@ def _find_record(node: Node, mig_uuid: str) -> _Target:
 
 
 def _refuse_active(mig_uuid: str, record: Record) -> None:
-    if record.managed and record.state is RecordState.ACTIVE:
+    if record.state is RecordState.ACTIVE:
         held = f" (held by {record.owner.namespace}/{record.owner.name})" if record.owner else ""
         raise ConflictError(
             f"{mig_uuid} is Active{held}: release it first ('hamimig release --mig-uuid "
@@ -196,7 +196,7 @@ def forget_record(node: Node, mig_uuid: str, dry_run: bool) -> Forgotten:
         mig_uuid=mig_uuid,
         record=str(records.path_of(mig_uuid)),
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
-        state=None if target.record is None else _state_name(target.record),
+        state=None if target.record is None else target.record.state.value,
         unreadable=target.unreadable,
     )
     if dry_run:
@@ -225,10 +225,6 @@ def forget_record(node: Node, mig_uuid: str, dry_run: bool) -> Forgotten:
         f"the record and CDI spec of {mig_uuid} are gone, but its queue entry is not",
     )
     return item
-
-
-def _state_name(record: Record) -> str:
-    return record.state.value if record.managed else RecordState.IDLE.value
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,21 +18,15 @@ from hamimig.engine.views import (
     InstanceView,
     ProfileList,
     ProfileView,
-    State,
     Warning_,
 )
 from hamimig.errors import NotFoundError, UsageError
 from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.intents import Intent
-from hamimig.store.records import Record, RecordState
+from hamimig.store.records import Record
+from hamimig.vocabulary import State
 
 _DEFAULT_MEMORY_SLICES = 8
-_RECORD_STATE = {
-    RecordState.ACTIVE: State.ACTIVE,
-    RecordState.IDLE: State.IDLE,
-    RecordState.RECLAIMING: State.RECLAIMING,
-    RecordState.ERROR: State.ERROR,
-}
 
 
 def _gpus(hw: MigHardware, gpu_ref: str | None) -> list[Gpu]:
@@ -46,15 +40,10 @@ def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
     return max(ends, default=_DEFAULT_MEMORY_SLICES)
 
 
-def record_state(record: Record) -> State:
-    """A record HAMi wrote (no "hamimig" key) counts as Idle."""
-    return _RECORD_STATE[record.state] if record.managed else State.IDLE
-
-
 def record_view(
     record: Record, gpu_index: int, state: State | None = None, error: str | None = None
 ) -> InstanceView:
-    shown = state or record_state(record)
+    shown = state or record.state
     return InstanceView(
         mig_uuid=record.mig_uuid,
         gpu_uuid=record.gpu_uuid,
@@ -233,7 +222,7 @@ def list_instances(
                 record,
                 index,
                 state=State.MISSING,
-                error=f"recorded as {record_state(record).value} but not live",
+                error=f"recorded as {record.state.value} but not live",
             )
         )
     for intent in durable.intents:
@@ -288,7 +277,7 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
 def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
     """A record whose MIG device is gone: a GI left behind (half-destroyed) keeps the record's
     state, as `list` shows it; nothing live at all is Missing."""
-    missing = f"recorded as {record_state(record).value} but not live"
+    missing = f"recorded as {record.state.value} but not live"
     try:
         gpu = hw.gpu_by_uuid(record.gpu_uuid)
     except UsageError:

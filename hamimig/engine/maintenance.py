@@ -51,10 +51,6 @@ if TYPE_CHECKING:
     from hamimig.pods.sources import PodSnapshot
 
 
-def _state(record: Record) -> RecordState:
-    return record.state if record.managed else RecordState.IDLE
-
-
 def release(node: Node, pod: tuple[str, str] | None, mig_uuid: str | None) -> Release:
     """Confirmed pod release: Active -> Idle. The GI/CI and CDI spec stay for reuse."""
     if (pod is None) == (mig_uuid is None):
@@ -65,11 +61,11 @@ def release(node: Node, pod: tuple[str, str] | None, mig_uuid: str | None) -> Re
             record = durable.records.get(mig_uuid)
             if record is None:
                 raise NotFoundError(f"no hamimig record for {mig_uuid}")
-            if _state(record) is RecordState.IDLE:
+            if record.state is RecordState.IDLE:
                 return Release(released=(record_view(record, _index_hint(record)),))
-            if _state(record) is not RecordState.ACTIVE:
+            if record.state is not RecordState.ACTIVE:
                 raise ConflictError(
-                    f"{mig_uuid} is {_state(record).value}, not Active: nothing to release"
+                    f"{mig_uuid} is {record.state.value}, not Active: nothing to release"
                 )
             targets = [record]
         else:
@@ -77,7 +73,7 @@ def release(node: Node, pod: tuple[str, str] | None, mig_uuid: str | None) -> Re
             targets = [
                 r
                 for r in durable.records.values()
-                if _state(r) is RecordState.ACTIVE
+                if r.state is RecordState.ACTIVE
                 and r.owner is not None
                 and (r.owner.namespace, r.owner.name) == pod
             ]
@@ -111,7 +107,7 @@ def _verified(
     record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str], gpu: Gpu
 ) -> Target:
     live = check_record(record, layout, names)
-    state = _state(record)
+    state = record.state
     if live.status is Liveness.MISMATCH:
         raise UnverifiableError(f"{record.mig_uuid}: {live.detail}; nothing was changed")
     if live.status is not Liveness.COMPLETE and state is RecordState.IDLE:
@@ -159,7 +155,7 @@ def reclaim(
                 chosen = [
                     r
                     for r in records
-                    if _state(r) in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
+                    if r.state in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
                 ]
             else:
                 assert placement is not None
@@ -206,7 +202,7 @@ def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Target
                 f"{mig_uuid} has no hamimig record (Unmanaged): hamimig never reclaims it"
             )
         raise NotFoundError(f"no MIG instance {mig_uuid} on this node and no record of it")
-    state = _state(record)
+    state = record.state
     if state is RecordState.ACTIVE:
         owner = f" (held by {record.owner})" if record.owner else ""
         raise ConflictError(f"{mig_uuid} is Active{owner}: hamimig never reclaims it")
@@ -223,7 +219,7 @@ def _window_targets(
         r
         for r in records
         if r.placement.overlaps(window)
-        and _state(r) in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
+        and r.state in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
     ]
     owned = {(r.gpu_instance_id, r.placement) for r in chosen}
     blocked = []
@@ -234,7 +230,7 @@ def _window_targets(
                 None,
             )
             what = (
-                _state(active).value
+                active.state.value
                 if active
                 else ("Unmanaged" if gi.compute_instances else "OrphanGI")
             )
@@ -281,7 +277,7 @@ def _check_holders(
             refusals.append(f"{mig_uuid} is named by {' and by '.join(wheres)}")
             continue
         record = durable.records.get(mig_uuid)
-        if record is None or _state(record) is not RecordState.ACTIVE or record.owner is None:
+        if record is None or record.state is not RecordState.ACTIVE or record.owner is None:
             continue
         owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]
         claimant = claims[0][0]
@@ -310,7 +306,7 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
     _check_holders(durable, by_key, named)
     gone: list[tuple[Record, str]] = []
     for record in durable.records.values():
-        if _state(record) is not RecordState.ACTIVE or record.owner is None:
+        if record.state is not RecordState.ACTIVE or record.owner is None:
             continue
         if record.mig_uuid in named:
             continue
@@ -362,7 +358,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         queue = node.queue()
         for item in durable.removals:
             queued_for = durable.records.get(item.mig_uuid)
-            if queued_for is not None and _state(queued_for) is not RecordState.RECLAIMING:
+            if queued_for is not None and queued_for.state is not RecordState.RECLAIMING:
                 reason = "the instance has a record again; its spec is kept"
                 actions.append(Action("retry-cdi-removal", item.mig_uuid, None, None, reason))
                 if not dry_run:
@@ -385,7 +381,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         errors = [
             r
             for r in durable.records.values()
-            if _state(r) in (RecordState.ERROR, RecordState.RECLAIMING)
+            if r.state in (RecordState.ERROR, RecordState.RECLAIMING)
         ]
         for record in sorted(errors, key=lambda r: (r.updated_at or "", r.mig_uuid)):
             try:
@@ -399,7 +395,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
                             record.mig_uuid,
                             record.gpu_uuid,
                             record.placement,
-                            f"{_state(record).value} instance is {BUSY}; not destroyed",
+                            f"{record.state.value} instance is {BUSY}; not destroyed",
                         )
                     )
                     continue
@@ -415,7 +411,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
                     )
                 )
                 continue
-            reason = f"{_state(record).value} since {record.updated_at}: {record.error or 'retry'}"
+            reason = f"{record.state.value} since {record.updated_at}: {record.error or 'retry'}"
             if not dry_run:
                 try:
                     notes = destroy_managed(node, record, target.live, gpu.index)
@@ -455,7 +451,7 @@ def _refresh_specs(
         (
             r
             for r in durable.records.values()
-            if _state(r) in (RecordState.ACTIVE, RecordState.IDLE) and cdi.exists(r.mig_uuid)
+            if r.state in (RecordState.ACTIVE, RecordState.IDLE) and cdi.exists(r.mig_uuid)
         ),
         key=lambda r: r.mig_uuid,
     )

@@ -31,11 +31,12 @@ from pathlib import Path
 
 from hamimig.engine.inventory import list_instances
 from hamimig.engine.node import Node
-from hamimig.engine.views import InstanceList, InstanceView, Metrics, State, Warning_
+from hamimig.engine.views import InstanceList, InstanceView, Metrics, Warning_
 from hamimig.errors import HamimigError, UsageError
 from hamimig.hw.types import MigMode
 from hamimig.store.counters import CounterValues
 from hamimig.store.files import atomic_write, check_dir
+from hamimig.vocabulary import State
 
 CREATIONS = "creations"
 REUSES = "reuses"

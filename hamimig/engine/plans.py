@@ -86,7 +86,7 @@ class Blocker:
         if self.record is None:
             kind = "OrphanGI" if not self.gi.compute_instances else "Unmanaged"
             return f"{what} is {kind}"
-        state = self.record.state.value if self.record.managed else "Idle"
+        state = self.record.state.value
         busy = ", busy: processes run on it" if self.busy else ""
         return f"{what} is {state} ({self.record.mig_uuid}{busy})"
 
@@ -105,10 +105,6 @@ def _record_of(gi: GpuInstance, records: list[Record]) -> Record | None:
         if r.gpu_instance_id == gi.id and r.placement == gi.placement:
             return r
     return None
-
-
-def _effective(record: Record) -> RecordState:
-    return record.state if record.managed else RecordState.IDLE
 
 
 def plan_create(
@@ -141,10 +137,10 @@ def plan_create(
         live = check_record(r, layout, names)
         if live.status is Liveness.MISMATCH or (
             live.status is not Liveness.COMPLETE
-            and _effective(r) in (RecordState.IDLE, RecordState.ACTIVE)
+            and r.state in (RecordState.IDLE, RecordState.ACTIVE)
         ):
             raise UnverifiableError(
-                f"record {r.mig_uuid} ({_effective(r).value}, {r.profile} at {r.placement}) does "
+                f"record {r.mig_uuid} ({r.state.value}, {r.profile} at {r.placement}) does "
                 f"not match the hardware: {live.detail}; run 'hamimig recover'"
             )
 
@@ -158,7 +154,7 @@ def plan_create(
                     rec is not None
                     and check is not None
                     and check.status is Liveness.COMPLETE
-                    and _effective(rec) is not RecordState.ACTIVE
+                    and rec.state is not RecordState.ACTIVE
                     and is_busy(rec)
                 )
                 out.append(Blocker(gi, rec, check, busy))
@@ -170,8 +166,7 @@ def plan_create(
             for b in bs
             if b.record is None
             or b.busy
-            or _effective(b.record)
-            not in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
+            or b.record.state not in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
         ]
 
     def leftovers(p: Placement) -> list[Blocker]:
@@ -179,7 +174,7 @@ def plan_create(
         after the destroy): finish them first, or they would name the new instance's slot."""
         out = []
         for r in records:
-            if r.placement.overlaps(p) and _effective(r) in (
+            if r.placement.overlaps(p) and r.state in (
                 RecordState.RECLAIMING,
                 RecordState.ERROR,
             ):

@@ -95,10 +95,6 @@ class Plan:
             raise UnverifiableError("; ".join(self.refusals) + f"; {NOTHING_CHANGED}")
 
 
-def _state(record: Record) -> RecordState:
-    return record.state if record.managed else RecordState.IDLE
-
-
 def _facts(hw: MigHardware, plan: Plan, only_gpu: str | None) -> dict[str, GpuFacts]:
     gpus = [resolve_gpu(hw, only_gpu)] if only_gpu else [hw.gpu(i) for i in range(hw.gpu_count())]
     out: dict[str, GpuFacts] = {}
@@ -142,7 +138,7 @@ def _find_pair(
 
 def _owner_holds(record: Record, pods: list[Pod]) -> Pod | None:
     """The pod a record names as owner, if that pod still holds its allocations."""
-    if record.owner is None or _state(record) is not RecordState.ACTIVE:
+    if record.owner is None or record.state is not RecordState.ACTIVE:
         return None
     for pod in pods:
         if (pod.namespace, pod.name) == (record.owner.namespace, record.owner.name) and same_uid(
@@ -275,9 +271,9 @@ def _plan_pod_claims(
                 if identity != named:
                     plan.refuse(f"the record of {alloc.mig_uuid} disagrees with {where}")
                     continue
-                if _state(record) in (RecordState.RECLAIMING, RecordState.ERROR):
+                if record.state in (RecordState.RECLAIMING, RecordState.ERROR):
                     plan.refuse(
-                        f"{where} holds {alloc.mig_uuid}, whose record is {_state(record).value}"
+                        f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
                     )
                     continue
                 other = _owner_holds(record, holding)
@@ -340,7 +336,7 @@ def _plan_records(
             )
             continue
         owner_pod = _owner_holds(record, holding)
-        state = _state(record)
+        state = record.state
         if owner_pod is not None:
             who = f"its owner pod {owner_pod.key}"
             if live.status is not Liveness.COMPLETE:
@@ -414,7 +410,7 @@ def _plan_cdi_files(node: Node, plan: Plan, durable: Durable) -> None:
         return
     for item in durable.removals:
         again = durable.records.get(item.mig_uuid)
-        if again is not None and _state(again) is not RecordState.RECLAIMING:
+        if again is not None and again.state is not RecordState.RECLAIMING:
             # A forget interrupted after queueing, then the instance was reused: its spec is
             # the live instance's again. Only the stale queue entry goes.
             reason = "the instance has a record again; its spec is kept"
@@ -509,7 +505,7 @@ def _activate(
             compute_instance_id=ci.id,
             created_at=now,
         )
-        check_transition(_state(record) if record else None, RecordState.ACTIVE, ci.mig_uuid)
+        check_transition(record.state if record else None, RecordState.ACTIVE, ci.mig_uuid)
         node.records().write(
             dataclasses.replace(
                 base,
@@ -569,7 +565,7 @@ def _cdi_name(node: Node, mig_uuid: str) -> str | None:
 
 
 def _restore_idle(record: Record, facts: GpuFacts) -> Step:
-    state = _state(record)
+    state = record.state
     was = "" if state is RecordState.IDLE else f" (was {state.value})"
     reason = f"verified live; no pod holds it{was}"
 
@@ -598,12 +594,12 @@ def _restore_idle(record: Record, facts: GpuFacts) -> Step:
 
 def _drop(record: Record, reason: str) -> Step:
     def run(node: Node) -> str | None:
-        check_transition(_state(record), None, record.mig_uuid)
+        check_transition(record.state, None, record.mig_uuid)
         note = remove_cdi_after_destroy(node, record.mig_uuid)
         node.records().remove(record.mig_uuid)
         return note
 
-    action = "finish-reclaim" if _state(record) is RecordState.RECLAIMING else "drop-missing"
+    action = "finish-reclaim" if record.state is RecordState.RECLAIMING else "drop-missing"
     return Step(action, record.mig_uuid, record.gpu_uuid, record.placement, reason, run)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.engine.node import legal_placement, parse_placement
-from hamimig.engine.views import InstanceView, SimView, State
+from hamimig.engine.views import InstanceView, SimView
 from hamimig.errors import ConflictError, UsageError
 from hamimig.hw.models import FULL_CI_PROFILE_BY_SLICES, MODELS
 from hamimig.hw.sim_state import (
@@ -28,6 +28,7 @@ from hamimig.hw.sim_state import (
     normalise_fault,
 )
 from hamimig.hw.types import Placement
+from hamimig.vocabulary import State
 
 MAX_SIM_GPUS = 32
 

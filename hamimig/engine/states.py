@@ -7,12 +7,12 @@ the intent journal rather than in a record, so Creating -> Active is the record'
 from __future__ import annotations
 
 from hamimig.errors import HamimigError
-from hamimig.store.records import RecordState
+from hamimig.vocabulary import State
 
-Creating = "Creating"
-StateName = RecordState | str | None
+Creating = State.CREATING
+StateName = State | None
 
-_A, _I, _R, _E = RecordState.ACTIVE, RecordState.IDLE, RecordState.RECLAIMING, RecordState.ERROR
+_A, _I, _R, _E = State.ACTIVE, State.IDLE, State.RECLAIMING, State.ERROR
 
 TRANSITIONS: frozenset[tuple[StateName, StateName]] = frozenset(
     {
@@ -49,6 +49,4 @@ def check_transition(current: StateName, target: StateName, what: str) -> None:
 
 
 def _name(state: StateName) -> str:
-    if state is None:
-        return "(none)"
-    return state.value if isinstance(state, RecordState) else str(state)
+    return "(none)" if state is None else state.value

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 from hamimig.hw.sim_files import NodeFiles
 from hamimig.hw.types import MigMode, Placement
 from hamimig.store.records import Owner
+from hamimig.vocabulary import State
 
 Json = dict[str, Any]
 
@@ -24,19 +25,6 @@ class Result(Protocol):
     kind: ClassVar[str]
 
     def to_json(self) -> Json: ...
-
-
-class State(str, enum.Enum):
-    """An instance's state as `list` reports it (CONTRACT.md)."""
-
-    CREATING = "Creating"
-    ACTIVE = "Active"
-    IDLE = "Idle"
-    RECLAIMING = "Reclaiming"
-    ERROR = "Error"
-    UNMANAGED = "Unmanaged"
-    ORPHAN_GI = "OrphanGI"
-    MISSING = "Missing"
 
 
 def placement_json(p: Placement) -> Json:

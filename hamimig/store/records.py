@@ -15,7 +15,6 @@ list problems as warnings and mutating ones refuse to run past them.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from hamimig.store.files import (
     read_regular,
     remove_file,
 )
+from hamimig.vocabulary import RECORD_STATES, State
 
 RECORD_PREFIX = "hami-owned-mig-"
 LOADER_PREFIX = "hami-owned-"
@@ -57,13 +57,8 @@ RECORD_MODE = 0o600
 STATE_DIR_MODE = 0o750
 
 
-class RecordState(str, enum.Enum):
-    """The lifecycle states a record can hold (Creating lives in intents, not records)."""
-
-    ACTIVE = "Active"
-    IDLE = "Idle"
-    RECLAIMING = "Reclaiming"
-    ERROR = "Error"
+RecordState = State
+"""A record's state: one of `RECORD_STATES` (Creating lives in intents, the rest in views)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,11 +211,10 @@ def _with_hamimig_fields(base: Record, ext: Any) -> Record:
             f"{SCHEMA_VERSION}: upgrade hamimig"
         )
     raw_state = ext.get("state")
-    try:
-        state = RecordState(raw_state)
-    except ValueError:
-        allowed = ", ".join(s.value for s in RecordState)
-        raise RecordError(f"hamimig.state {raw_state!r} is not one of {allowed}") from None
+    state = next((s for s in RECORD_STATES if s.value == raw_state), None)
+    if state is None:
+        allowed = ", ".join(s.value for s in RECORD_STATES)
+        raise RecordError(f"hamimig.state {raw_state!r} is not one of {allowed}")
     raw_owner = ext.get("owner")
     owner = None if raw_owner is None else Owner.from_json(raw_owner)
     return dataclasses.replace(

@@ -1,0 +1,76 @@
+"""The lifecycle's words: instance states, the kinds of step a command takes, allocation outcomes.
+
+One module, importing nothing of hamimig, so that every layer names a state or an action the same
+way and the CLI's help and shell completion can list them without loading the engine.
+docs/formats.md gives each value's meaning as scripts see it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class State(str, enum.Enum):
+    """An instance's lifecycle state.
+
+    A record holds one of `RECORD_STATES`; `Creating` lives in the intent journal (an allocation
+    in flight or crashed), and `Unmanaged`, `OrphanGI` and `Missing` exist only in views: what
+    `list` says of a live instance without a record, or a record without its instance.
+    """
+
+    CREATING = "Creating"
+    ACTIVE = "Active"
+    IDLE = "Idle"
+    RECLAIMING = "Reclaiming"
+    ERROR = "Error"
+    UNMANAGED = "Unmanaged"
+    ORPHAN_GI = "OrphanGI"
+    MISSING = "Missing"
+
+
+RECORD_STATES: tuple[State, ...] = (State.ACTIVE, State.IDLE, State.RECLAIMING, State.ERROR)
+"""The states an ownership record can be in, in the order error messages list them."""
+
+
+class ActionKind(str, enum.Enum):
+    """Every kind of step a mutating command plans and the executor applies.
+
+    The value is what `recover`, `adopt` and `reconcile` report as `action`; `allocate`,
+    `release`, `reclaim` and `forget` report their steps in their own result shapes.
+    """
+
+    # allocate, release, reclaim, forget
+    CREATE = "create"
+    REUSE = "reuse"
+    RELEASE = "release"
+    RECLAIM = "reclaim"
+    FORGET_RECORD = "forget-record"
+    FORGET_INTENT = "forget-intent"
+    # recover and adopt
+    RESTORE_IDLE = "restore-idle"
+    RESTORE_ACTIVE = "restore-active"
+    ADOPT_ACTIVE = "adopt-active"
+    ADOPT_IDLE = "adopt-idle"
+    FINISH_INTENT = "finish-intent"
+    ROLLBACK_INTENT = "rollback-intent"
+    FINISH_RECLAIM = "finish-reclaim"
+    DROP_MISSING = "drop-missing"
+    PRESERVE_UNMANAGED = "preserve-unmanaged"
+    PRESERVE_ORPHAN_GI = "preserve-orphan-gi"
+    DESTROY_ORPHAN_GI = "destroy-orphan-gi"
+    REMOVE_ORPHAN_CDI = "remove-orphan-cdi"
+    # recover and reconcile
+    REPAIR_CDI = "repair-cdi"
+    RETRY_CDI_REMOVAL = "retry-cdi-removal"
+    RETRY_DESTROY = "retry-destroy"
+    RELEASE_IDLE = "release-idle"
+    SKIP = "skip"
+
+
+class Outcome(str, enum.Enum):
+    """What an allocation did: made a new instance, handed out an Idle one, or found the slot
+    already holding its instance (nothing changed)."""
+
+    CREATED = "created"
+    REUSED = "reused"
+    UNCHANGED = "unchanged"
