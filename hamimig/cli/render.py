@@ -31,7 +31,7 @@ from hamimig.engine.views import (
     SimView,
 )
 from hamimig.errors import HamimigError
-from hamimig.vocabulary import State
+from hamimig.vocabulary import Outcome, State
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -261,7 +261,7 @@ def _instances(console: Console, title: str, instances: tuple[InstanceView, ...]
 
 def _allocation(console: Console, result: Allocation) -> None:
     inst = result.instance
-    how = "created" if result.created else ("reused" if result.reused else "already held")
+    how = "already held" if result.outcome is Outcome.UNCHANGED else result.outcome.value
     console.print(
         f"{how}: {inst.mig_uuid} ({inst.profile} at {inst.placement} on GPU {inst.gpu_index}) "
         f"for {_owner(inst)}"

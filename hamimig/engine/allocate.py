@@ -30,6 +30,7 @@ from hamimig.engine.views import Allocation, Warning_
 from hamimig.errors import ConflictError, HardwareError, UnverifiableError, UsageError
 from hamimig.hw.types import MigMode, Placement
 from hamimig.store.records import Owner, Record, RecordState
+from hamimig.vocabulary import Outcome
 
 
 @dataclass(frozen=True)
@@ -115,9 +116,7 @@ def _idempotent(
         raise UnverifiableError(
             f"the instance held by {request.owner} failed verification: {problem}"
         )
-    return Allocation(
-        instance=record_view(record, live.gpu_index), created=False, reused=False, reclaimed=()
-    )
+    return Allocation(instance=record_view(record, live.gpu_index), outcome=Outcome.UNCHANGED)
 
 
 def _try_reuse(
@@ -192,9 +191,7 @@ def _try_reuse(
         count(node, REUSES)
         return Allocation(
             instance=record_view(active, live.gpu_index),
-            created=False,
-            reused=True,
-            reclaimed=(),
+            outcome=Outcome.REUSED,
             warnings=tuple(warnings),
         )
     return None
@@ -289,7 +286,6 @@ def _create(
     count(node, CREATIONS)
     return Allocation(
         instance=record_view(record, gpu.index),
-        created=True,
-        reused=False,
+        outcome=Outcome.CREATED,
         reclaimed=tuple(reclaimed),
     )

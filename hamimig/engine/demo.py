@@ -30,6 +30,7 @@ from hamimig.errors import HamimigError, UsageError
 from hamimig.hw.sim_state import SimStore
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
+from hamimig.vocabulary import Outcome
 
 MODEL = "H100-SXM5-80GB"
 _NOT_COUNTED = ("nvmlInit", "nvmlShutdown")
@@ -210,7 +211,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def alloc(pod: str, profile: str, placement: str, how_expected: str = "created") -> str:
         request = allocation.make_request(pod, None, 0, 0, "0", profile, placement)
         result = allocation.allocate(node, request)
-        how = "created" if result.created else ("reused" if result.reused else "already held")
+        how = "already held" if result.outcome is Outcome.UNCHANGED else result.outcome.value
         extra = f"; reclaimed {', '.join(result.reclaimed)}" if result.reclaimed else ""
         _expect(how == how_expected, f"the allocation for {pod} was {how}, not {how_expected}")
         return f"{how} {result.instance.mig_uuid} ({profile} at {result.instance.placement}){extra}"

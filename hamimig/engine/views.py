@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol
 from hamimig.hw.sim_files import NodeFiles
 from hamimig.hw.types import MigMode, Placement
 from hamimig.store.records import Owner
-from hamimig.vocabulary import State
+from hamimig.vocabulary import Outcome, State
 
 Json = dict[str, Any]
 
@@ -92,10 +92,17 @@ class InstanceDetail:
 class Allocation:
     kind: ClassVar[str] = "Allocation"
     instance: InstanceView
-    created: bool
-    reused: bool
-    reclaimed: tuple[str, ...]
+    outcome: Outcome
+    reclaimed: tuple[str, ...] = ()
     warnings: tuple[Warning_, ...] = ()
+
+    @property
+    def created(self) -> bool:
+        return self.outcome is Outcome.CREATED
+
+    @property
+    def reused(self) -> bool:
+        return self.outcome is Outcome.REUSED
 
     def to_json(self) -> Json:
         out: Json = {
