@@ -3,34 +3,25 @@ reclaim only the Idle instances in the way and create."""
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 from hamimig.engine import validate
-from hamimig.engine.executor import (
-    DestroyFailed,
-    cdi_device_for,
-    create_instance,
-    destroy_managed,
-    refresh_spec,
-    set_state,
-)
+from hamimig.engine.executor import DestroyFailed, apply, cdi_device_for, tidy_finished
 from hamimig.engine.facts import (
     Durable,
     check_reuse,
     has_processes,
     load_for_mutation,
-    tidy_finished,
 )
 from hamimig.engine.inventory import record_view
-from hamimig.engine.metrics import CREATIONS, REUSES, count
 from hamimig.engine.node import Node, legal_placement, parse_gpu_ref, parse_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, held_by, plan_create, reuse_candidates
+from hamimig.engine.steps import Handout, Managed, NewInstance, Step
 from hamimig.engine.views import Allocation, Warning_
-from hamimig.errors import ConflictError, HardwareError, UnverifiableError, UsageError
-from hamimig.hw.types import MigMode, Placement
+from hamimig.errors import ConflictError, UnverifiableError, UsageError
+from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
 from hamimig.store.records import Owner, Record, RecordState
-from hamimig.vocabulary import Outcome
+from hamimig.vocabulary import ActionKind, Outcome
 
 
 @dataclass(frozen=True)
@@ -77,9 +68,11 @@ def allocate(node: Node, request: AllocateRequest) -> Allocation:
             return _idempotent(node, held, gpu_ref, request, start, size)
         if not reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
             _require_base(node)  # nothing to reuse: a new spec, refused before any NVML call
-        result = _try_reuse(node, durable, gpu_ref, request, start, size)
-        if result is None:
-            result = _create(node, durable, request, start, size)
+        handout = _plan_reuse(node, durable, gpu_ref, request, start, size)
+        if handout is not None:
+            result = _hand_out(node, handout)
+        else:
+            result = _create(node, _plan_creation(node, durable, request, start, size))
         tidy_finished(node, durable)
         return result
 
@@ -119,21 +112,23 @@ def _idempotent(
     return Allocation(instance=record_view(record, live.gpu_index), outcome=Outcome.UNCHANGED)
 
 
-def _try_reuse(
+def _plan_reuse(
     node: Node,
     durable: Durable,
     gpu_ref: int | str,
     request: AllocateRequest,
     start: int | None,
     size: int | None,
-) -> Allocation | None:
-    """Hand out an exact Idle match after verifying it live and repairing its CDI spec.
+) -> Step | None:
+    """The exact Idle match to hand out, verified live, with the spec it needs.
 
-    Any failure leaves the instance Idle and cached. Verification reads that one instance
-    (at most ten NVML calls, and one more to see that no process runs on it), never the node's
-    layout.
+    Verification reads that one instance (at most ten NVML calls, and one more to see that no
+    process runs on it), never the node's layout. A busy match, or one whose spec is missing
+    and cannot be composed, is passed over and stays Idle and cached.
     """
     hw = node.hardware()
+    cdi = node.cdi()
+    queued = {q.mig_uuid for q in durable.removals}
     for record in reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
         live = hw.mig_device(record.mig_uuid)
         if live is None:
@@ -151,50 +146,39 @@ def _try_reuse(
         if has_processes(hw, record.mig_uuid):
             continue  # never handed out; it blocks its slices when the create path plans
         _allowed(node, live.gpu_index, request.profile, model=None)
-        cdi = node.cdi()
-        cdi_name = record.cdi_device
-        warnings: list[Warning_] = []
-        try:
-            if cdi is not None:
-                dev = cdi_device_for(
-                    node,
-                    record.mig_uuid,
-                    live.gpu_uuid,
-                    live.gpu_minor,
-                    live.gpu_instance_id,
-                    live.compute_instance_id,
-                )
-                cdi_name = cdi.qualified_name(record.mig_uuid)
-                try:
-                    kept = refresh_spec(cdi, dev)
-                except UsageError:
-                    continue  # no spec, and none can be composed: never handed out without
-                if kept:
-                    warnings.append(Warning_(str(cdi.path_of(record.mig_uuid)), kept))
-            active = set_state(
+        spec = None
+        if cdi is not None:
+            spec = cdi_device_for(
                 node,
-                record,
-                RecordState.ACTIVE,
-                owner=request.owner,
-                cdi_device=cdi_name,
-                gpu_index=live.gpu_index,
+                record.mig_uuid,
+                live.gpu_uuid,
+                live.gpu_minor,
+                live.gpu_instance_id,
+                live.compute_instance_id,
             )
-        except OSError as exc:
-            raise HardwareError(
-                f"reuse of {record.mig_uuid} failed ({exc.strerror or exc}); it stays Idle"
-            ) from None
-        if any(q.mig_uuid == record.mig_uuid for q in durable.removals):
-            # An interrupted forget queued this spec's removal; the spec is the instance's
-            # again (reconcile would drop the entry too, but nothing should ever remove it).
-            with contextlib.suppress(OSError):
-                node.queue().drop(record.mig_uuid)
-        count(node, REUSES)
-        return Allocation(
-            instance=record_view(active, live.gpu_index),
-            outcome=Outcome.REUSED,
-            warnings=tuple(warnings),
-        )
+            try:
+                cdi.matches(spec)
+            except UsageError:
+                if not cdi.usable(record.mig_uuid):
+                    continue  # no spec, and none can be composed: never handed out without
+        target = Handout(record, live, request.owner, spec, record.mig_uuid in queued)
+        return Step(ActionKind.REUSE, target, "exact Idle match")
     return None
+
+
+def _hand_out(node: Node, step: Step) -> Allocation:
+    assert isinstance(step.target, Handout)
+    applied = apply(node, step)
+    assert applied.record is not None
+    warnings: tuple[Warning_, ...] = ()
+    cdi = node.cdi()
+    if applied.note and cdi is not None:
+        warnings = (Warning_(str(cdi.path_of(applied.record.mig_uuid)), applied.note),)
+    return Allocation(
+        instance=record_view(applied.record, step.target.device.gpu_index),
+        outcome=Outcome.REUSED,
+        warnings=warnings,
+    )
 
 
 def _require_base(node: Node, gpu_minor: int | None = None) -> None:
@@ -228,9 +212,10 @@ def _allowed(node: Node, gpu_index: int, profile: str, model: str | None) -> Non
         )
 
 
-def _create(
+def _plan_creation(
     node: Node, durable: Durable, request: AllocateRequest, start: int | None, size: int | None
-) -> Allocation:
+) -> list[Step]:
+    """Reclaim the Idle (or Error) instances in the way, oldest first, then create."""
     _require_base(node)
     hw = node.hardware()
     gpu = resolve_gpu(hw, request.gpu)
@@ -247,6 +232,19 @@ def _create(
     requested: Placement | None = None
     if start is not None:
         requested = legal_placement(profile.name, profile.placements, start, size)
+    plan = _placement_plan(node, durable, gpu, profile, requested)
+    reclaims = [
+        Step(ActionKind.RECLAIM, Managed(record, live, gpu.index), f"blocks {plan.placement}")
+        for record, live in plan.reclaim
+    ]
+    create = NewInstance(gpu, profile, plan.placement, request.owner)
+    return [*reclaims, Step(ActionKind.CREATE, create, plan.reason)]
+
+
+def _placement_plan(
+    node: Node, durable: Durable, gpu: Gpu, profile: GiProfile, requested: Placement | None
+) -> CreatePlan:
+    hw = node.hardware()
     layout = hw.layout(gpu.index)
     profile_names = {
         gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout
@@ -259,7 +257,7 @@ def _create(
             busy[record.mig_uuid] = has_processes(hw, record.mig_uuid)
         return busy[record.mig_uuid]
 
-    plan: CreatePlan = plan_create(
+    return plan_create(
         gpu.uuid,
         profile.placements,
         requested,
@@ -269,23 +267,32 @@ def _create(
         profile_names,
         is_busy,
     )
+
+
+def _create(node: Node, steps: list[Step]) -> Allocation:
+    """Apply the creation plan: an Error instance in the way that still cannot be destroyed
+    blocks the placement (exit 3); an Idle one that fails is a hardware failure (exit 4)."""
     reclaimed: list[str] = []
-    for record, live in plan.reclaim:
-        was_error = record.state is RecordState.ERROR
+    create = steps[-1].target
+    assert isinstance(create, NewInstance)
+    for step in steps:
         try:
-            destroy_managed(node, record, live, gpu.index)
+            applied = apply(node, step)
         except DestroyFailed as exc:
-            if was_error:
+            assert isinstance(step.target, Managed)
+            record = step.target.record
+            if record.state is RecordState.ERROR:
                 raise ConflictError(
-                    f"placement {plan.placement} is blocked by Error instance {record.mig_uuid} "
-                    f"that still cannot be destroyed: {exc.message}"
+                    f"placement {create.placement} is blocked by Error instance "
+                    f"{record.mig_uuid} that still cannot be destroyed: {exc.message}"
                 ) from None
             raise
-        reclaimed.append(record.mig_uuid)
-    record = create_instance(node, gpu, profile, plan.placement, request.owner)
-    count(node, CREATIONS)
-    return Allocation(
-        instance=record_view(record, gpu.index),
-        outcome=Outcome.CREATED,
-        reclaimed=tuple(reclaimed),
-    )
+        if step.target is create:
+            assert applied.record is not None
+            return Allocation(
+                instance=record_view(applied.record, create.gpu.index),
+                outcome=Outcome.CREATED,
+                reclaimed=tuple(reclaimed),
+            )
+        reclaimed.append(step.mig_uuid or "")
+    raise AssertionError("a creation plan ends with its create step")

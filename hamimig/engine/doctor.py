@@ -241,7 +241,7 @@ def _with_recovery(
             _fail(f"recovery/{number}", f"recover would refuse: {refusal}", RECOVER_REFUSES)
         )
     if not found:
-        changes = sum(1 for step in plan.steps if step.run is not None)
+        changes = sum(1 for step in plan.steps if step.changes)
         found.append(
             _ok("recovery", f"recover can verify every record and intent ({changes} step(s))")
         )

@@ -1,9 +1,13 @@
-"""Applying lifecycle steps to hardware and disk in a crash-safe order.
+"""The one place that changes the node: `apply(node, step)` carries out a planned step.
 
-The rule (docs/design.md "Crash safety"): before every hardware mutation the durable state already
+Planners (allocate, maintenance, recovery, forget) decide; this module acts, in a crash-safe
+order (docs/design.md "Crash safety"): before every hardware mutation the durable state already
 says what is about to happen. Creation journals an intent before the GI, updates it before the
 CI and again before the CDI spec; destruction marks the record Reclaiming before the CI and GI
 go. CDI specs are removed only after the hardware is gone, and a failed removal is queued.
+
+Every record write and removal is here and asks the transition table first, so no command can
+move an instance between states the lifecycle does not allow.
 """
 
 from __future__ import annotations
@@ -11,18 +15,45 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
-from hamimig.engine.facts import LiveCheck, Liveness
-from hamimig.engine.metrics import FAILED_ALLOCATE, FAILED_DESTROY, FAILURES, RECLAIMS, count
+from hamimig.engine.facts import Durable, LiveCheck, Liveness
+from hamimig.engine.metrics import (
+    CREATIONS,
+    FAILED_ALLOCATE,
+    FAILED_DESTROY,
+    FAILURES,
+    RECLAIMS,
+    REUSES,
+    count,
+)
 from hamimig.engine.node import Node
 from hamimig.engine.states import Creating, StateName, check_transition
+from hamimig.engine.steps import (
+    Forgettable,
+    Handout,
+    InFlight,
+    Managed,
+    NewInstance,
+    OrphanGi,
+    Pair,
+    Plan,
+    Spec,
+    Step,
+    Target,
+)
+from hamimig.engine.views import Action
 from hamimig.errors import ConflictError, HamimigError, HardwareError, NvmlError, UsageError
 from hamimig.hw.devnodes import capability_nodes
 from hamimig.hw.types import GiProfile, Gpu, Placement
 from hamimig.store.cdi import CdiDevice, CdiStore
 from hamimig.store.intents import Intent, new_intent_id
 from hamimig.store.records import Owner, Record, RecordState
+from hamimig.vocabulary import ActionKind
+
+PENDING_FORGET = "forgotten: the spec is removed right after its record"
+"""What the CDI removal queue says while a forget is under way (a crash leaves it for reconcile)."""
 
 
 def set_state(node: Node, record: Record, target: RecordState, **changes: object) -> Record:
@@ -90,7 +121,18 @@ def refresh_spec(cdi: CdiStore, dev: CdiDevice) -> str | None:
         raise
 
 
-class DestroyFailed(HardwareError):
+class StepFailed(HardwareError):
+    """A step the hardware or the disk refused. `tracked`: it left a consistent state that
+    hamimig tracks and `reconcile` retries (an instance kept in Error, a queued CDI removal, an
+    orphan GI preserved), on which the device plugin may start; otherwise (an interrupted
+    allocation that still cannot be undone) recovery has failed."""
+
+    def __init__(self, message: str, tracked: bool = True) -> None:
+        super().__init__(message)
+        self.tracked = tracked
+
+
+class DestroyFailed(StepFailed):
     """The hardware refused to destroy an instance; its record is now Error."""
 
     def __init__(self, message: str, record: Record) -> None:
@@ -296,3 +338,376 @@ def _ignore_not_found(action: Callable[[], None]) -> None:
     except NvmlError as exc:
         if exc.name != "NOT_FOUND":
             raise
+
+
+# --------------------------------------------------------------------------------------------
+# Applying planned steps
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a step left: the record it wrote (if any) and a note on anything deferred."""
+
+    record: Record | None = None
+    note: str | None = None
+
+
+def apply(node: Node, step: Step) -> Applied:
+    """Carry out one planned step. A step on a `Where` only reports: it changes nothing.
+
+    Raises `StepFailed` (or `DestroyFailed`) when the hardware or disk refuses part of it,
+    `HamimigError` or `OSError` when it could not be done at all.
+    """
+    if not step.changes:
+        return Applied()
+    return _HANDLERS[step.kind](node, step.target)
+
+
+@dataclass(frozen=True)
+class Executed:
+    """What a plan's steps did: the report, and every failure (which make the exit code)."""
+
+    actions: tuple[Action, ...]
+    failures: tuple[str, ...]
+
+    @property
+    def failed(self) -> str | None:
+        return "; ".join(self.failures) or None
+
+    @property
+    def exit_code(self) -> int:
+        return HardwareError.exit_code if self.failures else 0
+
+
+def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:
+    """Apply a verified plan's steps in order, going on past a failed one; a dry run only
+    reports them. With `tolerate_tracked` (recovery) a failure that left a tracked state behind
+    is reported on its step but does not fail the command."""
+    actions: list[Action] = []
+    failures = list(plan.failures)
+    for step in plan.steps:
+        if dry_run:
+            actions.append(step.report())
+            continue
+        try:
+            applied = apply(node, step)
+        except StepFailed as exc:
+            if not (tolerate_tracked and exc.tracked):
+                failures.append(exc.message)
+            actions.append(step.report(f"failed: {exc.message}"))
+            continue
+        except (HamimigError, OSError) as exc:
+            why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+            failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
+            actions.append(step.report(f"failed: {why}"))
+            continue
+        actions.append(step.report(applied.note))
+    return Executed(tuple(actions), tuple(failures))
+
+
+def tidy_finished(node: Node, durable: Durable) -> None:
+    """After a command changed something: remove the intents of allocations that had finished
+    (best effort; never before, since a refused command must leave every file as it was)."""
+    for intent in durable.finished:
+        with contextlib.suppress(OSError):
+            node.intents().remove(intent.id)
+
+
+def _create(node: Node, target: Target) -> Applied:
+    assert isinstance(target, NewInstance)
+    record = create_instance(node, target.gpu, target.profile, target.placement, target.owner)
+    count(node, CREATIONS)
+    return Applied(record)
+
+
+def _hand_out(node: Node, target: Target) -> Applied:
+    """Reuse: the spec made current first, then the record Active. Any failure leaves the
+    instance Idle and cached."""
+    assert isinstance(target, Handout)
+    record, device = target.record, target.device
+    cdi = node.cdi()
+    name, note = record.cdi_device, None
+    try:
+        if cdi is not None and target.spec is not None:
+            name = cdi.qualified_name(record.mig_uuid)
+            note = refresh_spec(cdi, target.spec)
+        active = set_state(
+            node,
+            record,
+            RecordState.ACTIVE,
+            owner=target.owner,
+            cdi_device=name,
+            gpu_index=device.gpu_index,
+        )
+    except OSError as exc:
+        raise HardwareError(
+            f"reuse of {record.mig_uuid} failed ({exc.strerror or exc}); it stays Idle"
+        ) from None
+    # An interrupted forget may have queued this spec's removal; the spec is the instance's
+    # again (reconcile would drop the entry too, but nothing should ever remove it).
+    if target.queued:
+        with contextlib.suppress(OSError):
+            node.queue().drop(record.mig_uuid)
+    count(node, REUSES)
+    return Applied(active, note)
+
+
+def _release(node: Node, target: Target) -> Applied:
+    assert isinstance(target, Managed)
+    try:
+        idle = set_state(node, target.record, RecordState.IDLE, owner=None)
+    except OSError as exc:
+        raise HardwareError(f"cannot write the record of {target.record.mig_uuid}: {exc}") from None
+    return Applied(idle)
+
+
+def _destroy(node: Node, target: Target) -> Applied:
+    assert isinstance(target, Managed) and target.live is not None
+    notes = destroy_managed(node, target.record, target.live, target.gpu_index)
+    return Applied(note="; ".join(notes) or None)
+
+
+def _finish(node: Node, target: Target) -> Applied:
+    """Finish what a crash or a vanished instance left: destroy what is still live, or only
+    remove the files of an instance that is provably gone."""
+    assert isinstance(target, Managed)
+    if not target.gone:
+        return _destroy(node, target)
+    record = target.record
+    check_transition(record.state, None, record.mig_uuid)
+    note = remove_cdi_after_destroy(node, record.mig_uuid)
+    node.records().remove(record.mig_uuid)
+    return Applied(note=note)
+
+
+def _finish_intent(node: Node, target: Target) -> Applied:
+    assert isinstance(target, InFlight)
+    check_transition(Creating, None, target.intent.id)
+    node.intents().remove(target.intent.id)
+    return Applied()
+
+
+def _roll_back(node: Node, target: Target) -> Applied:
+    """Undo an interrupted allocation with the one rollback. Only the GI the planner verified
+    as this request's is destroyed: when the journaled GI is gone, its ID may already belong to
+    another instance, so the rollback then destroys nothing."""
+    assert isinstance(target, InFlight) and target.gpu_index is not None
+    known = dataclasses.replace(
+        target.intent,
+        gpu_index=target.gpu_index,
+        gpu_instance_id=target.gi.id if target.gi is not None else None,
+    )
+    try:
+        rollback_intent(node, known, record_written=False)
+    except HamimigError as exc:
+        raise StepFailed(exc.message, tracked=False) from None
+    return Applied()
+
+
+def _record_pair(node: Node, target: Target) -> Applied:
+    """Record a verified live pair as Active for its pod, or as Idle (adopted). An adopted
+    instance gets its record first, then its spec: a crash between them leaves a record whose
+    spec the next recovery writes, never a spec that no record accounts for."""
+    assert isinstance(target, Pair)
+    record, gpu, gi, ci = target.record, target.gpu, target.gi, target.ci
+    state = RecordState.IDLE if target.owner is None else RecordState.ACTIVE
+    cdi_name = _cdi_name(node, ci.mig_uuid)
+    if (
+        record is not None
+        and record.managed
+        and record.state is state
+        and record.owner == target.owner
+        and record.gpu_index == gpu.index
+        and (cdi_name is None or cdi_name == record.cdi_device)
+    ):
+        return Applied(record)  # already as it should be: a second run changes nothing
+    now = node.clock()
+    base = record or Record(
+        mig_uuid=ci.mig_uuid,
+        gpu_uuid=gpu.uuid,
+        profile=target.profile,
+        placement=gi.placement,
+        gpu_instance_id=gi.id,
+        compute_instance_id=ci.id,
+        created_at=now,
+    )
+    check_transition(record.state if record else None, state, ci.mig_uuid)
+    written = dataclasses.replace(
+        base,
+        state=state,
+        owner=target.owner,
+        managed=True,
+        updated_at=now,
+        gpu_index=gpu.index,
+        error=None,
+        cdi_device=cdi_name or base.cdi_device,
+    )
+    node.records().write(written)
+    if record is not None:
+        return Applied(written)
+    return Applied(written, _write_adopted_spec(node, gpu, gi.id, ci.id, ci.mig_uuid))
+
+
+def _write_adopted_spec(node: Node, gpu: Gpu, gi: int, ci: int, mig_uuid: str) -> str | None:
+    """When no spec can be composed (no NVIDIA spec, no nvidia-caps major) the adoption still
+    stands and this says why there is no spec: the instance is never handed out without one,
+    and a later recover writes it (repair-cdi) once the node can."""
+    cdi = node.cdi()
+    if cdi is None:
+        return None
+    dev = cdi_device_for(node, mig_uuid, gpu.uuid, gpu.minor, gi, ci)
+    try:
+        if not cdi.matches(dev):
+            cdi.write(dev)
+    except UsageError as exc:
+        return f"no CDI spec written yet: {exc.message}"
+    return None
+
+
+def _restore_idle(node: Node, target: Target) -> Applied:
+    assert isinstance(target, Managed)
+    record = target.record
+    cdi_name = _cdi_name(node, record.mig_uuid)
+    if record.state is RecordState.IDLE and (
+        not record.managed or cdi_name is None or cdi_name == record.cdi_device
+    ):
+        return Applied(record)  # nothing to change (a record HAMi wrote stays as HAMi wrote it)
+    idle = set_state(
+        node,
+        record,
+        RecordState.IDLE,
+        owner=None,
+        gpu_index=target.gpu_index,
+        cdi_device=cdi_name or record.cdi_device,
+    )
+    return Applied(idle)
+
+
+def _cdi_name(node: Node, mig_uuid: str) -> str | None:
+    """The qualified CDI device name of an instance (None in legacy non-CDI mode)."""
+    cdi = node.cdi()
+    return None if cdi is None else cdi.qualified_name(mig_uuid)
+
+
+def _destroy_orphan_gi(node: Node, target: Target) -> Applied:
+    assert isinstance(target, OrphanGi)
+    try:
+        node.hardware().destroy_gpu_instance(target.gpu.index, target.gi.id)
+    except NvmlError as exc:
+        raise StepFailed(f"could not destroy orphan GI {target.gi.id}: {exc.message}") from None
+    return Applied()
+
+
+def _write_spec(node: Node, target: Target) -> Applied:
+    assert isinstance(target, Spec) and target.device is not None
+    cdi = node.cdi()
+    if cdi is not None:
+        cdi.write(target.device)
+    return Applied()
+
+
+def _retry_removal(node: Node, target: Target) -> Applied:
+    """The one retry of a queued CDI spec removal (recover and reconcile). When the instance
+    has a record again (a forget interrupted after queueing, then reuse), only the stale queue
+    entry goes; a removal that fails again stays queued."""
+    assert isinstance(target, Spec) and target.mig_uuid is not None
+    queue = node.queue()
+    if target.keep:
+        queue.drop(target.mig_uuid)
+        return Applied()
+    cdi = node.cdi()
+    try:
+        if cdi is not None:
+            cdi.remove(target.mig_uuid)
+    except OSError as exc:
+        queue.add(target.mig_uuid, str(exc.strerror or exc), node.clock())
+        raise StepFailed(
+            f"CDI spec of {target.mig_uuid} still cannot be removed: {exc.strerror or exc}"
+        ) from None
+    queue.drop(target.mig_uuid)
+    return Applied()
+
+
+def _remove_orphan_spec(node: Node, target: Target) -> Applied:
+    assert isinstance(target, Spec) and target.file is not None
+    cdi = node.cdi()
+    if cdi is not None:
+        cdi.remove_name(target.file)
+    return Applied()
+
+
+def _forget_record(node: Node, target: Target) -> Applied:
+    """Drop one record file and its CDI spec, never the hardware.
+
+    Order, so that a crash at any point leaves something a rerun or `reconcile` finishes: queue
+    the spec's removal, remove the record, remove the spec, drop the queue entry. Before the
+    record goes, a rerun of `forget` starts over; after, the queued removal is `reconcile`'s.
+    """
+    assert isinstance(target, Forgettable) and target.mig_uuid is not None
+    uuid = target.mig_uuid
+    if target.state is not None:
+        check_transition(target.state, None, uuid)
+    records, cdi, queue = node.records(), node.cdi(), node.queue()
+    if cdi is None or not target.spec:
+        _io(lambda: records.remove(uuid), f"cannot remove the record of {uuid}")
+        return Applied()
+    _io(
+        lambda: queue.add(uuid, PENDING_FORGET, node.clock()),
+        f"cannot queue the removal of the CDI spec of {uuid}",
+    )
+    _io(lambda: records.remove(uuid), f"cannot remove the record of {uuid}")
+    try:
+        cdi.remove(uuid)
+    except OSError as exc:
+        why = str(exc.strerror or exc)
+        _io(
+            lambda: queue.add(uuid, why, node.clock()),
+            f"cannot update the CDI removal queue for {uuid}",
+        )
+        return Applied(
+            note=f"the CDI spec could not be removed ({why}); queued for 'hamimig reconcile'"
+        )
+    _io(
+        lambda: queue.drop(uuid),
+        f"the record and CDI spec of {uuid} are gone, but its queue entry is not",
+    )
+    return Applied()
+
+
+def _forget_intent(node: Node, target: Target) -> Applied:
+    assert isinstance(target, Forgettable) and target.intent_id is not None
+    intent_id = target.intent_id
+    _io(lambda: node.intents().remove(intent_id), f"cannot remove intent {intent_id}")
+    return Applied()
+
+
+def _io(perform: Callable[[], object], what: str) -> None:
+    """Run one durable step; an OSError becomes one line naming the step (exit 4)."""
+    try:
+        perform()
+    except OSError as exc:
+        raise HardwareError(f"{what}: {exc.strerror or exc}") from None
+
+
+_HANDLERS: dict[ActionKind, Callable[[Node, Target], Applied]] = {
+    ActionKind.CREATE: _create,
+    ActionKind.REUSE: _hand_out,
+    ActionKind.RELEASE: _release,
+    ActionKind.RELEASE_IDLE: _release,
+    ActionKind.RECLAIM: _destroy,
+    ActionKind.RETRY_DESTROY: _destroy,
+    ActionKind.FINISH_RECLAIM: _finish,
+    ActionKind.DROP_MISSING: _finish,
+    ActionKind.FINISH_INTENT: _finish_intent,
+    ActionKind.ROLLBACK_INTENT: _roll_back,
+    ActionKind.RESTORE_ACTIVE: _record_pair,
+    ActionKind.ADOPT_ACTIVE: _record_pair,
+    ActionKind.ADOPT_IDLE: _record_pair,
+    ActionKind.RESTORE_IDLE: _restore_idle,
+    ActionKind.DESTROY_ORPHAN_GI: _destroy_orphan_gi,
+    ActionKind.REPAIR_CDI: _write_spec,
+    ActionKind.RETRY_CDI_REMOVAL: _retry_removal,
+    ActionKind.REMOVE_ORPHAN_CDI: _remove_orphan_spec,
+    ActionKind.FORGET_RECORD: _forget_record,
+    ActionKind.FORGET_INTENT: _forget_intent,
+}

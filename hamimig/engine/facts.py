@@ -6,7 +6,6 @@ instance may be reused or destroyed are testable without hardware.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 from dataclasses import dataclass
@@ -55,8 +54,8 @@ def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> 
 
     With `tidy`, intents of allocations that had finished (their MIG UUID has a record on the
     same GPU and placement: only the intent's removal failed) are set aside in `finished`, so
-    that they never block the GPU; `tidy_finished` removes them once the command has changed
-    something.
+    that they never block the GPU; `executor.tidy_finished` removes them once the command has
+    changed something.
     """
     durable = load_durable(node)
     if durable.problems:
@@ -81,14 +80,6 @@ def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> 
     )
     kept = tuple(i for i in durable.intents if i not in finished)
     return dataclasses.replace(durable, intents=kept, finished=finished)
-
-
-def tidy_finished(node: Node, durable: Durable) -> None:
-    """After a command changed something: remove the intents of allocations that had finished
-    (best effort; never before, since a refused command must leave every file as it was)."""
-    for intent in durable.finished:
-        with contextlib.suppress(OSError):
-            node.intents().remove(intent.id)
 
 
 def processes_on(hw: MigHardware, mig_uuid: str) -> bool | None:

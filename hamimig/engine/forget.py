@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from hamimig.engine.executor import apply
 from hamimig.engine.node import Node
+from hamimig.engine.steps import Forgettable, Step
 from hamimig.engine.views import Forget, Forgotten
 from hamimig.errors import (
     ConflictError,
-    HardwareError,
     NotFoundError,
     UnverifiableError,
     UsageError,
@@ -35,14 +35,12 @@ from hamimig.errors import (
 from hamimig.store.files import read_regular
 from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX, Intent, intent_file_name
 from hamimig.store.records import Problem, Record, RecordState, decode_record, record_name
+from hamimig.vocabulary import ActionKind
 
 _HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
 # still hold), matched whole: the UUID becomes part of the file names this command removes.
 _MIG_UUID = re.compile(rf"MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/\d{{1,3}}/\d{{1,3}})")
-
-PENDING_REASON = "forgotten: the spec is removed right after its record"
-"""What the CDI removal queue says while a forget is under way (a crash leaves it for reconcile)."""
 
 
 def parse_mig_uuid(text: str) -> str:
@@ -78,10 +76,13 @@ def forget(node: Node, mig_uuid: str | None, intent_id: str | None, dry_run: boo
 
         warnings = refuse_if_unsafe(node, node.records().load()[0], dry_run)
         if uuid is not None:
-            item = forget_record(node, uuid, dry_run)
+            item, step = plan_forget_record(node, uuid)
         else:
             assert ident is not None
-            item = forget_intent(node, ident, dry_run)
+            item, step = plan_forget_intent(node, ident)
+        if not dry_run:
+            note = apply(node, step).note
+            item = dataclasses.replace(item, note=note) if note else item
     return Forget(dry_run=dry_run, forgotten=(item,), warnings=warnings)
 
 
@@ -169,19 +170,14 @@ def _intent_id_of(path: str) -> str:
     return name[len(INTENT_PREFIX) : len(name) - len(INTENT_SUFFIX)]
 
 
-def forget_record(node: Node, mig_uuid: str, dry_run: bool) -> Forgotten:
-    """Drop the record of `mig_uuid` and its CDI spec. The caller holds the node lock.
-
-    Order, so that a crash at any point leaves something a rerun or `reconcile` finishes: queue
-    the spec's removal, remove the record, remove the spec, drop the queue entry. Before the
-    record goes, a rerun of `forget` starts over; after, the queued removal is `reconcile`'s.
-    """
+def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
+    """What dropping the record of `mig_uuid` (and its CDI spec) means, or why it is refused.
+    The caller holds the node lock."""
     target = _find_record(node, mig_uuid)
     if target.record is not None:
         _refuse_active(mig_uuid, target.record)
     intents, intent_problems = node.intents().load()
     _refuse_intents(mig_uuid, target.record, intents, intent_problems)
-    records = node.records()
     cdi = node.cdi()
     has_spec = cdi is not None and cdi.exists(mig_uuid)
     if has_spec:
@@ -194,44 +190,22 @@ def forget_record(node: Node, mig_uuid: str, dry_run: bool) -> Forgotten:
             )
     item = Forgotten(
         mig_uuid=mig_uuid,
-        record=str(records.path_of(mig_uuid)),
+        record=str(node.records().path_of(mig_uuid)),
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
         state=None if target.record is None else target.record.state.value,
         unreadable=target.unreadable,
     )
-    if dry_run:
-        return item
-    if cdi is None or not has_spec:
-        _io(lambda: records.remove(mig_uuid), f"cannot remove the record of {mig_uuid}")
-        return item
-    queue = node.queue()
-    _io(
-        lambda: queue.add(mig_uuid, PENDING_REASON, node.clock()),
-        f"cannot queue the removal of the CDI spec of {mig_uuid}",
-    )
-    _io(lambda: records.remove(mig_uuid), f"cannot remove the record of {mig_uuid}")
-    try:
-        cdi.remove(mig_uuid)
-    except OSError as exc:
-        why = str(exc.strerror or exc)
-        _io(
-            lambda: queue.add(mig_uuid, why, node.clock()),
-            f"cannot update the CDI removal queue for {mig_uuid}",
-        )
-        note = f"the CDI spec could not be removed ({why}); queued for 'hamimig reconcile'"
-        return dataclasses.replace(item, note=note)
-    _io(
-        lambda: queue.drop(mig_uuid),
-        f"the record and CDI spec of {mig_uuid} are gone, but its queue entry is not",
-    )
-    return item
+    state = None if target.record is None else target.record.state
+    forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
+    step = Step(ActionKind.FORGET_RECORD, forgettable, "forget")
+    return item, step
 
 
 # --------------------------------------------------------------------------------------------
 # Intents
 
 
-def forget_intent(node: Node, intent_id: str, dry_run: bool) -> Forgotten:
+def plan_forget_intent(node: Node, intent_id: str) -> tuple[Forgotten, Step]:
     """Drop the intent file `intent-<id>.json`, readable or not. The caller holds the lock."""
     store = node.intents()
     path = store.path_of(intent_id)
@@ -245,14 +219,4 @@ def forget_intent(node: Node, intent_id: str, dry_run: bool) -> Forgotten:
         intent_file=str(path),
         unreadable=None if problem is None else problem.reason,
     )
-    if not dry_run:
-        _io(lambda: store.remove(intent_id), f"cannot remove intent {intent_id}")
-    return item
-
-
-def _io(perform: Callable[[], object], what: str) -> None:
-    """Run one durable step; an OSError becomes one line naming the step (exit 4)."""
-    try:
-        perform()
-    except OSError as exc:
-        raise HardwareError(f"{what}: {exc.strerror or exc}") from None
+    return item, Step(ActionKind.FORGET_INTENT, Forgettable(intent_id=intent_id), "forget")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hamimig.engine.facts import LiveCheck, Liveness, check_record
 from hamimig.errors import ConflictError, UnverifiableError
@@ -15,11 +16,40 @@ from hamimig.hw.types import GpuInstance, Placement
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
 
+if TYPE_CHECKING:
+    from hamimig.pods.model import Pod
+    from hamimig.pods.sources import PodSnapshot
+
+NOTHING_CHANGED = "nothing was changed"
+
 
 def same_uid(a: str | None, b: str | None) -> bool:
     """Pod UIDs match when either side has none, ignoring case (hex digits may be written
     either way by hand; the API server writes lowercase)."""
     return a is None or b is None or a.lower() == b.lower()
+
+
+def owned_by(owner: Owner, pod: Pod) -> bool:
+    """Whether `pod` is the pod an owner names (namespace, name, and uid when both have one)."""
+    return (pod.namespace, pod.name) == (owner.namespace, owner.name) and same_uid(
+        owner.uid, pod.uid
+    )
+
+
+def holding_pods(pods: PodSnapshot) -> list[Pod]:
+    """The pods that hold allocations, once the list is known to be complete and every such
+    pod's allocation annotation readable: a pod list that cannot say who holds what stops a
+    command before its first change."""
+    if not pods.complete:
+        raise UnverifiableError(f"the pod list from {pods.source} is incomplete; {NOTHING_CHANGED}")
+    holding = [p for p in pods.pods if p.holds_allocations]
+    for pod in holding:
+        if pod.annotation_error:
+            raise UnverifiableError(
+                f"pod {pod.key} has a malformed hami.io/vgpu-mig-allocations annotation "
+                f"({pod.annotation_error}); {NOTHING_CHANGED}"
+            )
+    return holding
 
 
 def same_slot(a: Owner, b: Owner) -> bool:

@@ -1,50 +1,45 @@
 """Startup recovery and adoption: plan everything, verify the whole plan, then execute.
 
 The order is the specification's: first the runtime identities that active pods reference,
-then the durable records reconciled with the live layout, then instances nobody knows (kept
-unless adoption is on). Anything that cannot be verified stops recovery before its first
-change (exit 5): changing uncertain hardware state is how one tenant's slice ends up with
-another.
+then the durable records reconciled with the live layout, then interrupted allocations, then
+instances nobody knows (kept unless adoption is on), then CDI files. Each phase is one function
+over one `_Survey` (the snapshot, the plan being built and what it has claimed so far). Anything
+that cannot be verified stops recovery before its first change (exit 5): changing uncertain
+hardware state is how one tenant's slice ends up with another.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hamimig.engine.executor import (
-    DestroyFailed,
-    cdi_device_for,
-    destroy_managed,
-    remove_cdi_after_destroy,
-    rollback_intent,
-)
-from hamimig.engine.facts import (
-    Durable,
-    LiveCheck,
-    Liveness,
-    check_record,
-    has_processes,
-    load_for_mutation,
-)
+from hamimig.engine.executor import cdi_device_for, execute
+from hamimig.engine.facts import Durable, Liveness, check_record, has_processes, load_for_mutation
 from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.plans import same_uid
+from hamimig.engine.plans import holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after
-from hamimig.engine.states import Creating, check_transition
-from hamimig.engine.views import Action, ActionReport, SkippedGpu, Warning_
-from hamimig.errors import HamimigError, NvmlError, UnverifiableError, UsageError
-from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode, Placement
+from hamimig.engine.steps import (
+    InFlight,
+    Managed,
+    OrphanGi,
+    Pair,
+    Plan,
+    Spec,
+    Where,
+)
+from hamimig.engine.views import ActionReport, SkippedGpu, Warning_
+from hamimig.errors import NvmlError, UsageError
+from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
+from hamimig.vocabulary import ActionKind
 
 if TYPE_CHECKING:
+    from hamimig.pods.annotation import MigAllocation
     from hamimig.pods.model import Pod
     from hamimig.pods.sources import PodSnapshot
-
-NOTHING_CHANGED = "nothing was changed"
 
 
 @dataclass(frozen=True)
@@ -55,106 +50,44 @@ class GpuFacts:
 
 
 @dataclass
-class Step:
-    """One planned action: what the report shows, and how to carry it out (None: report only)."""
-
-    action: str
-    mig_uuid: str | None
-    gpu_uuid: str | None
-    placement: Placement | None
-    reason: str
-    run: Callable[[Node], str | None] | None = None
-
-    def report(self, outcome: str | None = None) -> Action:
-        reason = self.reason if not outcome else f"{self.reason}; {outcome}"
-        return Action(self.action, self.mig_uuid, self.gpu_uuid, self.placement, reason)
-
-
-@dataclass
-class Plan:
-    """The steps to take, the GPUs not looked at, and every reason to take none of them.
-
-    Planning collects every refusal rather than stopping at the first, so that `doctor`
-    can list them all and an operator fixes the node in one round.
-    """
-
-    steps: list[Step] = field(default_factory=list)
-    skipped: list[SkippedGpu] = field(default_factory=list)
-    refusals: list[str] = field(default_factory=list)
-    warnings: list[Warning_] = field(default_factory=list)
-
-    def add(self, step: Step) -> None:
-        self.steps.append(step)
-
-    def refuse(self, reason: str) -> None:
-        self.refusals.append(reason)
-
-    def check(self) -> None:
-        """Raise when anything could not be verified: then no step runs (exit 5)."""
-        if self.refusals:
-            raise UnverifiableError("; ".join(self.refusals) + f"; {NOTHING_CHANGED}")
-
-
-def _facts(hw: MigHardware, plan: Plan, only_gpu: str | None) -> dict[str, GpuFacts]:
-    gpus = [resolve_gpu(hw, only_gpu)] if only_gpu else [hw.gpu(i) for i in range(hw.gpu_count())]
-    out: dict[str, GpuFacts] = {}
-    for gpu in gpus:
-        if gpu.mig_mode is not MigMode.ENABLED:
-            plan.skipped.append(
-                SkippedGpu(gpu.index, gpu.uuid, gpu.mig_mode.value, f"MIG {gpu.mig_mode.value}")
-            )
-            continue
-        layout = hw.layout(gpu.index)
-        names = {p.id: p.name for p in hw.profiles(gpu.index)}
-        out[gpu.uuid] = GpuFacts(gpu, layout, names)
-    return out
-
-
-def _active_pods(pods: PodSnapshot | None) -> list[Pod]:
-    if pods is None:
-        return []
-    if not pods.complete:
-        raise UnverifiableError(f"the pod list from {pods.source} is incomplete; {NOTHING_CHANGED}")
-    holding = [p for p in pods.pods if p.holds_allocations]
-    for pod in holding:
-        if pod.annotation_error:
-            raise UnverifiableError(
-                f"pod {pod.key} has a malformed hami.io/vgpu-mig-allocations annotation "
-                f"({pod.annotation_error}); {NOTHING_CHANGED}"
-            )
-    return holding
-
-
-def _find_pair(
-    facts: GpuFacts, gi_id: int, ci_id: int, mig_uuid: str
-) -> tuple[GpuInstance, ComputeInstance] | None:
-    for gi in facts.layout:
-        if gi.id == gi_id:
-            for ci in gi.compute_instances:
-                if ci.id == ci_id and ci.mig_uuid == mig_uuid:
-                    return gi, ci
-    return None
-
-
-def _owner_holds(record: Record, pods: list[Pod]) -> Pod | None:
-    """The pod a record names as owner, if that pod still holds its allocations."""
-    if record.owner is None or record.state is not RecordState.ACTIVE:
-        return None
-    for pod in pods:
-        if (pod.namespace, pod.name) == (record.owner.namespace, record.owner.name) and same_uid(
-            record.owner.uid, pod.uid
-        ):
-            return pod
-    return None
-
-
-@dataclass
-class _Claims:
+class Claims:
     """What the plan has accounted for so far: instances, GIs, and GPUs pods use."""
 
     instances: dict[str, str] = field(default_factory=dict)  # MIG UUID -> who claims it
     gis: set[tuple[str, int]] = field(default_factory=set)  # (GPU UUID, GI ID)
     busy_gpus: set[str] = field(default_factory=set)  # GPUs with a live pod allocation
+
+
+@dataclass
+class _Survey:
+    """One recovery's snapshot (records, pods, each MIG GPU's layout), the plan it builds and
+    what that plan has claimed, shared by the phases instead of a dozen parameters."""
+
+    node: Node
+    durable: Durable
+    gpus: dict[str, GpuFacts]
+    holding: list[Pod]
+    pods: PodSnapshot | None
+    plan: Plan
+    pods_known: bool = True
+    only_gpu: str | None = None
+    claims: Claims = field(default_factory=Claims)
+
+    @property
+    def hw(self) -> MigHardware:
+        return self.node.hardware()
+
+    def owner_holding(self, record: Record) -> Pod | None:
+        """The pod a record names as owner, if that pod still holds its allocations."""
+        return owner_pod(record, self.holding)
+
+
+def owner_pod(record: Record, pods: list[Pod]) -> Pod | None:
+    """The first of `pods` that an Active record names as its owner."""
+    if record.owner is None or record.state is not RecordState.ACTIVE:
+        return None
+    owner = record.owner
+    return next((pod for pod in pods if owned_by(owner, pod)), None)
 
 
 def plan_recovery(
@@ -173,536 +106,368 @@ def plan_recovery(
     pod source: it plans as if no pod held anything, except that processes on an Active
     instance are not held against it (they may well be its pod's).
     """
-    hw = node.hardware()
     plan = Plan()
-    facts = _facts(hw, plan, only_gpu)
-    holding = _active_pods(pods)
-    claims = _Claims()
-    _plan_pod_claims(node, plan, durable, facts, holding, claims, only_gpu)
+    survey = _Survey(
+        node=node,
+        durable=durable,
+        gpus=_survey_gpus(node.hardware(), plan, only_gpu),
+        holding=holding_pods(pods) if pods is not None else [],
+        pods=pods,
+        plan=plan,
+        pods_known=pods_known,
+        only_gpu=only_gpu,
+    )
+    _claim_pod_allocations(survey)
     if pairs_only:
-        # adopt claims only what nobody accounts for: records and in-flight allocations
-        # (intents) belong to `recover`, which alone may restore or undo them.
-        for record in durable.records.values():
-            claims.instances.setdefault(record.mig_uuid, "record")
-            claims.gis.add((record.gpu_uuid, record.gpu_instance_id))
-        for intent in durable.intents:
-            intent_gpu = facts.get(intent.gpu_uuid)
-            for gi in intent_gpu.layout if intent_gpu else ():
-                if gi.placement.overlaps(intent.placement):
-                    claims.gis.add((intent.gpu_uuid, gi.id))
-        _plan_unknown(node, plan, facts, claims, adopt=True, pairs_only=True)
+        _leave_to_recover(survey)
+        _plan_unknown(survey, adopt=True, orphans=False)
         return plan
-    _plan_records(node, plan, durable, facts, holding, claims, pods, pods_known, only_gpu)
-    for intent in durable.intents:
-        step = _plan_intent(node.hardware(), plan, intent, durable, facts, claims)
-        if step is not None:
-            plan.add(step)
-    _plan_unknown(node, plan, facts, claims, adopt, pairs_only=False)
-    _plan_cdi_files(node, plan, durable)
+    _reconcile_records(survey)
+    _plan_intents(survey)
+    _plan_unknown(survey, adopt, orphans=adopt)
+    _plan_cdi_files(survey)
     return plan
 
 
-def _plan_pod_claims(
-    node: Node,
-    plan: Plan,
-    durable: Durable,
-    facts: dict[str, GpuFacts],
-    holding: list[Pod],
-    claims: _Claims,
-    only_gpu: str | None,
-) -> None:
-    """1. Runtime identities referenced by active pods."""
-    for pod in holding:
+def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: str | None) -> dict[str, GpuFacts]:
+    gpus = [resolve_gpu(hw, only_gpu)] if only_gpu else [hw.gpu(i) for i in range(hw.gpu_count())]
+    out: dict[str, GpuFacts] = {}
+    for gpu in gpus:
+        if gpu.mig_mode is not MigMode.ENABLED:
+            plan.skipped.append(
+                SkippedGpu(gpu.index, gpu.uuid, gpu.mig_mode.value, f"MIG {gpu.mig_mode.value}")
+            )
+            continue
+        layout = hw.layout(gpu.index)
+        names = {p.id: p.name for p in hw.profiles(gpu.index)}
+        out[gpu.uuid] = GpuFacts(gpu, layout, names)
+    return out
+
+
+def _leave_to_recover(survey: _Survey) -> None:
+    """`adopt` claims only what nobody accounts for: records and in-flight allocations
+    (intents) belong to `recover`, which alone may restore or undo them."""
+    claims = survey.claims
+    for record in survey.durable.records.values():
+        claims.instances.setdefault(record.mig_uuid, "record")
+        claims.gis.add((record.gpu_uuid, record.gpu_instance_id))
+    for intent in survey.durable.intents:
+        gpu = survey.gpus.get(intent.gpu_uuid)
+        for gi in gpu.layout if gpu else ():
+            if gi.placement.overlaps(intent.placement):
+                claims.gis.add((intent.gpu_uuid, gi.id))
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Runtime identities referenced by active pods
+
+
+def _claim_pod_allocations(survey: _Survey) -> None:
+    for pod in survey.holding:
         for alloc in pod.allocations:
-            claims.busy_gpus.add(alloc.gpu_uuid)
-            if not alloc.has_runtime_identity:
-                continue
-            assert alloc.mig_uuid is not None
-            where = f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
-            gpu = facts.get(alloc.gpu_uuid)
-            if gpu is None:
-                if not only_gpu:
-                    plan.refuse(
-                        f"{where} names {alloc.mig_uuid} on GPU {alloc.gpu_uuid}, which is not "
-                        "a MIG-enabled GPU of this node"
-                    )
-                continue
-            pair = _find_pair(
-                gpu, alloc.gpu_instance_id or 0, alloc.compute_instance_id or 0, alloc.mig_uuid
-            )
-            if (
-                pair is None
-                or pair[0].placement != alloc.placement
-                or gpu.names.get(pair[0].profile_id) != alloc.profile
-            ):
-                plan.refuse(
-                    f"{where} names {alloc.mig_uuid} ({alloc.profile} at {alloc.placement}, GI "
-                    f"{alloc.gpu_instance_id}, CI {alloc.compute_instance_id}) but the live "
-                    "layout differs"
-                )
-                continue
-            if alloc.mig_uuid in claims.instances:
-                plan.refuse(
-                    f"{alloc.mig_uuid} is claimed by {claims.instances[alloc.mig_uuid]} and by "
-                    f"{where}"
-                )
-                continue
-            claims.instances[alloc.mig_uuid] = where
-            claims.gis.add((alloc.gpu_uuid, pair[0].id))
-            owner = Owner(
-                pod.namespace, pod.name, pod.uid, alloc.container_index, alloc.device_index
-            )
-            record = durable.records.get(alloc.mig_uuid)
-            if record is not None:
-                identity = (
-                    record.gpu_uuid,
-                    record.gpu_instance_id,
-                    record.compute_instance_id,
-                    record.placement,
-                    record.profile,
-                )
-                named = (
-                    alloc.gpu_uuid,
-                    alloc.gpu_instance_id,
-                    alloc.compute_instance_id,
-                    alloc.placement,
-                    alloc.profile,
-                )
-                if identity != named:
-                    plan.refuse(f"the record of {alloc.mig_uuid} disagrees with {where}")
-                    continue
-                if record.state in (RecordState.RECLAIMING, RecordState.ERROR):
-                    plan.refuse(
-                        f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
-                    )
-                    continue
-                other = _owner_holds(record, holding)
-                if other is not None and other.key != pod.key:
-                    plan.refuse(
-                        f"{alloc.mig_uuid} is held by pod {other.key} (its record's owner) and "
-                        f"named by {where}: two pods cannot hold one instance"
-                    )
-                    continue
-            plan.add(_activate(gpu, pair[0], pair[1], alloc.profile, owner, record, where))
-            if record is not None:
-                _plan_cdi_repair(node, plan, gpu, pair[0], pair[1])
+            survey.claims.busy_gpus.add(alloc.gpu_uuid)
+            if alloc.has_runtime_identity:
+                _claim_allocation(survey, pod, alloc)
 
 
-def _plan_records(
-    node: Node,
-    plan: Plan,
-    durable: Durable,
-    facts: dict[str, GpuFacts],
-    holding: list[Pod],
-    claims: _Claims,
-    pods: PodSnapshot | None,
-    pods_known: bool,
-    only_gpu: str | None,
-) -> None:
-    """2. Durable records reconciled with the live layout."""
-    hw = node.hardware()
-    for record in sorted(durable.records.values(), key=lambda r: r.mig_uuid):
-        if record.mig_uuid in claims.instances:
-            continue
-        gpu = facts.get(record.gpu_uuid)
-        if gpu is None:
-            skipped = next((s for s in plan.skipped if s.uuid == record.gpu_uuid), None)
-            if only_gpu:
-                continue
-            claims.instances[record.mig_uuid] = "record"
-            if skipped is None:
-                plan.refuse(
-                    f"record {record.mig_uuid} names GPU {record.gpu_uuid}, which is not on "
-                    "this node"
-                )
-            elif _owner_holds(record, holding):
-                plan.refuse(
-                    f"record {record.mig_uuid} is held by a running pod but its GPU has "
-                    f"MIG {skipped.mig_mode}"
-                )
-            else:
-                plan.add(
-                    _drop(record, f"its GPU has MIG {skipped.mig_mode}: no instance can exist")
-                )
-            continue
-        live = check_record(record, gpu.layout, gpu.names)
-        claims.instances[record.mig_uuid] = "record"
-        if live.gi is not None:
-            claims.gis.add((record.gpu_uuid, live.gi.id))
-        if live.status is Liveness.MISMATCH:
+def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
+    assert alloc.mig_uuid is not None
+    plan, claims = survey.plan, survey.claims
+    where = f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
+    gpu = survey.gpus.get(alloc.gpu_uuid)
+    if gpu is None:
+        if not survey.only_gpu:
             plan.refuse(
-                f"record {record.mig_uuid} ({record.profile} at {record.placement}, GI "
-                f"{record.gpu_instance_id}) does not match the hardware: {live.detail}"
+                f"{where} names {alloc.mig_uuid} on GPU {alloc.gpu_uuid}, which is not a "
+                "MIG-enabled GPU of this node"
             )
-            continue
-        owner_pod = _owner_holds(record, holding)
-        state = record.state
-        if owner_pod is not None:
-            who = f"its owner pod {owner_pod.key}"
-            if live.status is not Liveness.COMPLETE:
-                plan.refuse(f"{who} holds {record.mig_uuid} but {live.detail}")
-                continue
-            claims.instances[record.mig_uuid] = who
-            claims.busy_gpus.add(record.gpu_uuid)
-            assert live.gi is not None and record.owner is not None
-            ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
-            plan.add(_activate(gpu, live.gi, ci, record.profile, record.owner, record, who))
-            _plan_cdi_repair(node, plan, gpu, live.gi, ci)
-            continue
-        newer = changed_after(record, pods) if state is RecordState.ACTIVE else None
-        if newer:  # the pod list cannot show the allocation yet: not judged by it at all
-            plan.add(Step("skip", record.mig_uuid, record.gpu_uuid, record.placement, newer))
-            continue
-        # Without a pod source (doctor) an Active record's processes may be its pod's.
-        unknown_holder = not pods_known and state is RecordState.ACTIVE
-        if (
-            live.status is Liveness.COMPLETE
-            and not unknown_holder
-            and has_processes(hw, record.mig_uuid)
-        ):
-            plan.refuse(
-                f"processes run on {record.mig_uuid} ({state.value}, {record.profile} at "
-                f"{record.placement} on GPU {gpu.gpu.index}) and no pod that holds allocations "
-                "accounts for them"
-            )
-            continue
-        if live.status is Liveness.ABSENT:
-            plan.add(_drop(record, f"no GPU instance at {record.placement} and no pod holds it"))
-        elif state is RecordState.RECLAIMING or live.status is Liveness.GI_ONLY:
-            plan.add(
-                _destroy(
-                    "finish-reclaim",
-                    record,
-                    live,
-                    gpu,
-                    "an interrupted reclaim"
-                    if state is RecordState.RECLAIMING
-                    else f"{live.detail}: not usable",
-                )
-            )
-        elif state is RecordState.ERROR:
-            plan.add(
-                _destroy(
-                    "retry-destroy",
-                    record,
-                    live,
-                    gpu,
-                    f"Error instance ({record.error or 'destroy failed'}) is never "
-                    "reused; retrying its destruction",
-                )
-            )
-        else:
-            plan.add(_restore_idle(record, gpu))
-            assert live.gi is not None
-            ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
-            _plan_cdi_repair(node, plan, gpu, live.gi, ci)
-
-
-def _plan_cdi_files(node: Node, plan: Plan, durable: Durable) -> None:
-    """4. CDI: retry queued removals, and remove specs of ours nothing accounts for.
-
-    A spec without a record, intent or queued removal is left by a crash (an adoption between
-    its spec and its record) or by hand; HAMi's device plugin refuses to start on such a file,
-    and runtimes still offer its device. Recovery removes it.
-    """
-    cdi = node.cdi()
-    if cdi is None:
         return
-    for item in durable.removals:
-        again = durable.records.get(item.mig_uuid)
-        if again is not None and again.state is not RecordState.RECLAIMING:
-            # A forget interrupted after queueing, then the instance was reused: its spec is
-            # the live instance's again. Only the stale queue entry goes.
-            reason = "the instance has a record again; its spec is kept"
-            plan.add(
-                Step(
-                    "retry-cdi-removal",
-                    item.mig_uuid,
-                    None,
-                    None,
-                    reason,
-                    _drop_queued(item.mig_uuid),
-                )
-            )
-            continue
-        plan.add(
-            Step(
-                "retry-cdi-removal",
-                item.mig_uuid,
-                None,
-                None,
-                f"queued since {item.since} after {item.attempts} attempt(s)",
-                _retry_removal(item.mig_uuid),
-            )
+    pair = _find_pair(gpu, alloc)
+    if pair is None:
+        plan.refuse(
+            f"{where} names {alloc.mig_uuid} ({alloc.profile} at {alloc.placement}, GI "
+            f"{alloc.gpu_instance_id}, CI {alloc.compute_instance_id}) but the live layout differs"
         )
-    accounted = set(durable.records) | {q.mig_uuid for q in durable.removals}
-    accounted |= {i.mig_uuid for i in durable.intents if i.mig_uuid}
-    accounted |= {s.mig_uuid for s in plan.steps if s.mig_uuid}
-    known = {spec_file_name(u) for u in accounted}
-    for name in cdi.list_ours():
-        if name in known:
-            continue
-        plan.add(
-            Step(
-                "remove-orphan-cdi",
-                None,
-                None,
-                None,
-                f"{cdi.directory / name}: no record, intent or queued removal accounts for it",
-                _remove_orphan_spec(name),
-            )
-        )
-
-
-def _drop_queued(mig_uuid: str) -> Callable[[Node], str | None]:
-    def run(node: Node) -> str | None:
-        node.queue().drop(mig_uuid)
-        return None
-
-    return run
-
-
-def _remove_orphan_spec(name: str) -> Callable[[Node], str | None]:
-    def run(node: Node) -> str | None:
-        cdi = node.cdi()
-        if cdi is not None:
-            cdi.remove_name(name)
-        return None
-
-    return run
-
-
-def _activate(
-    facts: GpuFacts,
-    gi: GpuInstance,
-    ci: ComputeInstance,
-    profile: str,
-    owner: Owner,
-    record: Record | None,
-    where: str,
-) -> Step:
-    action = "restore-active" if record is not None else "adopt-active"
-    reason = f"verified live and held by {where}"
-
-    def run(node: Node) -> str | None:
-        cdi_name = _cdi_name(node, ci.mig_uuid)
-        if (
-            record is not None
-            and record.managed
-            and record.state is RecordState.ACTIVE
-            and record.owner == owner
-            and record.gpu_index == facts.gpu.index
-            and (cdi_name is None or cdi_name == record.cdi_device)
-        ):
-            return None  # already as it should be: a second run changes nothing
-        now = node.clock()
-        base = record or Record(
-            mig_uuid=ci.mig_uuid,
-            gpu_uuid=facts.gpu.uuid,
-            profile=profile,
-            placement=gi.placement,
-            gpu_instance_id=gi.id,
-            compute_instance_id=ci.id,
-            created_at=now,
-        )
-        check_transition(record.state if record else None, RecordState.ACTIVE, ci.mig_uuid)
-        node.records().write(
-            dataclasses.replace(
-                base,
-                state=RecordState.ACTIVE,
-                owner=owner,
-                managed=True,
-                updated_at=now,
-                gpu_index=facts.gpu.index,
-                error=None,
-                cdi_device=cdi_name or base.cdi_device,
-            )
-        )
-        if record is None:  # adopted: its spec after its record, as for adopt-idle
-            return _write_spec(node, facts, gi, ci)
-        return None
-
-    return Step(action, ci.mig_uuid, facts.gpu.uuid, gi.placement, reason, run)
-
-
-def _plan_cdi_repair(
-    node: Node, plan: Plan, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance
-) -> None:
-    """Report a kept instance's missing or different CDI spec; the restore step rewrites it."""
-    cdi = node.cdi()
-    if cdi is None:
         return
-    dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.uuid, facts.gpu.minor, gi.id, ci.id)
-    try:
-        if cdi.matches(dev):
+    if alloc.mig_uuid in claims.instances:
+        plan.refuse(
+            f"{alloc.mig_uuid} is claimed by {claims.instances[alloc.mig_uuid]} and by {where}"
+        )
+        return
+    claims.instances[alloc.mig_uuid] = where
+    claims.gis.add((alloc.gpu_uuid, pair[0].id))
+    record = survey.durable.records.get(alloc.mig_uuid)
+    if record is not None:
+        problem = _record_disagrees(survey, record, pod, alloc, where)
+        if problem:
+            plan.refuse(problem)
             return
-    except UsageError as exc:  # no spec can be composed: keep what works, say so
-        path = str(cdi.path_of(ci.mig_uuid))
-        if cdi.usable(ci.mig_uuid):
-            reason = f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
-        else:
-            reason = f"missing or unusable, and none can be composed: {exc.message}"
-        plan.warnings.append(Warning_(path, reason))
-        return
-    why = "missing" if not cdi.exists(ci.mig_uuid) else "different from what the instance needs"
-
-    def run(node: Node) -> str | None:
-        store = node.cdi()
-        if store is not None:
-            store.write(dev)
-        return None
-
-    # The step itself writes the spec, so a failed write is reported on it ("failed: …").
-    reason = f"its CDI spec is {why}; repair: rewrite it"
-    plan.add(Step("repair-cdi", ci.mig_uuid, facts.gpu.uuid, gi.placement, reason, run))
+    owner = Owner(pod.namespace, pod.name, pod.uid, alloc.container_index, alloc.device_index)
+    _activate(survey, Pair(gpu.gpu, pair[0], pair[1], alloc.profile, owner, record), where)
 
 
-def _cdi_name(node: Node, mig_uuid: str) -> str | None:
-    """The qualified CDI device name of an instance (None in legacy non-CDI mode); its spec
-    is written by the `repair-cdi` step, which reports success only when the write did."""
-    cdi = node.cdi()
-    return None if cdi is None else cdi.qualified_name(mig_uuid)
+def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, ComputeInstance] | None:
+    """The live pair an annotation names, when its whole identity matches."""
+    for gi in gpu.layout:
+        if gi.id != (alloc.gpu_instance_id or 0):
+            continue
+        if gi.placement != alloc.placement or gpu.names.get(gi.profile_id) != alloc.profile:
+            return None
+        for ci in gi.compute_instances:
+            if ci.id == (alloc.compute_instance_id or 0) and ci.mig_uuid == alloc.mig_uuid:
+                return gi, ci
+    return None
 
 
-def _restore_idle(record: Record, facts: GpuFacts) -> Step:
-    state = record.state
-    was = "" if state is RecordState.IDLE else f" (was {state.value})"
-    reason = f"verified live; no pod holds it{was}"
-
-    def run(node: Node) -> str | None:
-        cdi_name = _cdi_name(node, record.mig_uuid)
-        if state is RecordState.IDLE and (
-            not record.managed or cdi_name is None or cdi_name == record.cdi_device
-        ):
-            return None  # nothing to change (a record HAMi wrote stays as HAMi wrote it)
-        check_transition(state, RecordState.IDLE, record.mig_uuid)
-        node.records().write(
-            dataclasses.replace(
-                record,
-                state=RecordState.IDLE,
-                owner=None,
-                managed=True,
-                updated_at=node.clock(),
-                gpu_index=facts.gpu.index,
-                cdi_device=cdi_name or record.cdi_device,
-            )
+def _record_disagrees(
+    survey: _Survey, record: Record, pod: Pod, alloc: MigAllocation, where: str
+) -> str | None:
+    """Why the record of an instance a pod names cannot be restored Active for that pod."""
+    identity = (
+        record.gpu_uuid,
+        record.gpu_instance_id,
+        record.compute_instance_id,
+        record.placement,
+        record.profile,
+    )
+    named = (
+        alloc.gpu_uuid,
+        alloc.gpu_instance_id,
+        alloc.compute_instance_id,
+        alloc.placement,
+        alloc.profile,
+    )
+    if identity != named:
+        return f"the record of {alloc.mig_uuid} disagrees with {where}"
+    if record.state in (RecordState.RECLAIMING, RecordState.ERROR):
+        return f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
+    other = survey.owner_holding(record)
+    if other is not None and other.key != pod.key:
+        return (
+            f"{alloc.mig_uuid} is held by pod {other.key} (its record's owner) and named by "
+            f"{where}: two pods cannot hold one instance"
         )
-        return None
-
-    return Step("restore-idle", record.mig_uuid, record.gpu_uuid, record.placement, reason, run)
+    return None
 
 
-def _drop(record: Record, reason: str) -> Step:
-    def run(node: Node) -> str | None:
-        check_transition(record.state, None, record.mig_uuid)
-        note = remove_cdi_after_destroy(node, record.mig_uuid)
-        node.records().remove(record.mig_uuid)
-        return note
-
-    action = "finish-reclaim" if record.state is RecordState.RECLAIMING else "drop-missing"
-    return Step(action, record.mig_uuid, record.gpu_uuid, record.placement, reason, run)
+def _activate(survey: _Survey, pair: Pair, held_by: str) -> None:
+    """Restore (or adopt) a verified live pair as Active for the pod that holds it; a kept
+    instance's spec is checked too."""
+    kind = ActionKind.RESTORE_ACTIVE if pair.record is not None else ActionKind.ADOPT_ACTIVE
+    survey.plan.add(kind, pair, f"verified live and held by {held_by}")
+    if pair.record is not None:
+        _plan_cdi_repair(survey, pair.gpu, pair.gi, pair.ci)
 
 
-def _destroy(action: str, record: Record, live: LiveCheck, facts: GpuFacts, reason: str) -> Step:
-    def run(node: Node) -> str | None:
-        try:
-            notes = destroy_managed(node, record, live, facts.gpu.index)
-        except DestroyFailed as exc:
-            raise _Failed(exc.message) from None
-        return "; ".join(notes) or None
-
-    return Step(action, record.mig_uuid, record.gpu_uuid, record.placement, reason, run)
+# --------------------------------------------------------------------------------------------
+# 2. Durable records reconciled with the live layout
 
 
-class _Failed(HamimigError):
-    """A step that failed on the hardware. A fatal one (an interrupted allocation that still
-    cannot be undone) makes recovery exit 4; a non-fatal one leaves a consistent, tracked state
-    behind (an instance kept in Error, a queued CDI removal, an orphan GI preserved), which the
-    device plugin may start on and `reconcile` retries."""
+def _reconcile_records(survey: _Survey) -> None:
+    for record in sorted(survey.durable.records.values(), key=lambda r: r.mig_uuid):
+        if record.mig_uuid in survey.claims.instances:
+            continue
+        gpu = survey.gpus.get(record.gpu_uuid)
+        if gpu is None:
+            if not survey.only_gpu:
+                survey.claims.instances[record.mig_uuid] = "record"
+                _record_off_gpu(survey, record)
+            continue
+        _plan_record(survey, record, gpu)
 
-    exit_code = 4
-    code = "hardware"
 
-    def __init__(self, message: str, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.fatal = fatal
+def _record_off_gpu(survey: _Survey, record: Record) -> None:
+    """A record whose GPU is not a MIG-enabled GPU of this node."""
+    plan = survey.plan
+    skipped = next((s for s in plan.skipped if s.uuid == record.gpu_uuid), None)
+    if skipped is None:
+        plan.refuse(
+            f"record {record.mig_uuid} names GPU {record.gpu_uuid}, which is not on this node"
+        )
+    elif survey.owner_holding(record):
+        plan.refuse(
+            f"record {record.mig_uuid} is held by a running pod but its GPU has "
+            f"MIG {skipped.mig_mode}"
+        )
+    else:
+        reason = f"its GPU has MIG {skipped.mig_mode}: no instance can exist"
+        plan.add(_drop_kind(record), Managed(record, None, skipped.index), reason)
 
 
-def _plan_intent(
-    hw: MigHardware,
-    plan: Plan,
-    intent: Intent,
-    durable: Durable,
-    facts: dict[str, GpuFacts],
-    claims: _Claims,
-) -> Step | None:
-    if intent.mig_uuid is not None and intent.mig_uuid in durable.records:
-        record = durable.records[intent.mig_uuid]
-        if (record.gpu_uuid, record.placement) == (intent.gpu_uuid, intent.placement):
-            return Step(
-                "finish-intent",
-                intent.mig_uuid,
-                intent.gpu_uuid,
-                intent.placement,
-                f"allocation {intent.id} had completed; clearing its intent",
-                _remove_intent(intent),
-            )
-    gpu = facts.get(intent.gpu_uuid)
+def _drop_kind(record: Record) -> ActionKind:
+    if record.state is RecordState.RECLAIMING:
+        return ActionKind.FINISH_RECLAIM
+    return ActionKind.DROP_MISSING
+
+
+def _plan_record(survey: _Survey, record: Record, gpu: GpuFacts) -> None:
+    plan, claims = survey.plan, survey.claims
+    live = check_record(record, gpu.layout, gpu.names)
+    claims.instances[record.mig_uuid] = "record"
+    if live.gi is not None:
+        claims.gis.add((record.gpu_uuid, live.gi.id))
+    if live.status is Liveness.MISMATCH:
+        plan.refuse(
+            f"record {record.mig_uuid} ({record.profile} at {record.placement}, GI "
+            f"{record.gpu_instance_id}) does not match the hardware: {live.detail}"
+        )
+        return
+    target = Managed(record, live, gpu.gpu.index)
+    owner = survey.owner_holding(record)
+    if owner is not None:
+        _record_held(survey, target, gpu, owner)
+    elif _judged_by_pods(survey, target):
+        _record_unheld(survey, target, gpu)
+
+
+def _record_held(survey: _Survey, target: Managed, gpu: GpuFacts, owner: Pod) -> None:
+    """The record's owner pod still holds allocations: restore it Active for that pod."""
+    record, live = target.record, target.live
+    assert live is not None and record.owner is not None
+    who = f"its owner pod {owner.key}"
+    if live.status is not Liveness.COMPLETE:
+        survey.plan.refuse(f"{who} holds {record.mig_uuid} but {live.detail}")
+        return
+    survey.claims.instances[record.mig_uuid] = who
+    survey.claims.busy_gpus.add(record.gpu_uuid)
+    assert live.gi is not None
+    ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
+    _activate(survey, Pair(gpu.gpu, live.gi, ci, record.profile, record.owner, record), who)
+
+
+def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
+    """Whether the pod list can judge an unheld record: not when the record changed after the
+    list was taken (the list cannot show that allocation yet), nor when processes nobody
+    accounts for run on it."""
+    record, live = target.record, target.live
+    assert live is not None
+    state = record.state
+    newer = changed_after(record, survey.pods) if state is RecordState.ACTIVE else None
+    if newer:
+        survey.plan.add(ActionKind.SKIP, _at(record), newer)
+        return False
+    # Without a pod source (doctor) an Active record's processes may be its pod's.
+    unknown_holder = not survey.pods_known and state is RecordState.ACTIVE
+    if (
+        live.status is Liveness.COMPLETE
+        and not unknown_holder
+        and has_processes(survey.hw, record.mig_uuid)
+    ):
+        survey.plan.refuse(
+            f"processes run on {record.mig_uuid} ({state.value}, {record.profile} at "
+            f"{record.placement} on GPU {target.gpu_index}) and no pod that holds allocations "
+            "accounts for them"
+        )
+        return False
+    return True
+
+
+def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
+    """No pod holds the instance: finish what was under way, or restore it Idle."""
+    record, live, plan = target.record, target.live, survey.plan
+    assert live is not None
+    if live.status is Liveness.ABSENT:
+        reason = f"no GPU instance at {record.placement} and no pod holds it"
+        plan.add(_drop_kind(record), target, reason)
+    elif record.state is RecordState.RECLAIMING or live.status is Liveness.GI_ONLY:
+        reason = (
+            "an interrupted reclaim"
+            if record.state is RecordState.RECLAIMING
+            else f"{live.detail}: not usable"
+        )
+        plan.add(ActionKind.FINISH_RECLAIM, target, reason)
+    elif record.state is RecordState.ERROR:
+        reason = (
+            f"Error instance ({record.error or 'destroy failed'}) is never reused; retrying its "
+            "destruction"
+        )
+        plan.add(ActionKind.RETRY_DESTROY, target, reason)
+    else:
+        was = "" if record.state is RecordState.IDLE else f" (was {record.state.value})"
+        plan.add(ActionKind.RESTORE_IDLE, target, f"verified live; no pod holds it{was}")
+        assert live.gi is not None
+        ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
+        _plan_cdi_repair(survey, gpu.gpu, live.gi, ci)
+
+
+def _at(record: Record) -> Where:
+    return Where(record.mig_uuid, record.gpu_uuid, record.placement)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Interrupted allocations
+
+
+def _plan_intents(survey: _Survey) -> None:
+    for intent in survey.durable.intents:
+        _plan_intent(survey, intent)
+
+
+def _plan_intent(survey: _Survey, intent: Intent) -> None:
+    plan = survey.plan
+    record = survey.durable.records.get(intent.mig_uuid or "")
+    if record is not None and (record.gpu_uuid, record.placement) == (
+        intent.gpu_uuid,
+        intent.placement,
+    ):
+        reason = f"allocation {intent.id} had completed; clearing its intent"
+        plan.add(ActionKind.FINISH_INTENT, InFlight(intent), reason)
+        return
+    gpu = survey.gpus.get(intent.gpu_uuid)
     if gpu is None:
         plan.refuse(
             f"intent {intent.id} names GPU {intent.gpu_uuid}, which is not a MIG-enabled GPU of "
             "this node"
         )
-        return None
-    here = [g for g in gpu.layout if g.placement.overlaps(intent.placement)]
-    created: GpuInstance | None = None
-    for gi in here:
-        if (intent.gpu_uuid, gi.id) in claims.gis:
-            continue  # a GI a record or pod accounts for: not created by this request
-        if created is None and created_by(intent, gi):
-            created = gi
-            continue
-        if intent.gpu_instance_id is None and gi.compute_instances and _same_slot(intent, gi):
-            plan.refuse(
-                f"intent {intent.id} ({intent.profile} at {intent.placement}) never learned a "
-                f"GI ID, yet GI {gi.id} there holds a compute instance: an interrupted request "
-                "creates its CI only after journaling its GI, so this GI is not its own; "
-                f"'hamimig forget --intent {intent.id}' drops the intent"
-            )
-            return None
-        plan.refuse(
-            f"intent {intent.id} ({intent.profile} at {intent.placement}) overlaps GI {gi.id} "
-            "that it cannot have created"
-        )
-        return None
-    if created is not None and any(
-        has_processes(hw, c.mig_uuid) for c in created.compute_instances
-    ):
-        plan.refuse(
-            f"intent {intent.id} ({intent.profile} at {intent.placement}) would roll back GI "
-            f"{created.id}, but processes run on it (or cannot be queried): a request that "
-            "never finished handed nothing out, so this GI is not its own; "
-            f"'hamimig forget --intent {intent.id}' drops the intent"
-        )
-        return None
+        return
+    created, refusal = _created_gi(survey, intent, gpu)
+    if refusal:
+        plan.refuse(refusal)
+        return
     if created is not None:
-        claims.gis.add((intent.gpu_uuid, created.id))
+        survey.claims.gis.add((intent.gpu_uuid, created.id))
         for ci in created.compute_instances:
-            claims.instances[ci.mig_uuid] = f"intent {intent.id}"
+            survey.claims.instances[ci.mig_uuid] = f"intent {intent.id}"
     reason = (
         f"allocation {intent.id} for {intent.owner} was interrupted; destroying GI "
         f"{created.id} it created"
         if created
         else f"allocation {intent.id} was interrupted before creating anything"
     )
-    return Step(
-        "rollback-intent",
-        intent.mig_uuid,
-        intent.gpu_uuid,
-        intent.placement,
-        reason,
-        _rollback(intent, gpu, created),
-    )
+    plan.add(ActionKind.ROLLBACK_INTENT, InFlight(intent, gpu.gpu.index, created), reason)
+
+
+def _created_gi(
+    survey: _Survey, intent: Intent, gpu: GpuFacts
+) -> tuple[GpuInstance | None, str | None]:
+    """The live GI the intent's request created (None: nothing), or why that is uncertain."""
+    forget = f"'hamimig forget --intent {intent.id}' drops the intent"
+    what = f"intent {intent.id} ({intent.profile} at {intent.placement})"
+    created: GpuInstance | None = None
+    for gi in gpu.layout:
+        if not gi.placement.overlaps(intent.placement):
+            continue
+        if (intent.gpu_uuid, gi.id) in survey.claims.gis:
+            continue  # a GI a record or pod accounts for: not created by this request
+        if created is None and created_by(intent, gi):
+            created = gi
+            continue
+        if intent.gpu_instance_id is None and gi.compute_instances and _same_slot(intent, gi):
+            return None, (
+                f"{what} never learned a GI ID, yet GI {gi.id} there holds a compute instance: "
+                "an interrupted request creates its CI only after journaling its GI, so this "
+                f"GI is not its own; {forget}"
+            )
+        return None, f"{what} overlaps GI {gi.id} that it cannot have created"
+    if created is not None and any(
+        has_processes(survey.hw, c.mig_uuid) for c in created.compute_instances
+    ):
+        return None, (
+            f"{what} would roll back GI {created.id}, but processes run on it (or cannot be "
+            "queried): a request that never finished handed nothing out, so this GI is not its "
+            f"own; {forget}"
+        )
+    return created, None
 
 
 def _same_slot(intent: Intent, gi: GpuInstance) -> bool:
@@ -723,83 +488,42 @@ def created_by(intent: Intent, gi: GpuInstance) -> bool:
     return not gi.compute_instances
 
 
-def _remove_intent(intent: Intent) -> Callable[[Node], str | None]:
-    def run(node: Node) -> str | None:
-        check_transition(Creating, None, intent.id)
-        node.intents().remove(intent.id)
-        return None
-
-    return run
+# --------------------------------------------------------------------------------------------
+# 4. Instances nobody knows
 
 
-def _rollback(
-    intent: Intent, facts: GpuFacts, gi: GpuInstance | None
-) -> Callable[[Node], str | None]:
-    """Undo an interrupted allocation with the executor's one rollback.
-
-    The GPU is addressed by its index now (indexes can change across reboots), and only the
-    GI the planner verified as this request's is destroyed: when the journaled GI is gone,
-    its ID may already belong to another instance, so the rollback destroys nothing.
-    """
-
-    def run(node: Node) -> str | None:
-        known = dataclasses.replace(
-            intent, gpu_index=facts.gpu.index, gpu_instance_id=gi.id if gi is not None else None
-        )
-        try:
-            rollback_intent(node, known, record_written=False)
-        except HamimigError as exc:
-            raise _Failed(exc.message, fatal=True) from None
-        return None
-
-    return run
-
-
-def _retry_removal(mig_uuid: str) -> Callable[[Node], str | None]:
-    def run(node: Node) -> str | None:
-        cdi = node.cdi()
-        queue = node.queue()
-        try:
-            if cdi is not None:
-                cdi.remove(mig_uuid)
-        except OSError as exc:
-            queue.add(mig_uuid, str(exc.strerror or exc), node.clock())
-            raise _Failed(f"CDI spec of {mig_uuid} still cannot be removed: {exc}") from None
-        queue.drop(mig_uuid)
-        return None
-
-    return run
-
-
-def _plan_unknown(
-    node: Node,
-    plan: Plan,
-    facts: dict[str, GpuFacts],
-    claims: _Claims,
-    adopt: bool,
-    pairs_only: bool,
-) -> None:
-    """3. Instances nobody knows: preserved, or adopted with the opt-in when idle."""
-    hw = node.hardware()
-    for uuid, gpu in facts.items():
+def _plan_unknown(survey: _Survey, adopt: bool, orphans: bool) -> None:
+    """Preserved, or adopted with the opt-in when idle; orphan GIs destroyed only with
+    `orphans` (recover with adoption) on a GPU nothing uses."""
+    for uuid, gpu in survey.gpus.items():
         for gi in gpu.layout:
-            if (uuid, gi.id) in claims.gis:
+            if (uuid, gi.id) in survey.claims.gis:
                 continue
             name = gpu.names.get(gi.profile_id, f"profile {gi.profile_id}")
             if not gi.compute_instances:
-                _plan_orphan(hw, plan, gpu, gi, name, claims.busy_gpus, adopt and not pairs_only)
+                _plan_orphan(survey, gpu, gi, name, orphans)
                 continue
             for ci in gi.compute_instances:
-                if ci.mig_uuid in claims.instances:
-                    continue
-                if adopt and has_processes(hw, ci.mig_uuid):
-                    reason = "no ownership record; processes run on it, so it is not adopted"
-                elif adopt:
-                    plan.add(_adopt_idle(gpu, gi, ci, name))
-                    continue
-                else:
-                    reason = "no ownership record; adoption is not enabled"
-                plan.add(Step("preserve-unmanaged", ci.mig_uuid, uuid, gi.placement, reason))
+                if ci.mig_uuid not in survey.claims.instances:
+                    _plan_unmarked(survey, gpu, gi, ci, name, adopt)
+
+
+def _plan_unmarked(
+    survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
+) -> None:
+    if adopt and not has_processes(survey.hw, ci.mig_uuid):
+        reason = (
+            f"unmarked complete GI/CI pair ({name}, GI {gi.id}, CI {ci.id}); adoption is enabled"
+        )
+        survey.plan.add(ActionKind.ADOPT_IDLE, Pair(gpu.gpu, gi, ci, name, None, None), reason)
+        return
+    reason = (
+        "no ownership record; processes run on it, so it is not adopted"
+        if adopt
+        else "no ownership record; adoption is not enabled"
+    )
+    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
+    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, reason)
 
 
 def _gpu_busy(hw: MigHardware, index: int) -> bool:
@@ -810,142 +534,88 @@ def _gpu_busy(hw: MigHardware, index: int) -> bool:
         return True
 
 
-def _plan_orphan(
-    hw: MigHardware,
-    plan: Plan,
-    gpu: GpuFacts,
-    gi: GpuInstance,
-    name: str,
-    busy_gpus: set[str],
-    adopt: bool,
-) -> None:
+def _plan_orphan(survey: _Survey, gpu: GpuFacts, gi: GpuInstance, name: str, destroy: bool) -> None:
     uuid = gpu.gpu.uuid
-    if not adopt:
-        plan.add(
-            Step(
-                "preserve-orphan-gi",
-                None,
-                uuid,
-                gi.placement,
-                f"GI {gi.id} ({name}) has no compute instance and no record; adoption is "
-                "not enabled",
-            )
-        )
+    what = f"GI {gi.id} ({name})"
+    if not destroy:
+        why = f"{what} has no compute instance and no record; adoption is not enabled"
+    elif uuid in survey.claims.busy_gpus:
+        why = f"{what}: the GPU has a live pod allocation"
+    elif _gpu_busy(survey.hw, gpu.gpu.index):
+        why = f"{what}: processes run on the GPU (or cannot be queried)"
+    else:
+        reason = f"{what} has no compute instance; the GPU is idle and adoption is enabled"
+        survey.plan.add(ActionKind.DESTROY_ORPHAN_GI, OrphanGi(gpu.gpu, gi), reason)
         return
-    if uuid in busy_gpus:
-        plan.add(
-            Step(
-                "preserve-orphan-gi",
-                None,
-                uuid,
-                gi.placement,
-                f"GI {gi.id} ({name}): the GPU has a live pod allocation",
-            )
-        )
+    survey.plan.add(ActionKind.PRESERVE_ORPHAN_GI, Where(None, uuid, gi.placement), why)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. CDI files
+
+
+def plan_queued_removals(plan: Plan, durable: Durable) -> None:
+    """Retry every queued CDI removal (recover and reconcile). When the instance has a record
+    again (a forget interrupted after queueing, then reuse), its spec is the live instance's:
+    only the stale queue entry goes."""
+    for item in durable.removals:
+        again = durable.records.get(item.mig_uuid)
+        if again is not None and again.state is not RecordState.RECLAIMING:
+            reason = "the instance has a record again; its spec is kept"
+            plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid, keep=True), reason)
+            continue
+        reason = f"queued since {item.since} after {item.attempts} failed attempt(s)"
+        plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid), reason)
+
+
+def _plan_cdi_files(survey: _Survey) -> None:
+    """Retry queued removals, and remove specs of ours nothing accounts for.
+
+    A spec without a record, intent or queued removal is left by a crash (an adoption between
+    its spec and its record) or by hand; HAMi's device plugin refuses to start on such a file,
+    and runtimes still offer its device. Recovery removes it.
+    """
+    cdi = survey.node.cdi()
+    if cdi is None:
         return
-    if _gpu_busy(hw, gpu.gpu.index):
-        plan.add(
-            Step(
-                "preserve-orphan-gi",
-                None,
-                uuid,
-                gi.placement,
-                f"GI {gi.id} ({name}): processes run on the GPU (or cannot be queried)",
-            )
-        )
-        return
-
-    def run(node: Node) -> str | None:
-        try:
-            node.hardware().destroy_gpu_instance(gpu.gpu.index, gi.id)
-        except NvmlError as exc:
-            raise _Failed(f"could not destroy orphan GI {gi.id}: {exc.message}") from None
-        return None
-
-    plan.add(
-        Step(
-            "destroy-orphan-gi",
-            None,
-            uuid,
-            gi.placement,
-            f"GI {gi.id} ({name}) has no compute instance; the GPU is idle and adoption is enabled",
-            run,
-        )
-    )
+    durable, plan = survey.durable, survey.plan
+    plan_queued_removals(plan, durable)
+    accounted = set(durable.records) | {q.mig_uuid for q in durable.removals}
+    accounted |= {i.mig_uuid for i in durable.intents if i.mig_uuid}
+    accounted |= {s.mig_uuid for s in plan.steps if s.mig_uuid}
+    known = {spec_file_name(u) for u in accounted}
+    for name in cdi.list_ours():
+        if name not in known:
+            reason = f"{cdi.directory / name}: no record, intent or queued removal accounts for it"
+            plan.add(ActionKind.REMOVE_ORPHAN_CDI, Spec(None, file=name), reason)
 
 
-def _write_spec(node: Node, facts: GpuFacts, gi: GpuInstance, ci: ComputeInstance) -> str | None:
-    """Write an adopted instance's spec. When none can be composed (no NVIDIA spec, no
-    nvidia-caps major) the adoption still stands and this says why there is no spec: the
-    instance is never handed out without one, and a later recover writes it (repair-cdi)
-    once the node can. The init container is not blocked for it."""
+def _plan_cdi_repair(survey: _Survey, gpu: Gpu, gi: GpuInstance, ci: ComputeInstance) -> None:
+    """Report a kept instance's missing or different CDI spec, and rewrite it."""
+    node = survey.node
     cdi = node.cdi()
     if cdi is None:
-        return None
-    dev = cdi_device_for(node, ci.mig_uuid, facts.gpu.uuid, facts.gpu.minor, gi.id, ci.id)
+        return
+    dev = cdi_device_for(node, ci.mig_uuid, gpu.uuid, gpu.minor, gi.id, ci.id)
     try:
-        if not cdi.matches(dev):
-            cdi.write(dev)
-    except UsageError as exc:
-        return f"no CDI spec written yet: {exc.message}"
-    return None
+        if cdi.matches(dev):
+            return
+    except UsageError as exc:  # no spec can be composed: keep what works, say so
+        path = str(cdi.path_of(ci.mig_uuid))
+        if cdi.usable(ci.mig_uuid):
+            reason = f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
+        else:
+            reason = f"missing or unusable, and none can be composed: {exc.message}"
+        survey.plan.warnings.append(Warning_(path, reason))
+        return
+    why = "missing" if not cdi.exists(ci.mig_uuid) else "different from what the instance needs"
+    # The step itself writes the spec, so a failed write is reported on it ("failed: …").
+    target = Spec(ci.mig_uuid, device=dev, gpu_uuid=gpu.uuid, placement=gi.placement)
+    survey.plan.add(ActionKind.REPAIR_CDI, target, f"its CDI spec is {why}; repair: rewrite it")
 
 
-def _adopt_idle(gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str) -> Step:
-    def run(node: Node) -> str | None:
-        now = node.clock()
-        check_transition(None, RecordState.IDLE, ci.mig_uuid)
-        cdi_name = _cdi_name(node, ci.mig_uuid)
-        # The record first, then the spec: a crash between them leaves an Idle record whose
-        # spec the next recovery rewrites, never a spec that no record accounts for.
-        node.records().write(
-            Record(
-                mig_uuid=ci.mig_uuid,
-                gpu_uuid=gpu.gpu.uuid,
-                profile=name,
-                placement=gi.placement,
-                gpu_instance_id=gi.id,
-                compute_instance_id=ci.id,
-                state=RecordState.IDLE,
-                cdi_device=cdi_name,
-                created_at=now,
-                updated_at=now,
-                gpu_index=gpu.gpu.index,
-            )
-        )
-        return _write_spec(node, gpu, gi, ci)
-
-    return Step(
-        "adopt-idle",
-        ci.mig_uuid,
-        gpu.gpu.uuid,
-        gi.placement,
-        f"unmarked complete GI/CI pair ({name}, GI {gi.id}, CI {ci.id}); adoption is enabled",
-        run,
-    )
-
-
-def execute_plan(node: Node, plan: Plan, dry_run: bool) -> tuple[list[Action], list[str]]:
-    """Run the verified plan in order; returns the report and the fatal failures."""
-    actions: list[Action] = []
-    failures: list[str] = []
-    for step in plan.steps:
-        if dry_run or step.run is None:
-            actions.append(step.report())
-            continue
-        try:
-            actions.append(step.report(step.run(node)))
-        except _Failed as exc:
-            if exc.fatal:
-                failures.append(exc.message)
-            actions.append(step.report(f"failed: {exc.message}"))
-        except HamimigError as exc:
-            failures.append(f"{step.action} {step.mig_uuid or ''}: {exc.message}")
-            actions.append(step.report(f"failed: {exc.message}"))
-        except OSError as exc:
-            failures.append(f"{step.action} {step.mig_uuid or ''}: I/O error: {exc}")
-            actions.append(step.report(f"failed: I/O error: {exc}"))
-    return actions, failures
+# --------------------------------------------------------------------------------------------
+# Commands
 
 
 class RecoveryReport(ActionReport):
@@ -996,12 +666,12 @@ def _run(
         durable = load_for_mutation(node, dry_run=dry_run)
         plan = make_plan(durable, source.load(node))
         plan.check()
-        actions, failures = execute_plan(node, plan, dry_run)
+        done = execute(node, plan, dry_run, tolerate_tracked=True)
     return report(
         dry_run=dry_run,
-        actions=tuple(actions),
-        failed="; ".join(failures) or None,
-        exit_code=4 if failures else 0,
+        actions=done.actions,
+        failed=done.failed,
+        exit_code=done.exit_code,
         skipped=tuple(plan.skipped),
         warnings=durable.warnings + tuple(plan.warnings),
     )

@@ -1,0 +1,216 @@
+"""Plans as plain data: what a mutating command will do, step by step, before it does any of it.
+
+Every mutating command (allocate, release, reclaim, reconcile, recover, adopt, forget) is a
+planner that reads one snapshot of the node and returns `Step`s: a kind from the vocabulary, the
+target it acts on (values only: records, intents, live identities, the spec to write) and the
+reason. `executor.apply` is the only code that carries a step out, so a dry run is the plan
+printed, and every record write passes one transition table (docs/design.md "The pipeline").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hamimig.engine.facts import LiveCheck, Liveness
+from hamimig.engine.plans import NOTHING_CHANGED
+from hamimig.engine.views import Action, SkippedGpu, Warning_
+from hamimig.errors import UnverifiableError
+from hamimig.hw.types import ComputeInstance, GiProfile, Gpu, GpuInstance, MigDevice, Placement
+from hamimig.store.cdi import CdiDevice
+from hamimig.store.intents import Intent
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import ActionKind, State
+
+Located = tuple[str | None, str | None, Placement | None]
+"""What a report names for a step: MIG UUID, GPU UUID and placement (each may be unknown)."""
+
+
+@dataclass(frozen=True)
+class Where:
+    """A step that only reports (preserve, skip): where it looked, nothing to apply."""
+
+    mig_uuid: str | None
+    gpu_uuid: str | None
+    placement: Placement | None
+
+    @property
+    def where(self) -> Located:
+        return self.mig_uuid, self.gpu_uuid, self.placement
+
+
+@dataclass(frozen=True)
+class Managed:
+    """A recorded instance, as the planner verified it against its GPU's layout (`live` None:
+    not looked at, its GPU has MIG off or the command takes the record as it is)."""
+
+    record: Record
+    live: LiveCheck | None
+    gpu_index: int
+
+    @property
+    def gone(self) -> bool:
+        """Nothing of it is on the hardware: only its files remain to remove."""
+        return self.live is None or self.live.status is Liveness.ABSENT
+
+    @property
+    def where(self) -> Located:
+        return self.record.mig_uuid, self.record.gpu_uuid, self.record.placement
+
+
+@dataclass(frozen=True)
+class Handout:
+    """An Idle instance verified live, to hand to `owner` with its spec made current."""
+
+    record: Record
+    device: MigDevice
+    owner: Owner
+    spec: CdiDevice | None
+    queued: bool = False
+    """An interrupted forget queued the removal of this spec, which is the instance's again."""
+
+    @property
+    def where(self) -> Located:
+        return self.record.mig_uuid, self.record.gpu_uuid, self.record.placement
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    """A GI and CI to create under an intent, for `owner`."""
+
+    gpu: Gpu
+    profile: GiProfile
+    placement: Placement
+    owner: Owner
+
+    @property
+    def where(self) -> Located:
+        return None, self.gpu.uuid, self.placement
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A live GI/CI pair to record: Active for `owner`, or Idle when `owner` is None.
+    `record` is what exists already (None: adopted)."""
+
+    gpu: Gpu
+    gi: GpuInstance
+    ci: ComputeInstance
+    profile: str
+    owner: Owner | None
+    record: Record | None
+
+    @property
+    def where(self) -> Located:
+        return self.ci.mig_uuid, self.gpu.uuid, self.gi.placement
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An intent to clear, or to roll back by destroying `gi` (None: nothing it created is
+    live). `gpu_index` is where its GPU is now (indexes can change across reboots)."""
+
+    intent: Intent
+    gpu_index: int | None = None
+    gi: GpuInstance | None = None
+
+    @property
+    def where(self) -> Located:
+        return self.intent.mig_uuid, self.intent.gpu_uuid, self.intent.placement
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A CDI spec: to write (`device`), a queued removal to retry (`keep`: the instance has a
+    record again, so only the queue entry goes), or a file of ours nothing accounts for
+    (`file`)."""
+
+    mig_uuid: str | None
+    device: CdiDevice | None = None
+    keep: bool = False
+    file: str | None = None
+    gpu_uuid: str | None = None
+    placement: Placement | None = None
+
+    @property
+    def where(self) -> Located:
+        return self.mig_uuid, self.gpu_uuid, self.placement
+
+
+@dataclass(frozen=True)
+class OrphanGi:
+    """A GI without a compute instance and without a record."""
+
+    gpu: Gpu
+    gi: GpuInstance
+
+    @property
+    def where(self) -> Located:
+        return None, self.gpu.uuid, self.gi.placement
+
+
+@dataclass(frozen=True)
+class Forgettable:
+    """One record file (`mig_uuid`) or intent file (`intent_id`) to drop, never the hardware;
+    `spec` whether the instance has a CDI spec to remove with its record."""
+
+    mig_uuid: str | None = None
+    intent_id: str | None = None
+    spec: bool = False
+    state: State | None = None
+    """The record's state, when its file could be read."""
+
+    @property
+    def where(self) -> Located:
+        return self.mig_uuid, None, None
+
+
+Target = Where | Managed | Handout | NewInstance | Pair | InFlight | Spec | OrphanGi | Forgettable
+
+
+@dataclass(frozen=True)
+class Step:
+    """One planned change (or, on a `Where`, one decision to change nothing), with its reason."""
+
+    kind: ActionKind
+    target: Target
+    reason: str
+
+    @property
+    def mig_uuid(self) -> str | None:
+        return self.target.where[0]
+
+    @property
+    def changes(self) -> bool:
+        """Whether applying it changes anything (a step on a `Where` only reports)."""
+        return not isinstance(self.target, Where)
+
+    def report(self, outcome: str | None = None) -> Action:
+        reason = self.reason if not outcome else f"{self.reason}; {outcome}"
+        return Action(self.kind.value, *self.target.where, reason)
+
+
+@dataclass
+class Plan:
+    """The steps to take, the GPUs not looked at, and every reason to take none of them.
+
+    Planning collects every refusal rather than stopping at the first, so that `doctor` can
+    list them all and an operator fixes the node in one round. `failures` are problems found
+    while planning that block only their own step (reconcile goes on with the rest and exits 4).
+    """
+
+    steps: list[Step] = field(default_factory=list)
+    skipped: list[SkippedGpu] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    warnings: list[Warning_] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def add(self, kind: ActionKind, target: Target, reason: str) -> None:
+        self.steps.append(Step(kind, target, reason))
+
+    def refuse(self, reason: str) -> None:
+        self.refusals.append(reason)
+
+    def check(self) -> None:
+        """Raise when anything could not be verified: then no step runs (exit 5)."""
+        if self.refusals:
+            raise UnverifiableError("; ".join(self.refusals) + f"; {NOTHING_CHANGED}")

@@ -1,0 +1,126 @@
+"""The mutation pipeline: planners return plain steps, and the executor is the one place that
+writes or removes ownership records, each move checked against the transition table."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hamimig.engine.states import TRANSITIONS
+from hamimig.engine.steps import Step
+from hamimig.store.records import Record, RecordStore
+from tests.conftest import Cli
+
+ENGINE = Path(__file__).parent.parent / "hamimig" / "engine"
+
+
+def _record_moves(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, Any]]:
+    """Wrap the record store: every write and removal is logged as (caller module, state
+    before, state after); states as on disk, None for no record."""
+    moves: list[tuple[str, Any, Any]] = []
+    write, remove = RecordStore.write, RecordStore.remove
+
+    def before(store: RecordStore, mig_uuid: str) -> Any:
+        old = store.load()[0].get(mig_uuid)
+        return None if old is None else old.state
+
+    def logged_write(self: RecordStore, record: Record) -> None:
+        caller = sys._getframe(1).f_globals["__name__"]
+        moves.append((caller, before(self, record.mig_uuid), record.state))
+        write(self, record)
+
+    def logged_remove(self: RecordStore, mig_uuid: str) -> None:
+        caller = sys._getframe(1).f_globals["__name__"]
+        moves.append((caller, before(self, mig_uuid), None))
+        remove(self, mig_uuid)
+
+    monkeypatch.setattr(RecordStore, "write", logged_write)
+    monkeypatch.setattr(RecordStore, "remove", logged_remove)
+    return moves
+
+
+def _no_pods(tmp_path: Path) -> str:
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": []}))
+    return str(path)
+
+
+def test_every_record_change_is_the_executors_and_a_legal_transition(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    moves = _record_moves(monkeypatch)
+
+    def ok(*args: str) -> dict[str, Any]:
+        ran = cli.json(*args)
+        assert ran.exit_code == 0, (args, ran.stdout)
+        parsed: dict[str, Any] = json.loads(ran.stdout)
+        return parsed
+
+    def alloc(pod: str, profile: str, placement: str) -> str:
+        args = ("--pod", pod, "--gpu", "0", "--profile", profile, "--placement", placement)
+        mig: str = ok("allocate", *args)["instance"]["migUUID"]
+        return mig
+
+    a = alloc("ns/a", "1g.10gb", "0")
+    b = alloc("ns/b", "1g.10gb", "1")
+    c = alloc("ns/c", "2g.20gb", "2")
+    ok("release", "--mig-uuid", a)
+    assert ok("allocate", "--pod", "ns/d", "--gpu", "0", "--profile", "1g.10gb")["reused"]
+    ok("release", "--pod", "ns/d")
+    ok("release", "--mig-uuid", b)
+    ok("sim", "busy", "--mig-uuid", b, "--gi-only")
+    assert cli.json("reclaim", "--mig-uuid", b).exit_code == 4  # left in Error
+    ok("sim", "busy", "--mig-uuid", b, "--gi-only", "--clear")
+    ok("reconcile")  # retries the destroy
+    ok("reconcile", "--pods", _no_pods(tmp_path))  # c's pod is gone: released
+    alloc("ns/e", "1g.10gb", "0")  # reuses a
+    ok("sim", "create", "--gpu", "1", "--profile", "1g.10gb", "--placement", "0")
+    ok("recover", "--pods", _no_pods(tmp_path), "--adopt")  # a restored Idle, one adopted
+    ok("reclaim", "--gpu", "0", "--placement", "0")
+    ok("forget", c)
+
+    kinds = {(old, new) for _, old, new in moves}
+    assert len(kinds) >= 6, kinds  # creations, releases, reuse, reclaims, Error, forget
+    assert {caller for caller, _, _ in moves} == {"hamimig.engine.executor"}
+    illegal = [(old, new) for _, old, new in moves if (old, new) not in TRANSITIONS]
+    # A reclaim's first write moves Idle or Error to Reclaiming, its removal Reclaiming to none.
+    assert not illegal
+
+
+def test_only_the_executor_writes_or_removes_records() -> None:
+    """No planner reaches the record store's mutating methods (`records().write/remove`)."""
+    offenders = []
+    for path in sorted(ENGINE.glob("*.py")):
+        if path.name == "executor.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("write", "remove")
+                and isinstance(node.func.value, ast.Call)
+                and isinstance(node.func.value.func, ast.Attribute)
+                and node.func.value.func.attr in ("records", "intents")
+            ):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert not offenders
+
+
+def test_a_plan_is_plain_data() -> None:
+    """Steps hold values, never behaviour: a dry run can print them and tests compare them."""
+    import dataclasses
+    import typing
+
+    from hamimig.engine import steps
+
+    hints = typing.get_type_hints(Step)
+    assert set(hints) == {"kind", "target", "reason"}
+    for cls in typing.get_args(steps.Target):
+        for field in dataclasses.fields(cls):
+            assert "Callable" not in str(field.type), (cls.__name__, field.name)
+        assert dataclasses.fields(cls) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
