@@ -121,6 +121,7 @@ class DemoStep:
 @dataclass(frozen=True)
 class DemoTranscript:
     kind: ClassVar[str] = "DemoTranscript"
+    exit_code: ClassVar[int] = 0
     node: str
     steps: tuple[DemoStep, ...] = field(default_factory=tuple)
 
