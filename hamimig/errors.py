@@ -79,5 +79,13 @@ class NvmlError(HardwareError):
         self.value = value
 
 
+class GpuInstanceUnreadable(NvmlError):
+    """The GI exists, its ID is unknown; the caller must roll it back.
+
+    The create call succeeded but reading the new GI back failed, so the caller cannot treat
+    the failure like a refused create (nothing made): a GI now occupies the placement.
+    """
+
+
 class NvmlUnavailableError(HardwareError):
     """NVML cannot be loaded at all: not a GPU node, or the driver is missing."""

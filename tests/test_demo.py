@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
+import os
 from pathlib import Path
 from typing import Any
 
@@ -111,10 +111,13 @@ def test_demo_keep_refusal_is_one_json_object(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_demo_crash_step_runs_this_hamimig_not_one_in_the_current_directory(
+def test_demo_never_starts_a_hamimig_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`python -m hamimig` from a folder holding a `hamimig/` package would run that package."""
+    """The crash runs the engine in a forked child: no CLI, no interpreter to find, no text to
+    parse, so a `hamimig/` package in the current directory cannot stand in for this one."""
+    import subprocess
+
     fake = tmp_path / "hamimig"
     fake.mkdir()
     (fake / "__init__.py").write_text("")
@@ -122,11 +125,33 @@ def test_demo_crash_step_runs_this_hamimig_not_one_in_the_current_directory(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
 
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the demo started a process: {args}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
     result = CliRunner().invoke(app, ["-o", "json", "demo"])
 
     assert result.exit_code == 0, result.stdout + result.stderr
     crash = _steps(json.loads(result.stdout))["Crash mid-allocation"]
     assert "exit status 137" in crash["outcome"]
+    assert [i["state"] for i in crash["instances"] if i["placement"]["start"] == 5] == ["Creating"]
+
+
+def test_in_child_reports_the_childs_exit_status() -> None:
+    from hamimig.engine.demo import in_child
+    from hamimig.errors import ConflictError
+
+    def crash() -> None:
+        os._exit(137)
+
+    def conflict() -> None:
+        raise ConflictError("taken")
+
+    assert in_child(crash) == 137
+    assert in_child(conflict) == 3
+    assert in_child(lambda: None) == 0
+    assert in_child(lambda: 1 / 0) == 1
 
 
 def _no_op(*_: object, **__: object) -> str | None:
@@ -137,7 +162,9 @@ def _no_op(*_: object, **__: object) -> str | None:
 @pytest.mark.parametrize(
     ("target", "step"),
     [
-        ("demo.hamimig_command", "9 (Crash mid-allocation)"),  # the process does not crash
+        ("demo.in_child", "9 (Crash mid-allocation)"),  # the process does not crash
+        # the process dies as if crashed, but never ran the allocation: no intent on disk
+        ("demo.in_child.137", "9 (Crash mid-allocation)"),
         ("demo.sim_fault_add", "7 (NVML failure -> Error)"),  # the reclaim succeeds instead
         ("demo._reclaim", "6 (Active is protected)"),  # as if an Active instance were reclaimed
         # the instance is destroyed but its CDI spec stays behind
@@ -149,8 +176,8 @@ def test_a_step_that_does_not_go_as_narrated_fails_the_demo(
 ) -> None:
     from hamimig.engine import demo, executor
 
-    module, name = target.split(".")
-    stand_in = _no_op if name != "hamimig_command" else lambda: [sys.executable, "-c", "pass"]
+    module, name, *status = target.split(".")
+    stand_in = _no_op if name != "in_child" else lambda _: int(status[0]) if status else 0
     monkeypatch.setattr({"demo": demo, "executor": executor}[module], name, stand_in)
 
     result = CliRunner().invoke(app, ["demo"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hamimig.engine.simulator import sim_fault_add, sim_fault_clear
-from hamimig.errors import NvmlError, UsageError
+from hamimig.errors import GpuInstanceUnreadable, NvmlError, UsageError
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.sim_state import SimStore, run_file_op
 from hamimig.hw.types import Placement
@@ -98,6 +98,37 @@ def test_raise_on_create_gpu_instance(hw: NvmlHardware, sim_path: Path, name: st
     assert gi_ids(sim_path) == []  # a raised fault changes nothing
     assert faults(sim_path) == []
     assert hw.create_gpu_instance(0, 19, Placement(0, 1)) == 7  # fired once, then gone
+
+
+@pytest.mark.parametrize("name", sorted(NVML_ERRORS))
+def test_create_call_refused_is_not_an_unreadable_gi(
+    hw: NvmlHardware, sim_path: Path, name: str
+) -> None:
+    """Nothing was made: the caller has nothing to roll back."""
+    add_fault(sim_path, CREATE, name)
+    with pytest.raises(NvmlError) as err:
+        hw.create_gpu_instance(0, 19, Placement(0, 1))
+    assert not isinstance(err.value, GpuInstanceUnreadable)
+
+
+@pytest.mark.parametrize("name", sorted(NVML_ERRORS))
+def test_gi_read_back_failure_is_an_unreadable_gi(
+    hw: NvmlHardware, sim_path: Path, name: str
+) -> None:
+    """The GI was made but its ID is unknown: a distinct type tells the caller to roll back."""
+    add_fault(sim_path, "nvmlGpuInstanceGetInfo", name)
+    with pytest.raises(GpuInstanceUnreadable) as err:
+        hw.create_gpu_instance(0, 19, Placement(0, 1))
+    assert (err.value.call, err.value.name, err.value.value) == (
+        "nvmlGpuInstanceGetInfo",
+        name,
+        NVML_ERRORS[name],
+    )
+    assert err.value.message == (
+        f"NVML call nvmlGpuInstanceGetInfo failed: {name} (code {NVML_ERRORS[name]})"
+    )
+    assert err.value.exit_code == 4 and err.value.code == "hardware"
+    assert len(gi_ids(sim_path)) == 1  # the GI exists
 
 
 @pytest.mark.parametrize("name", sorted(NVML_ERRORS))

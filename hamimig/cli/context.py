@@ -48,6 +48,5 @@ def execute(ctx: typer.Context, action: Callable[[Node], Result]) -> None:
         render.error(io_error, g.output)
         raise typer.Exit(io_error.exit_code) from None
     render.emit(result, g.output)
-    exit_code = getattr(result, "exit_code", 0)
-    if exit_code:  # a pass that reports what it did and what still failed
-        raise typer.Exit(exit_code)
+    if result.exit_code:  # a pass that reports what it did and what still failed
+        raise typer.Exit(result.exit_code)

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hamimig.cli.context import globals_of
-from hamimig.errors import HamimigError
+from hamimig.cli.context import execute, globals_of
 
 if TYPE_CHECKING:
     from hamimig.engine.demo import DemoStep
+    from hamimig.engine.node import Node
+    from hamimig.engine.views import Result
 
 
 def demo(
@@ -27,8 +28,7 @@ def demo(
     from hamimig.cli import render
     from hamimig.engine.demo import prepare_keep, transcript
 
-    output = globals_of(ctx).output
-    narrate = output == "table"
+    narrate = globals_of(ctx).output == "table"
 
     def show(s: DemoStep) -> None:
         if narrate:
@@ -36,20 +36,14 @@ def demo(
             if step:
                 render.wait_for_enter()
 
-    try:
+    def action(_: Node) -> Result:
         if keep is not None:
             prepare_keep(keep)
-            result = transcript(keep, show)
-        else:
-            with tempfile.TemporaryDirectory(prefix="hamimig-demo-") as tmp:
-                result = transcript(Path(tmp), show)
-    except HamimigError as err:
-        render.error(err, output)
-        raise typer.Exit(err.exit_code) from None
-    if narrate:
-        render.demo_summary(result)
-    else:
-        render.emit(result, output)
+            return transcript(keep, show)
+        with tempfile.TemporaryDirectory(prefix="hamimig-demo-") as tmp:
+            return transcript(Path(tmp), show)
+
+    execute(ctx, action)
 
 
 def register(app: typer.Typer) -> None:

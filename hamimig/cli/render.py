@@ -13,13 +13,14 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ParamSpec, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from hamimig.engine.views import (
     ActionReport,
     Allocation,
     CheckStatus,
     DoctorReport,
+    Forget,
     InstanceDetail,
     InstanceList,
     InstanceView,
@@ -53,6 +54,7 @@ STATE_STYLE = {
 
 
 _P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _tolerates_closed_output(fn: Callable[_P, None]) -> Callable[_P, None]:
@@ -122,44 +124,15 @@ def error(err: HamimigError, fmt: str) -> None:
 
 @_tolerates_closed_output
 def emit(result: Result, fmt: str) -> None:
+    """A result as JSON, YAML, or the table registered for its kind in `_TABLES`."""
     if fmt in ("json", "yaml"):
         _dump(result.to_json(), fmt)
         return
-    if isinstance(result, Metrics):  # plain text: the exposition must reach stdout verbatim
-        _metrics(result)
+    table = _TABLES.get(result.kind)
+    if table is None:  # a result without a table of its own still shows everything it has
+        _console().print_json(json.dumps(result.to_json()))
         return
-    console = _console()
-    if isinstance(result, InstanceList):
-        _instance_list(console, result)
-    elif isinstance(result, ProfileList):
-        _profile_list(console, result)
-    elif isinstance(result, SimView):
-        _sim_view(console, result)
-    elif isinstance(result, Allocation):
-        _allocation(console, result)
-    elif isinstance(result, Release):
-        _instances(console, "released (now Idle)", result.released)
-    elif isinstance(result, Reclaim):
-        title = "would reclaim (dry run)" if result.dry_run else "reclaimed"
-        _instances(console, title, result.reclaimed)
-        for skipped in result.skipped:
-            console.print(f"skipped {skipped.mig_uuid}: {skipped.reason}")
-        for note in result.notes:
-            console.print(f"[yellow]note:[/] {note}")
-        for warning in result.warnings:
-            console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
-    elif isinstance(result, ActionReport):
-        _actions(console, result)
-    elif isinstance(result, InstanceDetail):
-        _detail(console, result)
-    elif isinstance(result, DoctorReport):
-        _doctor(console, result)
-    elif result.kind == "Config":  # by kind: its module loads only for `config show`
-        _config(console, cast("ConfigView", result))
-    elif result.kind == "Forget":
-        _forget(console, result)
-    else:  # a result without a table of its own still shows everything it has
-        console.print_json(json.dumps(result.to_json()))
+    table(result)
 
 
 @_tolerates_closed_output
@@ -181,9 +154,8 @@ def demo_step(step: DemoStep) -> None:
         console.print(_instance_table("", step.instances))
 
 
-@_tolerates_closed_output
-def demo_summary(result: DemoTranscript) -> None:
-    console = _console()
+def _demo_summary(console: Console, result: DemoTranscript) -> None:
+    """The steps were narrated as they ran: the table of a transcript is its summary."""
     made = sum(s.creations for s in result.steps)
     gone = sum(s.destructions for s in result.steps)
     console.print(
@@ -270,6 +242,21 @@ def _allocation(console: Console, result: Allocation) -> None:
         console.print("reclaimed to make room: " + ", ".join(result.reclaimed))
     if inst.cdi_device:
         console.print(f"CDI device: {inst.cdi_device}")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
+
+
+def _release(console: Console, result: Release) -> None:
+    _instances(console, "released (now Idle)", result.released)
+
+
+def _reclaim(console: Console, result: Reclaim) -> None:
+    title = "would reclaim (dry run)" if result.dry_run else "reclaimed"
+    _instances(console, title, result.reclaimed)
+    for skipped in result.skipped:
+        console.print(f"skipped {skipped.mig_uuid}: {skipped.reason}")
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
@@ -512,11 +499,8 @@ def _escape(text: str) -> str:
     return rich_escape(text)
 
 
-def _forget(console: Console, result: Result) -> None:
+def _forget(console: Console, result: Forget) -> None:
     """One short line per dropped file (the JSON has the paths)."""
-    from hamimig.engine.views import Forget
-
-    assert isinstance(result, Forget)
     verb = "would forget" if result.dry_run else "forgot"
     for item in result.forgotten:
         if item.intent is not None:
@@ -533,3 +517,34 @@ def _forget(console: Console, result: Result) -> None:
         console.print(f"[yellow]warning:[/] {_escape(warning.file)}: {_escape(warning.reason)}")
     if not result.dry_run:
         console.print("the hardware was not touched: see 'hamimig list'")
+
+
+def _on_console(draw: Callable[[Console, _R], None]) -> Callable[[_R], None]:
+    """A table drawn on a fresh console (made only when a table is drawn: rich loads late)."""
+
+    def render(result: _R) -> None:
+        draw(_console(), result)
+
+    return render
+
+
+# How a table shows each kind of result: the one registry `emit` dispatches through. Kinds whose
+# modules load only for their own command (config, demo, recover and adopt) are spelled out
+# rather than imported, so that other commands never pay for them.
+_TABLES: dict[str, Callable[[Any], None]] = {
+    InstanceList.kind: _on_console(_instance_list),
+    ProfileList.kind: _on_console(_profile_list),
+    InstanceDetail.kind: _on_console(_detail),
+    SimView.kind: _on_console(_sim_view),
+    Allocation.kind: _on_console(_allocation),
+    Release.kind: _on_console(_release),
+    Reclaim.kind: _on_console(_reclaim),
+    ActionReport.kind: _on_console(_actions),
+    "Recovery": _on_console(_actions),
+    "Adoption": _on_console(_actions),
+    DoctorReport.kind: _on_console(_doctor),
+    Forget.kind: _on_console(_forget),
+    Metrics.kind: _metrics,  # plain text: the exposition must reach stdout verbatim
+    "Config": _on_console(_config),
+    "DemoTranscript": _on_console(_demo_summary),
+}

@@ -1,7 +1,7 @@
 """`hamimig demo`: the whole lifecycle on a temporary simulated H100 node, step by step.
 
-Each step runs the real engine (and, for the crash, a real `hamimig` process killed by an
-injected fault) and reports what happened with the NVML calls it cost, so the transcript shows
+Each step runs the real engine (for the crash, in a forked child process that an injected fault
+kills) and reports what happened with the NVML calls it cost, so the transcript shows
 the point of the lifecycle: reuse makes no creations at all.
 
 Every step checks that it ended the way its narration says before the narration is shown: a
@@ -11,7 +11,8 @@ goes otherwise stops the demo with `DemoFailed`, naming the step.
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,16 +26,15 @@ from hamimig.engine.inventory import list_instances
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.simulator import sim_fault_add, sim_init
-from hamimig.engine.views import InstanceView, Json
+from hamimig.engine.views import Allocation, InstanceView, Json
 from hamimig.errors import HamimigError, UsageError
-from hamimig.hw.sim_state import SimStore
+from hamimig.hw.sim_state import CRASH_EXIT_STATUS, SimStore
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
 from hamimig.vocabulary import Outcome
 
 MODEL = "H100-SXM5-80GB"
 _NOT_COUNTED = ("nvmlInit", "nvmlShutdown")
-CRASH_EXIT_STATUS = 137
 
 
 class DemoFailed(HamimigError):
@@ -69,23 +69,29 @@ def prepare_keep(path: Path) -> None:
         raise UsageError(f"--keep {path}: cannot create it: {exc.strerror or exc}") from None
 
 
-def hamimig_command() -> list[str]:
-    """A command line that runs this very hamimig in a fresh interpreter.
+def in_child(work: Callable[[], object]) -> int:
+    """Run `work` in a forked child process and return the child's exit status.
 
-    `python -m hamimig` would run whatever `hamimig/` sits in the current directory. `-I`
-    (isolated mode) drops the current directory, PYTHON* variables and the user site; the
-    directory this package was imported from is then put first only long enough to import the
-    package itself, so the child runs the same code as this process whether it is installed,
-    installed editable or run from a checkout on PYTHONPATH.
+    A crash fault ends the process it fires in (`os._exit`); running the engine call in a child
+    lets the demo survive the crash and show what it left behind. The child never returns into
+    the caller's code: it ends with `os._exit` whatever `work` does (0, a HamimigError's exit
+    code, or 1).
     """
-    import hamimig
-
-    root = str(Path(hamimig.__file__).resolve().parent.parent)
-    bootstrap = (
-        "import sys; sys.path.insert(0, sys.argv.pop(1)); import hamimig; del sys.path[0]; "
-        "from hamimig.cli.app import main; main()"
-    )
-    return [sys.executable, "-I", "-c", bootstrap, root]
+    for stream in (sys.stdout, sys.stderr):  # else the child could write them out a second time
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child's coverage is never reported)
+        status = 1
+        try:
+            work()
+            status = 0
+        except HamimigError as err:
+            status = err.exit_code
+        finally:
+            os._exit(status)
+    _, wait_status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(wait_status)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class DemoStep:
 @dataclass(frozen=True)
 class DemoTranscript:
     kind: ClassVar[str] = "DemoTranscript"
+    exit_code: ClassVar[int] = 0
     node: str
     steps: tuple[DemoStep, ...] = field(default_factory=tuple)
 
@@ -208,20 +215,24 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             shown,
         )
 
-    def alloc(pod: str, profile: str, placement: str, how_expected: str = "created") -> str:
+    def alloc(
+        pod: str, profile: str, placement: str, expected: Outcome = Outcome.CREATED
+    ) -> Allocation:
         request = allocation.make_request(pod, None, 0, 0, "0", profile, placement)
         result = allocation.allocate(node, request)
-        how = "already held" if result.outcome is Outcome.UNCHANGED else result.outcome.value
-        extra = f"; reclaimed {', '.join(result.reclaimed)}" if result.reclaimed else ""
-        _expect(how == how_expected, f"the allocation for {pod} was {how}, not {how_expected}")
-        return f"{how} {result.instance.mig_uuid} ({profile} at {result.instance.placement}){extra}"
+        _expect(
+            result.outcome is expected,
+            f"the allocation for {pod} was {_how(result)}, not {_how_word(expected)}",
+        )
+        _expect(result.instance.mig_uuid is not None, f"the allocation for {pod} has no MIG UUID")
+        return result
 
     first: dict[str, str] = {}
 
     def allocate_first() -> str:
-        text = alloc("team-a/train-1", "1g.10gb", "0")
-        first["uuid"] = text.split()[1]
-        return text
+        result = alloc("team-a/train-1", "1g.10gb", "0")
+        first["uuid"] = _uuid(result)
+        return _told(result)
 
     yield step(
         "Allocate",
@@ -249,9 +260,9 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     )
 
     def reuse() -> str:
-        text = alloc("team-b/infer-1", "1g.10gb", "0", how_expected="reused")
-        _expect(text.split()[1] == first["uuid"], f"reused {text.split()[1]}, not {first['uuid']}")
-        return text
+        result = alloc("team-b/infer-1", "1g.10gb", "0", Outcome.REUSED)
+        _expect(_uuid(result) == first["uuid"], f"reused {_uuid(result)}, not {first['uuid']}")
+        return _told(result)
 
     yield step(
         "Exact reuse",
@@ -266,19 +277,19 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
 
     def two_idle() -> str:
         made = [alloc("team-c/etl-1", "1g.10gb", "2"), alloc("team-c/etl-2", "1g.10gb", "4")]
-        idle_at.update({2: made[0].split()[1], 4: made[1].split()[1]})
+        idle_at.update({2: _uuid(made[0]), 4: _uuid(made[1])})
         released = maintenance.release(node, ("team-c", "etl-1"), None).released
         released += maintenance.release(node, ("team-c", "etl-2"), None).released
         _expect(len(released) == 2, f"released {len(released)} instances, not 2")
-        return "; ".join(made) + f"; released {len(released)} (now Idle)"
+        return "; ".join(_told(m) for m in made) + f"; released {len(released)} (now Idle)"
 
     def pressure() -> str:
-        text = alloc("team-d/big-1", "2g.20gb", "2")
+        result = alloc("team-d/big-1", "2g.20gb", "2")
         _expect(
-            text.endswith(f"; reclaimed {idle_at[2]}"),
-            f"expected to reclaim exactly {idle_at[2]}: {text}",
+            result.reclaimed == (idle_at[2],),
+            f"expected to reclaim exactly {idle_at[2]}: {_told(result)}",
         )
-        return text
+        return _told(result)
 
     yield step(
         "Two Idle instances",
@@ -307,8 +318,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     error_target: dict[str, str] = {}
 
     def make_error() -> str:
-        text = alloc("team-e/job-1", "1g.10gb", "6")
-        uuid = text.split()[1]
+        uuid = _uuid(alloc("team-e/job-1", "1g.10gb", "6"))
         error_target["uuid"] = uuid
         maintenance.release(node, ("team-e", "job-1"), None)
         # A process that starts after hamimig saw none: the destroy itself fails with IN_USE.
@@ -350,41 +360,17 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
 
     def crash() -> str:
         sim_fault_add(sim, "nvmlGpuInstanceCreateComputeInstance", None, "crash-before", 1, 0, None)
-        done = subprocess.run(
-            [
-                *hamimig_command(),
-                "--sim",
-                str(sim),
-                "--state-dir",
-                str(node.state_dir),
-                "--cdi-dir",
-                str(node.cdi_dir),
-                "--config",
-                str(node.config_path),
-                "allocate",
-                "--pod",
-                "team-f/crashy",
-                "--gpu",
-                "0",
-                "--profile",
-                "1g.10gb",
-                "--placement",
-                "5",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:]
+        twin = Node(node.state_dir, node.cdi_dir, node.config_path, sim=sim)
+        crashy = allocation.make_request("team-f/crashy", None, 0, 0, "0", "1g.10gb", "5")
+        status = in_child(lambda: allocation.allocate(twin, crashy))
         _expect(
-            done.returncode == CRASH_EXIT_STATUS,
-            f"the allocating process exited {done.returncode}, not {CRASH_EXIT_STATUS}"
-            + (f" ({last[0]})" if last else ""),
+            status == CRASH_EXIT_STATUS,
+            f"the allocating process exited {status}, not {CRASH_EXIT_STATUS}",
         )
         left = [i for i in node.intents().load()[0] if i.placement.start == 5]
         _expect(len(left) == 1, "the crashed allocation left no intent on disk")
         return (
-            f"the allocating process died with exit status {done.returncode} after creating "
+            f"the allocating process died with exit status {status} after creating "
             "the GPU instance; its intent is on disk"
         )
 
@@ -426,6 +412,25 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "recover --pods pods.json   # team-b/infer-1 and team-d/big-1 are Running",
         recover,
     )
+
+
+def _how_word(outcome: Outcome) -> str:
+    return "already held" if outcome is Outcome.UNCHANGED else outcome.value
+
+
+def _how(result: Allocation) -> str:
+    return _how_word(result.outcome)
+
+
+def _uuid(result: Allocation) -> str:
+    return str(result.instance.mig_uuid)
+
+
+def _told(result: Allocation) -> str:
+    """The outcome line of an allocation step, as the narration shows it."""
+    inst = result.instance
+    extra = f"; reclaimed {', '.join(result.reclaimed)}" if result.reclaimed else ""
+    return f"{_how(result)} {inst.mig_uuid} ({inst.profile} at {inst.placement}){extra}"
 
 
 def _expect_error_kept(node: Node, uuid: str | None) -> None:

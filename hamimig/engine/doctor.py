@@ -741,61 +741,83 @@ def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
 
 
 def _check_our_specs(cdi: CdiStore, live: _Live, durable: Durable | None) -> list[Check]:
-    checks: list[Check] = []
-    records = {} if durable is None else durable.records
-    by_spec = {spec_file_name(r.mig_uuid): r for r in records.values()}
-    queued = set() if durable is None else {spec_file_name(q.mig_uuid) for q in durable.removals}
-    in_flight = (
-        set()
-        if durable is None
-        else {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
-    )
     names = cdi.list_ours()
-    good = 0
-    for name in names:
-        if durable is None:  # records unreadable: whose spec it is cannot be told
-            check = _check_spec(cdi, name, None, live, False, False, records_known=False)
-        else:
-            check = _check_spec(
-                cdi, name, by_spec.get(name), live, name in queued, name in in_flight
-            )
-        if check.status is CheckStatus.OK:
-            good += 1  # one summary row below, not one per instance
-        else:
-            checks.append(check)
-    if live.hw is not None:
-        present = set(names)
-        for record in records.values():
-            spec = spec_file_name(record.mig_uuid)
-            if spec in present or record.state not in (RecordState.ACTIVE, RecordState.IDLE):
-                continue
-            try:
-                needed = live.needed_device(record)
-            except (HamimigError, OSError):
-                continue  # the mig-minors or GPU checks say why
-            if isinstance(needed, CdiDevice):
-                checks.append(
-                    _warn(
-                        f"cdi-spec/{_short(spec)}",
-                        f"missing: {record.mig_uuid} is live but has no spec in {cdi.directory}, "
-                        "so a pod given it cannot start",
-                        "hamimig recover (rewrites it: repair-cdi)",
-                    )
+    checks, good = _check_spec_files(cdi, names, live, durable)
+    if live.hw is not None and durable is not None:
+        checks += _missing_specs(cdi, set(names), live, durable.records)
+    return checks + _specs_summary(cdi, names, good, bool(checks), live, durable)
+
+
+def _check_spec_files(
+    cdi: CdiStore, names: list[str], live: _Live, durable: Durable | None
+) -> tuple[list[Check], int]:
+    """The problems among our spec files, and how many are fine (those get one summary row,
+    not one per instance)."""
+    if durable is None:  # records unreadable: whose spec it is cannot be told
+        results = [
+            _check_spec(cdi, name, None, live, False, False, records_known=False) for name in names
+        ]
+    else:
+        by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
+        queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
+        in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
+        results = [
+            _check_spec(cdi, name, by_spec.get(name), live, name in queued, name in in_flight)
+            for name in names
+        ]
+    problems = [c for c in results if c.status is not CheckStatus.OK]
+    return problems, len(results) - len(problems)
+
+
+def _missing_specs(
+    cdi: CdiStore, present: set[str], live: _Live, records: dict[str, Record]
+) -> list[Check]:
+    """Active and Idle instances that are live but have no spec: a pod given one cannot start."""
+    checks: list[Check] = []
+    for record in records.values():
+        spec = spec_file_name(record.mig_uuid)
+        if spec in present or record.state not in (RecordState.ACTIVE, RecordState.IDLE):
+            continue
+        if _needs_a_device(live, record):
+            checks.append(
+                _warn(
+                    f"cdi-spec/{_short(spec)}",
+                    f"missing: {record.mig_uuid} is live but has no spec in {cdi.directory}, "
+                    "so a pod given it cannot start",
+                    "hamimig recover (rewrites it: repair-cdi)",
                 )
-    if not checks:
-        if not names:
-            checks.append(_ok("cdi-specs", f"no spec of ours in {cdi.directory}"))
-            return checks
-        if durable is None:
-            compared = " (not matched with records: they cannot be read)"
-        elif live.hw is None:
-            compared = " (not compared with the hardware: NVML unavailable)"
-        else:
-            compared = " and match their live instances"
-        checks.append(_ok("cdi-specs", f"{good} spec(s) of ours, all valid{compared}"))
-    elif good:
-        checks.append(_ok("cdi-specs", f"{good} other spec(s) of ours are fine"))
+            )
     return checks
+
+
+def _needs_a_device(live: _Live, record: Record) -> bool:
+    try:
+        needed = live.needed_device(record)
+    except (HamimigError, OSError):
+        return False  # the mig-minors or GPU checks say why
+    return isinstance(needed, CdiDevice)
+
+
+def _specs_summary(
+    cdi: CdiStore,
+    names: list[str],
+    good: int,
+    problems: bool,
+    live: _Live,
+    durable: Durable | None,
+) -> list[Check]:
+    """One row for the specs that are fine: all of them, or the others beside the problems."""
+    if problems:
+        return [_ok("cdi-specs", f"{good} other spec(s) of ours are fine")] if good else []
+    if not names:
+        return [_ok("cdi-specs", f"no spec of ours in {cdi.directory}")]
+    if durable is None:
+        compared = " (not matched with records: they cannot be read)"
+    elif live.hw is None:
+        compared = " (not compared with the hardware: NVML unavailable)"
+    else:
+        compared = " and match their live instances"
+    return [_ok("cdi-specs", f"{good} spec(s) of ours, all valid{compared}")]
 
 
 def _check_spec(

@@ -44,7 +44,14 @@ from hamimig.engine.steps import (
     Target,
 )
 from hamimig.engine.views import Action
-from hamimig.errors import ConflictError, HamimigError, HardwareError, NvmlError, UsageError
+from hamimig.errors import (
+    ConflictError,
+    GpuInstanceUnreadable,
+    HamimigError,
+    HardwareError,
+    NvmlError,
+    UsageError,
+)
 from hamimig.hw.devnodes import capability_nodes
 from hamimig.hw.types import GiProfile, Gpu, Placement
 from hamimig.store.cdi import CdiDevice, CdiStore
@@ -213,7 +220,7 @@ def create_instance(
     try:
         gi_id = hw.create_gpu_instance(gpu.index, profile.id, placement)
     except NvmlError as exc:
-        if exc.call != "nvmlDeviceCreateGpuInstanceWithPlacement":
+        if isinstance(exc, GpuInstanceUnreadable):
             # The GI was created and reading it back failed: undo it like any partial work.
             _rollback_unread_gi(node, intent, exc)
         _drop_intent(node, intent)

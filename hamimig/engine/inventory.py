@@ -7,6 +7,7 @@ becomes a warning, never a failure.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 
 from hamimig.engine.facts import Durable, Liveness, check_record, load_durable, processes_on
 from hamimig.engine.node import Node, resolve_gpu
@@ -74,6 +75,17 @@ def _intent_view(intent: Intent, gpu_index: int, gi: GpuInstance | None) -> Inst
     )
 
 
+@dataclass
+class _Claims:
+    """What one GPU's records and intents account for, filled in as they are matched."""
+
+    views: list[InstanceView] = field(default_factory=list)
+    pairs: set[tuple[int, int]] = field(default_factory=set)
+    gis: set[int] = field(default_factory=set)
+    records: set[str] = field(default_factory=set)
+    intents: set[str] = field(default_factory=set)
+
+
 def gpu_instances(
     hw: MigHardware, gpu: Gpu, durable: Durable
 ) -> tuple[list[InstanceView], set[str], set[str]]:
@@ -83,60 +95,78 @@ def gpu_instances(
         return [], set(), set()
     names = {p.id: p.name for p in hw.profiles(gpu.index)}
     layout = hw.layout(gpu.index)
-    records = durable.on_gpu(gpu.uuid)
-    seen_records: set[str] = set()
-    seen_intents: set[str] = set()
-    out: list[InstanceView] = []
+    claims = _Claims()
+    _claim_recorded(claims, gpu, layout, names, durable)
+    _claim_the_rest(claims, gpu, layout, names, durable)
+    out = [_with_processes(hw, v) for v in claims.views]
+    out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
+    return out, claims.records, claims.intents
 
-    def intent_at(gi: GpuInstance) -> Intent | None:
-        return next(
-            (
-                i
-                for i in durable.intents
-                if i.gpu_uuid == gpu.uuid
-                and i.placement == gi.placement
-                and i.gpu_instance_id in (None, gi.id)
-            ),
-            None,
-        )
 
-    claimed_pairs: set[tuple[int, int]] = set()
-    claimed_gis: set[int] = set()
-    for record in records:
+def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
+    """The allocation in flight that made (or is making) this GI, if any."""
+    return next(
+        (
+            i
+            for i in durable.intents
+            if i.gpu_uuid == gpu.uuid
+            and i.placement == gi.placement
+            and i.gpu_instance_id in (None, gi.id)
+        ),
+        None,
+    )
+
+
+def _claim_recorded(
+    claims: _Claims,
+    gpu: Gpu,
+    layout: tuple[GpuInstance, ...],
+    names: dict[int, str],
+    durable: Durable,
+) -> None:
+    """The views of records whose GI (with or without its CI) is live."""
+    for record in durable.on_gpu(gpu.uuid):
         live = check_record(record, layout, names)
         if live.status is Liveness.COMPLETE:
-            claimed_pairs.add((record.gpu_instance_id, record.compute_instance_id))
+            claims.pairs.add((record.gpu_instance_id, record.compute_instance_id))
         elif live.status is Liveness.GI_ONLY:
-            claimed_gis.add(record.gpu_instance_id)
+            claims.gis.add(record.gpu_instance_id)
         else:
             continue
-        seen_records.add(record.mig_uuid)
-        intent = intent_at(live.gi) if live.gi is not None else None
+        claims.records.add(record.mig_uuid)
+        intent = _intent_at(durable, gpu, live.gi) if live.gi is not None else None
         if intent is not None and intent.mig_uuid == record.mig_uuid:
             # The record was written but the intent not yet removed: one allocation, in flight.
-            seen_intents.add(intent.id)
-            claimed_gis.add(record.gpu_instance_id)
-            out.append(_intent_view(intent, gpu.index, live.gi))
+            claims.intents.add(intent.id)
+            claims.gis.add(record.gpu_instance_id)
+            claims.views.append(_intent_view(intent, gpu.index, live.gi))
             continue
         error = None if live.status is Liveness.COMPLETE else live.detail
-        out.append(record_view(record, gpu.index, error=error or record.error))
+        claims.views.append(record_view(record, gpu.index, error=error or record.error))
+
+
+def _claim_the_rest(
+    claims: _Claims,
+    gpu: Gpu,
+    layout: tuple[GpuInstance, ...],
+    names: dict[int, str],
+    durable: Durable,
+) -> None:
+    """The live GIs and pairs no record claimed: an allocation in flight, or unmanaged."""
     for gi in layout:
-        if gi.id in claimed_gis:
+        if gi.id in claims.gis:
             continue
         profile = names.get(gi.profile_id, f"profile-{gi.profile_id}")
-        intent = intent_at(gi)
-        if intent is not None and intent.id not in seen_intents:
-            seen_intents.add(intent.id)
-            out.append(_intent_view(intent, gpu.index, gi))
+        intent = _intent_at(durable, gpu, gi)
+        if intent is not None and intent.id not in claims.intents:
+            claims.intents.add(intent.id)
+            claims.views.append(_intent_view(intent, gpu.index, gi))
             continue
         if not gi.compute_instances:
-            out.append(_unmanaged(gpu, gi, profile, None, None))
+            claims.views.append(_unmanaged(gpu, gi, profile, None, None))
         for ci in gi.compute_instances:
-            if (gi.id, ci.id) not in claimed_pairs:
-                out.append(_unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid))
-    out = [_with_processes(hw, v) for v in out]
-    out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
-    return out, seen_records, seen_intents
+            if (gi.id, ci.id) not in claims.pairs:
+                claims.views.append(_unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid))
 
 
 _LIVE_PAIR_STATES = frozenset(

@@ -23,6 +23,7 @@ class Setting:
 @dataclass(frozen=True)
 class ConfigView:
     kind: ClassVar[str] = "Config"
+    exit_code: ClassVar[int] = 0
     path: str
     settings: tuple[Setting, ...]
 

@@ -20,9 +20,17 @@ Json = dict[str, Any]
 
 
 class Result(Protocol):
-    """What every command returns: a kind, and the contract's JSON object."""
+    """What every command returns: a kind, its exit status, and the contract's JSON object.
+
+    `exit_code` is how a result that reports what it did and what still failed (recover,
+    reconcile, doctor) tells the CLI its status; results that cannot fail say 0. The CLI reads
+    it in one place, so no command needs a special case for its status.
+    """
 
     kind: ClassVar[str]
+
+    @property
+    def exit_code(self) -> int: ...
 
     def to_json(self) -> Json: ...
 
@@ -74,6 +82,7 @@ class InstanceDetail:
     """`show`: one instance, with where its record and CDI spec live."""
 
     kind: ClassVar[str] = "Instance"
+    exit_code: ClassVar[int] = 0
     instance: InstanceView
     record: str | None
     cdi_spec: str | None
@@ -91,6 +100,7 @@ class InstanceDetail:
 @dataclass(frozen=True)
 class Allocation:
     kind: ClassVar[str] = "Allocation"
+    exit_code: ClassVar[int] = 0
     instance: InstanceView
     outcome: Outcome
     reclaimed: tuple[str, ...] = ()
@@ -120,6 +130,7 @@ class Allocation:
 @dataclass(frozen=True)
 class Release:
     kind: ClassVar[str] = "Release"
+    exit_code: ClassVar[int] = 0
     released: tuple[InstanceView, ...]
 
     def to_json(self) -> Json:
@@ -140,6 +151,7 @@ class SkippedInstance:
 @dataclass(frozen=True)
 class Reclaim:
     kind: ClassVar[str] = "Reclaim"
+    exit_code: ClassVar[int] = 0
     dry_run: bool
     reclaimed: tuple[InstanceView, ...]
     notes: tuple[str, ...] = ()
@@ -259,6 +271,7 @@ class Warning_:
 @dataclass(frozen=True)
 class InstanceList:
     kind: ClassVar[str] = "InstanceList"
+    exit_code: ClassVar[int] = 0
     instances: tuple[InstanceView, ...]
     gpus: tuple[GpuView, ...]
     warnings: tuple[Warning_, ...] = ()
@@ -311,6 +324,7 @@ class GpuProfiles:
 @dataclass(frozen=True)
 class ProfileList:
     kind: ClassVar[str] = "ProfileList"
+    exit_code: ClassVar[int] = 0
     gpus: tuple[GpuProfiles, ...]
 
     def to_json(self) -> Json:
@@ -322,6 +336,7 @@ class SimView:
     """The simulated node as `sim` commands report it: its state document, and what changed."""
 
     kind: ClassVar[str] = "SimNode"
+    exit_code: ClassVar[int] = 0
     path: str
     state: Json
     message: str = ""
@@ -416,6 +431,7 @@ class Metrics:
     """`metrics`: the Prometheus text exposition, and where it was written (None: stdout)."""
 
     kind: ClassVar[str] = "Metrics"
+    exit_code: ClassVar[int] = 0
     path: str | None
     series: int
     text: str
@@ -465,6 +481,7 @@ class Forget:
     """`forget`: ownership dropped, hardware untouched (a live instance becomes Unmanaged)."""
 
     kind: ClassVar[str] = "Forget"
+    exit_code: ClassVar[int] = 0
     dry_run: bool
     forgotten: tuple[Forgotten, ...]
     warnings: tuple[Warning_, ...] = ()

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hamimig.errors import NvmlError, NvmlUnavailableError, UsageError
+from hamimig.errors import GpuInstanceUnreadable, NvmlError, NvmlUnavailableError, UsageError
 from hamimig.hw.minors import DEFAULT_MIG_MINORS, MigMinors
 from hamimig.hw.types import (
     CapabilityMinors,
@@ -398,7 +398,10 @@ class NvmlHardware:
         gi_handle = self._c(
             "nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile_id, ctypes.byref(wanted)
         )
-        gi_id = int(self._c("nvmlGpuInstanceGetInfo", gi_handle).id)
+        try:
+            gi_id = int(self._c("nvmlGpuInstanceGetInfo", gi_handle).id)
+        except NvmlError as exc:
+            raise GpuInstanceUnreadable(exc.call, exc.name, exc.value) from None
         self._new_gis[(gpu, gi_id)] = (gi_handle, profile_id)
         return gi_id
 

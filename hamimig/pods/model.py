@@ -21,9 +21,6 @@ class PodSourceError(UnverifiableError):
     could destroy an instance that a running pod uses.
     """
 
-    exit_code = 5
-    code = "unverifiable"
-
 
 @dataclass(frozen=True)
 class Pod:
