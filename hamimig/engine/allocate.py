@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hamimig.engine import validate
-from hamimig.engine.executor import DestroyFailed, apply, cdi_device_for, tidy_finished
+from hamimig.engine.executor import DestroyFailed, apply, tidy_finished
 from hamimig.engine.facts import (
     Durable,
+    cdi_device_for,
     check_reuse,
     has_processes,
     load_for_mutation,

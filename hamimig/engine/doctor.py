@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hamimig.config import Config
-from hamimig.engine.executor import cdi_device_for
-from hamimig.engine.facts import Durable, Liveness, check_record, load_durable
+from hamimig.engine.facts import Durable, Liveness, cdi_device_for, check_record, load_durable
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.safety import SYSTEM_CDI_DIR, cdi_conflicts, parent_problem, scan_cdi_dirs

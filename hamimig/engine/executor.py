@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from hamimig.engine.facts import Durable, LiveCheck, Liveness
+from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
 from hamimig.engine.metrics import (
     CREATIONS,
     FAILED_ALLOCATE,
@@ -52,7 +52,6 @@ from hamimig.errors import (
     NvmlError,
     UsageError,
 )
-from hamimig.hw.devnodes import capability_nodes
 from hamimig.hw.types import GiProfile, Gpu, Placement
 from hamimig.store.cdi import CdiDevice, CdiStore
 from hamimig.store.intents import Intent, new_intent_id
@@ -76,40 +75,6 @@ def set_state(node: Node, record: Record, target: RecordState, **changes: object
     )
     node.records().write(updated)
     return updated
-
-
-def cdi_device_for(
-    node: Node,
-    mig_uuid: str,
-    gpu_uuid: str,
-    gpu_minor: int,
-    gi: int,
-    ci: int,
-    composes: bool | None = None,
-) -> CdiDevice:
-    """What the instance's spec is made of. The capability nodes' major and modes are read
-    only where a spec is composed from the NVIDIA base (`composes`; by default as the
-    node's config says): the device-nodes-only form lists paths alone."""
-    minors = node.hardware().capability_minors(gpu_minor, gi, ci)
-    dev = CdiDevice(
-        mig_uuid=mig_uuid,
-        gpu_minor=gpu_minor,
-        gi_cap_minor=minors.gi_access,
-        ci_cap_minor=minors.ci_access,
-        gpu_uuid=gpu_uuid,
-        gi_id=gi,
-        ci_id=ci,
-    )
-    if not (node.cdi_base().composes if composes is None else composes):
-        return dev
-    files = node.files()
-    try:
-        nodes = capability_nodes(files.proc_devices, files.capabilities, gpu_minor, gi, ci)
-    except HardwareError as exc:  # composing then fails; an existing spec is kept
-        return dataclasses.replace(dev, caps_problem=exc.message)
-    return dataclasses.replace(
-        dev, caps_major=nodes.major, gi_cap_mode=nodes.gi_mode, ci_cap_mode=nodes.ci_mode
-    )
 
 
 def refresh_spec(cdi: CdiStore, dev: CdiDevice) -> str | None:

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from hamimig.engine.node import Node
 from hamimig.engine.views import Warning_
-from hamimig.errors import NvmlError, UnverifiableError
+from hamimig.errors import HardwareError, NvmlError, UnverifiableError
+from hamimig.hw.devnodes import capability_nodes
 from hamimig.hw.types import GpuInstance, MigDevice, MigHardware
+from hamimig.store.cdi import CdiDevice
 from hamimig.store.intents import Intent
 from hamimig.store.queue import QueuedRemoval
 from hamimig.store.records import Problem, Record
@@ -174,3 +176,37 @@ def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None
 
 def _fmt(values: tuple[object, ...]) -> str:
     return "/".join(str(v) for v in values)
+
+
+def cdi_device_for(
+    node: Node,
+    mig_uuid: str,
+    gpu_uuid: str,
+    gpu_minor: int,
+    gi: int,
+    ci: int,
+    composes: bool | None = None,
+) -> CdiDevice:
+    """What the instance's spec is made of. The capability nodes' major and modes are read
+    only where a spec is composed from the NVIDIA base (`composes`; by default as the
+    node's config says): the device-nodes-only form lists paths alone."""
+    minors = node.hardware().capability_minors(gpu_minor, gi, ci)
+    dev = CdiDevice(
+        mig_uuid=mig_uuid,
+        gpu_minor=gpu_minor,
+        gi_cap_minor=minors.gi_access,
+        ci_cap_minor=minors.ci_access,
+        gpu_uuid=gpu_uuid,
+        gi_id=gi,
+        ci_id=ci,
+    )
+    if not (node.cdi_base().composes if composes is None else composes):
+        return dev
+    files = node.files()
+    try:
+        nodes = capability_nodes(files.proc_devices, files.capabilities, gpu_minor, gi, ci)
+    except HardwareError as exc:  # composing then fails; an existing spec is kept
+        return dataclasses.replace(dev, caps_problem=exc.message)
+    return dataclasses.replace(
+        dev, caps_major=nodes.major, gi_cap_mode=nodes.gi_mode, ci_cap_mode=nodes.ci_mode
+    )

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hamimig.engine import validate
-from hamimig.engine.executor import apply, cdi_device_for, execute, tidy_finished
+from hamimig.engine.executor import apply, execute, tidy_finished
 from hamimig.engine.facts import (
     Durable,
     Liveness,
+    cdi_device_for,
     check_record,
     has_processes,
     load_for_mutation,

@@ -14,8 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hamimig.engine.executor import cdi_device_for, execute
-from hamimig.engine.facts import Durable, Liveness, check_record, has_processes, load_for_mutation
+from hamimig.engine.executor import execute
+from hamimig.engine.facts import (
+    Durable,
+    Liveness,
+    cdi_device_for,
+    check_record,
+    has_processes,
+    load_for_mutation,
+)
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after
