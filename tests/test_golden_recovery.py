@@ -555,12 +555,12 @@ def untrusted_pod_lists_stop_everything(n: Node) -> None:
     n.sim_create("1g.10gb", "6", no_ci=True)
     not_live = entry(inst, migUUID=ABSENT_MIG, gpuInstanceID=13)
     n.norm.text(ABSENT_MIG)
-    for bad in (
+    for bad in (  # two holders first: the reconciles below release ns/a's instance
+        [kube_pod("ns/a"), kube_pod("ns/b", [entry(mine)])],
         [kube_pod("ns/ok"), kube_pod("ns/bad", [not_live])],
         [kube_pod("ns/bad", [entry(inst, placement={"start": 4, "size": 2})])],
         [kube_pod("ns/bad", [entry(inst, gpuUUID=other["gpuUUID"])])],
         [kube_pod("ns/bad", raw='[{"containerIndex":0,')],
-        [kube_pod("ns/a"), kube_pod("ns/b", [entry(mine)])],
     ):
         pods = n.pods(*bad)
         n.run("recover", "--adopt", "--pods", pods)
