@@ -86,6 +86,15 @@ NAMES: dict[str, tuple[str, ...]] = {
         "4g.71gb",
         "7g.141gb",
     ),
+    "B200-180GB": (
+        "1g.23gb",
+        "1g.23gb+me",
+        "1g.45gb",
+        "2g.45gb",
+        "3g.90gb",
+        "4g.90gb",
+        "7g.180gb",
+    ),
 }
 ID_ORDER = (19, 20, 15, 14, 9, 5, 0)
 # What the driver reports as the device name for each board.
@@ -94,6 +103,7 @@ NVML_NAMES = {
     "A100-SXM4-80GB": "NVIDIA A100-SXM4-80GB",
     "H100-SXM5-80GB": "NVIDIA H100 80GB HBM3",
     "H200-SXM5-141GB": "NVIDIA H200",
+    "B200-180GB": "NVIDIA B200",
 }
 
 
@@ -231,6 +241,9 @@ def test_profile_indexes_are_nvml_constants(hw: NvmlHardware) -> None:
         # FACTS.md section 2, the exact MiB figures it gives.
         ("A100-SXM4-40GB", {19: 4864, 15: 9856, 14: 9856, 9: 19968, 5: 19968, 0: 40192}),
         ("H100-SXM5-80GB", {19: 9984, 9: 40448, 5: 40448}),
+        # H200 and B200: NVIDIA's NVML mock's nominal figures, until a real board shows them.
+        ("H200-SXM5-141GB", {19: 18432, 20: 18432, 15: 35840, 14: 35840, 9: 72704, 0: 144384}),
+        ("B200-180GB", {19: 23552, 20: 23552, 15: 46080, 14: 46080, 9: 92160, 0: 184320}),
     ],
 )
 def test_profile_memory_figures(tmp_path: Path, model: str, memory: dict[int, int]) -> None:
@@ -242,6 +255,24 @@ def test_profile_memory_figures(tmp_path: Path, model: str, memory: dict[int, in
         assert {pid: got[pid] for pid in memory} == memory
     finally:
         hw.close()
+
+
+@pytest.mark.parametrize("model", sorted(NAMES))
+def test_profile_memory_matches_the_profile_name(tmp_path: Path, model: str) -> None:
+    """`1g.18gb` holds about 18 GiB: the driver reports up to 15 % under the name's figure
+    (A100's 1g.5gb is 5 % under) and never more than 5 % over."""
+    path = tmp_path / "node.json"
+    sim_init(path, model, 1)
+    hw = open_hw(path)
+    try:
+        profiles = hw.profiles(0)
+    finally:
+        hw.close()
+    assert len(profiles) == 7
+    for p in profiles:
+        named_gb = int(p.name.split(".")[1].removesuffix("+me").removesuffix("gb"))
+        ratio = p.memory_mb / (named_gb * 1024)
+        assert 0.85 <= ratio <= 1.05, (model, p.name, p.memory_mb)
 
 
 def test_find_profile(hw: NvmlHardware, sim_path: Path) -> None:

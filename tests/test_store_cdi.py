@@ -48,7 +48,13 @@ HAMI_ANNOTATIONS = {
     "hami.io/parent-gpu-uuid": GPU,
     "hami.io/mig-geometry": "1:7:0",
 }
-MODELS = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM5-141GB")
+MODELS = (
+    "A100-SXM4-40GB",
+    "A100-SXM4-80GB",
+    "H100-SXM5-80GB",
+    "H200-SXM5-141GB",
+    "B200-180GB",
+)
 
 
 def sha(text: str) -> str:

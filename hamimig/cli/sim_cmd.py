@@ -33,7 +33,9 @@ def init(
     ctx: typer.Context,
     model: Annotated[
         str,
-        typer.Option(help="A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB or H200-SXM5-141GB."),
+        typer.Option(
+            help="A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM5-141GB or B200-180GB."
+        ),
     ],
     count: Annotated[int, typer.Option(help="Number of GPUs.")] = 1,
 ) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MEMORY_SLICES = 8
-"""A100, H100 and H200 have 8 memory slices; placements are expressed in them."""
+"""A100, H100, H200 and B200 have 8 memory slices; placements are expressed in them."""
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,24 @@ MODELS: dict[str, ModelSpec] = {
             (9984, 9984, 20096, 20096, 40448, 40448, 81152),
             (16, 32, 60, 64, 132),
         ),
-        # FACTS.md: H200 memory figures (MiB) and placements assumed equal to H100's (unverified).
+        # H200 and B200: the nominal figures of NVIDIA's own NVML mock, until a real board
+        # shows the driver's exact MiB (the driver reports slightly less: H100's mock says 10240
+        # for 1g.10gb where the driver says 9984). Placements as H100's. SM counts are
+        # unverified placeholders (H100's for H200; 148 SMs in sevenths for B200): `profiles`
+        # shows them, nothing in the lifecycle uses them.
         _board(
             "H200-SXM5-141GB",
             "NVIDIA H200",
             ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
-            (9984, 9984, 20096, 20096, 40448, 40448, 81152),
+            (18432, 18432, 35840, 35840, 72704, 72704, 144384),
             (16, 32, 60, 64, 132),
+        ),
+        _board(
+            "B200-180GB",
+            "NVIDIA B200",
+            ("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+            (23552, 23552, 46080, 46080, 92160, 92160, 184320),
+            (18, 36, 54, 72, 148),
         ),
     )
 }
