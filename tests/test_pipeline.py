@@ -124,3 +124,33 @@ def test_a_plan_is_plain_data() -> None:
         for field in dataclasses.fields(cls):
             assert "Callable" not in str(field.type), (cls.__name__, field.name)
         assert dataclasses.fields(cls) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+def test_an_active_instance_whose_ci_vanished_is_released_then_reclaimed(cli: Cli) -> None:
+    """An Active record no pod holds, whose compute instance is gone (a crash inside a
+    destroy by hand, a driver hiccup): recover moves it Active -> Idle -> Reclaiming and
+    finishes the reclaim, instead of an illegal Active -> Reclaiming (an internal error on
+    every run, which kept the device plugin from ever starting)."""
+    from tests.conftest import open_hw
+
+    ran = cli.json("allocate", "--pod", "ns/a", "--gpu", "0", "--profile", "1g.10gb")
+    instance = json.loads(ran.stdout)["instance"]
+    hw = open_hw(cli.sim)
+    try:
+        hw.destroy_compute_instance(0, instance["gpuInstanceID"], instance["computeInstanceID"])
+    finally:
+        hw.close()
+
+    ran = cli.json("recover", "--assume-no-pods")
+
+    assert ran.exit_code == 0, ran.stdout
+    actions = json.loads(ran.stdout)["actions"]
+    assert [(a["action"], a["migUUID"]) for a in actions] == [
+        ("finish-reclaim", instance["migUUID"])
+    ]
+    assert not list(cli.state_dir.glob("hami-owned-*"))
+    assert not list(cli.cdi_dir.glob("*.json"))
+    listed = json.loads(cli.json("list").stdout)["instances"]
+    assert listed == []
+    again = cli.json("recover", "--assume-no-pods")
+    assert again.exit_code == 0 and json.loads(again.stdout)["actions"] == []

@@ -444,6 +444,11 @@ def _finish(node: Node, target: Target) -> Applied:
     remove the files of an instance that is provably gone."""
     assert isinstance(target, Managed)
     if not target.gone:
+        if target.record.state is RecordState.ACTIVE:
+            # Recovery found no pod holding it (its CI is gone): released first, since an
+            # Active instance is never reclaimed, then destroyed like any Idle one.
+            idle = set_state(node, target.record, RecordState.IDLE, owner=None)
+            target = dataclasses.replace(target, record=idle)
         return _destroy(node, target)
     record = target.record
     check_transition(record.state, None, record.mig_uuid)
