@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from hamimig.cli.app import app
 from hamimig.engine.simulator import sim_init
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import SimStore
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore
 
 
 @pytest.fixture

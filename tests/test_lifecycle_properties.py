@@ -61,12 +61,12 @@ from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance
 from hamimig.engine.node import Node
 from hamimig.errors import HamimigError
-from hamimig.hw import sim_state
 from hamimig.hw.minors import parse_mig_minors
-from hamimig.hw.models import FULL_CI_PROFILE_BY_SLICES, MODELS
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import (
+from hamimig.sim import state as sim_state
+from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import (
     SimNvmlFailure,
     SimStore,
     mig_minors_text,

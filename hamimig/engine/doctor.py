@@ -47,8 +47,8 @@ from hamimig.engine.safety import SYSTEM_CDI_DIR, cdi_conflicts, parent_problem,
 from hamimig.engine.views import Check, CheckStatus, DoctorReport
 from hamimig.errors import HamimigError
 from hamimig.hw.minors import DEFAULT_MIG_MINORS, MigMinors
-from hamimig.hw.sim_state import SimStore
 from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
+from hamimig.sim.state import SimStore
 from hamimig.store.cdi import (
     SPEC_PREFIX,
     CdiDevice,

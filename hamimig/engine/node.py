@@ -18,10 +18,10 @@ from hamimig.errors import UsageError
 from hamimig.hw.devnodes import DEFAULT_CAPABILITIES, DEFAULT_PROC_DEVICES
 from hamimig.hw.minors import DEFAULT_MIG_MINORS
 from hamimig.hw.nvml import NvmlHardware, bindings
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_files import NodeFiles
-from hamimig.hw.sim_state import SimStore, run_file_op
 from hamimig.hw.types import Gpu, MigHardware, Placement
+from hamimig.sim.files import NodeFiles
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore, run_file_op
 from hamimig.store.cdi import CdiStore
 from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters

@@ -13,8 +13,9 @@ from typing import Any
 from hamimig.engine.node import legal_placement, parse_placement
 from hamimig.engine.views import InstanceView, SimView
 from hamimig.errors import ConflictError, UsageError
-from hamimig.hw.models import FULL_CI_PROFILE_BY_SLICES, MODELS
-from hamimig.hw.sim_state import (
+from hamimig.hw.types import Placement
+from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
+from hamimig.sim.state import (
     SimNvmlFailure,
     SimStore,
     as_hardware_error,
@@ -27,7 +28,6 @@ from hamimig.hw.sim_state import (
     new_state,
     normalise_fault,
 )
-from hamimig.hw.types import Placement
 from hamimig.vocabulary import State
 
 MAX_SIM_GPUS = 32

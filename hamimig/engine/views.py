@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from hamimig.hw.sim_files import NodeFiles
 from hamimig.hw.types import MigMode, Placement
+from hamimig.sim.files import NodeFiles
 from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome, State
 

@@ -13,9 +13,9 @@ import ctypes
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from hamimig.hw.models import MODELS, ProfileSpec
 from hamimig.hw.nvml import bindings
-from hamimig.hw.sim_state import (
+from hamimig.sim.models import MODELS, ProfileSpec
+from hamimig.sim.state import (
     NVML_ERROR_CODES,
     SimNvmlFailure,
     SimStore,

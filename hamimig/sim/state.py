@@ -23,20 +23,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from hamimig.errors import HardwareError, UsageError
-from hamimig.hw.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
-from hamimig.hw.sim_files import NodeFiles, write_access, write_node_files
+from hamimig.sim.files import NodeFiles, write_access, write_node_files
+from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
+from hamimig.vocabulary import FileOpName
 
 SCHEMA_VERSION = 1
 DRIVER_VERSION = "550.127.05"
-FILE_OPS = (
-    "record.write",
-    "record.remove",
-    "cdi.write",
-    "cdi.remove",
-    "intent.write",
-    "intent.remove",
-    "queue.write",
-)
+FILE_OPS: tuple[str, ...] = tuple(op.value for op in FileOpName)
 FAULT_ACTIONS = ("raise", "crash-before", "crash-after")
 CRASH_EXIT_STATUS = 137
 
