@@ -26,6 +26,7 @@ from hamimig.sim.state import (
     create_gi,
     destroy_ci,
     destroy_gi,
+    fault_armed,
     gi_slices,
     mig_devices,
     model_of,
@@ -51,6 +52,16 @@ Gpu = dict[str, Any]
 Node = dict[str, Any]
 
 _ERR = NVML_ERROR_CODES
+# The calls that change the node (and `nvmlShutdown`, which publishes the session's counts).
+_WRITES = frozenset(
+    {
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "nvmlGpuInstanceDestroy",
+        "nvmlGpuInstanceCreateComputeInstance",
+        "nvmlComputeInstanceDestroy",
+        "nvmlShutdown",
+    }
+)
 
 
 def _encode(kind: int, gpu: int, gi: int = 0, ci: int = 0) -> int:
@@ -101,13 +112,18 @@ class SimNvml:
         return self._nv.NVMLError(code)  # type: ignore[no-any-return]
 
     def _call(self, name: str, gpu: int | None, body: Callable[[State], T]) -> T:
-        """Count the call, fire a matching fault, run `body` on the locked state."""
-        with self._store.transaction() as state:
-            calls = state["calls"]
-            calls[name] = calls.get(name, 0) + 1
+        """Count the call, fire a matching fault, run `body` on the locked state.
+
+        The node's file is rewritten only when the call changes it (a mutation, a consumed
+        fault, `nvmlShutdown` publishing this process's counts); a read leaves it alone.
+        """
+        with self._store.session() as session:
+            state = session.state
+            self._store.count(state, name)
+            session.dirty = name in _WRITES or fault_armed(state, name)
             if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
                 raise self._error(_ERR["UNINITIALIZED"])
-            fault = take_fault(state, name, gpu)
+            fault = take_fault(state, name, gpu) if session.dirty else None
             if fault is not None:
                 if fault.action == "raise":
                     raise self._error(_ERR[fault.error])

@@ -11,12 +11,14 @@ Geometry rules live here as plain functions over that document, so the pynvml st
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import fcntl
 import json
 import os
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,11 +107,19 @@ def new_state(model: ModelSpec, count: int) -> State:
 
 
 class SimStore:
-    """Holds the state: in a JSON file shared under a lock, or only in memory."""
+    """Holds the state: in a JSON file shared under a lock, or only in memory.
+
+    NVML call counts of a file-backed node are kept in memory and merged into the file under
+    the lock whenever this process writes the state anyway (a mutation, a consumed fault, a
+    crash, `nvmlShutdown`) and when the process exits: a read-only call never rewrites the file.
+    """
 
     def __init__(self, path: Path | None, state: State | None = None) -> None:
         self.path = path
         self._memory = state
+        self._pending: dict[str, int] = {}
+        if path is not None:
+            _LIVE.add(self)
 
     @property
     def lock_path(self) -> Path:
@@ -132,6 +142,7 @@ class SimStore:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._locked():
+            self._pending.clear()  # counts of the node this one replaces
             self._write(state)
         minors = self.minors_path
         assert minors is not None
@@ -145,6 +156,20 @@ class SimStore:
         files = self.files
         if files is not None and gpu_minor < MINORS_GPUS and gi_id < MINORS_GIS:
             write_access(files, gpu_minor, gi_id, ci_id, capability_minor(gpu_minor, gi_id, ci_id))
+
+    def count(self, state: State, name: str) -> None:
+        """Count one NVML call: in the in-memory state directly, else until the next write."""
+        if self.path is None:
+            calls = state["calls"]
+            calls[name] = calls.get(name, 0) + 1
+        else:
+            self._pending[name] = self._pending.get(name, 0) + 1
+
+    def _merge(self, state: State) -> None:
+        calls = state["calls"]
+        for name, n in self._pending.items():
+            calls[name] = calls.get(name, 0) + n
+        self._pending.clear()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -187,33 +212,85 @@ class SimStore:
         if self.path is None:
             self._memory = state
             return
+        self._merge(state)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(state, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.path)
 
     def read(self) -> State:
-        """A consistent copy of the state for read-only use (not counted as a call)."""
+        """A consistent copy of the state for read-only use (not counted as a call), with this
+        process's calls counted so far."""
         if self.path is None:
             return json.loads(json.dumps(self._read()))  # type: ignore[no-any-return]
         with self._locked():
-            return self._read()
+            state = self._read()
+        calls = state["calls"]
+        for name, n in self._pending.items():
+            calls[name] = calls.get(name, 0) + n
+        return state
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[State]:
         """Lock, load, let the caller mutate, and write back, also when the caller raises."""
+        with self.session() as session:
+            session.dirty = True
+            yield session.state
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """Lock and load; write back on the way out only if the caller marked it dirty."""
         if self.path is None:
-            yield self._read()
+            yield Session(self._read())
             return
         with self._locked():
-            state = self._read()
+            session = Session(self._read())
             try:
-                yield state
+                yield session
             finally:
-                self._write(state)
+                if session.dirty:
+                    self._write(session.state)
 
     def save_now(self, state: State) -> None:
         """Write the state immediately (inside a transaction, before a simulated crash)."""
         self._write(state)
+
+    def flush(self) -> None:
+        """Merge this process's call counts into the file (at `nvmlShutdown` and at exit)."""
+        if self.path is None or not self._pending:
+            return
+        with self.transaction():
+            pass
+
+
+@dataclass
+class Session:
+    """The locked state of one simulated call; `dirty` asks for it to be written back."""
+
+    state: State
+    dirty: bool = False
+
+
+_LIVE: weakref.WeakSet[SimStore] = weakref.WeakSet()
+
+
+def flush_counts() -> None:
+    """Merge every live store's pending call counts into its file (this process's calls become
+    visible to readers of the file, as they do when the process exits)."""
+    for store in list(_LIVE):
+        store.flush()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for store in list(_LIVE):
+        # A node whose directory is already gone (a test's temporary node) has nobody to tell.
+        with contextlib.suppress(OSError, UsageError):
+            store.flush()
+
+
+def fault_armed(state: State, op: str) -> bool:
+    """Whether a pending fault names `op` (its skip or times count will change)."""
+    return any(f["op"] == op for f in state["faults"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,10 +365,13 @@ def crash() -> None:
 def run_file_op(store: SimStore, op: str, perform: Callable[[], None]) -> None:
     """Run a durable-state file operation under the simulator's file-operation faults.
 
-    The store layer calls this around each write or removal when the node is simulated.
+    The store layer calls this around each write or removal when the node is simulated; the
+    node's file is rewritten only when a fault names the operation.
     """
-    with store.transaction() as state:
-        fault = take_fault(state, op, None)
+    with store.session() as session:
+        state = session.state
+        session.dirty = fault_armed(state, op)
+        fault = take_fault(state, op, None) if session.dirty else None
         if fault is None:
             pass
         elif fault.action == "raise":
