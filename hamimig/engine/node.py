@@ -19,9 +19,8 @@ from hamimig.hw.devnodes import DEFAULT_CAPABILITIES, DEFAULT_PROC_DEVICES
 from hamimig.hw.minors import DEFAULT_MIG_MINORS
 from hamimig.hw.nvml import NvmlHardware, bindings
 from hamimig.hw.types import Gpu, MigHardware, Placement
+from hamimig.sim.backend import SimBackend
 from hamimig.sim.files import NodeFiles
-from hamimig.sim.nvml import SimNvml
-from hamimig.sim.state import SimStore, run_file_op
 from hamimig.store.cdi import CdiStore
 from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters
@@ -67,8 +66,7 @@ class Node:
         """On a simulated node, durable-state file operations honour the simulator's faults."""
         if self.sim is None:
             return no_faults
-        store = SimStore(self.sim)
-        return lambda op, perform: run_file_op(store, op, perform)
+        return SimBackend(self.sim).file_op
 
     def records(self) -> RecordStore:
         return RecordStore(self.state_dir, self.file_op())
@@ -91,7 +89,7 @@ class Node:
     def files(self) -> NodeFiles:
         """The driver's files (beside the state file on a simulated node)."""
         if self.sim is not None:
-            return NodeFiles.beside(self.sim)
+            return SimBackend(self.sim).files
         return NodeFiles(DEFAULT_MIG_MINORS, DEFAULT_PROC_DEVICES, DEFAULT_CAPABILITIES, None)
 
     def cdi_base_dirs(self) -> tuple[Path, ...]:
@@ -137,10 +135,7 @@ class Node:
         """Open NVML (or the simulated node) on first use; closed by `close()`."""
         if self._hw is None:
             if self.sim is not None:
-                store = SimStore(self.sim)
-                minors = store.minors_path
-                assert minors is not None
-                hw = NvmlHardware(SimNvml(store), minors)
+                hw = SimBackend(self.sim).hardware()
             else:
                 hw = NvmlHardware(bindings())
             hw.open()
