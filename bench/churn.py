@@ -133,7 +133,7 @@ def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
             if destroy_on_release:
                 maintenance.reclaim(node, mig, None, None, False, False)
     seconds = time.perf_counter() - began
-    calls = store.read()["calls"]
+    calls = store.read().calls
     hw.close()
     allocations = sum(1 for e in events if e.kind == "allocate")
     return Outcome(

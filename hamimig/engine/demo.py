@@ -141,8 +141,7 @@ class _Counter:
         self.before = self._calls()
 
     def _calls(self) -> dict[str, int]:
-        calls: dict[str, int] = self.store.read()["calls"]
-        return calls
+        return self.store.read().calls
 
     def delta(self) -> tuple[int, int, int]:
         after = self._calls()

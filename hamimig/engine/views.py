@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 from hamimig.hw.types import MigMode, Placement
 from hamimig.sim.files import NodeFiles
+from hamimig.sim.state import NodeState
 from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome, State
 
@@ -338,7 +339,7 @@ class SimView:
     kind: ClassVar[str] = "SimNode"
     exit_code: ClassVar[int] = 0
     path: str
-    state: Json
+    state: NodeState
     message: str = ""
     created: InstanceView | None = None
     extra: Json = field(default_factory=dict)
@@ -355,10 +356,9 @@ class SimView:
         out["procDevices"] = str(files.proc_devices)
         out["capabilitiesDir"] = str(files.capabilities)
         out["cdiBaseDir"] = str(files.cdi_base_dir)
-        out["gpus"] = self.state["gpus"]
-        out["faults"] = self.state["faults"]
-        out["calls"] = self.state["calls"]
-        out["driverVersion"] = self.state["driverVersion"]
+        doc = self.state.to_json()
+        for key in ("gpus", "faults", "calls", "driverVersion"):
+            out[key] = doc[key]
         return out
 
 
