@@ -9,13 +9,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from hamimig.hw.types import MigMode, Placement
 from hamimig.sim.files import NodeFiles
-from hamimig.sim.state import NodeState
 from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome, State
+
+if TYPE_CHECKING:
+    from hamimig.sim.state import NodeState
 
 Json = dict[str, Any]
 
