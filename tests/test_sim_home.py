@@ -103,6 +103,22 @@ def test_file_op_names_are_one_list() -> None:
     assert all(f"FileOpName.{op.name}" in used for op in FileOpName)
 
 
+def test_a_file_fault_names_its_op_as_sim_fault_add_does(sim_path: Path) -> None:
+    backend = SimBackend(sim_path)
+    added = subprocess.run(
+        [sys.executable, "-m", "hamimig", "--sim", str(sim_path), "sim", "fault", "add",
+         "--op", "cdi.write", "--error", "EIO"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    try:
+        backend.file_op(FileOpName.CDI_WRITE, lambda: None)
+    except OSError as exc:
+        assert exc.filename == "<simulated fault on cdi.write>"
+    else:
+        raise AssertionError("the fault did not fire")
+
+
 def test_fault_add_help_lists_every_file_op(cli: Cli) -> None:
     ran = cli("sim", "fault", "add", "--help")
     assert ran.exit_code == 0

@@ -567,6 +567,7 @@ def run_file_op(store: SimStore, op: str, perform: Callable[[], None]) -> None:
     The store layer calls this around each write or removal when the node is simulated; the
     node's file is rewritten only when a fault names the operation.
     """
+    op = op.value if isinstance(op, FileOpName) else op  # messages name it as `--op` does
     with store.session() as session:
         state = session.state
         session.dirty = fault_armed(state, op)
