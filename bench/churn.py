@@ -28,10 +28,10 @@ from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance
 from hamimig.engine.node import Node
 from hamimig.engine.simulator import sim_init
-from hamimig.hw.models import MODELS
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import SimStore, mig_minors_text, new_state
+from hamimig.sim.models import MODELS
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore, mig_minors_text, new_state
 
 GPUS = 8
 MODEL = "H100-SXM5-80GB"
@@ -133,7 +133,7 @@ def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
             if destroy_on_release:
                 maintenance.reclaim(node, mig, None, None, False, False)
     seconds = time.perf_counter() - began
-    calls = store.read()["calls"]
+    calls = store.read().calls
     hw.close()
     allocations = sum(1 for e in events if e.kind == "allocate")
     return Outcome(

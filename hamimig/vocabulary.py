@@ -74,3 +74,19 @@ class Outcome(str, enum.Enum):
     CREATED = "created"
     REUSED = "reused"
     UNCHANGED = "unchanged"
+
+
+class FileOpName(str, enum.Enum):
+    """Every durable-state file operation the store performs through its `file_op` hook.
+
+    The store names each write or removal with one of these, and the simulator's file faults
+    (`sim fault add --op`) target them by value; one list keeps the two from drifting apart.
+    """
+
+    RECORD_WRITE = "record.write"
+    RECORD_REMOVE = "record.remove"
+    CDI_WRITE = "cdi.write"
+    CDI_REMOVE = "cdi.remove"
+    INTENT_WRITE = "intent.write"
+    INTENT_REMOVE = "intent.remove"
+    QUEUE_WRITE = "queue.write"

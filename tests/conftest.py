@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from hamimig.cli.app import app
 from hamimig.engine.simulator import sim_init
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import SimStore
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore, flush_counts
 
 
 @pytest.fixture
@@ -47,6 +47,7 @@ def hw(sim_path: Path) -> Iterator[NvmlHardware]:
 
 
 def sim_state(path: Path) -> dict[str, Any]:
+    flush_counts()  # what an in-process simulator counted so far, as its exit would publish
     data: dict[str, Any] = json.loads(path.read_text())
     return data
 

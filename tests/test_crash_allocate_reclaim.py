@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from hamimig.engine.simulator import sim_init
-from hamimig.hw.models import MODELS
-from hamimig.hw.sim_state import CRASH_EXIT_STATUS, FILE_OPS
 from hamimig.hw.types import Placement
+from hamimig.sim.models import MODELS
+from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.queue import QUEUE_NAME, RemovalQueue

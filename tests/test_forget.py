@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hamimig.hw.sim_state import CRASH_EXIT_STATUS, FILE_OPS
 from hamimig.hw.types import Placement
+from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.lock import NodeLock

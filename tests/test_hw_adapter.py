@@ -22,8 +22,6 @@ import pytest
 from hamimig.engine.simulator import sim_busy, sim_create, sim_init, sim_mig_mode
 from hamimig.errors import HardwareError, NvmlError, NvmlUnavailableError, UsageError
 from hamimig.hw.nvml import NvmlHardware, bindings
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import SimStore
 from hamimig.hw.types import (
     CapabilityMinors,
     ComputeInstance,
@@ -32,6 +30,8 @@ from hamimig.hw.types import (
     MigMode,
     Placement,
 )
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore
 from tests.conftest import open_hw, sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ import pytest
 from hamimig.engine.simulator import sim_fault_add, sim_fault_clear
 from hamimig.errors import GpuInstanceUnreadable, NvmlError, UsageError
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim_state import SimStore, run_file_op
 from hamimig.hw.types import Placement
+from hamimig.sim.state import SimStore, run_file_op
 from tests.conftest import Cli, open_hw, sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +33,8 @@ ADAPTER_SCRIPT = """
 import sys
 from pathlib import Path
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import SimStore
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore
 from hamimig.hw.types import Placement
 store = SimStore(Path(sys.argv[1]))
 hw = NvmlHardware(SimNvml(store), store.minors_path)
@@ -44,7 +44,7 @@ hw.open()
 FILE_OP_SCRIPT = """
 import sys
 from pathlib import Path
-from hamimig.hw.sim_state import SimStore, run_file_op
+from hamimig.sim.state import SimStore, run_file_op
 target = Path(sys.argv[2])
 def perform():
     target.write_text("written")

@@ -21,8 +21,8 @@ ADAPTER_SCRIPT = """
 import sys
 from pathlib import Path
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import SimStore
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore
 from hamimig.hw.types import Placement
 store = SimStore(Path(sys.argv[1]))
 hw = NvmlHardware(SimNvml(store), store.minors_path)

@@ -12,9 +12,9 @@ import pytest
 from hamimig.engine.simulator import sim_busy, sim_mig_mode
 from hamimig.errors import NvmlError
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import SimStore
 from hamimig.hw.types import ComputeInstance, Placement
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore
 from tests.conftest import Cli, sim_state
 
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

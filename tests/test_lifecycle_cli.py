@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from hamimig.engine.simulator import sim_init
-from hamimig.hw.models import MODELS
+from hamimig.sim.models import MODELS
 from hamimig.store.lock import NodeLock
 from tests.conftest import Cli, Ran, run_hamimig, sim_state
 from tests.test_store_cdi import find_cdi_check

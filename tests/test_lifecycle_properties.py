@@ -61,12 +61,12 @@ from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance
 from hamimig.engine.node import Node
 from hamimig.errors import HamimigError
-from hamimig.hw import sim_state
 from hamimig.hw.minors import parse_mig_minors
-from hamimig.hw.models import FULL_CI_PROFILE_BY_SLICES, MODELS
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_state import (
+from hamimig.sim import state as sim_state
+from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import (
     SimNvmlFailure,
     SimStore,
     mig_minors_text,
@@ -298,7 +298,7 @@ class SimNodeEnv:
 
     def fault(self, op: str, error: str | None = None, skip: int = 0) -> None:
         """`sim fault add --op OP [--error NAME] [--skip K]` (action raise, once)."""
-        self.sim["faults"].append(normalise_fault(op, error, "raise", 1, skip, None))
+        self.sim["faults"].append(normalise_fault(op, error, "raise", 1, skip, None).to_json())
 
 
 class LifecycleMachine(RuleBasedStateMachine):
@@ -1006,7 +1006,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     )
     def inject_nvml_fault(self, which: tuple[str, str], skip: int, gpu: int | None) -> None:
         op, error = which
-        self.sim["faults"].append(normalise_fault(op, error, "raise", 1, skip, gpu))
+        self.sim["faults"].append(normalise_fault(op, error, "raise", 1, skip, gpu).to_json())
 
     @precondition(lambda self: self._pending_fault() is None)
     @rule(
@@ -1089,13 +1089,14 @@ class LifecycleMachine(RuleBasedStateMachine):
         claimed = [i.placement for i in self.model.values() if i.gpu == gpu]
         if any(_overlap(p, (start, spec.size)) for p in claimed):
             return  # it would contradict a record that is still being finished (Reclaiming)
-        g = self.sim["gpus"][gpu]
-        try:
-            gi = sim_state.create_gi(g, spec.id, start)
-        except SimNvmlFailure:
-            return
-        ci = sim_state.create_ci(g, gi, FULL_CI_PROFILE_BY_SLICES[spec.slice_count])
-        self.external[ci["migUUID"]] = gpu
+        with self.env.store.edit() as state:
+            g = state.gpus[gpu]
+            try:
+                gi = sim_state.create_gi(g, spec.id, start)
+            except SimNvmlFailure:
+                return
+            ci = sim_state.create_ci(g, gi, FULL_CI_PROFILE_BY_SLICES[spec.slice_count])
+        self.external[ci.mig_uuid] = gpu
 
     # --- invariants ------------------------------------------------------------------------------
 

@@ -25,8 +25,8 @@ import pytest
 from hamimig.engine.simulator import sim_init
 from hamimig.errors import HardwareError
 from hamimig.hw.minors import parse_mig_minors
-from hamimig.hw.sim_state import mig_minors_text
 from hamimig.hw.types import Placement
+from hamimig.sim.state import mig_minors_text
 from hamimig.store.cdi import (
     DEFAULT_KIND,
     CdiDevice,

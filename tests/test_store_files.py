@@ -22,8 +22,8 @@ import pytest
 
 from hamimig.engine.simulator import sim_fault_add, sim_init
 from hamimig.errors import UsageError
-from hamimig.hw.sim_state import FILE_OPS, SimStore, run_file_op
 from hamimig.hw.types import Placement
+from hamimig.sim.state import FILE_OPS, SimStore, run_file_op
 from hamimig.store import files
 from hamimig.store.cdi import CdiDevice, CdiStore
 from hamimig.store.files import (
@@ -339,7 +339,7 @@ def test_simulated_crash_around_a_record_write(tmp_path: Path, action: str, exis
         f"""
         import functools
         from pathlib import Path
-        from hamimig.hw.sim_state import SimStore, run_file_op
+        from hamimig.sim.state import SimStore, run_file_op
         from hamimig.hw.types import Placement
         from hamimig.store.records import Record, RecordStore
         hook = functools.partial(run_file_op, SimStore(Path({str(sim)!r})))

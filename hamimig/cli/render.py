@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from hamimig.engine.demo import DemoStep, DemoTranscript
     from hamimig.engine.settings import ConfigView
+    from hamimig.sim.state import SimCi
 
 
 STATE_STYLE = {
@@ -417,42 +418,40 @@ def _sim_view(console: Console, result: SimView) -> None:
         "BUSY",
     ):
         table.add_column(column, no_wrap=column == "MIG UUID")
-    for gpu in result.state["gpus"]:
-        mode = gpu["migMode"]
-        mig = "on" if mode["current"] else "off"
-        if mode["current"] != mode["pending"]:
+    for gpu in result.state.gpus:
+        mig = "on" if gpu.mig_current else "off"
+        if gpu.mig_current != gpu.mig_pending:
             mig += " (reset pending)"
-        if not gpu["gpuInstances"]:
-            table.add_row(str(gpu["index"]), gpu["model"], mig, "-", "-", "-", "-", "-", "-")
-        for gi in gpu["gpuInstances"]:
-            placement = f"{gi['placement']['start']}:{gi['placement']['size']}"
-            cis = gi["computeInstances"] or [None]
+        if not gpu.gis:
+            table.add_row(str(gpu.index), gpu.model, mig, "-", "-", "-", "-", "-", "-")
+        for gi in gpu.gis:
+            cis: list[SimCi | None] = [*gi.cis] or [None]
             for ci in cis:
                 busy = []
-                if ci and ci.get("busy"):
+                if ci is not None and ci.busy:
                     busy.append("processes")
-                if gi.get("held"):
+                if gi.held:
                     busy.append("GI held")
                 table.add_row(
-                    str(gpu["index"]),
-                    gpu["model"],
+                    str(gpu.index),
+                    gpu.model,
                     mig,
-                    str(gi["id"]),
-                    str(gi["profileId"]),
-                    placement,
-                    "-" if ci is None else str(ci["id"]),
-                    "-" if ci is None else ci["migUUID"],
+                    str(gi.id),
+                    str(gi.profile_id),
+                    f"{gi.start}:{gi.size}",
+                    "-" if ci is None else str(ci.id),
+                    "-" if ci is None else ci.mig_uuid,
                     ", ".join(busy) or "-",
                 )
     console.print(table)
-    for fault in result.state["faults"]:
-        gpu = "" if fault["gpu"] is None else f" on GPU {fault['gpu']}"
+    for fault in result.state.faults:
+        gpu_text = "" if fault.gpu is None else f" on GPU {fault.gpu}"
         console.print(
-            f"fault: {fault['action']} {fault['op']} ({fault['error']}) x{fault['times']}, "
-            f"skip {fault['skip']}{gpu}"
+            f"fault: {fault.action} {fault.op} ({fault.error}) x{fault.times}, "
+            f"skip {fault.skip}{gpu_text}"
         )
-    if result.state["calls"]:
-        calls = ", ".join(f"{k}={v}" for k, v in sorted(result.state["calls"].items()))
+    if result.state.calls:
+        calls = ", ".join(f"{k}={v}" for k, v in sorted(result.state.calls.items()))
         console.print(f"NVML calls: {calls}")
 
 

@@ -8,6 +8,7 @@ import typer
 
 from hamimig.cli.context import execute
 from hamimig.errors import UsageError
+from hamimig.vocabulary import FileOpName
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
@@ -119,8 +120,9 @@ def fault_add(
     op: Annotated[
         str,
         typer.Option(
-            help="pynvml function name (nvmlGpuInstanceDestroy, ...) or record.write, "
-            "record.remove, cdi.write, cdi.remove."
+            help="pynvml function name (nvmlGpuInstanceDestroy, ...) or a file operation: "
+            + ", ".join(op.value for op in FileOpName)
+            + "."
         ),
     ],
     error: Annotated[

@@ -28,9 +28,9 @@ from hamimig.engine.podsource import PodSource
 from hamimig.engine.simulator import sim_fault_add, sim_init
 from hamimig.engine.views import Allocation, InstanceView, Json
 from hamimig.errors import HamimigError, UsageError
-from hamimig.hw.sim_state import CRASH_EXIT_STATUS, SimStore
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
+from hamimig.sim.state import CRASH_EXIT_STATUS, SimStore
 from hamimig.vocabulary import Outcome
 
 MODEL = "H100-SXM5-80GB"
@@ -141,8 +141,7 @@ class _Counter:
         self.before = self._calls()
 
     def _calls(self) -> dict[str, int]:
-        calls: dict[str, int] = self.store.read()["calls"]
-        return calls
+        return self.store.read().calls
 
     def delta(self) -> tuple[int, int, int]:
         after = self._calls()

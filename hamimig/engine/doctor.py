@@ -46,8 +46,7 @@ from hamimig.engine.podsource import PodSource
 from hamimig.engine.safety import SYSTEM_CDI_DIR, cdi_conflicts, parent_problem, scan_cdi_dirs
 from hamimig.engine.views import Check, CheckStatus, DoctorReport
 from hamimig.errors import HamimigError
-from hamimig.hw.minors import DEFAULT_MIG_MINORS, MigMinors
-from hamimig.hw.sim_state import SimStore
+from hamimig.hw.minors import MigMinors
 from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.cdi import (
     SPEC_PREFIX,
@@ -411,11 +410,7 @@ def _check_mig_mode(gpu: Gpu) -> Check:
 
 def _mig_minors_path(node: Node) -> Path:
     """The file the node's adapter reads: the driver's, or the one beside the simulated node."""
-    if node.sim is not None:
-        path = SimStore(node.sim).minors_path
-        assert path is not None
-        return path
-    return DEFAULT_MIG_MINORS
+    return node.files().mig_minors
 
 
 def _check_mig_minors(node: Node, live: _Live) -> list[Check]:

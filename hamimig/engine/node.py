@@ -18,10 +18,11 @@ from hamimig.errors import UsageError
 from hamimig.hw.devnodes import DEFAULT_CAPABILITIES, DEFAULT_PROC_DEVICES
 from hamimig.hw.minors import DEFAULT_MIG_MINORS
 from hamimig.hw.nvml import NvmlHardware, bindings
-from hamimig.hw.sim import SimNvml
-from hamimig.hw.sim_files import NodeFiles
-from hamimig.hw.sim_state import SimStore, run_file_op
-from hamimig.hw.types import Gpu, MigHardware, Placement
+from hamimig.hw.types import Gpu, MigHardware
+from hamimig.hw.types import legal_placement as legal_placement  # re-exported
+from hamimig.hw.types import parse_placement as parse_placement  # re-exported
+from hamimig.sim.backend import SimBackend
+from hamimig.sim.files import NodeFiles
 from hamimig.store.cdi import CdiStore
 from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters
@@ -35,7 +36,6 @@ SYSTEM_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 """Where runtimes read CDI specs, and so where the node's NVIDIA spec is looked for."""
 
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]{8,64}$")
-_PLACEMENT = re.compile(r"^(\d{1,3})(?::(\d{1,3}))?$")
 
 
 def utc_now() -> str:
@@ -67,8 +67,7 @@ class Node:
         """On a simulated node, durable-state file operations honour the simulator's faults."""
         if self.sim is None:
             return no_faults
-        store = SimStore(self.sim)
-        return lambda op, perform: run_file_op(store, op, perform)
+        return SimBackend(self.sim).file_op
 
     def records(self) -> RecordStore:
         return RecordStore(self.state_dir, self.file_op())
@@ -91,7 +90,7 @@ class Node:
     def files(self) -> NodeFiles:
         """The driver's files (beside the state file on a simulated node)."""
         if self.sim is not None:
-            return NodeFiles.beside(self.sim)
+            return SimBackend(self.sim).files
         return NodeFiles(DEFAULT_MIG_MINORS, DEFAULT_PROC_DEVICES, DEFAULT_CAPABILITIES, None)
 
     def cdi_base_dirs(self) -> tuple[Path, ...]:
@@ -137,10 +136,7 @@ class Node:
         """Open NVML (or the simulated node) on first use; closed by `close()`."""
         if self._hw is None:
             if self.sim is not None:
-                store = SimStore(self.sim)
-                minors = store.minors_path
-                assert minors is not None
-                hw = NvmlHardware(SimNvml(store), minors)
+                hw = SimBackend(self.sim).hardware()
             else:
                 hw = NvmlHardware(bindings())
             hw.open()
@@ -174,24 +170,3 @@ def resolve_gpu(hw: MigHardware, ref: str) -> Gpu:
     if isinstance(parsed, int):
         return hw.gpu(parsed)
     return hw.gpu_by_uuid(parsed)
-
-
-def parse_placement(text: str) -> tuple[int, int | None]:
-    """`START` or `START:SIZE`, in memory slices."""
-    match = _PLACEMENT.match(text.strip())
-    if not match:
-        raise UsageError(f"invalid placement {text!r}: use START or START:SIZE, e.g. 0 or 2:2")
-    start, size = match.group(1), match.group(2)
-    return int(start), (int(size) if size is not None else None)
-
-
-def legal_placement(
-    profile_name: str, placements: tuple[Placement, ...], start: int, size: int | None
-) -> Placement:
-    """The profile's placement at `start`, or a usage error listing the legal ones."""
-    for p in placements:
-        if p.start == start and (size is None or size == p.size):
-            return p
-    legal = ", ".join(str(p) for p in placements)
-    asked = f"{start}" if size is None else f"{start}:{size}"
-    raise UsageError(f"placement {asked} is not legal for {profile_name}; legal: {legal}")

@@ -1,170 +1,59 @@
-"""Operator actions on a simulated node: build it, change it behind hamimig's back, break it.
-
-These act as "the world" (a technician, another controller, a failing driver), not as an NVML
-client: they change the state document directly, are never counted as NVML calls and never
-fire faults. The geometry rules are the same ones the simulated NVML enforces.
-"""
+"""The `sim` commands' results: operator actions on a simulated node (`hamimig.sim.admin`)
+reported as the view the CLI renders."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from hamimig.engine.node import legal_placement, parse_placement
 from hamimig.engine.views import InstanceView, SimView
-from hamimig.errors import ConflictError, UsageError
-from hamimig.hw.models import FULL_CI_PROFILE_BY_SLICES, MODELS
-from hamimig.hw.sim_state import (
-    SimNvmlFailure,
-    SimStore,
-    as_hardware_error,
-    create_ci,
-    create_gi,
-    find_gpu,
-    find_mig,
-    held_gi,
-    model_of,
-    new_state,
-    normalise_fault,
-)
-from hamimig.hw.types import Placement
+from hamimig.sim import admin
 from hamimig.vocabulary import State
 
-MAX_SIM_GPUS = 32
 
-
-def _store(path: Path | None) -> SimStore:
-    if path is None:
-        raise UsageError("sim commands need --sim PATH (or HAMIMIG_SIM)")
-    return SimStore(path)
-
-
-def _view(store: SimStore, message: str, **kw: Any) -> SimView:
-    return SimView(path=str(store.path), state=store.read(), message=message, **kw)
+def _view(change: admin.Change) -> SimView:
+    made = change.created
+    created = None
+    if made is not None:
+        created = InstanceView(
+            mig_uuid=made.mig_uuid,
+            gpu_uuid=made.gpu_uuid,
+            gpu_index=made.gpu_index,
+            profile=made.profile,
+            placement=made.placement,
+            gpu_instance_id=made.gpu_instance_id,
+            compute_instance_id=made.compute_instance_id,
+            state=State.UNMANAGED if made.mig_uuid else State.ORPHAN_GI,
+        )
+    store = change.store
+    return SimView(
+        path=str(store.path), state=store.read(), message=change.message, created=created
+    )
 
 
 def sim_init(path: Path | None, model: str, count: int) -> SimView:
-    store = _store(path)
-    spec = MODELS.get(model)
-    if spec is None:
-        raise UsageError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
-    if not 1 <= count <= MAX_SIM_GPUS:
-        raise UsageError(f"--count must be between 1 and {MAX_SIM_GPUS}, not {count}")
-    store.create(new_state(spec, count))
-    return _view(store, f"simulated node with {count} x {model} at {path}, MIG enabled")
+    return _view(admin.sim_init(path, model, count))
 
 
 def sim_show(path: Path | None) -> SimView:
-    store = _store(path)
-    return _view(store, "")
+    return _view(admin.sim_show(path))
 
 
 def sim_create(
     path: Path | None, gpu_ref: str, profile: str, placement: str, no_ci: bool
 ) -> SimView:
-    store = _store(path)
-    start, size = parse_placement(placement)
-    with store.transaction() as state:
-        gpu = find_gpu(state, gpu_ref)
-        model = model_of(gpu)
-        spec = next((p for p in model.profiles if p.name == profile), None)
-        if spec is None:
-            names = ", ".join(p.name for p in model.profiles)
-            raise UsageError(f"unknown profile {profile!r} for {model.key}; profiles: {names}")
-        legal = tuple(Placement(s, spec.size) for s in spec.starts)
-        where = legal_placement(spec.name, legal, start, size)
-        what = f"creating {spec.name} at {where} on GPU {gpu['index']}"
-        try:
-            gi = create_gi(gpu, spec.id, where.start)
-        except SimNvmlFailure as exc:
-            raise as_hardware_error(exc, what) from None
-        try:
-            ci = None if no_ci else create_ci(gpu, gi, FULL_CI_PROFILE_BY_SLICES[spec.slice_count])
-        except SimNvmlFailure as exc:
-            gpu["gpuInstances"].remove(gi)  # all or nothing
-            raise as_hardware_error(exc, what) from None
-        store.publish_capability(int(gpu["minor"]), int(gi["id"]))
-        if ci is not None:
-            store.publish_capability(int(gpu["minor"]), int(gi["id"]), int(ci["id"]))
-        created = InstanceView(
-            mig_uuid=ci["migUUID"] if ci else None,
-            gpu_uuid=gpu["uuid"],
-            gpu_index=gpu["index"],
-            profile=spec.name,
-            placement=where,
-            gpu_instance_id=gi["id"],
-            compute_instance_id=ci["id"] if ci else None,
-            state=State.UNMANAGED if ci else State.ORPHAN_GI,
-        )
-    what = created.mig_uuid or f"orphan GI {created.gpu_instance_id}"
-    return _view(
-        store, f"created {spec.name} at {where} on GPU {gpu['index']}: {what}", created=created
-    )
+    return _view(admin.sim_create(path, gpu_ref, profile, placement, no_ci))
 
 
 def sim_busy(path: Path | None, mig_uuid: str, gi_only: bool, clear: bool) -> SimView:
-    store = _store(path)
-    with store.transaction() as state:
-        if clear:
-            message = _clear_busy(state, mig_uuid)
-        else:
-            _, gi, ci = find_mig(state, mig_uuid)
-            if gi_only:
-                gi["held"] = True
-                gi["heldFor"] = mig_uuid
-                message = (
-                    f"a client holds the GI of {mig_uuid}: destroying the GI fails with IN_USE"
-                )
-            else:
-                ci["busy"] = True
-                message = f"processes run on {mig_uuid}: destroying it fails with IN_USE"
-    return _view(store, message)
-
-
-def _clear_busy(state: dict[str, Any], mig_uuid: str) -> str:
-    """Clear both marks; the GI hold can outlive the CI (a monitoring client on the GI)."""
-    held = held_gi(state, mig_uuid)
-    if held is not None:
-        held["held"] = False
-        held.pop("heldFor", None)
-    try:
-        _, gi, ci = find_mig(state, mig_uuid)
-    except UsageError:
-        if held is None:
-            raise
-        return f"the GI of {mig_uuid} is no longer held"
-    ci["busy"] = False
-    gi["held"] = False
-    gi.pop("heldFor", None)
-    return f"{mig_uuid} is no longer busy"
+    return _view(admin.sim_busy(path, mig_uuid, gi_only, clear))
 
 
 def sim_reset(path: Path | None, gpu_ref: str) -> SimView:
-    store = _store(path)
-    with store.transaction() as state:
-        gpu = find_gpu(state, gpu_ref)
-        gone = len(gpu["gpuInstances"])
-        gpu["gpuInstances"] = []
-        gpu["migMode"]["current"] = gpu["migMode"]["pending"]
-    return _view(store, f"GPU {gpu['index']} reset: {gone} GPU instance(s) vanished")
+    return _view(admin.sim_reset(path, gpu_ref))
 
 
 def sim_mig_mode(path: Path | None, gpu_ref: str, enable: bool, pending_only: bool) -> SimView:
-    store = _store(path)
-    value = 1 if enable else 0
-    with store.transaction() as state:
-        gpu = find_gpu(state, gpu_ref)
-        if not enable and gpu["gpuInstances"] and not pending_only:
-            raise ConflictError(
-                f"GPU {gpu['index']} still has {len(gpu['gpuInstances'])} GPU instance(s): "
-                "destroy them or 'sim reset' it before disabling MIG"
-            )
-        gpu["migMode"]["pending"] = value
-        if not pending_only:
-            gpu["migMode"]["current"] = value
-    word = "enabled" if enable else "disabled"
-    suffix = " (pending a GPU reset)" if pending_only else ""
-    return _view(store, f"MIG {word} on GPU {gpu['index']}{suffix}")
+    return _view(admin.sim_mig_mode(path, gpu_ref, enable, pending_only))
 
 
 def sim_fault_add(
@@ -176,17 +65,8 @@ def sim_fault_add(
     skip: int,
     gpu_ref: str | None,
 ) -> SimView:
-    store = _store(path)
-    with store.transaction() as state:
-        gpu = None if gpu_ref is None else int(find_gpu(state, gpu_ref)["index"])
-        fault = normalise_fault(op, error, action, times, skip, gpu)
-        state["faults"].append(fault)
-    return _view(store, f"fault added: {fault['action']} {fault['op']} ({fault['error']})")
+    return _view(admin.sim_fault_add(path, op, error, action, times, skip, gpu_ref))
 
 
 def sim_fault_clear(path: Path | None) -> SimView:
-    store = _store(path)
-    with store.transaction() as state:
-        count = len(state["faults"])
-        state["faults"] = []
-    return _view(store, f"{count} fault(s) cleared")
+    return _view(admin.sim_fault_clear(path))

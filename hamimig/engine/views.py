@@ -9,12 +9,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from hamimig.hw.sim_files import NodeFiles
 from hamimig.hw.types import MigMode, Placement
+from hamimig.sim.files import NodeFiles
 from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome, State
+
+if TYPE_CHECKING:
+    from hamimig.sim.state import NodeState
 
 Json = dict[str, Any]
 
@@ -338,7 +341,7 @@ class SimView:
     kind: ClassVar[str] = "SimNode"
     exit_code: ClassVar[int] = 0
     path: str
-    state: Json
+    state: NodeState
     message: str = ""
     created: InstanceView | None = None
     extra: Json = field(default_factory=dict)
@@ -355,10 +358,9 @@ class SimView:
         out["procDevices"] = str(files.proc_devices)
         out["capabilitiesDir"] = str(files.capabilities)
         out["cdiBaseDir"] = str(files.cdi_base_dir)
-        out["gpus"] = self.state["gpus"]
-        out["faults"] = self.state["faults"]
-        out["calls"] = self.state["calls"]
-        out["driverVersion"] = self.state["driverVersion"]
+        doc = self.state.to_json()
+        for key in ("gpus", "faults", "calls", "driverVersion"):
+            out[key] = doc[key]
         return out
 
 

@@ -8,8 +8,11 @@ be planned and tested as pure functions over snapshots, and so that the real ada
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Protocol
+
+from hamimig.errors import UsageError
 
 
 class MigMode(str, enum.Enum):
@@ -153,3 +156,27 @@ class MigHardware(Protocol):
     def capability_minors(self, gpu_minor: int, gi_id: int, ci_id: int) -> CapabilityMinors: ...
 
     def close(self) -> None: ...
+
+
+_PLACEMENT = re.compile(r"^(\d{1,3})(?::(\d{1,3}))?$")
+
+
+def parse_placement(text: str) -> tuple[int, int | None]:
+    """`START` or `START:SIZE`, in memory slices."""
+    match = _PLACEMENT.match(text.strip())
+    if not match:
+        raise UsageError(f"invalid placement {text!r}: use START or START:SIZE, e.g. 0 or 2:2")
+    start, size = match.group(1), match.group(2)
+    return int(start), (int(size) if size is not None else None)
+
+
+def legal_placement(
+    profile_name: str, placements: tuple[Placement, ...], start: int, size: int | None
+) -> Placement:
+    """The profile's placement at `start`, or a usage error listing the legal ones."""
+    for p in placements:
+        if p.start == start and (size is None or size == p.size):
+            return p
+    legal = ", ".join(str(p) for p in placements)
+    asked = f"{start}" if size is None else f"{start}:{size}"
+    raise UsageError(f"placement {asked} is not legal for {profile_name}; legal: {legal}")

@@ -35,6 +35,7 @@ from hamimig.store.files import (
     read_regular,
     remove_file,
 )
+from hamimig.vocabulary import FileOpName
 
 DEFAULT_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
 SPEC_MODE = 0o644
@@ -626,14 +627,18 @@ class CdiStore:
         data = self.render(dev)
         ensure_dir(self.directory, CDI_DIR_MODE)
         name = spec_file_name(dev.mig_uuid)
-        self.file_op("cdi.write", lambda: atomic_write(self.directory, name, data, SPEC_MODE))
+        self.file_op(
+            FileOpName.CDI_WRITE, lambda: atomic_write(self.directory, name, data, SPEC_MODE)
+        )
         return self.qualified_name(dev.mig_uuid)
 
     def remove(self, mig_uuid: str) -> bool:
         """Remove the spec durably; False when it was already gone."""
         name = spec_file_name(mig_uuid)
         removed: list[bool] = []
-        self.file_op("cdi.remove", lambda: removed.append(remove_file(self.directory, name)))
+        self.file_op(
+            FileOpName.CDI_REMOVE, lambda: removed.append(remove_file(self.directory, name))
+        )
         return bool(removed and removed[0])
 
     def remove_name(self, name: str) -> bool:
@@ -641,7 +646,9 @@ class CdiStore:
         if not (name.startswith(SPEC_PREFIX) and name.endswith(SPEC_SUFFIX)):
             raise ValueError(f"{name} is not the name of a per-instance spec")
         removed: list[bool] = []
-        self.file_op("cdi.remove", lambda: removed.append(remove_file(self.directory, name)))
+        self.file_op(
+            FileOpName.CDI_REMOVE, lambda: removed.append(remove_file(self.directory, name))
+        )
         return bool(removed and removed[0])
 
     def list_ours(self) -> list[str]:

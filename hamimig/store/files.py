@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hamimig.errors import UsageError
+from hamimig.vocabulary import FileOpName
 
-FileOp = Callable[[str, Callable[[], None]], None]
+FileOp = Callable[[FileOpName, Callable[[], None]], None]
 """`file_op(op_name, perform)`: must call `perform()`; may raise or exit around it."""
 
 TEMP_PREFIX = ".hamimig-tmp-"
@@ -40,7 +41,7 @@ MAX_READ_BYTES = 4 * 1024 * 1024
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def no_faults(op: str, perform: Callable[[], None]) -> None:
+def no_faults(op: FileOpName, perform: Callable[[], None]) -> None:
     """The production hook: just perform the operation."""
     perform()
 

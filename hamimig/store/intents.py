@@ -43,6 +43,7 @@ from hamimig.store.files import (
     remove_file,
 )
 from hamimig.store.records import STATE_DIR_MODE, Owner, Problem
+from hamimig.vocabulary import FileOpName
 
 INTENT_PREFIX = "intent-"
 INTENT_SUFFIX = ".json"
@@ -182,12 +183,14 @@ class IntentStore:
         data = encode_intent(intent)
         name = intent_file_name(intent.id)
         ensure_dir(self.directory, STATE_DIR_MODE)
-        self.file_op("intent.write", lambda: atomic_write(self.directory, name, data, INTENT_MODE))
+        self.file_op(
+            FileOpName.INTENT_WRITE, lambda: atomic_write(self.directory, name, data, INTENT_MODE)
+        )
 
     def remove(self, intent_id: str) -> None:
         """Remove the intent durably; absent already is fine (a retried recovery)."""
         name = intent_file_name(intent_id)
-        self.file_op("intent.remove", lambda: _discard(remove_file(self.directory, name)))
+        self.file_op(FileOpName.INTENT_REMOVE, lambda: _discard(remove_file(self.directory, name)))
 
 
 def _discard(_: object) -> None:

@@ -31,6 +31,7 @@ from hamimig.store.files import (
     read_regular,
 )
 from hamimig.store.records import STATE_DIR_MODE, Problem
+from hamimig.vocabulary import FileOpName
 
 QUEUE_NAME = "cdi-removal-queue.json"
 QUEUE_VERSION = 1
@@ -128,7 +129,8 @@ class RemovalQueue:
         data = encode_queue(removals)
         ensure_dir(self.directory, STATE_DIR_MODE)
         self.file_op(
-            "queue.write", lambda: atomic_write(self.directory, QUEUE_NAME, data, QUEUE_MODE)
+            FileOpName.QUEUE_WRITE,
+            lambda: atomic_write(self.directory, QUEUE_NAME, data, QUEUE_MODE),
         )
 
     def add(self, mig_uuid: str, error: str, now: str) -> None:

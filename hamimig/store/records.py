@@ -45,7 +45,7 @@ from hamimig.store.files import (
     read_regular,
     remove_file,
 )
-from hamimig.vocabulary import RECORD_STATES, State
+from hamimig.vocabulary import RECORD_STATES, FileOpName, State
 
 RECORD_PREFIX = "hami-owned-mig-"
 LOADER_PREFIX = "hami-owned-"
@@ -317,12 +317,14 @@ class RecordStore:
         data = encode_record(record)
         ensure_dir(self.directory, STATE_DIR_MODE)
         name = record_name(record.mig_uuid)
-        self.file_op("record.write", lambda: atomic_write(self.directory, name, data, RECORD_MODE))
+        self.file_op(
+            FileOpName.RECORD_WRITE, lambda: atomic_write(self.directory, name, data, RECORD_MODE)
+        )
 
     def remove(self, mig_uuid: str) -> None:
         """Remove the record durably; absent already is fine (a retried removal)."""
         name = record_name(mig_uuid)
-        self.file_op("record.remove", lambda: _discard(remove_file(self.directory, name)))
+        self.file_op(FileOpName.RECORD_REMOVE, lambda: _discard(remove_file(self.directory, name)))
 
 
 def _discard(_: object) -> None:

@@ -13,19 +13,23 @@ import ctypes
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from hamimig.hw.models import MODELS, ProfileSpec
 from hamimig.hw.nvml import bindings
-from hamimig.hw.sim_state import (
+from hamimig.sim.models import ProfileSpec
+from hamimig.sim.state import (
     NVML_ERROR_CODES,
+    NodeState,
+    SimCi,
+    SimGi,
+    SimGpu,
     SimNvmlFailure,
     SimStore,
-    State,
     ci_profiles_of,
     crash,
     create_ci,
     create_gi,
     destroy_ci,
     destroy_gi,
+    fault_armed,
     gi_slices,
     mig_devices,
     model_of,
@@ -47,10 +51,17 @@ _PURE_HELPERS = frozenset(
     }
 )
 
-Gpu = dict[str, Any]
-Node = dict[str, Any]
-
 _ERR = NVML_ERROR_CODES
+# The calls that change the node (and `nvmlShutdown`, which publishes the session's counts).
+_WRITES = frozenset(
+    {
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "nvmlGpuInstanceDestroy",
+        "nvmlGpuInstanceCreateComputeInstance",
+        "nvmlComputeInstanceDestroy",
+        "nvmlShutdown",
+    }
+)
 
 
 def _encode(kind: int, gpu: int, gi: int = 0, ci: int = 0) -> int:
@@ -100,14 +111,19 @@ class SimNvml:
     def _error(self, code: int) -> Exception:
         return self._nv.NVMLError(code)  # type: ignore[no-any-return]
 
-    def _call(self, name: str, gpu: int | None, body: Callable[[State], T]) -> T:
-        """Count the call, fire a matching fault, run `body` on the locked state."""
-        with self._store.transaction() as state:
-            calls = state["calls"]
-            calls[name] = calls.get(name, 0) + 1
+    def _call(self, name: str, gpu: int | None, body: Callable[[NodeState], T]) -> T:
+        """Count the call, fire a matching fault, run `body` on the locked state.
+
+        The node's file is rewritten only when the call changes it (a mutation, a consumed
+        fault, `nvmlShutdown` publishing this process's counts); a read leaves it alone.
+        """
+        with self._store.session() as session:
+            state = session.state
+            self._store.count(name)
+            session.dirty = name in _WRITES or fault_armed(state, name)
             if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
                 raise self._error(_ERR["UNINITIALIZED"])
-            fault = take_fault(state, name, gpu)
+            fault = take_fault(state, name, gpu) if session.dirty else None
             if fault is not None:
                 if fault.action == "raise":
                     raise self._error(_ERR[fault.error])
@@ -127,44 +143,44 @@ class SimNvml:
             return result
 
     @staticmethod
-    def _gpu(state: State, index: int) -> Gpu:
-        gpus: list[Gpu] = state["gpus"]
+    def _gpu(state: NodeState, index: int) -> SimGpu:
+        gpus = state.gpus
         if not 0 <= index < len(gpus):
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no GPU {index}")
         return gpus[index]
 
-    def _device_gpu(self, state: State, handle: Any) -> Gpu:
+    def _device_gpu(self, state: NodeState, handle: Any) -> SimGpu:
         kind, gpu, _, _ = _decode(handle)
         if kind != _DEVICE:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU handle")
         return self._gpu(state, gpu)
 
     @staticmethod
-    def _require_mig(gpu: Gpu) -> None:
-        if gpu["migMode"]["current"] != 1:
+    def _require_mig(gpu: SimGpu) -> None:
+        if not gpu.mig_enabled:
             raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "MIG mode is disabled")
 
-    def _gi(self, state: State, handle: Any) -> tuple[Gpu, Node]:
+    def _gi(self, state: NodeState, handle: Any) -> tuple[SimGpu, SimGi]:
         kind, gpu_index, gi_id, _ = _decode(handle)
         if kind != _GI:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU instance handle")
         gpu = self._gpu(state, gpu_index)
         self._require_mig(gpu)
-        for gi in gpu["gpuInstances"]:
-            if gi["id"] == gi_id:
+        for gi in gpu.gis:
+            if gi.id == gi_id:
                 return gpu, gi
         raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale GPU instance handle")
 
-    def _ci(self, state: State, handle: Any, kind_expected: int) -> tuple[Gpu, Node, Node]:
+    def _ci(self, state: NodeState, handle: Any, kind_expected: int) -> tuple[SimGpu, SimGi, SimCi]:
         kind, gpu_index, gi_id, ci_id = _decode(handle)
         if kind != kind_expected:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "wrong handle kind")
         gpu = self._gpu(state, gpu_index)
         self._require_mig(gpu)
-        for gi in gpu["gpuInstances"]:
-            if gi["id"] == gi_id:
-                for ci in gi["computeInstances"]:
-                    if ci["id"] == ci_id:
+        for gi in gpu.gis:
+            if gi.id == gi_id:
+                for ci in gi.cis:
+                    if ci.id == ci_id:
                         return gpu, gi, ci
         raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale handle")
 
@@ -200,27 +216,27 @@ class SimNvml:
     # --- library ----------------------------------------------------------------------------
 
     def nvmlInit(self) -> None:
-        def body(state: State) -> None:
+        def body(state: NodeState) -> None:
             self._init_count += 1
 
         self._call("nvmlInit", None, body)
 
     def nvmlShutdown(self) -> None:
-        def body(state: State) -> None:
+        def body(state: NodeState) -> None:
             self._init_count -= 1
 
         self._call("nvmlShutdown", None, body)
 
     def nvmlSystemGetDriverVersion(self) -> str:
-        return self._call("nvmlSystemGetDriverVersion", None, lambda s: str(s["driverVersion"]))
+        return self._call("nvmlSystemGetDriverVersion", None, lambda s: s.driver_version)
 
     # --- devices ----------------------------------------------------------------------------
 
     def nvmlDeviceGetCount(self) -> int:
-        return self._call("nvmlDeviceGetCount", None, lambda s: len(s["gpus"]))
+        return self._call("nvmlDeviceGetCount", None, lambda s: len(s.gpus))
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             self._gpu(state, index)
             return self._handle(_DEVICE, index)
 
@@ -229,13 +245,13 @@ class SimNvml:
     def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> Any:
         text = uuid.decode() if isinstance(uuid, bytes) else uuid
 
-        def body(state: State) -> Any:
-            for gpu in state["gpus"]:
-                if gpu["uuid"] == text:
-                    return self._handle(_DEVICE, gpu["index"])
+        def body(state: NodeState) -> Any:
+            for gpu in state.gpus:
+                if gpu.uuid == text:
+                    return self._handle(_DEVICE, gpu.index)
                 for gi, ci in mig_devices(gpu):
-                    if ci["migUUID"] == text:
-                        return self._handle(_MIG, gpu["index"], gi["id"], ci["id"])
+                    if ci.mig_uuid == text:
+                        return self._handle(_MIG, gpu.index, gi.id, ci.id)
             raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no device {text}")
 
         return self._call("nvmlDeviceGetHandleByUUID", None, body)
@@ -244,27 +260,27 @@ class SimNvml:
         return self._call(
             "nvmlDeviceGetIndex",
             self._gpu_of(handle),
-            lambda s: int(self._device_gpu(s, handle)["index"]),
+            lambda s: self._device_gpu(s, handle).index,
         )
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
-        def body(state: State) -> str:
+        def body(state: NodeState) -> str:
             kind = _decode(handle)[0]
             if kind == _MIG:
-                return str(self._ci(state, handle, _MIG)[2]["migUUID"])
-            return str(self._device_gpu(state, handle)["uuid"])
+                return self._ci(state, handle, _MIG)[2].mig_uuid
+            return self._device_gpu(state, handle).uuid
 
         return self._call("nvmlDeviceGetUUID", self._gpu_of(handle), body)
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
-        def body(state: State) -> str:
+        def body(state: NodeState) -> str:
             kind = _decode(handle)[0]
             if kind == _MIG:
                 gpu, gi, _ = self._ci(state, handle, _MIG)
-                profile = model_of(gpu).profile_by_id(gi["profileId"])
+                profile = model_of(gpu).profile_by_id(gi.profile_id)
                 assert profile is not None
                 return f"{model_of(gpu).nvml_name} MIG {profile.name}"
-            return MODELS[self._device_gpu(state, handle)["model"]].nvml_name
+            return model_of(self._device_gpu(state, handle)).nvml_name
 
         return self._call("nvmlDeviceGetName", self._gpu_of(handle), body)
 
@@ -272,18 +288,18 @@ class SimNvml:
         return self._call(
             "nvmlDeviceGetMinorNumber",
             self._gpu_of(handle),
-            lambda s: int(self._device_gpu(s, handle)["minor"]),
+            lambda s: self._device_gpu(s, handle).minor,
         )
 
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
-        def body(state: State) -> list[int]:
-            mode = self._device_gpu(state, handle)["migMode"]
-            return [int(mode["current"]), int(mode["pending"])]
+        def body(state: NodeState) -> list[int]:
+            gpu = self._device_gpu(state, handle)
+            return [gpu.mig_current, gpu.mig_pending]
 
         return self._call("nvmlDeviceGetMigMode", self._gpu_of(handle), body)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
-        def body(state: State) -> list[Any]:
+        def body(state: NodeState) -> list[Any]:
             kind = _decode(handle)[0]
             if kind == _MIG:
                 gpu, gi, ci = self._ci(state, handle, _MIG)
@@ -294,14 +310,14 @@ class SimNvml:
             return [
                 self._nv.nvmlFriendlyObject(
                     {
-                        "pid": _PROCESS_PID_BASE + gpu["index"] * 1000 + gi["id"] * 10 + ci["id"],
+                        "pid": _PROCESS_PID_BASE + gpu.index * 1000 + gi.id * 10 + ci.id,
                         "usedGpuMemory": 1 << 30,
-                        "gpuInstanceId": gi["id"],
-                        "computeInstanceId": ci["id"],
+                        "gpuInstanceId": gi.id,
+                        "computeInstanceId": ci.id,
                     }
                 )
                 for gi, ci in pairs
-                if ci.get("busy")
+                if ci.busy
             ]
 
         return self._call("nvmlDeviceGetComputeRunningProcesses", self._gpu_of(handle), body)
@@ -333,7 +349,7 @@ class SimNvml:
     def nvmlDeviceGetGpuInstanceProfileInfo(
         self, handle: Any, profile: int, version: int = 2
     ) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu = self._device_gpu(state, handle)
             spec = model_of(gpu).profile_by_index(profile)
             if spec is None:
@@ -346,7 +362,7 @@ class SimNvml:
     nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo
 
     def nvmlDeviceGetGpuInstanceProfileInfoById(self, handle: Any, profileId: int) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu = self._device_gpu(state, handle)
             spec = model_of(gpu).profile_by_id(profileId)
             if spec is None:
@@ -360,7 +376,7 @@ class SimNvml:
     def nvmlDeviceGetGpuInstancePossiblePlacements(
         self, handle: Any, profileId: int, placementsRef: Any, countRef: Any
     ) -> int:
-        def body(state: State) -> int:
+        def body(state: NodeState) -> int:
             gpu = self._device_gpu(state, handle)
             spec = model_of(gpu).profile_by_id(profileId)
             if spec is None:
@@ -376,13 +392,13 @@ class SimNvml:
         return self._call("nvmlDeviceGetGpuInstancePossiblePlacements", self._gpu_of(handle), body)
 
     def nvmlDeviceGetGpuInstanceRemainingCapacity(self, handle: Any, profileId: int) -> int:
-        def body(state: State) -> int:
+        def body(state: NodeState) -> int:
             gpu = self._device_gpu(state, handle)
             self._require_mig(gpu)
             spec = model_of(gpu).profile_by_id(profileId)
             if spec is None:
                 raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
-            taken = [(g["placement"]["start"], g["placement"]["size"]) for g in gpu["gpuInstances"]]
+            taken = [(g.start, g.size) for g in gpu.gis]
             free = [
                 s for s in spec.starts if all(s + spec.size <= a or a + n <= s for a, n in taken)
             ]
@@ -391,7 +407,7 @@ class SimNvml:
             for start in free:
                 if start >= end:
                     count, end = count + 1, start + spec.size
-            same = sum(1 for g in gpu["gpuInstances"] if g["profileId"] == profileId)
+            same = sum(1 for g in gpu.gis if g.profile_id == profileId)
             return max(0, min(count, spec.max_instances - same))
 
         return self._call("nvmlDeviceGetGpuInstanceRemainingCapacity", self._gpu_of(handle), body)
@@ -401,30 +417,28 @@ class SimNvml:
     def nvmlDeviceCreateGpuInstanceWithPlacement(
         self, handle: Any, profileId: int, placement: Any
     ) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu = self._device_gpu(state, handle)
             wanted = _deref(placement)
             spec = model_of(gpu).profile_by_id(profileId)
             if spec is not None and wanted.size != spec.size:
                 raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "placement size mismatch")
             gi = create_gi(gpu, profileId, int(wanted.start))
-            self._store.publish_capability(int(gpu["minor"]), int(gi["id"]))
-            return self._handle(_GI, gpu["index"], gi["id"])
+            self._store.publish_capability(gpu.minor, gi.id)
+            return self._handle(_GI, gpu.index, gi.id)
 
         return self._call("nvmlDeviceCreateGpuInstanceWithPlacement", self._gpu_of(handle), body)
 
     def nvmlDeviceGetGpuInstances(
         self, handle: Any, profileId: int, gpuInstancesRef: Any, countRef: Any
     ) -> int:
-        def body(state: State) -> int:
+        def body(state: NodeState) -> int:
             gpu = self._device_gpu(state, handle)
             self._require_mig(gpu)
             if model_of(gpu).profile_by_id(profileId) is None:
                 raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
             items = [
-                self._handle(_GI, gpu["index"], gi["id"])
-                for gi in gpu["gpuInstances"]
-                if gi["profileId"] == profileId
+                self._handle(_GI, gpu.index, gi.id) for gi in gpu.gis if gi.profile_id == profileId
             ]
             self._fill_array(gpuInstancesRef, countRef, items)
             return int(self._nv.NVML_SUCCESS)
@@ -432,30 +446,30 @@ class SimNvml:
         return self._call("nvmlDeviceGetGpuInstances", self._gpu_of(handle), body)
 
     def nvmlDeviceGetGpuInstanceById(self, handle: Any, gpuInstanceId: int) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu = self._device_gpu(state, handle)
             self._require_mig(gpu)
-            if any(gi["id"] == gpuInstanceId for gi in gpu["gpuInstances"]):
-                return self._handle(_GI, gpu["index"], gpuInstanceId)
+            if any(gi.id == gpuInstanceId for gi in gpu.gis):
+                return self._handle(_GI, gpu.index, gpuInstanceId)
             raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no GI {gpuInstanceId}")
 
         return self._call("nvmlDeviceGetGpuInstanceById", self._gpu_of(handle), body)
 
     def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu, gi = self._gi(state, gpuInstance)
             info = self._nv.c_nvmlGpuInstanceInfo_t()
-            info.device = self._handle(_DEVICE, gpu["index"])
-            info.id = gi["id"]
-            info.profileId = gi["profileId"]
-            info.placement.start = gi["placement"]["start"]
-            info.placement.size = gi["placement"]["size"]
+            info.device = self._handle(_DEVICE, gpu.index)
+            info.id = gi.id
+            info.profileId = gi.profile_id
+            info.placement.start = gi.start
+            info.placement.size = gi.size
             return info
 
         return self._call("nvmlGpuInstanceGetInfo", self._gpu_of(gpuInstance), body)
 
     def nvmlGpuInstanceDestroy(self, gpuInstance: Any) -> int:
-        def body(state: State) -> int:
+        def body(state: NodeState) -> int:
             gpu, gi = self._gi(state, gpuInstance)
             destroy_gi(gpu, gi)
             return int(self._nv.NVML_SUCCESS)
@@ -467,7 +481,7 @@ class SimNvml:
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(
         self, device: Any, profile: int, engProfile: int, version: int = 2
     ) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu, gi = self._gi(state, device)  # a GI handle despite the parameter's name
             if engProfile != self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
                 raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "engine profile")
@@ -475,7 +489,7 @@ class SimNvml:
             if profile not in offered:
                 raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], f"CI profile {profile}")
             slices = offered[profile]
-            gi_spec = model_of(gpu).profile_by_id(gi["profileId"])
+            gi_spec = model_of(gpu).profile_by_id(gi.profile_id)
             assert gi_spec is not None
             if version == 2:
                 info = self._nv.c_nvmlComputeInstanceProfileInfo_v2_t()
@@ -500,23 +514,23 @@ class SimNvml:
     nvmlGpuInstanceGetComputeInstanceProfileInfoV = nvmlGpuInstanceGetComputeInstanceProfileInfo
 
     def nvmlGpuInstanceCreateComputeInstance(self, gpuInstance: Any, profileId: int) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu, gi = self._gi(state, gpuInstance)
             ci = create_ci(gpu, gi, profileId)
-            self._store.publish_capability(int(gpu["minor"]), int(gi["id"]), int(ci["id"]))
-            return self._handle(_CI, gpu["index"], gi["id"], ci["id"])
+            self._store.publish_capability(gpu.minor, gi.id, ci.id)
+            return self._handle(_CI, gpu.index, gi.id, ci.id)
 
         return self._call("nvmlGpuInstanceCreateComputeInstance", self._gpu_of(gpuInstance), body)
 
     def nvmlGpuInstanceGetComputeInstances(
         self, gpuInstance: Any, profileId: int, computeInstancesRef: Any, countRef: Any
     ) -> int:
-        def body(state: State) -> int:
+        def body(state: NodeState) -> int:
             gpu, gi = self._gi(state, gpuInstance)
             items = [
-                self._handle(_CI, gpu["index"], gi["id"], ci["id"])
-                for ci in gi["computeInstances"]
-                if ci["profileId"] == profileId
+                self._handle(_CI, gpu.index, gi.id, ci.id)
+                for ci in gi.cis
+                if ci.profile_id == profileId
             ]
             self._fill_array(computeInstancesRef, countRef, items)
             return int(self._nv.NVML_SUCCESS)
@@ -526,24 +540,24 @@ class SimNvml:
     def nvmlGpuInstanceGetComputeInstanceById(
         self, gpuInstance: Any, computeInstanceId: int
     ) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu, gi = self._gi(state, gpuInstance)
-            if any(ci["id"] == computeInstanceId for ci in gi["computeInstances"]):
-                return self._handle(_CI, gpu["index"], gi["id"], computeInstanceId)
+            if any(ci.id == computeInstanceId for ci in gi.cis):
+                return self._handle(_CI, gpu.index, gi.id, computeInstanceId)
             raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no CI {computeInstanceId}")
 
         return self._call("nvmlGpuInstanceGetComputeInstanceById", self._gpu_of(gpuInstance), body)
 
     def nvmlComputeInstanceGetInfo(self, computeInstance: Any) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu, gi, ci = self._ci(state, computeInstance, _CI)
             info = self._nv.c_nvmlComputeInstanceInfo_t()
-            info.device = self._handle(_DEVICE, gpu["index"])
-            info.gpuInstance = self._handle(_GI, gpu["index"], gi["id"])
-            info.id = ci["id"]
-            info.profileId = ci["profileId"]
+            info.device = self._handle(_DEVICE, gpu.index)
+            info.gpuInstance = self._handle(_GI, gpu.index, gi.id)
+            info.id = ci.id
+            info.profileId = ci.profile_id
             info.placement.start = 0
-            info.placement.size = ci_profiles_of(gpu, gi)[ci["profileId"]]
+            info.placement.size = ci_profiles_of(gpu, gi)[ci.profile_id]
             return info
 
         return self._call("nvmlComputeInstanceGetInfo", self._gpu_of(computeInstance), body)
@@ -551,7 +565,7 @@ class SimNvml:
     nvmlComputeInstanceGetInfo_v2 = nvmlComputeInstanceGetInfo
 
     def nvmlComputeInstanceDestroy(self, computeInstance: Any) -> int:
-        def body(state: State) -> int:
+        def body(state: NodeState) -> int:
             _, gi, ci = self._ci(state, computeInstance, _CI)
             destroy_ci(gi, ci)
             return int(self._nv.NVML_SUCCESS)
@@ -561,14 +575,14 @@ class SimNvml:
     # --- MIG devices -------------------------------------------------------------------------
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
-        def body(state: State) -> int:
+        def body(state: NodeState) -> int:
             gpu = self._device_gpu(state, handle)
-            return _MAX_MIG_DEVICES if gpu["migMode"]["current"] == 1 else 0
+            return _MAX_MIG_DEVICES if gpu.mig_enabled else 0
 
         return self._call("nvmlDeviceGetMaxMigDeviceCount", self._gpu_of(handle), body)
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu = self._device_gpu(state, handle)
             self._require_mig(gpu)
             if not 0 <= index < _MAX_MIG_DEVICES:
@@ -577,7 +591,7 @@ class SimNvml:
             if index >= len(devices):
                 raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no MIG device at {index}")
             gi, ci = devices[index]
-            return self._handle(_MIG, gpu["index"], gi["id"], ci["id"])
+            return self._handle(_MIG, gpu.index, gi.id, ci.id)
 
         return self._call("nvmlDeviceGetMigDeviceHandleByIndex", self._gpu_of(handle), body)
 
@@ -588,8 +602,8 @@ class SimNvml:
             lambda s: ctypes.c_uint(1 if _decode(handle)[0] == _MIG else 0),
         )
 
-    def _mig_field(self, name: str, handle: Any, pick: Callable[[Node, Node], int]) -> int:
-        def body(state: State) -> int:
+    def _mig_field(self, name: str, handle: Any, pick: Callable[[SimGi, SimCi], int]) -> int:
+        def body(state: NodeState) -> int:
             if _decode(handle)[0] != _MIG:
                 raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "not a MIG device handle")
             _, gi, ci = self._ci(state, handle, _MIG)
@@ -598,17 +612,15 @@ class SimNvml:
         return self._call(name, self._gpu_of(handle), body)
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
-        return self._mig_field("nvmlDeviceGetGpuInstanceId", handle, lambda gi, ci: int(gi["id"]))
+        return self._mig_field("nvmlDeviceGetGpuInstanceId", handle, lambda gi, ci: gi.id)
 
     def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
-        return self._mig_field(
-            "nvmlDeviceGetComputeInstanceId", handle, lambda gi, ci: int(ci["id"])
-        )
+        return self._mig_field("nvmlDeviceGetComputeInstanceId", handle, lambda gi, ci: ci.id)
 
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any) -> Any:
-        def body(state: State) -> Any:
+        def body(state: NodeState) -> Any:
             gpu, _, _ = self._ci(state, handle, _MIG)
-            return self._handle(_DEVICE, gpu["index"])
+            return self._handle(_DEVICE, gpu.index)
 
         return self._call(
             "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", self._gpu_of(handle), body

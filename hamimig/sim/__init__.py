@@ -1,0 +1,1 @@
+"""The simulated node: state, geometry rules, the pynvml stand-in and the node files."""

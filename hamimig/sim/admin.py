@@ -1,0 +1,207 @@
+"""Operator actions on a simulated node: build it, change it behind hamimig's back, break it.
+
+These act as "the world" (a technician, another controller, a failing driver), not as an NVML
+client: they change the state document directly, are never counted as NVML calls and never
+fire faults. The geometry rules are the same ones the simulated NVML enforces. Each returns what
+it did; the engine turns that into the `sim` commands' view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hamimig.errors import ConflictError, UsageError
+from hamimig.hw.types import Placement, legal_placement, parse_placement
+from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
+from hamimig.sim.state import (
+    NodeState,
+    SimNvmlFailure,
+    SimStore,
+    as_hardware_error,
+    create_ci,
+    create_gi,
+    find_gpu,
+    find_mig,
+    held_gi,
+    model_of,
+    new_node,
+    normalise_fault,
+)
+
+
+@dataclass(frozen=True)
+class Created:
+    """An instance (or a GI alone) that `sim create` made behind hamimig's back."""
+
+    mig_uuid: str | None
+    gpu_uuid: str
+    gpu_index: int
+    profile: str
+    placement: Placement
+    gpu_instance_id: int
+    compute_instance_id: int | None
+
+
+@dataclass(frozen=True)
+class Change:
+    """What an operator action did, in words, and the instance it made if any."""
+
+    store: SimStore
+    message: str
+    created: Created | None = None
+
+
+MAX_SIM_GPUS = 32
+
+
+def _store(path: Path | None) -> SimStore:
+    if path is None:
+        raise UsageError("sim commands need --sim PATH (or HAMIMIG_SIM)")
+    return SimStore(path)
+
+
+def sim_init(path: Path | None, model: str, count: int) -> Change:
+    store = _store(path)
+    spec = MODELS.get(model)
+    if spec is None:
+        raise UsageError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
+    if not 1 <= count <= MAX_SIM_GPUS:
+        raise UsageError(f"--count must be between 1 and {MAX_SIM_GPUS}, not {count}")
+    store.create(new_node(spec, count))
+    return Change(store, f"simulated node with {count} x {model} at {path}, MIG enabled")
+
+
+def sim_show(path: Path | None) -> Change:
+    store = _store(path)
+    return Change(store, "")
+
+
+def sim_create(
+    path: Path | None, gpu_ref: str, profile: str, placement: str, no_ci: bool
+) -> Change:
+    store = _store(path)
+    start, size = parse_placement(placement)
+    with store.edit() as state:
+        gpu = find_gpu(state, gpu_ref)
+        model = model_of(gpu)
+        spec = next((p for p in model.profiles if p.name == profile), None)
+        if spec is None:
+            names = ", ".join(p.name for p in model.profiles)
+            raise UsageError(f"unknown profile {profile!r} for {model.key}; profiles: {names}")
+        legal = tuple(Placement(s, spec.size) for s in spec.starts)
+        where = legal_placement(spec.name, legal, start, size)
+        what = f"creating {spec.name} at {where} on GPU {gpu.index}"
+        try:
+            gi = create_gi(gpu, spec.id, where.start)
+        except SimNvmlFailure as exc:
+            raise as_hardware_error(exc, what) from None
+        try:
+            ci = None if no_ci else create_ci(gpu, gi, FULL_CI_PROFILE_BY_SLICES[spec.slice_count])
+        except SimNvmlFailure as exc:
+            gpu.gis.remove(gi)  # all or nothing
+            raise as_hardware_error(exc, what) from None
+        store.publish_capability(gpu.minor, gi.id)
+        if ci is not None:
+            store.publish_capability(gpu.minor, gi.id, ci.id)
+        created = Created(
+            mig_uuid=ci.mig_uuid if ci else None,
+            gpu_uuid=gpu.uuid,
+            gpu_index=gpu.index,
+            profile=spec.name,
+            placement=where,
+            gpu_instance_id=gi.id,
+            compute_instance_id=ci.id if ci else None,
+        )
+    what = created.mig_uuid or f"orphan GI {created.gpu_instance_id}"
+    return Change(store, f"created {spec.name} at {where} on GPU {gpu.index}: {what}", created)
+
+
+def sim_busy(path: Path | None, mig_uuid: str, gi_only: bool, clear: bool) -> Change:
+    store = _store(path)
+    with store.edit() as state:
+        if clear:
+            message = _clear_busy(state, mig_uuid)
+        else:
+            _, gi, ci = find_mig(state, mig_uuid)
+            if gi_only:
+                gi.held = True
+                gi.held_for = mig_uuid
+                message = (
+                    f"a client holds the GI of {mig_uuid}: destroying the GI fails with IN_USE"
+                )
+            else:
+                ci.busy = True
+                message = f"processes run on {mig_uuid}: destroying it fails with IN_USE"
+    return Change(store, message)
+
+
+def _clear_busy(state: NodeState, mig_uuid: str) -> str:
+    """Clear both marks; the GI hold can outlive the CI (a monitoring client on the GI)."""
+    held = held_gi(state, mig_uuid)
+    if held is not None:
+        held.held = False
+        held.held_for = None
+    try:
+        _, gi, ci = find_mig(state, mig_uuid)
+    except UsageError:
+        if held is None:
+            raise
+        return f"the GI of {mig_uuid} is no longer held"
+    ci.busy = False
+    gi.held = False
+    gi.held_for = None
+    return f"{mig_uuid} is no longer busy"
+
+
+def sim_reset(path: Path | None, gpu_ref: str) -> Change:
+    store = _store(path)
+    with store.edit() as state:
+        gpu = find_gpu(state, gpu_ref)
+        gone = len(gpu.gis)
+        gpu.gis = []
+        gpu.mig_current = gpu.mig_pending
+    return Change(store, f"GPU {gpu.index} reset: {gone} GPU instance(s) vanished")
+
+
+def sim_mig_mode(path: Path | None, gpu_ref: str, enable: bool, pending_only: bool) -> Change:
+    store = _store(path)
+    value = 1 if enable else 0
+    with store.edit() as state:
+        gpu = find_gpu(state, gpu_ref)
+        if not enable and gpu.gis and not pending_only:
+            raise ConflictError(
+                f"GPU {gpu.index} still has {len(gpu.gis)} GPU instance(s): "
+                "destroy them or 'sim reset' it before disabling MIG"
+            )
+        gpu.mig_pending = value
+        if not pending_only:
+            gpu.mig_current = value
+    word = "enabled" if enable else "disabled"
+    suffix = " (pending a GPU reset)" if pending_only else ""
+    return Change(store, f"MIG {word} on GPU {gpu.index}{suffix}")
+
+
+def sim_fault_add(
+    path: Path | None,
+    op: str,
+    error: str | None,
+    action: str,
+    times: int,
+    skip: int,
+    gpu_ref: str | None,
+) -> Change:
+    store = _store(path)
+    with store.edit() as state:
+        gpu = None if gpu_ref is None else find_gpu(state, gpu_ref).index
+        fault = normalise_fault(op, error, action, times, skip, gpu)
+        state.faults.append(fault)
+    return Change(store, f"fault added: {fault.action} {fault.op} ({fault.error})")
+
+
+def sim_fault_clear(path: Path | None) -> Change:
+    store = _store(path)
+    with store.edit() as state:
+        count = len(state.faults)
+        state.faults = []
+    return Change(store, f"{count} fault(s) cleared")

@@ -1,0 +1,729 @@
+"""The simulated node's persistent state and the rules of MIG geometry it enforces.
+
+The state is typed (`NodeState`: GPUs, their GI/CI layout, busy marks, pending faults and NVML
+call counts) and stored as one JSON document. A file-backed store lets several processes share
+one simulated node the way they would share a real one: every simulated NVML call runs under the
+file's lock, and the file is rewritten only when a call changes it. An in-memory store serves
+benchmarks and property tests that do not need sharing.
+
+Geometry rules live here as plain functions over that state, so the pynvml stand-in
+(`sim/nvml.py`) and the operator's `sim create` obey exactly the same rules.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import uuid
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from hamimig.errors import HardwareError, UsageError
+from hamimig.sim.files import NodeFiles, write_access, write_node_files
+from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
+from hamimig.vocabulary import FileOpName
+
+SCHEMA_VERSION = 1
+DRIVER_VERSION = "550.127.05"
+FILE_OPS: tuple[str, ...] = tuple(op.value for op in FileOpName)
+FAULT_ACTIONS = ("raise", "crash-before", "crash-after")
+CRASH_EXIT_STATUS = 137
+
+# The NVML error names a fault may carry (FACTS.md section 1 codes).
+NVML_ERROR_CODES: dict[str, int] = {
+    "UNINITIALIZED": 1,
+    "INVALID_ARGUMENT": 2,
+    "NOT_SUPPORTED": 3,
+    "NO_PERMISSION": 4,
+    "NOT_FOUND": 6,
+    "INSUFFICIENT_SIZE": 7,
+    "TIMEOUT": 10,
+    "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13,
+    "GPU_IS_LOST": 15,
+    "RESET_REQUIRED": 16,
+    "IN_USE": 19,
+    "INSUFFICIENT_RESOURCES": 23,
+    "UNKNOWN": 999,
+}
+
+# Up to 32 GPUs, 15 GIs each, 8 CIs each: the shape of /proc/driver/nvidia-caps/mig-minors.
+MINORS_GPUS, MINORS_GIS, MINORS_CIS = 32, 15, 8
+
+Document = dict[str, Any]
+"""The state's JSON form, as stored in the node's file."""
+
+
+@dataclass
+class SimCi:
+    """A compute instance: with its GI, one MIG device."""
+
+    id: int
+    profile_id: int
+    mig_uuid: str
+    busy: bool = False
+    """Processes run on it: destroying it fails with IN_USE (`sim busy`)."""
+
+    def to_json(self) -> Document:
+        return {
+            "id": self.id,
+            "profileId": self.profile_id,
+            "migUUID": self.mig_uuid,
+            "busy": self.busy,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Document) -> SimCi:
+        return cls(
+            int(doc["id"]), int(doc["profileId"]), str(doc["migUUID"]), bool(doc.get("busy", False))
+        )
+
+
+@dataclass
+class SimGi:
+    """A GPU instance at its placement (start and size in memory slices)."""
+
+    id: int
+    profile_id: int
+    start: int
+    size: int
+    cis: list[SimCi] = field(default_factory=list)
+    held: bool = False
+    """A client holds the GI: destroying it fails with IN_USE (`sim busy --gi-only`)."""
+    held_for: str | None = None
+    """The MIG UUID `sim busy --gi-only` named, so `--clear` finds the GI after its CI is gone."""
+
+    def overlaps(self, start: int, size: int) -> bool:
+        return start < self.start + self.size and self.start < start + size
+
+    def to_json(self) -> Document:
+        out: Document = {
+            "id": self.id,
+            "profileId": self.profile_id,
+            "placement": {"start": self.start, "size": self.size},
+            "computeInstances": [ci.to_json() for ci in self.cis],
+            "held": self.held,
+        }
+        if self.held_for is not None:
+            out["heldFor"] = self.held_for
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Document) -> SimGi:
+        placement = doc["placement"]
+        held_for = doc.get("heldFor")
+        return cls(
+            id=int(doc["id"]),
+            profile_id=int(doc["profileId"]),
+            start=int(placement["start"]),
+            size=int(placement["size"]),
+            cis=[SimCi.from_json(c) for c in doc["computeInstances"]],
+            held=bool(doc.get("held", False)),
+            held_for=None if held_for is None else str(held_for),
+        )
+
+
+@dataclass
+class SimGpu:
+    """A GPU: its identity, MIG mode (current and pending a reset) and GPU instances."""
+
+    index: int
+    uuid: str
+    model: str
+    minor: int
+    mig_current: int = 1
+    mig_pending: int = 1
+    gis: list[SimGi] = field(default_factory=list)
+
+    @property
+    def mig_enabled(self) -> bool:
+        return self.mig_current == 1
+
+    def to_json(self) -> Document:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "model": self.model,
+            "minor": self.minor,
+            "migMode": {"current": self.mig_current, "pending": self.mig_pending},
+            "gpuInstances": [gi.to_json() for gi in self.gis],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Document) -> SimGpu:
+        mode = doc["migMode"]
+        return cls(
+            index=int(doc["index"]),
+            uuid=str(doc["uuid"]),
+            model=str(doc["model"]),
+            minor=int(doc["minor"]),
+            mig_current=int(mode["current"]),
+            mig_pending=int(mode["pending"]),
+            gis=[SimGi.from_json(g) for g in doc["gpuInstances"]],
+        )
+
+
+@dataclass
+class SimFault:
+    """A pending fault: the next matching calls (after `skip`) fail or crash `times` times."""
+
+    op: str
+    error: str
+    action: str
+    times: int
+    skip: int
+    gpu: int | None
+
+    def to_json(self) -> Document:
+        return {
+            "op": self.op,
+            "error": self.error,
+            "action": self.action,
+            "times": self.times,
+            "skip": self.skip,
+            "gpu": self.gpu,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Document) -> SimFault:
+        gpu = doc.get("gpu")
+        return cls(
+            str(doc["op"]),
+            str(doc["error"]),
+            str(doc["action"]),
+            int(doc["times"]),
+            int(doc["skip"]),
+            None if gpu is None else int(gpu),
+        )
+
+
+@dataclass
+class NodeState:
+    """The whole simulated node."""
+
+    driver_version: str
+    gpus: list[SimGpu]
+    faults: list[SimFault] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+    """NVML calls counted so far, by function name (merged in from every process)."""
+
+    def to_json(self) -> Document:
+        return {
+            "kind": "HamimigSimNode",
+            "version": SCHEMA_VERSION,
+            "driverVersion": self.driver_version,
+            "gpus": [g.to_json() for g in self.gpus],
+            "faults": [f.to_json() for f in self.faults],
+            "calls": dict(self.calls),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Document) -> NodeState:
+        """Raises KeyError, TypeError or ValueError on a malformed document."""
+        return cls(
+            driver_version=str(doc["driverVersion"]),
+            gpus=[SimGpu.from_json(g) for g in doc["gpus"]],
+            faults=[SimFault.from_json(f) for f in doc["faults"]],
+            calls={str(k): int(v) for k, v in doc["calls"].items()},
+        )
+
+
+class SimNvmlFailure(Exception):
+    """A simulated NVML call fails with this NVML error code (turned into pynvml's class)."""
+
+    def __init__(self, code: int, detail: str = "") -> None:
+        super().__init__(detail or f"NVML error {code}")
+        self.code = code
+        self.detail = detail
+
+
+def capability_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """The minor `mig-minors` gives `gpu<minor>/gi<gi>[/ci<ci>]/access` on a simulated node."""
+    per_gi = 1 + MINORS_CIS
+    return 3 + gpu_minor * MINORS_GIS * per_gi + gi * per_gi + (0 if ci is None else 1 + ci)
+
+
+def mig_minors_text() -> str:
+    """The content of a driver's `mig-minors` file for every possible GPU minor."""
+    lines = ["config 1", "monitor 2"]
+    for gpu in range(MINORS_GPUS):
+        for gi in range(MINORS_GIS):
+            lines.append(f"gpu{gpu}/gi{gi}/access {capability_minor(gpu, gi)}")
+            for ci in range(MINORS_CIS):
+                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {capability_minor(gpu, gi, ci)}")
+    return "\n".join(lines) + "\n"
+
+
+def new_node(model: ModelSpec, count: int) -> NodeState:
+    """A fresh node: COUNT GPUs of MODEL, MIG enabled, no instances."""
+    gpus = [SimGpu(i, f"GPU-{uuid.uuid4()}", model.key, i) for i in range(count)]
+    return NodeState(DRIVER_VERSION, gpus)
+
+
+def new_state(model: ModelSpec, count: int) -> Document:
+    """A fresh node's JSON document (what an in-memory store holds)."""
+    return new_node(model, count).to_json()
+
+
+class SimStore:
+    """Holds the state: in a JSON file shared under a lock, or only in memory (as a document).
+
+    NVML call counts are kept in memory and merged into the stored state whenever this process
+    writes it anyway (a mutation, a consumed fault, a crash, `nvmlShutdown`) and when the
+    process exits: a read-only call never rewrites the file.
+    """
+
+    def __init__(self, path: Path | None, state: Document | None = None) -> None:
+        self.path = path
+        self._memory = state
+        self._pending: dict[str, int] = {}
+        if path is not None:
+            _LIVE.add(self)
+
+    @property
+    def lock_path(self) -> Path:
+        assert self.path is not None
+        return self.path.with_name(self.path.name + ".lock")
+
+    @property
+    def minors_path(self) -> Path | None:
+        return None if self.path is None else self.path.with_name("mig-minors")
+
+    @property
+    def files(self) -> NodeFiles | None:
+        """The driver's and NVIDIA's files that stand beside the simulated node."""
+        return None if self.path is None else NodeFiles.beside(self.path)
+
+    def create(self, state: NodeState) -> None:
+        """Write a fresh node (and the driver's and NVIDIA's files), replacing any previous one."""
+        if self.path is None:
+            self._memory = state.to_json()
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._pending.clear()  # counts of the node this one replaces
+            self._write(state)
+        minors = self.minors_path
+        assert minors is not None
+        minors.write_text(mig_minors_text(), encoding="ascii")
+        files = self.files
+        assert files is not None
+        gpus = [g.to_json() for g in state.gpus]
+        write_node_files(files, gpus, state.driver_version, capability_minor)
+
+    def publish_capability(self, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> None:
+        """Write the `access` file the driver publishes for a new GI or CI (file-backed only)."""
+        files = self.files
+        if files is not None and gpu_minor < MINORS_GPUS and gi_id < MINORS_GIS:
+            write_access(files, gpu_minor, gi_id, ci_id, capability_minor(gpu_minor, gi_id, ci_id))
+
+    def count(self, name: str) -> None:
+        """Count one NVML call, to be merged into the stored state at the next write."""
+        self._pending[name] = self._pending.get(name, 0) + 1
+
+    def _merge(self, calls: dict[str, int]) -> None:
+        for name, n in self._pending.items():
+            calls[name] = calls.get(name, 0) + n
+        self._pending.clear()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _document(self) -> Document:
+        if self.path is None:
+            if self._memory is None:
+                raise UsageError("the in-memory simulated node was never initialised")
+            return self._memory
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise UsageError(
+                f"no simulated node at {self.path}: run 'hamimig --sim {self.path} sim init'"
+            ) from None
+        except OSError as exc:
+            raise UsageError(f"cannot read simulated node {self.path}: {exc.strerror}") from None
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"simulated node {self.path} is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("kind") != "HamimigSimNode":
+            raise UsageError(f"{self.path} is not a hamimig simulated node")
+        if doc.get("version") != SCHEMA_VERSION:
+            raise UsageError(
+                f"simulated node {self.path} has version {doc.get('version')!r}, "
+                f"this hamimig reads version {SCHEMA_VERSION}"
+            )
+        return cast(Document, doc)
+
+    def _load(self) -> NodeState:
+        doc = self._document()
+        try:
+            return NodeState.from_json(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            where = "the in-memory simulated node" if self.path is None else str(self.path)
+            raise UsageError(f"{where} is malformed: {type(exc).__name__} {exc}") from None
+
+    def _write_document(self, doc: Document) -> None:
+        # No fsync: the simulator stands for a GPU, not for a disk; a kill -9 of the process
+        # never loses what reached the page cache, which is all crash faults need.
+        self._merge(doc.setdefault("calls", {}))
+        if self.path is None:
+            if self._memory is not doc:
+                assert self._memory is not None
+                self._memory.clear()
+                self._memory.update(doc)
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def _write(self, state: NodeState) -> None:
+        self._merge(state.calls)
+        self._write_document(state.to_json())
+
+    def read(self) -> NodeState:
+        """A consistent copy of the state for read-only use (not counted as a call), with this
+        process's calls counted so far."""
+        if self.path is None:
+            state = self._load()
+        else:
+            with self._locked():
+                state = self._load()
+        for name, n in self._pending.items():
+            state.calls[name] = state.calls.get(name, 0) + n
+        return state
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """Lock and load; write back on the way out only if the caller marked it dirty."""
+        if self.path is None:
+            session = Session(self._load())
+            try:
+                yield session
+            finally:
+                if session.dirty:
+                    self._write(session.state)
+                else:
+                    self._merge(self._document()["calls"])
+            return
+        with self._locked():
+            session = Session(self._load())
+            try:
+                yield session
+            finally:
+                if session.dirty:
+                    self._write(session.state)
+
+    @contextlib.contextmanager
+    def edit(self) -> Iterator[NodeState]:
+        """Lock, load, let the caller mutate, and write back, also when the caller raises."""
+        with self.session() as session:
+            session.dirty = True
+            yield session.state
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Document]:
+        """Edit the stored JSON document itself (a test changing the node behind everyone's
+        back); `edit()` is the typed way."""
+        if self.path is None:
+            doc = self._document()
+            yield doc
+            self._write_document(doc)
+            return
+        with self._locked():
+            doc = self._document()
+            try:
+                yield doc
+            finally:
+                self._write_document(doc)
+
+    def save_now(self, state: NodeState) -> None:
+        """Write the state immediately (inside a session, before a simulated crash)."""
+        self._write(state)
+
+    def flush(self) -> None:
+        """Merge this process's call counts into the file (at `nvmlShutdown` and at exit)."""
+        if self.path is None or not self._pending:
+            return
+        with self.edit():
+            pass
+
+
+@dataclass
+class Session:
+    """The locked state of one simulated call; `dirty` asks for it to be written back."""
+
+    state: NodeState
+    dirty: bool = False
+
+
+_LIVE: weakref.WeakSet[SimStore] = weakref.WeakSet()
+
+
+def flush_counts() -> None:
+    """Merge every live store's pending call counts into its file (this process's calls become
+    visible to readers of the file, as they do when the process exits)."""
+    for store in list(_LIVE):
+        store.flush()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for store in list(_LIVE):
+        # A node whose directory is already gone (a test's temporary node) has nobody to tell.
+        with contextlib.suppress(OSError, UsageError):
+            store.flush()
+
+
+def fault_armed(state: NodeState, op: str) -> bool:
+    """Whether a pending fault names `op` (its skip or times count will change)."""
+    return any(f.op == op for f in state.faults)
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fired fault: what the caller must do instead of, or around, the operation."""
+
+    op: str
+    action: str
+    error: str
+
+
+def normalise_fault(
+    op: str, error: str | None, action: str, times: int, skip: int, gpu: int | None
+) -> SimFault:
+    """Validate a fault as `sim fault add` receives it and return its stored form."""
+    is_file_op = op in FILE_OPS
+    if not is_file_op and not (op.startswith("nvml") and op.isidentifier()):
+        raise UsageError(
+            f"unknown fault op {op!r}: use a pynvml function name (e.g. nvmlGpuInstanceDestroy) "
+            f"or one of {', '.join(FILE_OPS)}"
+        )
+    if action not in FAULT_ACTIONS:
+        raise UsageError(f"unknown fault action {action!r}: use one of {', '.join(FAULT_ACTIONS)}")
+    if is_file_op:
+        name = (error or "EIO").upper()
+        if not name.startswith("E") or not isinstance(getattr(errno, name, None), int):
+            raise UsageError(f"unknown errno name {name!r} for file op {op} (e.g. EIO, EACCES)")
+    else:
+        name = (error or "UNKNOWN").upper().removeprefix("NVML_ERROR_")
+        if name not in NVML_ERROR_CODES:
+            raise UsageError(
+                f"unknown NVML error name {name!r}: use one of {', '.join(NVML_ERROR_CODES)}"
+            )
+    if times < 1:
+        raise UsageError(f"--times must be at least 1, not {times}")
+    if skip < 0:
+        raise UsageError(f"--skip must not be negative, not {skip}")
+    return SimFault(op, name, action, times, skip, gpu)
+
+
+def take_fault(state: NodeState, op: str, gpu: int | None) -> Fault | None:
+    """Count one matching call against the faults and return the one that fires, if any.
+
+    Consumption is recorded in `state`; callers write it back before the fault takes effect,
+    so a later process never fires the same fault again.
+    """
+    for fault in state.faults:
+        if fault.op != op:
+            continue
+        if fault.gpu is not None and fault.gpu != gpu:
+            continue
+        if fault.skip > 0:
+            fault.skip -= 1
+            return None
+        fault.times -= 1
+        if fault.times <= 0:
+            state.faults.remove(fault)
+        return Fault(op=op, action=fault.action, error=fault.error)
+    return None
+
+
+def crash() -> None:
+    """End the process at once, as kill -9 would: no cleanup, no buffered output."""
+    os._exit(CRASH_EXIT_STATUS)
+
+
+def run_file_op(store: SimStore, op: str, perform: Callable[[], None]) -> None:
+    """Run a durable-state file operation under the simulator's file-operation faults.
+
+    The store layer calls this around each write or removal when the node is simulated; the
+    node's file is rewritten only when a fault names the operation.
+    """
+    op = op.value if isinstance(op, FileOpName) else op  # messages name it as `--op` does
+    with store.session() as session:
+        state = session.state
+        session.dirty = fault_armed(state, op)
+        fault = take_fault(state, op, None) if session.dirty else None
+        if fault is None:
+            pass
+        elif fault.action == "raise":
+            code = getattr(errno, fault.error)
+            raise OSError(code, os.strerror(code), f"<simulated fault on {op}>")
+        else:
+            store.save_now(state)
+            if fault.action == "crash-before":
+                crash()
+    perform()
+    if fault is not None and fault.action == "crash-after":
+        crash()
+
+
+# ---------------------------------------------------------------------------------------------
+# Geometry rules
+
+
+def model_of(gpu: SimGpu) -> ModelSpec:
+    return MODELS[gpu.model]
+
+
+def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
+    """Pick a GI ID the way A100/H100 drivers were observed to (FACTS.md), lowest free otherwise."""
+    used = {gi.id for gi in gpu.gis}
+    preferred: list[int] = []
+    if size == 1:
+        preferred = [7 + start]
+    elif size == 2 and start < 6:
+        preferred = [3 + start // 2]
+    elif size == 4:
+        preferred = [1 if start == 0 else 2, 2 if start == 0 else 1]
+    elif size == MEMORY_SLICES:
+        preferred = [0]
+    candidates: list[int] = [*preferred, *range(1, MINORS_GIS)]
+    for candidate in candidates:
+        if candidate not in used:
+            return candidate
+    raise SimNvmlFailure(NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"], "no free GI ID")
+
+
+def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
+    """Create a GI on a simulated GPU, enforcing placement legality, overlap and limits."""
+    if not gpu.mig_enabled:
+        raise SimNvmlFailure(NVML_ERROR_CODES["NOT_SUPPORTED"], "MIG mode is disabled")
+    profile = model_of(gpu).profile_by_id(profile_id)
+    if profile is None:
+        raise SimNvmlFailure(NVML_ERROR_CODES["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
+    if start not in profile.starts:
+        raise SimNvmlFailure(
+            NVML_ERROR_CODES["INVALID_ARGUMENT"],
+            f"{start} is not a legal start for {profile.name}",
+        )
+    for gi in gpu.gis:
+        if gi.overlaps(start, profile.size):
+            raise SimNvmlFailure(
+                NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"],
+                f"placement {start}:{profile.size} overlaps GI {gi.id} at {gi.start}:{gi.size}",
+            )
+    same = sum(1 for gi in gpu.gis if gi.profile_id == profile_id)
+    if same >= profile.max_instances:
+        raise SimNvmlFailure(
+            NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"],
+            f"{profile.name} allows at most {profile.max_instances} instance(s)",
+        )
+    gi = SimGi(gi_id_for(gpu, profile.size, start), profile_id, start, profile.size)
+    gpu.gis.append(gi)
+    gpu.gis.sort(key=lambda g: g.id)
+    return gi
+
+
+def gi_slices(gpu: SimGpu, gi: SimGi) -> int:
+    profile = model_of(gpu).profile_by_id(gi.profile_id)
+    assert profile is not None
+    return profile.slice_count
+
+
+def ci_profiles_of(gpu: SimGpu, gi: SimGi) -> dict[int, int]:
+    """CI profile ID -> compute slices offered by a GI (FACTS.md: 7g offers 1,2,3,4,7c; ...)."""
+    slices = gi_slices(gpu, gi)
+    offered = {1: (1,), 2: (1, 2), 3: (1, 2, 3), 4: (1, 2, 4), 7: (1, 2, 3, 4, 7)}[slices]
+    return {FULL_CI_PROFILE_BY_SLICES[s]: s for s in offered}
+
+
+def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int) -> SimCi:
+    offered = ci_profiles_of(gpu, gi)
+    if ci_profile_id not in offered:
+        raise SimNvmlFailure(
+            NVML_ERROR_CODES["NOT_SUPPORTED"], f"CI profile {ci_profile_id} not offered"
+        )
+    used = sum(offered.get(ci.profile_id, 0) for ci in gi.cis)
+    if used + offered[ci_profile_id] > gi_slices(gpu, gi):
+        raise SimNvmlFailure(NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"], "GI has no free slices")
+    taken = {ci.id for ci in gi.cis}
+    ci_id = next(i for i in range(MINORS_CIS) if i not in taken)
+    # A fresh random UUID every time, so a recreated instance never passes for the old one.
+    ci = SimCi(ci_id, ci_profile_id, f"MIG-{uuid.uuid4()}")
+    gi.cis.append(ci)
+    gi.cis.sort(key=lambda c: c.id)
+    return ci
+
+
+def destroy_ci(gi: SimGi, ci: SimCi) -> None:
+    if ci.busy:
+        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "processes run on this instance")
+    gi.cis.remove(ci)
+
+
+def destroy_gi(gpu: SimGpu, gi: SimGi) -> None:
+    """A GI goes only when it has no CI and no client holds it (FACTS.md: destroy CIs first)."""
+    if gi.cis:
+        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "GI still has compute instances")
+    if gi.held:
+        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "a client holds this GI")
+    gpu.gis.remove(gi)
+
+
+def mig_devices(gpu: SimGpu) -> list[tuple[SimGi, SimCi]]:
+    """(GI, CI) pairs in MIG-device index order; GIs without a CI are not MIG devices."""
+    if not gpu.mig_enabled:
+        return []
+    return [(gi, ci) for gi in gpu.gis for ci in gi.cis]
+
+
+def find_gpu(state: NodeState, ref: str | int) -> SimGpu:
+    """A GPU by NVML index or UUID; `UsageError` names what was asked for."""
+    text = str(ref)
+    for gpu in state.gpus:
+        if text == gpu.uuid or (text.isdigit() and int(text) == gpu.index):
+            return gpu
+    raise UsageError(f"no GPU {text!r} on the simulated node (it has {len(state.gpus)} GPU(s))")
+
+
+def find_mig(state: NodeState, mig_uuid: str) -> tuple[SimGpu, SimGi, SimCi]:
+    for gpu in state.gpus:
+        for gi in gpu.gis:
+            for ci in gi.cis:
+                if ci.mig_uuid == mig_uuid:
+                    return gpu, gi, ci
+    raise UsageError(f"no MIG instance {mig_uuid} on the simulated node")
+
+
+def held_gi(state: NodeState, mig_uuid: str) -> SimGi | None:
+    """The GI a client holds on behalf of `mig_uuid` (`sim busy --gi-only`), CI or not."""
+    for gpu in state.gpus:
+        for gi in gpu.gis:
+            if gi.held_for == mig_uuid:
+                return gi
+    return None
+
+
+def as_hardware_error(exc: SimNvmlFailure, what: str) -> HardwareError:
+    """The simulated hardware refused an operator's change, as NVML would have."""
+    name = next((n for n, c in NVML_ERROR_CODES.items() if c == exc.code), str(exc.code))
+    return HardwareError(f"{what} failed: NVML {name}: {exc.detail}")

@@ -1,0 +1,127 @@
+"""The simulator's home (issue 11): reads that leave the node's file alone, call counts that still
+add up across processes, and the file-operation names the store and `sim fault add` share."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from hamimig.hw.types import Placement
+from hamimig.sim.backend import SimBackend
+from hamimig.sim.state import FILE_OPS
+from hamimig.vocabulary import FileOpName
+from tests.conftest import Cli, open_hw, sim_state
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Reads through the real adapter, then exits without closing it (no nvmlShutdown).
+READ_AND_EXIT = """
+import sys
+from pathlib import Path
+from hamimig.sim.backend import SimBackend
+hw = SimBackend(Path(sys.argv[1])).hardware()
+hw.open()
+assert hw.gpu_count() == 2
+hw.gpu(0)
+"""
+
+
+def _stamp(path: Path) -> tuple[int, int, bytes]:
+    info = os.stat(path)
+    return info.st_ino, info.st_mtime_ns, path.read_bytes()
+
+
+def test_reads_leave_the_node_file_alone(sim_path: Path) -> None:
+    hw = open_hw(sim_path)
+    try:
+        before = _stamp(sim_path)
+        assert hw.gpu_count() == 2
+        hw.gpu(1)
+        hw.profiles(0)
+        assert hw.layout(0) is not None
+        assert _stamp(sim_path) == before  # not rewritten, not even renamed over
+    finally:
+        hw.close()
+
+
+def test_a_mutation_publishes_the_counts_so_far(sim_path: Path) -> None:
+    hw = open_hw(sim_path)
+    try:
+        hw.gpu_count()
+        hw.create_gpu_instance(0, 19, Placement(0, 1))
+        # Read the file directly: no flush, as another process would see it.
+        counted = json.loads(sim_path.read_text())["calls"]
+        assert counted["nvmlInit"] == 1
+        assert counted["nvmlDeviceGetCount"] == 1
+        assert counted["nvmlDeviceCreateGpuInstanceWithPlacement"] == 1
+    finally:
+        hw.close()
+    assert json.loads(sim_path.read_text())["calls"]["nvmlShutdown"] == 1
+
+
+def test_counts_of_a_process_that_exits_without_shutdown_are_kept(sim_path: Path) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-c", READ_AND_EXIT, str(sim_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    counted = json.loads(sim_path.read_text())["calls"]
+    assert counted["nvmlInit"] == 1
+    assert counted["nvmlDeviceGetCount"] == 1
+    assert counted["nvmlDeviceGetHandleByIndex"] == 1
+    assert "nvmlShutdown" not in counted
+
+
+def test_sim_show_reports_the_counts_of_finished_commands(cli: Cli) -> None:
+    assert cli("list").exit_code == 0
+    shown = cli.json("sim", "show").json()["calls"]
+    assert shown == sim_state(cli.sim)["calls"]
+    assert shown["nvmlInit"] == shown["nvmlShutdown"] == 1
+
+
+def test_backend_paths_sit_beside_the_state(sim_path: Path) -> None:
+    backend = SimBackend(sim_path)
+    assert backend.files.mig_minors == sim_path.with_name("mig-minors")
+    assert backend.files.mig_minors.is_file()
+
+
+def test_file_op_names_are_one_list() -> None:
+    assert tuple(op.value for op in FileOpName) == FILE_OPS
+    store = REPO_ROOT / "hamimig" / "store"
+    literal = re.compile(r"[\"'](record|cdi|intent|queue)\.(write|remove)[\"']")
+    for source in store.glob("*.py"):
+        assert not literal.search(source.read_text()), f"{source.name} names a file op by string"
+    used = "".join(p.read_text() for p in store.glob("*.py"))
+    assert all(f"FileOpName.{op.name}" in used for op in FileOpName)
+
+
+def test_a_file_fault_names_its_op_as_sim_fault_add_does(sim_path: Path) -> None:
+    backend = SimBackend(sim_path)
+    added = subprocess.run(
+        [sys.executable, "-m", "hamimig", "--sim", str(sim_path), "sim", "fault", "add",
+         "--op", "cdi.write", "--error", "EIO"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    try:
+        backend.file_op(FileOpName.CDI_WRITE, lambda: None)
+    except OSError as exc:
+        assert exc.filename == "<simulated fault on cdi.write>"
+    else:
+        raise AssertionError("the fault did not fire")
+
+
+def test_fault_add_help_lists_every_file_op(cli: Cli) -> None:
+    ran = cli("sim", "fault", "add", "--help")
+    assert ran.exit_code == 0
+    text = " ".join(ran.stdout.split())
+    for op in FileOpName:
+        assert op.value in text, op.value
