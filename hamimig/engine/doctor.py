@@ -279,7 +279,7 @@ def _check_config(node: Node) -> tuple[Config, Check]:
         return Config(), _fail(
             "config",
             f"{err.message} (the other checks assume the defaults)",
-            f"fix {path} as CONTRACT.md's Config section describes; until then commands exit 2",
+            f"fix {path} as docs/formats.md's Config section describes; until then commands exit 2",
         )
     origin = f"{path} loads" if os.path.exists(path) else f"no config file at {path}: defaults"
     cdi = f"CDI kind {config.cdi_kind}" if config.cdi_enabled else "CDI disabled"

@@ -10,8 +10,8 @@ Three families:
   only instances allocated to pods; here Idle, Error and Unmanaged instances appear too, told
   apart by `state`, so `hami_node_gpu_mig_instance_info{state="Active"}` is the one to compare.
 - `hamimig_mig_instances{gpu_uuid, gpu_index, state}` (gauge): instances per GPU and state, every
-  state of CONTRACT.md for every MIG-capable GPU, zeros included, so that no series vanishes
-  when its last instance goes.
+  state docs/formats.md lists (every `hamimig.vocabulary.State`) for every MIG-capable GPU,
+  zeros included, so that no series vanishes when its last instance goes.
 - `hamimig_mig_{creations,reuses,reclaims}_total` and `hamimig_mig_failures_total{op}`
   (counters), read from `counters.json` in the state directory. The engine counts where it acts:
   a creation when `allocate` created an instance, a reuse when it handed out an Idle one, a

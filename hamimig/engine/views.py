@@ -1,4 +1,4 @@
-"""Typed results of commands, with the camelCase JSON shapes CONTRACT.md fixes.
+"""Typed results of commands, with the camelCase JSON shapes docs/formats.md fixes.
 
 Each result knows its `kind` and how to become the contract's JSON object; the CLI's renderer
 decides between that and a table, so no command module formats anything itself.
@@ -44,7 +44,7 @@ def placement_json(p: Placement) -> Json:
 
 @dataclass(frozen=True)
 class InstanceView:
-    """CONTRACT.md's Instance object."""
+    """The Instance object of docs/formats.md."""
 
     kind: ClassVar[str] = "Instance"
     mig_uuid: str | None
