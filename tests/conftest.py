@@ -12,13 +12,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer.testing
 from typer.testing import CliRunner
 
+from hamimig.cli import app as app_module
 from hamimig.cli.app import app
 from hamimig.engine.simulator import sim_init
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore, flush_counts
+
+_build_command = typer.testing._get_command
+
+
+def _built_once(typer_app: typer.Typer) -> Any:
+    """`CliRunner.invoke` rebuilds the click command from the Typer app on every call, which
+    costs more than most commands themselves; the hamimig app is built once, as `hamimig.cli.
+    app.run` builds it once per process. Any other app (a test's own) is built as before."""
+    if typer_app is app:
+        return app_module.command()
+    return _build_command(typer_app)
+
+
+typer.testing._get_command = _built_once  # type: ignore[assignment]
 
 
 @pytest.fixture

@@ -10,9 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hamimig.hw.types import Placement
+from hamimig.sim import state as state_module
 from hamimig.sim.backend import SimBackend
-from hamimig.sim.state import FILE_OPS
+from hamimig.sim.nvml import WRITES, SimNvml
+from hamimig.sim.state import FILE_OPS, SimStore
 from hamimig.vocabulary import FileOpName
 from tests.conftest import Cli, open_hw, sim_state
 
@@ -125,3 +129,71 @@ def test_fault_add_help_lists_every_file_op(cli: Cli) -> None:
     text = " ".join(ran.stdout.split())
     for op in FileOpName:
         assert op.value in text, op.value
+
+
+def test_no_read_only_call_changes_the_state_it_is_given(
+    cli: Cli, sim_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process reuses the node it parsed while the file's text is unchanged; that is sound
+    only if a call that does not write the node back never changes it. Every read-only call of
+    the simulated module runs here with the check on (a changed state raises)."""
+    monkeypatch.setattr(state_module, "CHECK_READS", True)
+    gpu1 = cli.json("list").json()["gpus"][1]["uuid"]
+    for args in (
+        ["sim", "create", "--gpu", "1", "--profile", "1g.10gb", "--placement", "6"],
+        ["sim", "create", "--gpu", "1", "--profile", "2g.20gb", "--placement", "0", "--no-ci"],
+        ["allocate", "--pod", "ns/a", "--gpu", "0", "--profile", "3g.40gb"],
+        ["allocate", "--pod", "ns/b", "--gpu", gpu1, "--profile", "1g.10gb", "--placement", "4"],
+        ["release", "--pod", "ns/b"],
+    ):
+        assert cli.json(*args).exit_code == 0, args
+    mig = cli.json("list").json()["instances"][0]["migUUID"]
+    for args in (
+        ["list"],
+        ["show", mig],
+        ["profiles"],
+        ["profiles", "--gpu", gpu1],
+        ["doctor"],
+        ["metrics"],
+        ["recover", "--assume-no-pods", "--dry-run"],
+        ["reconcile"],
+    ):
+        assert cli.json(*args).exit_code in (0, 1), args
+    _every_read_directly(sim_path)
+    called = set(sim_state(sim_path)["calls"])
+    functions = {v: k for k, v in reversed(list(vars(SimNvml).items())) if k.startswith("nvml")}
+    reads = set(functions.values()) - WRITES  # an alias (`…V`, `…_v2`) counts as its original
+    assert reads - called == set()
+
+
+def _every_read_directly(sim_path: Path) -> None:
+    """The read-only calls no command makes, made with the arguments NVML takes."""
+    import ctypes
+
+    nv = SimNvml(SimStore(sim_path))
+    nv.nvmlInit()
+    try:
+        gpu = nv.nvmlDeviceGetHandleByIndex(1)
+        nv.nvmlDeviceGetHandleByUUID(nv.nvmlDeviceGetUUID(gpu))
+        nv.nvmlDeviceGetIndex(gpu)
+        nv.nvmlDeviceGetGpuInstanceProfileInfoById(gpu, 19)
+        nv.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu, 19)
+        count = ctypes.c_uint(8)
+        gis = (nv.c_nvmlGpuInstance_t * 8)()
+        nv.nvmlDeviceGetGpuInstances(gpu, 19, gis, ctypes.byref(count))
+        gi = nv.nvmlDeviceGetGpuInstanceById(gpu, nv.nvmlGpuInstanceGetInfo(gis[0]).id)
+        nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 0, 0)
+        cis = (nv.c_nvmlComputeInstance_t * 8)()
+        count.value = 8
+        nv.nvmlGpuInstanceGetComputeInstances(gi, 0, cis, ctypes.byref(count))
+        ci_id = nv.nvmlComputeInstanceGetInfo(cis[0]).id
+        nv.nvmlGpuInstanceGetComputeInstanceById(gi, ci_id)
+        nv.nvmlDeviceGetMaxMigDeviceCount(gpu)
+        mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu, 0)
+        nv.nvmlDeviceIsMigDeviceHandle(mig)
+        nv.nvmlDeviceGetGpuInstanceId(mig)
+        nv.nvmlDeviceGetComputeInstanceId(mig)
+        nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+        nv.nvmlDeviceGetComputeRunningProcesses(mig)
+    finally:
+        nv.nvmlShutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import sys
@@ -167,6 +168,15 @@ def _requested_output(argv: list[str]) -> str:
     return fmt if fmt in OUTPUTS else "table"
 
 
+@functools.cache
+def command() -> typer.core.TyperGroup:
+    """The click command behind `app`, built once per process: building it inspects every
+    command function's signature (tens of milliseconds), and it holds no per-run state."""
+    built = typer.main.get_command(app)
+    assert isinstance(built, typer.core.TyperGroup)
+    return built
+
+
 def run(argv: list[str]) -> int:
     """Run the CLI on `argv`; returns the exit status. Never lets a traceback reach the user."""
     fmt = _requested_output(argv)
@@ -176,9 +186,8 @@ def run(argv: list[str]) -> int:
 
         render.error(bad, fmt)
         return bad.exit_code
-    command = typer.main.get_command(app)
     try:
-        status = command.main(args=argv, prog_name="hamimig", standalone_mode=False)
+        status = command().main(args=argv, prog_name="hamimig", standalone_mode=False)
     except typer.Exit as done:
         return done.exit_code
     except Exception as exc:

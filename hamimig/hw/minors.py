@@ -6,6 +6,7 @@ access capability; the driver publishes N per `gpu<minor>/gi<gi>[/ci<ci>]/access
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hamimig.errors import HardwareError
@@ -14,13 +15,24 @@ from hamimig.hw.types import CapabilityMinors
 DEFAULT_MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
 
 
+_ENTRY = re.compile(r"^[ \t]*(\S+)[ \t]+([0-9]+)[ \t]*$", re.MULTILINE | re.ASCII)
+
+
 def parse_mig_minors(text: str, source: str = "mig-minors") -> dict[str, int]:
+    """The table; `HardwareError` naming the first line that is not `<capability> <minor>`.
+
+    The driver's file has thousands of lines (32 GPUs x 15 GIs x 9 capabilities): one regular
+    expression reads them when every line is well formed, the loop below finds what is not.
+    """
+    entries = _ENTRY.findall(text)
+    if len(entries) == sum(1 for line in text.splitlines() if line.strip()):
+        return {name: int(minor) for name, minor in entries}
     table: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
         if not fields:
             continue
-        if len(fields) != 2 or not fields[1].isdigit():
+        if len(fields) != 2 or not (fields[1].isascii() and fields[1].isdigit()):
             raise HardwareError(f"{source}:{number}: expected '<capability> <minor>', got {line!r}")
         table[fields[0]] = int(fields[1])
     return table

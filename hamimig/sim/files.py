@@ -186,5 +186,6 @@ def write_node_files(
     files.proc_devices.write_text(proc_devices_text(), encoding="ascii")
     files.cdi_base_dir.mkdir(parents=True, exist_ok=True)
     spec = base_spec(gpus, driver, cap_minor)
-    text = yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when present
+    text = yaml.dump(spec, Dumper=dumper, sort_keys=False, default_flow_style=False)
     (files.cdi_base_dir / BASE_FILE).write_text(text, encoding="utf-8")

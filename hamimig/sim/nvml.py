@@ -53,7 +53,7 @@ _PURE_HELPERS = frozenset(
 
 _ERR = NVML_ERROR_CODES
 # The calls that change the node (and `nvmlShutdown`, which publishes the session's counts).
-_WRITES = frozenset(
+WRITES = frozenset(
     {
         "nvmlDeviceCreateGpuInstanceWithPlacement",
         "nvmlGpuInstanceDestroy",
@@ -120,7 +120,7 @@ class SimNvml:
         with self._store.session() as session:
             state = session.state
             self._store.count(name)
-            session.dirty = name in _WRITES or fault_armed(state, name)
+            session.dirty = name in WRITES or fault_armed(state, name)
             if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
                 raise self._error(_ERR["UNINITIALIZED"])
             fault = take_fault(state, name, gpu) if session.dirty else None

@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import os
 import uuid
@@ -250,6 +251,7 @@ def capability_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
     return 3 + gpu_minor * MINORS_GIS * per_gi + gi * per_gi + (0 if ci is None else 1 + ci)
 
 
+@functools.cache
 def mig_minors_text() -> str:
     """The content of a driver's `mig-minors` file for every possible GPU minor."""
     lines = ["config 1", "monitor 2"]
@@ -342,19 +344,24 @@ class SimStore:
         finally:
             os.close(fd)
 
-    def _document(self) -> Document:
-        if self.path is None:
-            if self._memory is None:
-                raise UsageError("the in-memory simulated node was never initialised")
-            return self._memory
+    def _raw(self) -> str:
+        assert self.path is not None
         try:
-            raw = self.path.read_text(encoding="utf-8")
+            return self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise UsageError(
                 f"no simulated node at {self.path}: run 'hamimig --sim {self.path} sim init'"
             ) from None
         except OSError as exc:
             raise UsageError(f"cannot read simulated node {self.path}: {exc.strerror}") from None
+
+    def _document(self, raw: str | None = None) -> Document:
+        if self.path is None:
+            if self._memory is None:
+                raise UsageError("the in-memory simulated node was never initialised")
+            return self._memory
+        if raw is None:
+            raw = self._raw()
         try:
             doc = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -368,15 +375,28 @@ class SimStore:
             )
         return cast(Document, doc)
 
-    def _load(self) -> NodeState:
-        doc = self._document()
+    def _load(self, shared: bool = False) -> NodeState:
+        """The state, parsed. With `shared`, a file whose text is exactly what this process
+        last read or wrote gives back that same parsed object (one NVML call after another
+        would otherwise parse the whole node each time); the caller holds the lock and writes
+        back whatever it changes (`Session.dirty`), so the object and the text stay equal."""
+        path = self.path
+        raw = None if path is None else self._raw()
+        if shared and path is not None and raw is not None:
+            cached = _PARSED.get(path)
+            if cached is not None and cached[0] == raw:
+                return cached[1]
+        doc = self._document(raw)
         try:
-            return NodeState.from_json(doc)
+            state = NodeState.from_json(doc)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             where = "the in-memory simulated node" if self.path is None else str(self.path)
             raise UsageError(f"{where} is malformed: {type(exc).__name__} {exc}") from None
+        if shared and path is not None and raw is not None:
+            _remember(path, raw, state)
+        return state
 
-    def _write_document(self, doc: Document) -> None:
+    def _write_document(self, doc: Document, state: NodeState | None = None) -> None:
         # No fsync: the simulator stands for a GPU, not for a disk; a kill -9 of the process
         # never loses what reached the page cache, which is all crash faults need.
         self._merge(doc.setdefault("calls", {}))
@@ -387,12 +407,17 @@ class SimStore:
                 self._memory.update(doc)
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
+        text = json.dumps(doc, indent=1, sort_keys=True)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, self.path)
+        if state is None:
+            _PARSED.pop(self.path, None)
+        else:
+            _remember(self.path, text, state)
 
     def _write(self, state: NodeState) -> None:
         self._merge(state.calls)
-        self._write_document(state.to_json())
+        self._write_document(state.to_json(), state)
 
     def read(self) -> NodeState:
         """A consistent copy of the state for read-only use (not counted as a call), with this
@@ -420,12 +445,16 @@ class SimStore:
                     self._merge(self._document()["calls"])
             return
         with self._locked():
-            session = Session(self._load())
+            session = Session(self._load(shared=True))
+            before = session.state.to_json() if CHECK_READS else None
             try:
                 yield session
             finally:
                 if session.dirty:
                     self._write(session.state)
+                elif before is not None and session.state.to_json() != before:
+                    _PARSED.pop(self.path, None)
+                    raise AssertionError("a read-only simulated call changed the node's state")
 
     @contextlib.contextmanager
     def edit(self) -> Iterator[NodeState]:
@@ -471,6 +500,20 @@ class Session:
 
 
 _LIVE: weakref.WeakSet[SimStore] = weakref.WeakSet()
+
+CHECK_READS = False
+"""Tests set this to have every session that is not written back prove it changed nothing."""
+
+_PARSED: dict[Path, tuple[str, NodeState]] = {}
+"""Per node file: the text this process last read or wrote there, and that text parsed.
+Sound only because no read-only NVML call changes the state it is given (a test checks)."""
+
+
+def _remember(path: Path, text: str, state: NodeState) -> None:
+    _PARSED.pop(path, None)
+    _PARSED[path] = (text, state)
+    while len(_PARSED) > 8:  # a process rarely uses more than one node; tests use many
+        del _PARSED[next(iter(_PARSED))]
 
 
 def flush_counts() -> None:

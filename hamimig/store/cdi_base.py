@@ -195,11 +195,15 @@ def _strict_yaml(text: str) -> Any:
     not expand the document past `MAX_SPEC_NODES` values (an alias bomb of a few KB would
     otherwise become gigabytes the moment it is compared or written).
 
-    Built on PyYAML's pure-Python safe loader: a base spec is small.
+    Built on PyYAML's safe loader, over libyaml's parser when PyYAML has it (NVIDIA's spec
+    holds a few thousand values, which the pure-Python parser takes tens of milliseconds for):
+    both parsers feed the same constructor and resolvers below.
     """
     import yaml
 
-    class Loader(yaml.SafeLoader):
+    safe: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(safe):  # type: ignore[valid-type,misc]
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
