@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from hamimig.engine.simulator import sim_init
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore, flush_counts
+from tests import forked
 
 _build_command = typer.testing._get_command
 
@@ -114,14 +113,6 @@ def cli(sim_path: Path, tmp_path: Path) -> Cli:
 
 
 def run_hamimig(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m hamimig` in a real subprocess (crash and concurrency tests)."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "hamimig", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=120,
-        check=False,
-    )
+    """`hamimig ARGS` in a real child process (crash and concurrency tests), forked from this
+    one: see `tests/forked.py`."""
+    return forked.run(*args, env=env)

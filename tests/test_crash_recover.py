@@ -31,10 +31,10 @@ file operation `recover` makes, then `recover` again to completion: the result m
 of an uninterrupted `recover` of the same node, the invariants must hold, and one more run must
 change nothing.
 
-Speed: only the crashing runs are real subprocesses (`python -m hamimig`); they run ahead of the
-test that checks them, one per CPU, each on its own copy of a scenario built once (on tmpfs when
-there is one). Everything that does not crash (setup, the recovery runs, the idempotence runs)
-runs in-process.
+Speed: only the crashing runs are child processes (forked from the test process, see
+`tests/forked.py`); they run ahead of the test that checks them, one per CPU, each on its own
+copy of a scenario built once (on tmpfs when there is one). Everything that does not crash
+(setup, the recovery runs, the idempotence runs) runs in-process.
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -59,6 +57,7 @@ from hamimig.hw.types import Placement
 from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS, SimStore
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, Record, RecordState
+from tests import forked
 from tests.conftest import Cli, run_hamimig, sim_state
 from tests.test_crash_allocate_reclaim import (
     COUNTING_SKIP,
@@ -244,7 +243,7 @@ def check_recovered(snap: Snapshot, unmanaged: tuple[LiveGi, ...]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Crash runs: real subprocesses, run ahead of the tests that check them
+# Crash runs: child processes, run ahead of the tests that check them
 
 
 @dataclass(frozen=True)
@@ -280,13 +279,12 @@ class CrashPool:
         self._pending = list(order)
         self._limit = limit
         self._scratch = scratch
-        self._running: dict[str, tuple[Cli, subprocess.Popen[bytes], Path]] = {}
+        self._running: dict[str, tuple[Cli, forked.Child, Path]] = {}
 
     def _launch(self, case: Case) -> None:
         workdir = self._scratch()
         cli, argv = self._start(case, workdir)
-        with (workdir / "out").open("wb") as out, (workdir / "err").open("wb") as err:
-            proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        proc = forked.spawn(argv, workdir / "out", workdir / "err")
         self._running[case.id] = (cli, proc, workdir)
 
     def _top_up(self) -> None:
@@ -812,7 +810,7 @@ class Lab:
         if case.skip is None:  # a read-only call: count the steps done before it
             _count_file_ops(cli)
         _add_fault(cli, case.op, case.action, skip)
-        argv = [sys.executable, "-m", "hamimig", *cli.globals(), "-o", "json"]
+        argv = [*cli.globals(), "-o", "json"]
         return cli, [*argv, *self.command(case.scenario)]
 
     def reference(self) -> Reference:

@@ -24,6 +24,19 @@ def parse_mig_minors(text: str, source: str = "mig-minors") -> dict[str, int]:
     The driver's file has thousands of lines (32 GPUs x 15 GIs x 9 capabilities): one regular
     expression reads them when every line is well formed, the loop below finds what is not.
     """
+    if text not in _PARSED:  # a text that fails to parse raises and is not kept
+        table = _parse(text, source)
+        _PARSED.clear()
+        _PARSED[text] = table
+    return dict(_PARSED[text])
+
+
+_PARSED: dict[str, dict[str, int]] = {}
+"""The text parsed last, with its table: the file does not change while the driver is loaded,
+and a process (a test run above all) may read the same text many times."""
+
+
+def _parse(text: str, source: str) -> dict[str, int]:
     entries = _ENTRY.findall(text)
     if len(entries) == sum(1 for line in text.splitlines() if line.strip()):
         return {name: int(minor) for name, minor in entries}

@@ -176,13 +176,23 @@ def read_spec_file(path: Path) -> Any:
         text = data.decode("utf-8")
         if path.suffix == ".json":
             return json.loads(text)
-        return _strict_yaml(text)
+        if text not in _YAML_READ:  # a text that fails to parse raises and is not kept
+            as_json = json.dumps(_strict_yaml(text))
+            while len(_YAML_READ) >= 4:
+                del _YAML_READ[next(iter(_YAML_READ))]
+            _YAML_READ[text] = as_json
+        return json.loads(_YAML_READ[text])
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path} is not valid JSON/YAML: {exc}") from None
     except Exception as exc:  # PyYAML's errors share no base class with ValueError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"{path} is not valid YAML: {first}") from None
 
+
+_YAML_READ: dict[str, str] = {}
+"""YAML spec texts read by this process, as the JSON they parsed to: NVIDIA's spec takes
+milliseconds to parse as YAML and a process may look it up several times (each lookup gets its
+own copy of the values)."""
 
 MAX_SPEC_NODES = 200_000
 """Values a spec may expand to. A real NVIDIA spec holds a few thousand; YAML aliases can make
