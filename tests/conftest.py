@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +37,33 @@ def _built_once(typer_app: typer.Typer) -> Any:
 
 
 typer.testing._get_command = _built_once  # type: ignore[assignment]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The interpreters tests start (`python -m hamimig`, for what only a fresh interpreter
+    shows: closed standard streams, start-up imports) may write bytecode as Python does by
+    default, also where the environment says not to (PYTHONDONTWRITEBYTECODE): otherwise every
+    one of them compiles hamimig from source again, a third of its start-up. The files land in
+    `__pycache__` directories, which git ignores."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    # Temporary directories in memory when the machine has tmpfs and no --basetemp was given:
+    # every record, intent and spec write is fsynced, and a session makes thousands of them.
+    shm = Path("/dev/shm")
+    if config.option.basetemp is None and shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        config.option.basetemp = tempfile.mkdtemp(prefix="hamimig-pytest-", dir=shm)
+        config.stash[_MEMORY_BASETEMP] = config.option.basetemp
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The in-memory directories go with a passing session; a failing one keeps them to look
+    at (pytest names the directory in its report of each failure)."""
+    where = session.config.stash.get(_MEMORY_BASETEMP, None)
+    if where is not None and exitstatus == 0:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+_MEMORY_BASETEMP = pytest.StashKey[str]()
 
 
 @pytest.fixture
