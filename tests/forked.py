@@ -57,7 +57,10 @@ def _child(args: list[str], stdout: int, stderr: int, env: dict[str, str] | None
         if env:
             os.environ.update(env)
         sim_state_module._LIVE.clear()
-        code = app_module.run(list(args))
+        try:
+            code = app_module.run(list(args))
+        except SystemExit as done:  # as the interpreter turns it into an exit status
+            code = done.code if isinstance(done.code, int) else int(done.code is not None)
         sys.stdout.flush()
         sim_state_module.flush_counts()
     except BaseException:  # a bug in the child: say so on its stderr, as an interpreter would
