@@ -27,6 +27,7 @@ from pathlib import Path
 from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance
 from hamimig.engine.node import Node
+from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid, Owner, PlacementSpec
 from hamimig.engine.simulator import sim_init
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.sim.models import MODELS
@@ -120,18 +121,18 @@ def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
     began = time.perf_counter()
     for ev in events:
         if ev.kind == "allocate":
-            request = allocation.make_request(
-                f"bench/{ev.pod}", None, 0, 0, str(ev.gpu), ev.profile, str(ev.start)
+            request = AllocateRequest(
+                Owner("bench", ev.pod), ev.gpu, ev.profile, PlacementSpec(ev.start)
             )
             result = allocation.allocate(node, request)
             held[ev.pod] = result.instance.mig_uuid or ""
             reused += result.reused
             created += result.created
         else:
-            maintenance.release(node, ("bench", ev.pod), None)
+            maintenance.release(node, ByPod("bench", ev.pod))
             mig = held.pop(ev.pod)
             if destroy_on_release:
-                maintenance.reclaim(node, mig, None, None, False, False)
+                maintenance.reclaim(node, ByUuid(mig), dry_run=False)
     seconds = time.perf_counter() - began
     calls = store.read().calls
     hw.close()

@@ -2,7 +2,15 @@
 _hamimig() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" w i
-    case "$prev" in --action|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--intent|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;; esac
+    case "$prev" in
+        --action) COMPREPLY=($(compgen -W "raise crash-before crash-after" -- "$cur")); return;;
+        --model) COMPREPLY=($(compgen -W "A100-SXM4-40GB A100-SXM4-80GB H100-SXM5-80GB H200-SXM5-141GB B200-180GB" -- "$cur")); return;;
+        --op) COMPREPLY=($(compgen -W "nvmlInit nvmlShutdown nvmlSystemGetDriverVersion nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByUUID nvmlDeviceGetIndex nvmlDeviceGetUUID nvmlDeviceGetName nvmlDeviceGetMinorNumber nvmlDeviceGetMigMode nvmlDeviceGetComputeRunningProcesses nvmlDeviceGetGpuInstanceProfileInfo nvmlDeviceGetGpuInstanceProfileInfoById nvmlDeviceGetGpuInstancePossiblePlacements nvmlDeviceGetGpuInstanceRemainingCapacity nvmlDeviceCreateGpuInstanceWithPlacement nvmlDeviceGetGpuInstances nvmlDeviceGetGpuInstanceById nvmlGpuInstanceGetInfo nvmlGpuInstanceDestroy nvmlGpuInstanceGetComputeInstanceProfileInfo nvmlGpuInstanceCreateComputeInstance nvmlGpuInstanceGetComputeInstances nvmlGpuInstanceGetComputeInstanceById nvmlComputeInstanceGetInfo nvmlComputeInstanceDestroy nvmlDeviceGetMaxMigDeviceCount nvmlDeviceGetMigDeviceHandleByIndex nvmlDeviceIsMigDeviceHandle nvmlDeviceGetGpuInstanceId nvmlDeviceGetComputeInstanceId nvmlDeviceGetDeviceHandleFromMigDeviceHandle record.write record.remove cdi.write cdi.remove intent.write intent.remove queue.write" -- "$cur")); return;;
+        --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return;;
+        --state) COMPREPLY=($(compgen -W "Creating Active Idle Reclaiming Error Unmanaged OrphanGI Missing" -- "$cur")); return;;
+        -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return;;
+        --action|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--intent|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
+    esac
     for ((i=1; i<COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         case "$path:$w" in

@@ -26,6 +26,18 @@ class UsageError(HamimigError):
     code = "usage"
 
 
+class PathUnusable(UsageError):
+    """A path the caller named cannot serve: the CLI says which option named it."""
+
+    def __init__(self, path: object, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path = path
+        self.why = why
+
+    def for_option(self, flag: str) -> UsageError:
+        return UsageError(f"{flag} {self.path}: {self.why}")
+
+
 class ConflictError(HamimigError):
     """The placement is blocked by something hamimig may not touch, or owners clash."""
 

@@ -56,7 +56,7 @@ def test_list_filters_by_gpu_uuid_and_state(cli: Cli) -> None:
     [
         (["list", "--gpu", "7"], "no GPU 7"),
         (["list", "--gpu", "nonsense"], "invalid GPU"),
-        (["list", "--state", "Sleeping"], "unknown state"),
+        (["list", "--state", "Sleeping"], "'Sleeping' is not one of"),
         (["profiles", "--gpu", "GPU-00000000-0000-0000-0000-000000000000"], "no GPU"),
     ],
 )
@@ -86,7 +86,7 @@ def test_yaml_output(cli: Cli) -> None:
 def test_unknown_output_format_is_usage_error(cli: Cli) -> None:
     ran = cli("list", output="xml")
     assert ran.exit_code == 2
-    assert "invalid output format" in ran.stderr
+    assert "Invalid value for '--output'" in ran.stderr
 
 
 def test_parse_errors_honour_json_output(

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from hamimig.cli.app import app
 from hamimig.engine import validate
 from hamimig.errors import UsageError
+from hamimig.hw.types import parse_placement
 from tests.conftest import Cli, sim_state
 
 UID = "0b5c5f0e-3f59-4d5a-9d43-7d1c1c5b2a10"
@@ -248,7 +249,7 @@ def test_error_rendering_survives_surrogates(capsys: pytest.CaptureFixture[str])
         (lambda v: validate.index(v, "i"), -1),
         (lambda v: validate.timeout(v, "t"), float("nan")),
         (lambda v: validate.nonempty(v, "x"), ""),
-        (lambda v: validate.reclaim_window(v, 8), "x:1"),
+        (lambda v: validate.reclaim_window(parse_placement(v), 8), "x:1"),
     ],
 )
 def test_validators_raise_usage_errors(check: Any, value: Any) -> None:
@@ -263,6 +264,6 @@ def test_validators_return_what_they_accept() -> None:
     assert validate.pod_uid(UID.upper(), "uid") == UID.lower()
     assert validate.index(2**31 - 1, "i") == 2**31 - 1
     assert validate.timeout(0.0, "t") == 0.0
-    assert validate.reclaim_window(" 2:2 ", 8).end == 4
+    assert validate.reclaim_window(parse_placement(" 2:2 "), 8).end == 4
     assert not validate.has_surrogates("MIG-é")
     assert validate.has_surrogates("\udcff")

@@ -78,6 +78,7 @@ LOCK_HOLDER = textwrap.dedent(
     from pathlib import Path
     from hamimig.engine import allocate as allocation
     from hamimig.engine.node import Node
+    from hamimig.engine.requests import AllocateRequest, Owner, PlacementSpec
     from hamimig.store.lock import NodeLock
 
     sim, state, cdi, go, then_pods = sys.argv[1:6]
@@ -89,7 +90,7 @@ LOCK_HOLDER = textwrap.dedent(
             time.sleep(0.02)
         # This process holds the node lock already: allocate under it.
         node.lock = lambda: contextlib.nullcontext()
-        request = allocation.make_request("ns/new", None, 0, 0, "0", "1g.10gb", "3")
+        request = AllocateRequest(Owner("ns", "new"), 0, "1g.10gb", PlacementSpec(3))
         made = allocation.allocate(node, request)
         node.close()
         if then_pods != "-":

@@ -57,12 +57,15 @@ from hypothesis.stateful import (
     rule,
 )
 
+from hamimig.cli import options
 from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance
 from hamimig.engine.node import Node
+from hamimig.engine.requests import AllIdle, AllocateRequest, ByPod, ByUuid, Window
 from hamimig.errors import HamimigError
 from hamimig.hw.minors import parse_mig_minors
 from hamimig.hw.nvml import NvmlHardware
+from hamimig.hw.types import parse_placement
 from hamimig.sim import state as sim_state
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
 from hamimig.sim.nvml import SimNvml
@@ -753,8 +756,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.sim["faults"].clear()
         was_damaged = set(self.damaged)
         self._begin()
-        request = allocation.make_request(
-            f"{NAMESPACE}/{pod}", None, 0, device, gpu_ref, profile, text
+        request = AllocateRequest(
+            options.owner(f"{NAMESPACE}/{pod}", None, 0, device),
+            options.gpu_ref(gpu_ref),
+            profile,
+            options.placement(text),
         )
         code, result, fired, pending = self._run(lambda: allocation.allocate(self.node, request))
         what = f"allocate {slot} GPU {gpu_ref} {profile} at {text} ({kind})"
@@ -832,7 +838,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         )
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.release(self.node, (NAMESPACE, pod), None)
+            lambda: maintenance.release(self.node, ByPod(NAMESPACE, pod))
         )
         self._settle(f"release --pod {pod}", exp, code, result, fired, pending)
         assert self._mutations_since() == 0
@@ -853,7 +859,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         else:
             exp = Expect({3})
         self._begin()
-        code, result, fired, pending = self._run(lambda: maintenance.release(self.node, None, mig))
+        code, result, fired, pending = self._run(
+            lambda: maintenance.release(self.node, ByUuid(mig))
+        )
         self._settle(f"release --mig-uuid {mig}", exp, code, result, fired, pending)
         assert self._mutations_since() == 0
 
@@ -894,7 +902,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             exp, listed = self._reclaim_targets_expect([record], dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(self.node, mig, None, None, False, dry_run)
+            lambda: maintenance.reclaim(self.node, ByUuid(mig), dry_run)
         )
         self._settle(f"reclaim --mig-uuid {mig} dry={dry_run}", exp, code, result, fired, pending)
         self._check_reclaim_result(code, result, dry_run, listed, fired)
@@ -923,7 +931,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         exp, listed = self._reclaim_targets_expect(targets, dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(self.node, None, str(gpu), None, True, dry_run)
+            lambda: maintenance.reclaim(self.node, AllIdle(gpu), dry_run)
         )
         self._settle(
             f"reclaim --gpu {gpu} --all-idle dry={dry_run}", exp, code, result, fired, pending
@@ -966,7 +974,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             exp, listed = self._reclaim_targets_expect(chosen, dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(self.node, None, str(gpu), text, False, dry_run)
+            lambda: maintenance.reclaim(self.node, Window(gpu, parse_placement(text)), dry_run)
         )
         what = f"reclaim --gpu {gpu} --placement {text} dry={dry_run}"
         self._settle(what, exp, code, result, fired, pending)

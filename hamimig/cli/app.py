@@ -6,8 +6,9 @@ import functools
 import io
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -24,11 +25,39 @@ from hamimig.cli import (
     sim_cmd,
 )
 from hamimig.cli.context import OUTPUTS, Globals
+from hamimig.cli.options import Output
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import HamimigError, UsageError
 
+
+class _Boundary(typer.core.TyperGroup):
+    """The root command with hamimig's error boundary built in, so that every caller (the
+    `hamimig` script, `python -m hamimig`, a test's CliRunner) gets the same one-line errors in
+    the requested format and the contract's exit codes, never click's usage block."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> int:
+        argv = list(sys.argv[1:] if args is None else args)
+        status = _guarded(
+            lambda: super(_Boundary, self).main(
+                args=argv, prog_name=prog_name or "hamimig", standalone_mode=False, **extra
+            ),
+            argv,
+        )
+        if standalone_mode:
+            sys.exit(status)
+        return status
+
+
 app = typer.Typer(
     name="hamimig",
+    cls=_Boundary,
     help="Administer HAMi's dynamic MIG instance lifecycle on a GPU node.",
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -87,9 +116,9 @@ def root(
         typer.Option(envvar="NODE_NAME", help="This node's Kubernetes name; filters pod lists."),
     ] = None,
     output: Annotated[
-        str,
-        typer.Option("--output", "-o", envvar="HAMIMIG_OUTPUT", help="table, json or yaml."),
-    ] = "table",
+        Output,
+        typer.Option("--output", "-o", envvar="HAMIMIG_OUTPUT", help="How results are printed."),
+    ] = Output.TABLE,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
@@ -100,19 +129,17 @@ def root(
     from hamimig.engine.node import Node
 
     try:
-        if output not in OUTPUTS:
-            raise UsageError(f"invalid output format {output!r}: use table, json or yaml")
         for name, value in (
             ("state_dir", state_dir),
             ("cdi_dir", cdi_dir),
             ("config", config),
             ("sim", sim),
             ("node", node),
-            ("output", output),
+            ("output", output.value),
         ):
             _refuse_empty(ctx, name, value)
     except UsageError as err:
-        render.error(err, output if output in OUTPUTS else "table")
+        render.error(err, output.value)
         raise typer.Exit(err.exit_code) from None
     ctx.obj = Globals(
         node=Node(
@@ -122,7 +149,7 @@ def root(
             sim=None if sim is None else Path(sim),
             node_name=node,
         ),
-        output=output,
+        output=output.value,
     )
 
 
@@ -179,6 +206,12 @@ def command() -> typer.core.TyperGroup:
 
 def run(argv: list[str]) -> int:
     """Run the CLI on `argv`; returns the exit status. Never lets a traceback reach the user."""
+    status = command().main(args=argv, prog_name="hamimig", standalone_mode=False)
+    assert isinstance(status, int)
+    return status
+
+
+def _guarded(invoke: Callable[[], Any], argv: list[str]) -> int:
     fmt = _requested_output(argv)
     bad = _undecodable(argv)
     if bad is not None:
@@ -187,7 +220,7 @@ def run(argv: list[str]) -> int:
         render.error(bad, fmt)
         return bad.exit_code
     try:
-        status = command().main(args=argv, prog_name="hamimig", standalone_mode=False)
+        status = invoke()
     except typer.Exit as done:
         return done.exit_code
     except Exception as exc:
@@ -223,8 +256,10 @@ def _failed(exc: Exception, fmt: str) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":  # `hamimig` alone: show the help
             render.text(str(format_message()), err=True)
             return 2
-        # A parsing error from Typer's command-line parser: bad option, missing argument.
-        render.error(UsageError(str(format_message())), fmt)
+        # A parsing error from Typer's command-line parser: bad option, missing argument. A
+        # value outside an option's choices comes worded by pydantic ("Value error, ...").
+        message = str(format_message()).replace(": Value error, ", ": ")
+        render.error(UsageError(message), fmt)
         return 2
     if os.environ.get("HAMIMIG_DEBUG"):
         raise exc

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from hamimig.engine.views import Result
 
 OUTPUTS = ("table", "json", "yaml")
+"""What `-o/--output` takes (`options.Output`), readable before the options are parsed."""
 
 
 @dataclass

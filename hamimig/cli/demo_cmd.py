@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hamimig.cli.context import execute, globals_of
+from hamimig.errors import PathUnusable
 
 if TYPE_CHECKING:
     from hamimig.engine.demo import DemoStep
@@ -38,7 +39,10 @@ def demo(
 
     def action(_: Node) -> Result:
         if keep is not None:
-            prepare_keep(keep)
+            try:
+                prepare_keep(keep)
+            except PathUnusable as err:
+                raise err.for_option("--keep") from None
             return transcript(keep, show)
         with tempfile.TemporaryDirectory(prefix="hamimig-demo-") as tmp:
             return transcript(Path(tmp), show)

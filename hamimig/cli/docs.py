@@ -41,6 +41,8 @@ class Opt:
     takes_value: bool
     metavar: str
     envvar: str | None
+    choices: tuple[str, ...] = ()
+    """The values an option accepts, when they are a fixed list (an `Enum` option)."""
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,20 @@ def _walk(command: Any, path: tuple[str, ...]) -> Cmd:
         takes_value = not getattr(param, "is_flag", False) and not param.secondary_opts
         envvar = param.envvar if isinstance(param.envvar, str) else None
         metavar = param.metavar or (param.name or "value").upper().replace("_", "-")
-        options.append(Opt(names, _first_line(param.help), takes_value, metavar, envvar))
+        choices = _choices(param) if takes_value else ()
+        options.append(Opt(names, _first_line(param.help), takes_value, metavar, envvar, choices))
     options.append(Opt(("-h", "--help"), "Show the help and exit.", False, "", None))
     children = tuple(
         _walk(sub, (*path, name)) for name, sub in sorted(getattr(command, "commands", {}).items())
     )
     return Cmd(path, _first_line(command.help), tuple(options), tuple(arguments), children)
+
+
+def _choices(param: Any) -> tuple[str, ...]:
+    described = getattr(param, "type_descriptor", None)
+    if described is None or not described.is_choice or not described.choices:
+        return ()
+    return tuple(str(getattr(c, "value", c)) for c in described.choices)
 
 
 def command_tree(app: typer.Typer) -> Cmd:
@@ -90,6 +100,18 @@ def _key(cmd: Cmd) -> str:
     return " ".join(cmd.path)
 
 
+def _choices_by_name(root: Cmd) -> list[tuple[str, tuple[str, ...]]]:
+    """Each option name that takes one of a fixed list of values, with the list; one name
+    means one list wherever it appears (completion only sees the word before the cursor)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for cmd in _all(root):
+        for opt in cmd.options:
+            for name in opt.names if opt.choices else ():
+                assert found.get(name, opt.choices) == opt.choices, f"{name}: two choice lists"
+                found[name] = opt.choices
+    return sorted(found.items())
+
+
 # --- bash ------------------------------------------------------------------------------------
 
 
@@ -100,12 +122,19 @@ def bash_completion(root: Cmd) -> str:
     valued = sorted(
         {n for cmd in _all(root) for o in cmd.options if o.takes_value for n in o.names}
     )
+    chosen = _choices_by_name(root)
     lines = [
         "# bash completion for hamimig, generated from the CLI by scripts/gen-docs.py: do not edit",
         "_hamimig() {",
         '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
         '    local path="" w i',
-        f'    case "$prev" in {"|".join(valued)}) COMPREPLY=(); return;; esac',
+        '    case "$prev" in',
+        *(
+            f'        {name}) COMPREPLY=($(compgen -W "{" ".join(values)}" -- "$cur")); return;;'
+            for name, values in chosen
+        ),
+        f"        {'|'.join(valued)}) COMPREPLY=(); return;;",
+        "    esac",
         "    for ((i=1; i<COMP_CWORD; i++)); do",
         '        w="${COMP_WORDS[i]}"',
         '        case "$path:$w" in',
@@ -136,6 +165,7 @@ def _zsh_quote(text: str) -> str:
 
 
 def zsh_completion(root: Cmd) -> str:
+    chosen = _choices_by_name(root)
     transitions = sorted(
         f'"{_key(cmd)}:{child.path[-1]}"' for cmd in _all(root) for child in cmd.children
     )
@@ -145,6 +175,9 @@ def zsh_completion(root: Cmd) -> str:
         "_hamimig() {",
         '    local cmdpath="" w i',
         "    local -a items",
+        '    case "${words[CURRENT-1]}" in',
+        *(f"        {name}) compadd -- {' '.join(values)}; return;;" for name, values in chosen),
+        "    esac",
         "    for ((i=2; i<CURRENT; i++)); do",
         "        w=${words[i]}",
         '        case "$cmdpath:$w" in',
@@ -204,6 +237,8 @@ def fish_completion(root: Cmd) -> str:
                 else:
                     flags.append(f"-s {name[1:]}")
             value = " -r" if opt.takes_value else ""
+            if opt.choices:
+                value += f" -a {_fish_quote(' '.join(opt.choices))}"
             lines.append(
                 f"complete -c hamimig {cond} {' '.join(flags)}{value} -d {_fish_quote(opt.help)}"
             )
@@ -283,6 +318,8 @@ def _man_options(options: tuple[Opt, ...]) -> list[str]:
         if opt.takes_value:
             names += f" \\fI{_roff(opt.metavar)}\\fR"
         help_text = opt.help
+        if opt.choices:
+            help_text += f" One of: {', '.join(opt.choices)}."
         if opt.envvar:
             help_text += f" [environment: {opt.envvar}]"
         out += [".TP", names, _roff(help_text)]

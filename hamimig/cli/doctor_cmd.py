@@ -34,12 +34,11 @@ def doctor(
     Changes nothing and takes no lock. The recovery checks run recover's own planner; with
     --pods or --kube they also judge what pods hold, without one those checks are skipped.
     """
+    from hamimig.cli import options
     from hamimig.engine import doctor as checks
-    from hamimig.engine.podsource import PodSource
 
     def action(node: Node) -> Result:
-        source = PodSource(pods, kube)
-        source.check(node, required=False)
+        source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False)
         return checks.run_checks(node, pods=source)
 
     execute(ctx, action)

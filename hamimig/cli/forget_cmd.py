@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hamimig.cli.context import execute
-from hamimig.cli.lifecycle_cmd import DryRun, LockTimeout, locked
+from hamimig.cli.options import DryRun, LockTimeout, locked
+from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
@@ -30,9 +31,13 @@ def forget(
     """Drop one record and its CDI spec, or one intent, when recovery refuses; the hardware is
     untouched (a live instance then shows as Unmanaged and recover preserves it)."""
     from hamimig.engine import forget as forgetting
+    from hamimig.engine.requests import ByIntent, ByUuid
 
     def action(node: Node) -> Result:
-        return forgetting.forget(node, mig_uuid, intent, dry_run)
+        if (mig_uuid is None) == (intent is None):
+            raise UsageError("say what to forget: MIG_UUID or --intent ID (exactly one)")
+        target = ByUuid(mig_uuid) if mig_uuid is not None else ByIntent(intent or "")
+        return forgetting.forget(node, target, dry_run)
 
     execute(ctx, locked(lock_timeout, action))
 

@@ -6,32 +6,45 @@ from typing import Annotated
 
 import typer
 
+from hamimig.cli import options
 from hamimig.cli.context import execute
-
-GpuOption = Annotated[
-    str | None, typer.Option("--gpu", help="Only this GPU: NVML index or GPU UUID.")
-]
+from hamimig.cli.options import GpuFilter
+from hamimig.vocabulary import State
 
 
 def list_(
     ctx: typer.Context,
-    gpu: GpuOption = None,
+    gpu: GpuFilter = None,
     state: Annotated[
-        str | None,
-        typer.Option(help="Only instances in this state (Active, Idle, Unmanaged, ...)."),
+        State | None,
+        typer.Option(
+            case_sensitive=False,
+            metavar="STATE",
+            help="Only instances in this state: " + ", ".join(s.value for s in State) + ".",
+        ),
     ] = None,
 ) -> None:
     """Every MIG instance on the node: records joined with the live layout."""
     from hamimig.engine import inventory
 
-    execute(ctx, lambda node: inventory.list_instances(node, gpu, state))
+    execute(
+        ctx,
+        lambda node: inventory.list_instances(
+            node, None if gpu is None else options.gpu_ref(gpu), state
+        ),
+    )
 
 
-def profiles(ctx: typer.Context, gpu: GpuOption = None) -> None:
+def profiles(ctx: typer.Context, gpu: GpuFilter = None) -> None:
     """GI profiles and legal placements per GPU (like nvidia-smi mig -lgip -lgipp)."""
     from hamimig.engine import inventory
 
-    execute(ctx, lambda node: inventory.list_profiles(node.hardware(), gpu))
+    execute(
+        ctx,
+        lambda node: inventory.list_profiles(
+            node.hardware(), None if gpu is None else options.gpu_ref(gpu)
+        ),
+    )
 
 
 def register(app: typer.Typer) -> None:

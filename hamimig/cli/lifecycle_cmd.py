@@ -2,44 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hamimig.cli import options
 from hamimig.cli.context import execute
+from hamimig.cli.options import DryRun, Kube, LockTimeout, PodsFile, locked
+from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.engine.views import Result
-
-LockTimeout = Annotated[
-    float,
-    typer.Option(
-        "--lock-timeout", metavar="SECONDS", help="How long to wait for the node lock (exit 7)."
-    ),
-]
-DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
-
-
-def locked(timeout: float, action: Callable[[Node], Result]) -> Callable[[Node], Result]:
-    """Wrap a mutating command: its lock wait, and directories checked before any hardware."""
-
-    def run(node: Node) -> Result:
-        from hamimig.engine import validate
-
-        node.lock_timeout = validate.timeout(timeout, "--lock-timeout")
-        node.check_dirs()
-        return action(node)
-
-    return run
-
-
-def _mig_uuid(value: str | None) -> str | None:
-    """`--mig-uuid ""` is a mistake (an unset variable), not a lookup that finds nothing."""
-    from hamimig.engine import validate
-
-    return None if value is None else validate.nonempty(value, "--mig-uuid")
 
 
 def allocate(
@@ -57,10 +31,14 @@ def allocate(
 ) -> None:
     """Reuse an exact Idle match, else reclaim only the Idle instances in the way and create."""
     from hamimig.engine import allocate as allocation
+    from hamimig.engine.requests import AllocateRequest
 
     def action(node: Node) -> Result:
-        request = allocation.make_request(
-            pod, pod_uid, container_index, device_index, gpu, profile, placement
+        request = AllocateRequest(
+            owner=options.owner(pod, pod_uid, container_index, device_index),
+            gpu=options.gpu_ref(gpu),
+            profile=profile,
+            placement=options.placement(placement),
         )
         return allocation.allocate(node, request)
 
@@ -78,12 +56,20 @@ def release(
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Confirmed release: Active -> Idle; the GI/CI and CDI spec stay for reuse."""
-    from hamimig.engine import allocate as allocation
     from hamimig.engine import maintenance
+    from hamimig.engine.requests import ByPod, ByUuid, ReleaseTarget
 
     def action(node: Node) -> Result:
-        parsed = allocation.parse_pod(pod) if pod is not None else None
-        return maintenance.release(node, parsed, _mig_uuid(mig_uuid))
+        uuid = options.mig_uuid(mig_uuid)
+        if (pod is None) == (uuid is None):
+            raise UsageError("say which instance to release: --pod NS/NAME or --mig-uuid UUID")
+        target: ReleaseTarget
+        if uuid is not None:
+            target = ByUuid(uuid)
+        else:
+            assert pod is not None
+            target = ByPod(*options.pod_ref(pod))
+        return maintenance.release(node, target)
 
     execute(ctx, locked(lock_timeout, action))
 
@@ -103,35 +89,45 @@ def reclaim(
 ) -> None:
     """Destroy Idle (or Error) instances; never Active, never unmanaged ones."""
     from hamimig.engine import maintenance
+    from hamimig.engine.requests import AllIdle, ByUuid, ReclaimTarget, Window
 
-    execute(
-        ctx,
-        locked(
-            lock_timeout,
-            lambda node: maintenance.reclaim(
-                node, _mig_uuid(mig_uuid), gpu, placement, all_idle, dry_run
-            ),
-        ),
-    )
+    def action(node: Node) -> Result:
+        uuid = options.mig_uuid(mig_uuid)
+        if (uuid is None) == (gpu is None):
+            raise UsageError(
+                "say what to reclaim: --mig-uuid UUID, or --gpu GPU with --placement or --all-idle"
+            )
+        target: ReclaimTarget
+        if uuid is not None:
+            if placement is not None or all_idle:
+                raise UsageError("--mig-uuid names one instance: drop --placement/--all-idle")
+            target = ByUuid(uuid)
+        else:
+            assert gpu is not None
+            if (placement is None) == (not all_idle):
+                raise UsageError("with --gpu, give exactly one of --placement P or --all-idle")
+            window = options.placement(placement)
+            ref = options.gpu_ref(gpu)
+            target = AllIdle(ref) if window is None else Window(ref, window)
+        return maintenance.reclaim(node, target, dry_run)
+
+    execute(ctx, locked(lock_timeout, action))
 
 
 def reconcile(
     ctx: typer.Context,
-    pods: Annotated[
-        str | None,
-        typer.Option("--pods", metavar="FILE|-", help="Pods (kubectl -o json|yaml); '-' = stdin."),
-    ] = None,
-    kube: Annotated[bool, typer.Option("--kube", help="List pods through the API.")] = False,
+    pods: PodsFile = None,
+    kube: Kube = False,
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """One pass: release instances whose pods are gone (with pods), retry queued CDI
     removals and the destruction of Error instances."""
     from hamimig.engine import maintenance
-    from hamimig.engine.podsource import PodSource
 
     def action(node: Node) -> Result:
-        return maintenance.reconcile(node, dry_run, PodSource(pods, kube))
+        source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False)
+        return maintenance.reconcile(node, dry_run, source)
 
     execute(ctx, locked(lock_timeout, action))
 

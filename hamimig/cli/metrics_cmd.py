@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hamimig.cli.context import execute
+from hamimig.errors import PathUnusable
+
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.views import Result
 
 
 def metrics(
@@ -28,7 +33,13 @@ def metrics(
     lifecycle counters (creations, reuses, reclaims, failures) kept in the state directory."""
     from hamimig.engine import metrics as engine_metrics
 
-    execute(ctx, lambda node: engine_metrics.export(node, textfile))
+    def action(node: Node) -> Result:
+        try:
+            return engine_metrics.export(node, textfile)
+        except PathUnusable as err:
+            raise err.for_option("--textfile") from None
+
+    execute(ctx, action)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,28 +6,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hamimig.cli import options
 from hamimig.cli.context import execute
-from hamimig.cli.lifecycle_cmd import DryRun, LockTimeout, locked
+from hamimig.cli.options import AssumeNoPods, DryRun, Kube, LockTimeout, PodsFile, locked
+from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.engine.views import Result
-
-PodsFile = Annotated[
-    str | None,
-    typer.Option(
-        "--pods",
-        metavar="FILE|-",
-        help="Pods as 'kubectl get pods -o json|yaml' prints them; '-' reads stdin.",
-    ),
-]
-Kube = Annotated[
-    bool, typer.Option("--kube", help="List this node's pods through the Kubernetes API.")
-]
-AssumeNoPods = Annotated[
-    bool,
-    typer.Option("--assume-no-pods", help="Assert that no pod on this node holds a MIG instance."),
-]
 
 
 def recover(
@@ -47,10 +33,11 @@ def recover(
 ) -> None:
     """Startup recovery: restore what pods hold, reconcile records, keep unknown instances."""
     from hamimig.engine import recovery
-    from hamimig.engine.podsource import PodSource
 
     def action(node: Node) -> Result:
-        return recovery.recover(node, PodSource(pods, kube, assume_no_pods), adopt, dry_run)
+        source = options.pod_source(node, pods, kube, assume_no_pods, required=True)
+        assert source is not None
+        return recovery.recover(node, source, adopt, dry_run)
 
     execute(ctx, locked(lock_timeout, action))
 
@@ -73,11 +60,18 @@ def adopt(
 ) -> None:
     """Claim unmarked complete GI/CI pairs as Idle (needs the adoption opt-in)."""
     from hamimig.engine import recovery
-    from hamimig.engine.podsource import PodSource
 
     def action(node: Node) -> Result:
-        source = PodSource(pods, kube, assume_no_pods)
-        return recovery.adopt_pairs(node, source, exclusive_owner, gpu, dry_run)
+        source = options.pod_source(node, pods, kube, assume_no_pods, required=True)
+        assert source is not None
+        only = None if gpu is None else options.gpu_ref(gpu)
+        try:
+            return recovery.adopt_pairs(node, source, exclusive_owner, only, dry_run)
+        except recovery.AdoptionNotEnabled as err:
+            raise UsageError(
+                "adopt needs the opt-in that HAMi exclusively owns the complete MIG layout on "
+                "this node: --exclusive-owner or devices.nvidia.adoptExistingMIGInstances: true"
+            ) from err
 
     execute(ctx, locked(lock_timeout, action))
 

@@ -1,13 +1,15 @@
-"""`sim …`: build and manipulate a simulated node (CONTRACT.md "Simulated node")."""
+"""`sim …`: build and manipulate a simulated node (README "Simulated node")."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hamimig.cli.context import execute
 from hamimig.errors import UsageError
+from hamimig.sim.ops import MAX_SIM_GPUS, SIMULATED_NVML, FaultAction, FaultOp, SimModel
 from hamimig.vocabulary import FileOpName
 
 if TYPE_CHECKING:
@@ -26,24 +28,31 @@ fault_app = typer.Typer(
 )
 app.add_typer(fault_app, name="fault")
 
+
+def _sim(node: Node) -> Path:
+    if node.sim is None:
+        raise UsageError("sim commands need --sim PATH (or HAMIMIG_SIM)")
+    return node.sim
+
+
 Gpu = Annotated[str, typer.Option("--gpu", help="NVML index or GPU UUID.")]
 
 
 @app.command("init")
 def init(
     ctx: typer.Context,
-    model: Annotated[
-        str,
-        typer.Option(
-            help="A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM5-141GB or B200-180GB."
-        ),
-    ],
-    count: Annotated[int, typer.Option(help="Number of GPUs.")] = 1,
+    model: Annotated[SimModel, typer.Option(help="The GPU board.")],
+    count: Annotated[int, typer.Option(help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")] = 1,
 ) -> None:
     """Create the simulated node: COUNT GPUs of MODEL, MIG enabled, no instances."""
     from hamimig.engine import simulator
 
-    execute(ctx, lambda node: simulator.sim_init(node.sim, model, count))
+    def action(node: Node) -> SimView:
+        if not 1 <= count <= MAX_SIM_GPUS:
+            raise UsageError(f"--count must be between 1 and {MAX_SIM_GPUS}, not {count}")
+        return simulator.sim_init(_sim(node), model.value, count)
+
+    execute(ctx, action)
 
 
 @app.command("show")
@@ -51,7 +60,7 @@ def show(ctx: typer.Context) -> None:
     """GPUs, live GI/CI layout, busy marks, faults and NVML call counts."""
     from hamimig.engine import simulator
 
-    execute(ctx, lambda node: simulator.sim_show(node.sim))
+    execute(ctx, lambda node: simulator.sim_show(_sim(node)))
 
 
 @app.command("create")
@@ -65,7 +74,7 @@ def create(
     """Make an instance behind hamimig's back (an external or leftover instance)."""
     from hamimig.engine import simulator
 
-    execute(ctx, lambda node: simulator.sim_create(node.sim, gpu, profile, placement, no_ci))
+    execute(ctx, lambda node: simulator.sim_create(_sim(node), gpu, profile, placement, no_ci))
 
 
 @app.command("busy")
@@ -80,7 +89,7 @@ def busy(
     """A process holds the instance: destroying it fails with IN_USE."""
     from hamimig.engine import simulator
 
-    execute(ctx, lambda node: simulator.sim_busy(node.sim, mig_uuid, gi_only, clear))
+    execute(ctx, lambda node: simulator.sim_busy(_sim(node), mig_uuid, gi_only, clear))
 
 
 @app.command("reset")
@@ -88,7 +97,7 @@ def reset(ctx: typer.Context, gpu: Gpu) -> None:
     """Every instance on the GPU vanishes, as after a GPU reset."""
     from hamimig.engine import simulator
 
-    execute(ctx, lambda node: simulator.sim_reset(node.sim, gpu))
+    execute(ctx, lambda node: simulator.sim_reset(_sim(node), gpu))
 
 
 @app.command("mig-mode")
@@ -109,27 +118,33 @@ def mig_mode(
     def action(node: Node) -> SimView:
         if enable is None:
             raise UsageError("say --enable or --disable")
-        return simulator.sim_mig_mode(node.sim, gpu, enable, pending)
+        return simulator.sim_mig_mode(_sim(node), gpu, enable, pending)
 
     execute(ctx, action)
 
 
-@fault_app.command("add")
+@fault_app.command(
+    "add",
+    epilog="NVML functions the simulator implements: " + ", ".join(SIMULATED_NVML) + ".",
+)
 def fault_add(
     ctx: typer.Context,
     op: Annotated[
-        str,
+        FaultOp,
         typer.Option(
-            help="pynvml function name (nvmlGpuInstanceDestroy, ...) or a file operation: "
+            metavar="OP",
+            help="A file operation ("
             + ", ".join(op.value for op in FileOpName)
-            + "."
+            + ") or an NVML function the simulator implements (listed below).",
         ),
     ],
     error: Annotated[
         str | None,
         typer.Option(help="NVML error name (IN_USE, UNKNOWN, ...) or errno name (EIO, ...)."),
     ] = None,
-    action: Annotated[str, typer.Option(help="raise, crash-before or crash-after.")] = "raise",
+    action: Annotated[
+        FaultAction, typer.Option(help="What the fault does when it fires.")
+    ] = FaultAction.RAISE,
     times: Annotated[int, typer.Option(help="Fire on this many matching calls.")] = 1,
     skip: Annotated[int, typer.Option(help="Let this many matching calls pass first.")] = 0,
     gpu: Annotated[str | None, typer.Option(help="Only calls on this GPU.")] = None,
@@ -137,10 +152,14 @@ def fault_add(
     """Inject a fault: the matching call fails, or the process dies before or after it."""
     from hamimig.engine import simulator
 
-    execute(
-        ctx,
-        lambda node: simulator.sim_fault_add(node.sim, op, error, action, times, skip, gpu),
-    )
+    def add(node: Node) -> SimView:
+        if times < 1:
+            raise UsageError(f"--times must be at least 1, not {times}")
+        if skip < 0:
+            raise UsageError(f"--skip must not be negative, not {skip}")
+        return simulator.sim_fault_add(_sim(node), op.value, error, action.value, times, skip, gpu)
+
+    execute(ctx, add)
 
 
 @fault_app.command("clear")
@@ -148,4 +167,4 @@ def fault_clear(ctx: typer.Context) -> None:
     """Remove all faults."""
     from hamimig.engine import simulator
 
-    execute(ctx, lambda node: simulator.sim_fault_clear(node.sim))
+    execute(ctx, lambda node: simulator.sim_fault_clear(_sim(node)))

@@ -3,9 +3,6 @@ reclaim only the Idle instances in the way and create."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from hamimig.engine import validate
 from hamimig.engine.executor import DestroyFailed, apply, tidy_finished
 from hamimig.engine.facts import (
     Durable,
@@ -15,53 +12,20 @@ from hamimig.engine.facts import (
     load_for_mutation,
 )
 from hamimig.engine.inventory import record_view
-from hamimig.engine.node import Node, legal_placement, parse_gpu_ref, parse_placement, resolve_gpu
+from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, held_by, plan_create, reuse_candidates
+from hamimig.engine.requests import AllocateRequest
 from hamimig.engine.steps import Handout, Managed, NewInstance, Step
 from hamimig.engine.views import Allocation, Warning_
 from hamimig.errors import ConflictError, UnverifiableError, UsageError
 from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
-from hamimig.store.records import Owner, Record, RecordState
+from hamimig.store.records import Record, RecordState
 from hamimig.vocabulary import ActionKind, Outcome
 
 
-@dataclass(frozen=True)
-class AllocateRequest:
-    owner: Owner
-    gpu: str
-    profile: str
-    placement: str | None = None
-
-
-def parse_pod(text: str) -> tuple[str, str]:
-    """`NAMESPACE/NAME` as Kubernetes spells them (a DNS-1123 label and subdomain)."""
-    parts = text.split("/")
-    if len(parts) != 2 or not all(parts):
-        raise UsageError(f"invalid pod {text!r}: use NAMESPACE/NAME")
-    return validate.namespace(parts[0]), validate.pod_name(parts[1])
-
-
-def make_request(
-    pod: str,
-    pod_uid: str | None,
-    container_index: int,
-    device_index: int,
-    gpu: str,
-    profile: str,
-    placement: str | None,
-) -> AllocateRequest:
-    namespace, name = parse_pod(pod)
-    validate.index(container_index, "--container-index")
-    validate.index(device_index, "--device-index")
-    if pod_uid is not None:
-        pod_uid = validate.pod_uid(pod_uid, "--pod-uid")
-    owner = Owner(namespace, name, pod_uid, container_index, device_index)
-    return AllocateRequest(owner=owner, gpu=gpu, profile=profile, placement=placement)
-
-
 def allocate(node: Node, request: AllocateRequest) -> Allocation:
-    gpu_ref = parse_gpu_ref(request.gpu)
-    start, size = parse_placement(request.placement) if request.placement else (None, None)
+    gpu_ref = request.gpu
+    start, size = request.placement if request.placement is not None else (None, None)
     with node.lock():
         durable = load_for_mutation(node, tidy=True)
         held = held_by(durable.records, request.owner)

@@ -25,12 +25,15 @@ from hamimig.engine import maintenance, recovery
 from hamimig.engine.inventory import list_instances
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
+from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid
 from hamimig.engine.simulator import sim_fault_add, sim_init
 from hamimig.engine.views import Allocation, InstanceView, Json
-from hamimig.errors import HamimigError, UsageError
+from hamimig.errors import HamimigError, PathUnusable
+from hamimig.hw.types import PlacementSpec, parse_placement
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
 from hamimig.sim.state import CRASH_EXIT_STATUS, SimStore
+from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome
 
 MODEL = "H100-SXM5-80GB"
@@ -53,20 +56,20 @@ def _expect(condition: bool, why: str) -> None:
 
 
 def prepare_keep(path: Path) -> None:
-    """`--keep DIR` must be absent or an empty directory: the demo never writes among (or over)
-    someone's files. Checked before anything is written; creates DIR when absent."""
+    """The directory to keep the demo node in must be absent or empty: the demo never writes
+    among (or over) someone's files. Checked before anything is written; created when absent."""
     if path.is_symlink():
-        raise UsageError(f"--keep {path}: is a symbolic link; give an absent or empty directory")
+        raise PathUnusable(path, "is a symbolic link; give an absent or empty directory")
     if path.exists():
         if not path.is_dir():
-            raise UsageError(f"--keep {path}: not a directory; give an absent or empty directory")
+            raise PathUnusable(path, "not a directory; give an absent or empty directory")
         if any(path.iterdir()):
-            raise UsageError(f"--keep {path}: directory is not empty; give an absent or empty one")
+            raise PathUnusable(path, "directory is not empty; give an absent or empty one")
         return
     try:
         path.mkdir(parents=True)
     except OSError as exc:
-        raise UsageError(f"--keep {path}: cannot create it: {exc.strerror or exc}") from None
+        raise PathUnusable(path, f"cannot create it: {exc.strerror or exc}") from None
 
 
 def in_child(work: Callable[[], object]) -> int:
@@ -217,7 +220,10 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def alloc(
         pod: str, profile: str, placement: str, expected: Outcome = Outcome.CREATED
     ) -> Allocation:
-        request = allocation.make_request(pod, None, 0, 0, "0", profile, placement)
+        namespace, name = pod.split("/")
+        request = AllocateRequest(
+            Owner(namespace, name, None), 0, profile, parse_placement(placement)
+        )
         result = allocation.allocate(node, request)
         _expect(
             result.outcome is expected,
@@ -243,7 +249,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     )
 
     def release_first() -> str:
-        released = maintenance.release(node, ("team-a", "train-1"), None).released
+        released = maintenance.release(node, ByPod("team-a", "train-1")).released
         _expect(
             [(i.mig_uuid, i.state.value) for i in released] == [(first["uuid"], "Idle")],
             f"the release returned {[(i.mig_uuid, i.state.value) for i in released]}",
@@ -277,8 +283,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def two_idle() -> str:
         made = [alloc("team-c/etl-1", "1g.10gb", "2"), alloc("team-c/etl-2", "1g.10gb", "4")]
         idle_at.update({2: _uuid(made[0]), 4: _uuid(made[1])})
-        released = maintenance.release(node, ("team-c", "etl-1"), None).released
-        released += maintenance.release(node, ("team-c", "etl-2"), None).released
+        released = maintenance.release(node, ByPod("team-c", "etl-1")).released
+        released += maintenance.release(node, ByPod("team-c", "etl-2")).released
         _expect(len(released) == 2, f"released {len(released)} instances, not 2")
         return "; ".join(_told(m) for m in made) + f"; released {len(released)} (now Idle)"
 
@@ -319,7 +325,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def make_error() -> str:
         uuid = _uuid(alloc("team-e/job-1", "1g.10gb", "6"))
         error_target["uuid"] = uuid
-        maintenance.release(node, ("team-e", "job-1"), None)
+        maintenance.release(node, ByPod("team-e", "job-1"))
         # A process that starts after hamimig saw none: the destroy itself fails with IN_USE.
         sim_fault_add(sim, "nvmlComputeInstanceDestroy", "IN_USE", "raise", 1, 0, None)
         return _reclaim(node, uuid)
@@ -360,7 +366,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def crash() -> str:
         sim_fault_add(sim, "nvmlGpuInstanceCreateComputeInstance", None, "crash-before", 1, 0, None)
         twin = Node(node.state_dir, node.cdi_dir, node.config_path, sim=sim)
-        crashy = allocation.make_request("team-f/crashy", None, 0, 0, "0", "1g.10gb", "5")
+        crashy = AllocateRequest(Owner("team-f", "crashy", None), 0, "1g.10gb", PlacementSpec(5))
         status = in_child(lambda: allocation.allocate(twin, crashy))
         _expect(
             status == CRASH_EXIT_STATUS,
@@ -388,7 +394,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             for ns, name in (("team-b", "infer-1"), ("team-d", "big-1"))
         )
         pods = PodSnapshot(pods=running, source="the demo's pod list", taken_at=time.time())
-        report = recovery.recover(node, PodSource(snapshot=pods), adopt=False, dry_run=False)
+        report = recovery.recover(node, PodSource.given(pods), adopt=False, dry_run=False)
         text = "; ".join(f"{a.action}: {a.reason}" for a in report.actions)
         rolled = [a for a in report.actions if a.action == "rollback-intent"]
         _expect(
@@ -448,7 +454,7 @@ def _expect_spec_gone(node: Node, uuid: str) -> None:
 
 
 def _reclaim(node: Node, uuid: str) -> str:
-    result = maintenance.reclaim(node, uuid, None, None, False, False)
+    result = maintenance.reclaim(node, ByUuid(uuid), dry_run=False)
     return f"reclaimed {len(result.reclaimed)}"
 
 

@@ -176,7 +176,7 @@ def run_checks(
         checks += [_ok("records", none), _ok("intents", none), _ok("cdi-removal-queue", none)]
     checks += _check_cdi(node, config, live, durable, dirs)
     if live.hw is not None and durable is not None and not durable.problems:
-        checks = _with_recovery(checks, node, config, durable, pods or PodSource())
+        checks = _with_recovery(checks, node, config, durable, pods)
     return DoctorReport(
         checks=tuple(checks),
         sim=None if node.sim is None else str(node.sim),
@@ -197,7 +197,7 @@ RECOVER_REFUSES = (
 
 
 def _with_recovery(
-    checks: list[Check], node: Node, config: Config, durable: Durable, source: PodSource
+    checks: list[Check], node: Node, config: Config, durable: Durable, source: PodSource | None
 ) -> list[Check]:
     """The recovery planner's own verdict, so that every condition that makes `recover`
     exit 5 is a failing check here, found by the same code. Hints that would send the
@@ -222,11 +222,11 @@ def _with_recovery(
         ]
     found: list[Check] = []
     try:
-        snapshot = source.load(node)
+        snapshot = None if source is None else source.load(node)
     except HamimigError as exc:
         failed = _fail("recovery/pods", f"the pod list: {exc.message}", _POD_HINT)
         return [*_not_via_recover(checks), failed]
-    pods_known = snapshot is not None or source.assume_no_pods
+    pods_known = snapshot is not None or (source is not None and source.assume_no_pods)
     try:
         plan = plan_recovery(node, durable, snapshot, config.adopt_existing, pods_known=pods_known)
     except HamimigError as exc:

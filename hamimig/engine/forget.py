@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from hamimig.engine.executor import apply
 from hamimig.engine.node import Node
+from hamimig.engine.requests import ByIntent, ByUuid
 from hamimig.engine.steps import Forgettable, Step
 from hamimig.engine.views import Forget, Forgotten
 from hamimig.errors import (
@@ -63,12 +64,10 @@ def parse_intent_id(text: str) -> str:
     return text
 
 
-def forget(node: Node, mig_uuid: str | None, intent_id: str | None, dry_run: bool) -> Forget:
+def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
-    if (mig_uuid is None) == (intent_id is None):
-        raise UsageError("say what to forget: MIG_UUID or --intent ID (exactly one)")
-    uuid = parse_mig_uuid(mig_uuid) if mig_uuid is not None else None
-    ident = parse_intent_id(intent_id) if intent_id is not None else None
+    uuid = parse_mig_uuid(target.mig_uuid) if isinstance(target, ByUuid) else None
+    ident = parse_intent_id(target.intent_id) if isinstance(target, ByIntent) else None
     with node.lock():
         # Like every mutating command, never on a node others can forge records on (a dry run
         # reports it). Unreadable records do not matter here: forgetting one is the point.

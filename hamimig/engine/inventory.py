@@ -30,7 +30,7 @@ from hamimig.vocabulary import State
 _DEFAULT_MEMORY_SLICES = 8
 
 
-def _gpus(hw: MigHardware, gpu_ref: str | None) -> list[Gpu]:
+def _gpus(hw: MigHardware, gpu_ref: int | str | None) -> list[Gpu]:
     if gpu_ref is not None:
         return [resolve_gpu(hw, gpu_ref)]
     return [hw.gpu(i) for i in range(hw.gpu_count())]
@@ -207,16 +207,8 @@ def _warnings(node: Node, durable: Durable) -> tuple[Warning_, ...]:
 
 
 def list_instances(
-    node: Node, gpu_ref: str | None = None, state: str | None = None
+    node: Node, gpu_ref: int | str | None = None, wanted: State | None = None
 ) -> InstanceList:
-    wanted: State | None = None
-    if state is not None:
-        lookup = {s.value.lower(): s for s in State}
-        wanted = lookup.get(state.lower())
-        if wanted is None:
-            raise UsageError(
-                f"unknown state {state!r}: use one of {', '.join(s.value for s in State)}"
-            )
     hw = node.hardware()
     durable = load_durable(node)
     gpus = _gpus(hw, gpu_ref)
@@ -320,7 +312,7 @@ def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
     return record_view(record, gpu.index, state=State.MISSING, error=missing)
 
 
-def list_profiles(hw: MigHardware, gpu_ref: str | None = None) -> ProfileList:
+def list_profiles(hw: MigHardware, gpu_ref: int | str | None = None) -> ProfileList:
     out: list[GpuProfiles] = []
     for gpu in _gpus(hw, gpu_ref):
         profiles = () if gpu.mig_mode is MigMode.UNSUPPORTED else hw.profiles(gpu.index)

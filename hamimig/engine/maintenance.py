@@ -6,7 +6,6 @@ Each is a planner over one snapshot taken under the node lock; `executor` applie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hamimig.engine import validate
@@ -24,6 +23,7 @@ from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import NOTHING_CHANGED, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after
 from hamimig.engine.recovery import plan_queued_removals
+from hamimig.engine.requests import AllIdle, ByUuid, ReclaimTarget, ReleaseTarget, Window
 from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
 from hamimig.engine.views import (
     ActionReport,
@@ -60,16 +60,15 @@ def _index_hint(record: Record) -> int:
 # release
 
 
-def release(node: Node, pod: tuple[str, str] | None, mig_uuid: str | None) -> Release:
+def release(node: Node, target: ReleaseTarget) -> Release:
     """Confirmed pod release: Active -> Idle. The GI/CI and CDI spec stay for reuse."""
-    if (pod is None) == (mig_uuid is None):
-        raise UsageError("say which instance to release: --pod NS/NAME or --mig-uuid UUID")
     with node.lock():
         durable = load_for_mutation(node, tidy=True)
-        record = durable.records.get(mig_uuid or "")
-        if record is not None and record.state is RecordState.IDLE:
-            return Release(released=(record_view(record, _index_hint(record)),))  # already
-        steps = plan_release(durable, pod, mig_uuid)
+        if isinstance(target, ByUuid):
+            record = durable.records.get(target.mig_uuid)
+            if record is not None and record.state is RecordState.IDLE:
+                return Release(released=(record_view(record, _index_hint(record)),))  # already
+        steps = plan_release(durable, target)
         released: list[InstanceView] = []
         for step in steps:
             idle = apply(node, step).record
@@ -79,9 +78,10 @@ def release(node: Node, pod: tuple[str, str] | None, mig_uuid: str | None) -> Re
         return Release(released=tuple(released))
 
 
-def plan_release(durable: Durable, pod: tuple[str, str] | None, mig_uuid: str | None) -> list[Step]:
+def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
     """The Active instances a pod (or one MIG UUID) releases, in MIG UUID order."""
-    if mig_uuid is not None:
+    if isinstance(target, ByUuid):
+        mig_uuid = target.mig_uuid
         record = durable.records.get(mig_uuid)
         if record is None:
             raise NotFoundError(f"no hamimig record for {mig_uuid}")
@@ -91,7 +91,7 @@ def plan_release(durable: Durable, pod: tuple[str, str] | None, mig_uuid: str | 
             )
         targets = [record]
     else:
-        assert pod is not None
+        pod = (target.namespace, target.name)
         targets = [
             r
             for r in durable.records.values()
@@ -100,7 +100,7 @@ def plan_release(durable: Durable, pod: tuple[str, str] | None, mig_uuid: str | 
             and (r.owner.namespace, r.owner.name) == pod
         ]
         if not targets:
-            raise NotFoundError(f"pod {pod[0]}/{pod[1]} holds no MIG instance on this node")
+            raise NotFoundError(f"pod {target} holds no MIG instance on this node")
     return [
         Step(ActionKind.RELEASE, Managed(r, None, _index_hint(r)), "confirmed pod release")
         for r in sorted(targets, key=lambda r: r.mig_uuid)
@@ -111,44 +111,15 @@ def plan_release(durable: Durable, pod: tuple[str, str] | None, mig_uuid: str | 
 # reclaim
 
 
-@dataclass(frozen=True)
-class ReclaimRequest:
-    """One MIG UUID, or a GPU with a slice window or all its Idle (and Error) instances."""
-
-    mig_uuid: str | None = None
-    gpu: str | None = None
-    placement: str | None = None
-    all_idle: bool = False
-
-    def check(self) -> None:
-        if (self.mig_uuid is None) == (self.gpu is None):
-            raise UsageError(
-                "say what to reclaim: --mig-uuid UUID, or --gpu GPU with --placement or --all-idle"
-            )
-        if self.gpu is not None and (self.placement is None) == (not self.all_idle):
-            raise UsageError("with --gpu, give exactly one of --placement P or --all-idle")
-        if self.mig_uuid is not None and (self.placement is not None or self.all_idle):
-            raise UsageError("--mig-uuid names one instance: drop --placement/--all-idle")
-
-
-def reclaim(
-    node: Node,
-    mig_uuid: str | None,
-    gpu_ref: str | None,
-    placement: str | None,
-    all_idle: bool,
-    dry_run: bool,
-) -> Reclaim:
+def reclaim(node: Node, target: ReclaimTarget, dry_run: bool) -> Reclaim:
     """Destroy Idle (or Error) instances; never Active, never anything without a record."""
-    request = ReclaimRequest(mig_uuid, gpu_ref, placement, all_idle)
-    request.check()
     with node.lock():
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
-        targets = _reclaim_targets(node, durable, request)
+        targets = _reclaim_targets(node, durable, target)
         busy = [t for t in targets if _busy(node, t)]
-        if mig_uuid is not None and busy:
+        if isinstance(target, ByUuid) and busy:
             raise ConflictError(
-                f"{mig_uuid} is busy: processes run on it; hamimig never reclaims it"
+                f"{target.mig_uuid} is busy: processes run on it; hamimig never reclaims it"
             )
         skipped = tuple(SkippedInstance(t.record.mig_uuid, BUSY) for t in busy)
         kept = [t for t in targets if t not in busy]
@@ -163,29 +134,26 @@ def reclaim(
         return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes), skipped=skipped)
 
 
-def _reclaim_targets(node: Node, durable: Durable, request: ReclaimRequest) -> list[Managed]:
+def _reclaim_targets(node: Node, durable: Durable, target: ReclaimTarget) -> list[Managed]:
     """The verified instances a reclaim request names, oldest first."""
-    if request.mig_uuid is not None:
-        targets = _targets_by_uuid(node, durable, request.mig_uuid)
+    if isinstance(target, ByUuid):
+        targets = _targets_by_uuid(node, durable, target.mig_uuid)
     else:
-        assert request.gpu is not None
-        targets = _targets_on_gpu(node, durable, request)
+        targets = _targets_on_gpu(node, durable, target)
     return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
-def _targets_on_gpu(node: Node, durable: Durable, request: ReclaimRequest) -> list[Managed]:
+def _targets_on_gpu(node: Node, durable: Durable, target: Window | AllIdle) -> list[Managed]:
     hw = node.hardware()
-    assert request.gpu is not None
-    gpu = resolve_gpu(hw, request.gpu)
+    gpu = resolve_gpu(hw, target.gpu)
     layout = hw.layout(gpu.index)
     names = _names(node, gpu, layout)
     records = durable.on_gpu(gpu.uuid)
-    if request.all_idle:
+    if isinstance(target, AllIdle):
         chosen = [r for r in records if r.state in _DESTROYABLE]
     else:
-        assert request.placement is not None
         slices = validate.slice_count(hw.profiles(gpu.index))
-        window = validate.reclaim_window(request.placement, slices)
+        window = validate.reclaim_window(target.placement, slices)
         chosen = _window_targets(window, records, layout, names)
     return [_verified(r, layout, names, gpu) for r in chosen]
 
@@ -267,11 +235,9 @@ def _blocker(gi: GpuInstance, records: list[Record], names: dict[int, str]) -> s
 def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None) -> ActionReport:
     """One pass: with pods, release instances whose pods are gone; retry queued CDI removals;
     make specs current; retry destroying Error instances."""
-    source = source or PodSource()
-    source.check(node, required=False)
     with node.lock():
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
-        plan = plan_reconcile(node, durable, source.load(node))
+        plan = plan_reconcile(node, durable, None if source is None else source.load(node))
         done = execute(node, plan, dry_run)
         if done.actions and not dry_run:
             tidy_finished(node, durable)

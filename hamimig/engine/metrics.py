@@ -32,7 +32,7 @@ from pathlib import Path
 from hamimig.engine.inventory import list_instances
 from hamimig.engine.node import Node
 from hamimig.engine.views import InstanceList, InstanceView, Metrics, Warning_
-from hamimig.errors import HamimigError, UsageError
+from hamimig.errors import HamimigError, PathUnusable
 from hamimig.hw.types import MigMode
 from hamimig.store.counters import CounterValues
 from hamimig.store.files import atomic_write, check_dir
@@ -188,15 +188,15 @@ def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
 
 def _check_textfile(path: Path) -> None:
     if not path.name or path.name in (".", ".."):
-        raise UsageError(f"--textfile {path}: name a file, e.g. .../hamimig.prom")
+        raise PathUnusable(path, "name a file, e.g. .../hamimig.prom")
     if not check_dir(path.parent):
-        raise UsageError(f"--textfile {path}: directory {path.parent} does not exist")
+        raise PathUnusable(path, f"directory {path.parent} does not exist")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"--textfile {path} is a directory; name a file in it")
+        raise PathUnusable(path, "is a directory; name a file in it")
 
 
 def export(node: Node, textfile: Path | None) -> Metrics:

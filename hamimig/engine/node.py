@@ -164,9 +164,9 @@ def parse_gpu_ref(ref: str) -> int | str:
     raise UsageError(f"invalid GPU {ref!r}: give an NVML index (0) or a GPU UUID (GPU-…)")
 
 
-def resolve_gpu(hw: MigHardware, ref: str) -> Gpu:
-    """A GPU named by NVML index or UUID. Looks at that GPU only, never at the others."""
-    parsed = parse_gpu_ref(ref)
+def resolve_gpu(hw: MigHardware, parsed: int | str) -> Gpu:
+    """A GPU named by NVML index or UUID (as `parse_gpu_ref` gives them). Looks at that GPU
+    only, never at the others."""
     if isinstance(parsed, int):
         return hw.gpu(parsed)
     return hw.gpu_by_uuid(parsed)

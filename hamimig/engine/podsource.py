@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PodSource:
-    """Which pods to trust: `--pods FILE|-`, `--kube`, `--assume-no-pods`, or none given."""
+    """Which pods to trust: a kubectl pod list (a file, `-` for stdin), the Kubernetes API, the
+    caller's assertion that no pod on this node holds a MIG instance, or pods already in hand.
+    Build one with the class methods; exactly one of them describes a source."""
 
     pods_file: str | None = None
     kube: bool = False
@@ -32,30 +34,28 @@ class PodSource:
     snapshot: PodSnapshot | None = None
     """Pods already in hand (a long-lived caller: the demo); taken as given."""
 
-    def check(self, node: Node, required: bool) -> None:
-        """Usage errors, raised before the lock is taken or anything is read.
+    @classmethod
+    def pod_list(cls, path: str) -> PodSource:
+        if not path:
+            raise UsageError("a pod list needs a file name, or '-' for stdin")
+        return cls(pods_file=path)
 
-        `recover` and `adopt` require one of the three: acting without knowing which
-        instances running pods hold is exactly how a tenant's slice gets handed to another.
-        """
-        given = sum(
-            (self.pods_file is not None, self.kube, self.assume_no_pods, self.snapshot is not None)
-        )
-        if given > 1:
-            raise UsageError("give only one pod source: --pods FILE|-, --kube or --assume-no-pods")
-        if given == 0 and required:
-            raise UsageError(
-                "a pod source is required: --pods FILE|- (kubectl get pods -o json), --kube, "
-                "or --assume-no-pods when no pod on this node holds a MIG instance"
-            )
-        if self.pods_file == "":
-            raise UsageError("--pods needs a file name, or '-' for stdin")
-        if self.kube and not node.node_name:
-            raise UsageError("--kube needs this node's name: --node NAME or NODE_NAME")
+    @classmethod
+    def kube_api(cls) -> PodSource:
+        return cls(kube=True)
+
+    @classmethod
+    def no_pods(cls) -> PodSource:
+        """The assertion that no pod on this node holds a MIG instance."""
+        return cls(assume_no_pods=True)
+
+    @classmethod
+    def given(cls, snapshot: PodSnapshot) -> PodSource:
+        return cls(snapshot=snapshot)
 
     def load(self, node: Node) -> PodSnapshot | None:
-        """The pods, read now (call it under the node lock); None for `--assume-no-pods` or
-        when no source was given. The snapshot is verified to describe this node."""
+        """The pods, read now (call it under the node lock); None for the assertion that no
+        pod holds an instance. The snapshot is verified to describe this node."""
         if self.pods_file is not None:
             from hamimig.pods.sources import read_pods_file  # only commands that read pods pay
 
@@ -63,7 +63,8 @@ class PodSource:
         elif self.kube:
             from hamimig.pods.sources import read_pods_kube
 
-            assert node.node_name
+            if not node.node_name:
+                raise UsageError("listing pods through the Kubernetes API needs this node's name")
             snapshot = read_pods_kube(node.node_name)
         elif self.snapshot is not None:
             snapshot = self.snapshot

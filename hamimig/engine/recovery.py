@@ -77,7 +77,7 @@ class _Survey:
     pods: PodSnapshot | None
     plan: Plan
     pods_known: bool = True
-    only_gpu: str | None = None
+    only_gpu: int | str | None = None
     claims: Claims = field(default_factory=Claims)
 
     @property
@@ -102,7 +102,7 @@ def plan_recovery(
     durable: Durable,
     pods: PodSnapshot | None,
     adopt: bool,
-    only_gpu: str | None = None,
+    only_gpu: int | str | None = None,
     pairs_only: bool = False,
     pods_known: bool = True,
 ) -> Plan:
@@ -136,8 +136,12 @@ def plan_recovery(
     return plan
 
 
-def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: str | None) -> dict[str, GpuFacts]:
-    gpus = [resolve_gpu(hw, only_gpu)] if only_gpu else [hw.gpu(i) for i in range(hw.gpu_count())]
+def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dict[str, GpuFacts]:
+    gpus = (
+        [resolve_gpu(hw, only_gpu)]
+        if only_gpu is not None
+        else [hw.gpu(i) for i in range(hw.gpu_count())]
+    )
     out: dict[str, GpuFacts] = {}
     for gpu in gpus:
         if gpu.mig_mode is not MigMode.ENABLED:
@@ -183,7 +187,7 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
     where = f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
     gpu = survey.gpus.get(alloc.gpu_uuid)
     if gpu is None:
-        if not survey.only_gpu:
+        if survey.only_gpu is None:
             plan.refuse(
                 f"{where} names {alloc.mig_uuid} on GPU {alloc.gpu_uuid}, which is not a "
                 "MIG-enabled GPU of this node"
@@ -276,7 +280,7 @@ def _reconcile_records(survey: _Survey) -> None:
             continue
         gpu = survey.gpus.get(record.gpu_uuid)
         if gpu is None:
-            if not survey.only_gpu:
+            if survey.only_gpu is None:
                 survey.claims.instances[record.mig_uuid] = "record"
                 _record_off_gpu(survey, record)
             continue
@@ -629,13 +633,17 @@ class RecoveryReport(ActionReport):
     kind = "Recovery"
 
 
+class AdoptionNotEnabled(UsageError):
+    """Adoption without the operator's statement that HAMi owns the whole MIG layout."""
+
+
 class AdoptionReport(ActionReport):
     kind = "Adoption"
 
 
 def recover(node: Node, source: PodSource, adopt: bool, dry_run: bool) -> ActionReport:
-    """`recover`: a pod source, or `--assume-no-pods`, is required."""
-    source.check(node, required=True)
+    """`recover`: a pod source, or the assertion that no pod holds an instance, is required
+    (the type says so)."""
     adopt = adopt or node.config().adopt_existing
     return _run(
         node, RecoveryReport, dry_run, source, lambda d, pods: plan_recovery(node, d, pods, adopt)
@@ -643,13 +651,12 @@ def recover(node: Node, source: PodSource, adopt: bool, dry_run: bool) -> Action
 
 
 def adopt_pairs(
-    node: Node, source: PodSource, exclusive_owner: bool, gpu: str | None, dry_run: bool
+    node: Node, source: PodSource, exclusive_owner: bool, gpu: int | str | None, dry_run: bool
 ) -> ActionReport:
-    source.check(node, required=True)
     if not (exclusive_owner or node.config().adopt_existing):
-        raise UsageError(
+        raise AdoptionNotEnabled(
             "adopt needs the opt-in that HAMi exclusively owns the complete MIG layout on this "
-            "node: --exclusive-owner or devices.nvidia.adoptExistingMIGInstances: true"
+            "node: devices.nvidia.adoptExistingMIGInstances: true in the config"
         )
     return _run(
         node,

@@ -14,11 +14,10 @@ import re
 from collections.abc import Iterable
 
 from hamimig.errors import UsageError
-from hamimig.hw.types import GiProfile, Placement
+from hamimig.hw.types import GiProfile, Placement, PlacementSpec
 
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-_WINDOW = re.compile(r"(\d{1,3})(?::(\d{1,3}))?")
 
 MAX_LABEL = 63
 MAX_SUBDOMAIN = 253
@@ -81,16 +80,14 @@ def slice_count(profiles: Iterable[GiProfile]) -> int:
     return max((p.end for profile in profiles for p in profile.placements), default=0)
 
 
-def reclaim_window(text: str, slices: int) -> Placement:
-    """`START` or `START:SIZE` (size 1 when omitted), within the GPU's `slices` memory slices."""
-    match = _WINDOW.fullmatch(text.strip())
-    if not match:
-        raise UsageError(f"invalid placement {text!r}: use START or START:SIZE, e.g. 0 or 2:2")
-    start = int(match.group(1))
-    size = 1 if match.group(2) is None else int(match.group(2))
+def reclaim_window(asked: PlacementSpec, slices: int) -> Placement:
+    """A placement to reclaim (size 1 when only a start is given), within the GPU's `slices`
+    memory slices."""
+    start = asked.start
+    size = 1 if asked.size is None else asked.size
     if size < 1 or start >= slices or start + size > slices:
         raise UsageError(
-            f"placement {text.strip()!r} is outside the GPU's {slices} memory slices: START is "
+            f"placement '{asked}' is outside the GPU's {slices} memory slices: START is "
             f"0 to {slices - 1}, SIZE at least 1 and START+SIZE at most {slices}"
         )
     return Placement(start, size)

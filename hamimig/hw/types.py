@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from hamimig.errors import UsageError
 
@@ -161,13 +161,24 @@ class MigHardware(Protocol):
 _PLACEMENT = re.compile(r"^(\d{1,3})(?::(\d{1,3}))?$")
 
 
-def parse_placement(text: str) -> tuple[int, int | None]:
+class PlacementSpec(NamedTuple):
+    """A placement as asked for: a start in memory slices, and a size only when given (the
+    profile decides it otherwise)."""
+
+    start: int
+    size: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.start}" if self.size is None else f"{self.start}:{self.size}"
+
+
+def parse_placement(text: str) -> PlacementSpec:
     """`START` or `START:SIZE`, in memory slices."""
     match = _PLACEMENT.match(text.strip())
     if not match:
         raise UsageError(f"invalid placement {text!r}: use START or START:SIZE, e.g. 0 or 2:2")
     start, size = match.group(1), match.group(2)
-    return int(start), (int(size) if size is not None else None)
+    return PlacementSpec(int(start), (int(size) if size is not None else None))
 
 
 def legal_placement(

@@ -14,6 +14,7 @@ from pathlib import Path
 from hamimig.errors import ConflictError, UsageError
 from hamimig.hw.types import Placement, legal_placement, parse_placement
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
+from hamimig.sim.ops import MAX_SIM_GPUS
 from hamimig.sim.state import (
     NodeState,
     SimNvmlFailure,
@@ -52,12 +53,9 @@ class Change:
     created: Created | None = None
 
 
-MAX_SIM_GPUS = 32
-
-
 def _store(path: Path | None) -> SimStore:
     if path is None:
-        raise UsageError("sim commands need --sim PATH (or HAMIMIG_SIM)")
+        raise UsageError("no simulated node was named")
     return SimStore(path)
 
 
@@ -67,7 +65,7 @@ def sim_init(path: Path | None, model: str, count: int) -> Change:
     if spec is None:
         raise UsageError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
     if not 1 <= count <= MAX_SIM_GPUS:
-        raise UsageError(f"--count must be between 1 and {MAX_SIM_GPUS}, not {count}")
+        raise UsageError(f"a simulated node has 1 to {MAX_SIM_GPUS} GPUs, not {count}")
     store.create(new_node(spec, count))
     return Change(store, f"simulated node with {count} x {model} at {path}, MIG enabled")
 

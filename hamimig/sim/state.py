@@ -572,9 +572,9 @@ def normalise_fault(
                 f"unknown NVML error name {name!r}: use one of {', '.join(NVML_ERROR_CODES)}"
             )
     if times < 1:
-        raise UsageError(f"--times must be at least 1, not {times}")
+        raise UsageError(f"a fault's times must be at least 1, not {times}")
     if skip < 0:
-        raise UsageError(f"--skip must not be negative, not {skip}")
+        raise UsageError(f"a fault's skip must not be negative, not {skip}")
     return SimFault(op, name, action, times, skip, gpu)
 
 

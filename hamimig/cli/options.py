@@ -1,0 +1,147 @@
+"""The options several commands share, declared once, and the parsing of option values into the
+engine's typed values.
+
+The engine never sees a flag: it takes an `Owner`, a GPU reference, a `PlacementSpec`, a
+reclaim target or a `PodSource`. Which flags may be combined, and what a bad value is called in
+an error message, is decided here and in the command modules.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hamimig.errors import UsageError
+
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.podsource import PodSource
+    from hamimig.engine.requests import Owner, PlacementSpec
+    from hamimig.engine.views import Result
+
+
+class Output(str, enum.Enum):
+    """`-o/--output`: how a result is printed."""
+
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+LockTimeout = Annotated[
+    float,
+    typer.Option(
+        "--lock-timeout", metavar="SECONDS", help="How long to wait for the node lock (exit 7)."
+    ),
+]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
+PodsFile = Annotated[
+    str | None,
+    typer.Option(
+        "--pods",
+        metavar="FILE|-",
+        help="Pods as 'kubectl get pods -o json|yaml' prints them; '-' reads stdin.",
+    ),
+]
+Kube = Annotated[
+    bool, typer.Option("--kube", help="List this node's pods through the Kubernetes API.")
+]
+AssumeNoPods = Annotated[
+    bool,
+    typer.Option("--assume-no-pods", help="Assert that no pod on this node holds a MIG instance."),
+]
+GpuFilter = Annotated[
+    str | None, typer.Option("--gpu", help="Only this GPU: NVML index or GPU UUID.")
+]
+
+
+def locked(timeout: float, action: Callable[[Node], Result]) -> Callable[[Node], Result]:
+    """Wrap a mutating command: its lock wait, and directories checked before any hardware."""
+
+    def run(node: Node) -> Result:
+        from hamimig.engine import validate
+
+        node.lock_timeout = validate.timeout(timeout, "--lock-timeout")
+        node.check_dirs()
+        return action(node)
+
+    return run
+
+
+def pod_source(
+    node: Node, pods: str | None, kube: bool, assume_no_pods: bool, required: bool
+) -> PodSource | None:
+    """The one pod source the flags name, or None; usage errors before the lock is taken.
+
+    `recover` and `adopt` require one: acting without knowing which instances running pods
+    hold is exactly how a tenant's slice gets handed to another.
+    """
+    from hamimig.engine.podsource import PodSource
+
+    given = sum((pods is not None, kube, assume_no_pods))
+    if given > 1:
+        raise UsageError("give only one pod source: --pods FILE|-, --kube or --assume-no-pods")
+    if given == 0:
+        if required:
+            raise UsageError(
+                "a pod source is required: --pods FILE|- (kubectl get pods -o json), --kube, "
+                "or --assume-no-pods when no pod on this node holds a MIG instance"
+            )
+        return None
+    if pods is not None:
+        if pods == "":
+            raise UsageError("--pods needs a file name, or '-' for stdin")
+        return PodSource.pod_list(pods)
+    if kube:
+        if not node.node_name:
+            raise UsageError("--kube needs this node's name: --node NAME or NODE_NAME")
+        return PodSource.kube_api()
+    return PodSource.no_pods()
+
+
+def owner(
+    pod: str, pod_uid: str | None = None, container_index: int = 0, device_index: int = 0
+) -> Owner:
+    """`--pod NAMESPACE/NAME` with its optional uid and slot, checked as Kubernetes would."""
+    from hamimig.engine import validate
+    from hamimig.engine.requests import Owner
+
+    namespace, name = pod_ref(pod)
+    validate.index(container_index, "--container-index")
+    validate.index(device_index, "--device-index")
+    uid = None if pod_uid is None else validate.pod_uid(pod_uid, "--pod-uid")
+    return Owner(namespace, name, uid, container_index, device_index)
+
+
+def pod_ref(text: str) -> tuple[str, str]:
+    """`NAMESPACE/NAME` as Kubernetes spells them (a DNS-1123 label and subdomain)."""
+    from hamimig.engine import validate
+
+    parts = text.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise UsageError(f"invalid pod {text!r}: use NAMESPACE/NAME")
+    return validate.namespace(parts[0]), validate.pod_name(parts[1])
+
+
+def gpu_ref(text: str) -> int | str:
+    """`--gpu`: an NVML index or a GPU UUID."""
+    from hamimig.engine.node import parse_gpu_ref
+
+    return parse_gpu_ref(text)
+
+
+def placement(text: str | None) -> PlacementSpec | None:
+    """`--placement START` or `START:SIZE` (memory slices)."""
+    from hamimig.engine.node import parse_placement
+
+    return None if text is None else parse_placement(text)
+
+
+def mig_uuid(value: str | None, flag: str = "--mig-uuid") -> str | None:
+    """An empty MIG UUID is a mistake (an unset variable), not a lookup that finds nothing."""
+    from hamimig.engine import validate
+
+    return None if value is None else validate.nonempty(value, flag)

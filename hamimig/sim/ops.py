@@ -1,0 +1,74 @@
+"""What `sim fault add` can name, without loading the simulator: the NVML functions the
+simulated module implements (each counted under this name, also when pynvml calls it through a
+versioned alias such as `nvmlComputeInstanceGetInfo_v2`), the file operations of the durable
+state, and what a fault does. The CLI builds its `--op`, `--action` and `--model` choices from
+here, so help, shell completion and the man page list them; a test keeps the NVML list equal to
+the simulator's."""
+
+from __future__ import annotations
+
+import enum
+
+from hamimig.sim.models import MODELS
+from hamimig.vocabulary import FileOpName
+
+MAX_SIM_GPUS = 32
+"""The most GPUs `sim init --count` builds (NVML numbers at most 32 GPU minors here)."""
+
+SIMULATED_NVML: tuple[str, ...] = (
+    "nvmlInit",
+    "nvmlShutdown",
+    "nvmlSystemGetDriverVersion",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetIndex",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGpuInstanceProfileInfo",
+    "nvmlDeviceGetGpuInstanceProfileInfoById",
+    "nvmlDeviceGetGpuInstancePossiblePlacements",
+    "nvmlDeviceGetGpuInstanceRemainingCapacity",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlDeviceGetGpuInstances",
+    "nvmlDeviceGetGpuInstanceById",
+    "nvmlGpuInstanceGetInfo",
+    "nvmlGpuInstanceDestroy",
+    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlGpuInstanceGetComputeInstances",
+    "nvmlGpuInstanceGetComputeInstanceById",
+    "nvmlComputeInstanceGetInfo",
+    "nvmlComputeInstanceDestroy",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+)
+
+
+class FaultAction(str, enum.Enum):
+    """What a fault does when it fires."""
+
+    RAISE = "raise"
+    """The call fails with the fault's error; the process goes on."""
+    CRASH_BEFORE = "crash-before"
+    """The process ends (exit status 137) before the operation takes effect."""
+    CRASH_AFTER = "crash-after"
+    """The process ends (exit status 137) after the operation took effect."""
+
+
+FaultOp = enum.Enum(  # type: ignore[misc]
+    "FaultOp",
+    [(name, name) for name in (*SIMULATED_NVML, *(op.value for op in FileOpName))],
+    type=str,
+)
+"""Every operation a fault can name: a simulated NVML function or a file operation."""
+
+SimModel = enum.Enum("SimModel", [(key, key) for key in MODELS], type=str)  # type: ignore[misc]
+"""The boards `sim init --model` builds."""
