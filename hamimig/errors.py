@@ -7,6 +7,8 @@ Messages are one line and name what is wrong.
 
 from __future__ import annotations
 
+from hamimig.vocabulary import Setting
+
 
 class HamimigError(Exception):
     """A failure that the CLI reports as one line with a contract exit code."""
@@ -14,9 +16,11 @@ class HamimigError(Exception):
     exit_code = 1
     code = "internal"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, setting: Setting | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.setting = setting
+        """The node-wide input that is wrong, when one is (the CLI says which flag sets it)."""
 
 
 class UsageError(HamimigError):

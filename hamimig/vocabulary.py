@@ -90,3 +90,13 @@ class FileOpName(str, enum.Enum):
     INTENT_WRITE = "intent.write"
     INTENT_REMOVE = "intent.remove"
     QUEUE_WRITE = "queue.write"
+
+
+class Setting(str, enum.Enum):
+    """An input the caller sets for the whole node rather than for one request. A lower layer
+    that finds one wrong says which (`HamimigError.setting`); the CLI names the option and the
+    environment variable that set it, so that no layer below the CLI names a flag."""
+
+    NODE_NAME = "node name"
+    POD_LIST = "pod list"
+    SIMULATED_NODE = "simulated node"

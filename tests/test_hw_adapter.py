@@ -32,6 +32,7 @@ from hamimig.hw.types import (
 )
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
+from hamimig.vocabulary import Setting
 from tests.conftest import open_hw, sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -637,7 +638,8 @@ def test_open_without_the_library_is_nvml_unavailable() -> None:
     message = str(err.value)
     assert "\n" not in message
     assert "GPU node" in message
-    assert "--sim" in message
+    assert "simulated node" in message
+    assert err.value.setting is Setting.SIMULATED_NODE  # the CLI names --sim
     assert "LIBRARY_NOT_FOUND" in message
     assert err.value.exit_code == 4
     assert err.value.code == "hardware"
@@ -645,7 +647,7 @@ def test_open_without_the_library_is_nvml_unavailable() -> None:
 
 def test_open_without_the_driver_loaded_is_nvml_unavailable() -> None:
     hw = NvmlHardware(_stub_nvml(bindings().NVMLError_DriverNotLoaded))
-    with pytest.raises(NvmlUnavailableError, match="--sim"):
+    with pytest.raises(NvmlUnavailableError, match="simulated node"):
         hw.open()
 
 

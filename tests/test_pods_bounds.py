@@ -221,7 +221,7 @@ def test_stdin_terminal_is_refused() -> None:
     finally:
         os.close(leader)
         os.close(follower)
-    assert out == "2 stdin is a terminal; pipe the pod list in or give --pods FILE"
+    assert out == "2 stdin is a terminal; pipe the pod list in or name a pod list file"
 
 
 def test_endless_stdin_pipe_is_cut_at_the_limit() -> None:

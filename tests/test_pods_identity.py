@@ -175,7 +175,7 @@ def test_pod_elsewhere_naming_a_gpu_of_this_machine() -> None:
     message = refused(snapshot(elsewhere=(there,)), [GPU0, GPU1], None)
     assert message == (
         f"file pods.json: pod ns/there is bound to node n2 but its allocation names GPU "
-        f"{GPU1.upper()} of this node: --node/NODE_NAME is wrong, or the pod data is; "
+        f"{GPU1.upper()} of this node: the node name is wrong, or the pod data is; "
         "nothing was changed"
     )
     verify_node(snapshot(elsewhere=(pod("there", "n2", GPU9),)), [GPU0, GPU1], None)
@@ -186,7 +186,7 @@ def test_registered_gpus_none_of_which_is_here() -> None:
     message = refused(snapshot(identity=identity), [GPU0, GPU1], None)
     assert message == (
         f"file pods.json: HAMi registered GPUs {GPU9} for node n1 ({NODE_REGISTER_ANNOTATION}), "
-        f"and none of them is on this machine ({GPU1}, {GPU0}): --node/NODE_NAME is wrong; "
+        f"and none of them is on this machine ({GPU1}, {GPU0}): the node name is wrong; "
         "nothing was changed"
     )
     # One in common is enough (a GPU was swapped since the registration), case aside.
@@ -209,7 +209,7 @@ def test_system_uuid_mismatch() -> None:
     message = refused(snapshot(identity=identity), [GPU0], other)
     assert message == (
         f"file pods.json: node n1 has system UUID {UUID}, but this machine's is {other} "
-        "(/sys/class/dmi/id/product_uuid): --node/NODE_NAME is wrong; nothing was changed"
+        "(/sys/class/dmi/id/product_uuid): the node name is wrong; nothing was changed"
     )
     verify_node(snapshot(identity=identity), [GPU0], UUID.upper())
     verify_node(snapshot(identity=identity), [GPU0], None)

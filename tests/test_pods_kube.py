@@ -33,6 +33,7 @@ from hamimig.pods.sources import (
     PodSourceError,
     read_pods_kube,
 )
+from hamimig.vocabulary import Setting
 
 NODE = "gpu-node-1"
 TOKEN = "test-token-7f3a"
@@ -451,8 +452,9 @@ def test_missing_or_broken_kubeconfig(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_needs_a_node() -> None:
-    with pytest.raises(UsageError, match="needs --node"):
+    with pytest.raises(UsageError, match="needs this node's name") as err:
         read_pods_kube("")
+    assert err.value.setting is Setting.NODE_NAME
 
 
 def test_client_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -650,8 +652,9 @@ def test_node_that_does_not_exist(api: FakeApi) -> None:
     api.node_status = 404
     err = source_error("does not exist")
     assert err.message == (
-        f"kube node {NODE}: node {NODE} does not exist in the cluster: --node/NODE_NAME is wrong"
+        f"kube node {NODE}: node {NODE} does not exist in the cluster: the node name is wrong"
     )
+    assert err.setting is Setting.NODE_NAME
     assert api.pod_requests() == []
 
 

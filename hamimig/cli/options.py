@@ -15,12 +15,21 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hamimig.errors import UsageError
+from hamimig.vocabulary import Setting
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.engine.podsource import PodSource
     from hamimig.engine.requests import Owner, PlacementSpec
     from hamimig.engine.views import Result
+
+
+SETTING_FLAGS = {
+    Setting.NODE_NAME: "--node NAME or NODE_NAME",
+    Setting.POD_LIST: "--pods FILE",
+    Setting.SIMULATED_NODE: "--sim PATH or HAMIMIG_SIM",
+}
+"""How the CLI sets each node-wide input that a lower layer may find wrong."""
 
 
 class Output(str, enum.Enum):

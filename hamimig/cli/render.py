@@ -117,6 +117,10 @@ def _dump(data: dict[str, Any], fmt: str) -> None:
 def error(err: HamimigError, fmt: str) -> None:
     """A failure: one JSON/YAML object on stdout, or one line on stderr."""
     message = printable(err.message)
+    if err.setting is not None:
+        from hamimig.cli.options import SETTING_FLAGS
+
+        message += f" ({err.setting.value}: {SETTING_FLAGS[err.setting]})"
     if fmt in ("json", "yaml"):
         _dump({"kind": "Error", "error": {"code": err.code, "message": message}}, fmt)
     else:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from hamimig.engine.node import Node
 from hamimig.errors import UsageError
+from hamimig.vocabulary import Setting
 
 if TYPE_CHECKING:
     from hamimig.hw.types import MigHardware
@@ -64,7 +65,10 @@ class PodSource:
             from hamimig.pods.sources import read_pods_kube
 
             if not node.node_name:
-                raise UsageError("listing pods through the Kubernetes API needs this node's name")
+                raise UsageError(
+                    "listing pods through the Kubernetes API needs this node's name",
+                    Setting.NODE_NAME,
+                )
             snapshot = read_pods_kube(node.node_name)
         elif self.snapshot is not None:
             snapshot = self.snapshot
@@ -98,8 +102,9 @@ def verify_node(node: Node, snapshot: PodSnapshot) -> None:
 
                 raise PodSourceError(
                     f"{snapshot.source}: pod {pod.key} holds an allocation on GPU "
-                    f"{alloc.gpu_uuid}, which is not on this node: --node/NODE_NAME is wrong, "
-                    "or the pod data is; nothing was changed"
+                    f"{alloc.gpu_uuid}, which is not on this node: the node name is wrong, "
+                    "or the pod data is; nothing was changed",
+                    Setting.NODE_NAME,
                 )
 
 

@@ -30,10 +30,11 @@ from hamimig.hw.types import (
     MigMode,
     Placement,
 )
+from hamimig.vocabulary import Setting
 
 _NO_DRIVER = (
     "NVML is not available ({why}): run hamimig on a GPU node with the NVIDIA driver, "
-    "or use --sim PATH for a simulated node"
+    "or use a simulated node"
 )
 _PLACEMENT_ARRAY = 16
 _FULL_CI_INDEX_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 6: 6, 7: 4, 8: 5}
@@ -85,7 +86,9 @@ class NvmlHardware:
         except self._nv.NVMLError as exc:
             name = self._name_of(exc)
             if name in ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH"):
-                raise NvmlUnavailableError(_NO_DRIVER.format(why=name)) from None
+                raise NvmlUnavailableError(
+                    _NO_DRIVER.format(why=name), Setting.SIMULATED_NODE
+                ) from None
             raise self._wrap("nvmlInit", exc) from None
         self._open = True
 

@@ -1,4 +1,4 @@
-"""Is --node/NODE_NAME really this machine? Cross-checks of the pod source against the hardware.
+"""Is the node name really this machine? Cross-checks of the pod source against the hardware.
 
 The node name decides which pods count as this node's. A wrong one (a copied manifest, a stale
 environment variable) makes every pod of this machine look absent, and recovery would then free
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.pods.model import NodeIdentity, PodSnapshot, PodSourceError
+from hamimig.vocabulary import Setting
 
 __all__ = [
     "NODE_REGISTER_ANNOTATION",
@@ -157,7 +158,8 @@ def verify_node(
                 raise PodSourceError(
                     f"{snapshot.source}: pod {_shown(pod.key)} is bound to node "
                     f"{_shown(pod.node_name)} but its allocation names GPU {alloc.gpu_uuid} of "
-                    f"this node: --node/NODE_NAME is wrong, or the pod data is{_NOTHING_CHANGED}"
+                    f"this node: the node name is wrong, or the pod data is{_NOTHING_CHANGED}",
+                    Setting.NODE_NAME,
                 )
     identity = snapshot.node_identity
     if identity is None:
@@ -167,14 +169,16 @@ def verify_node(
         raise PodSourceError(
             f"{snapshot.source}: HAMi registered GPUs {_some(registered)} for node "
             f"{_shown(identity.name)} ({NODE_REGISTER_ANNOTATION}), and none of them is on this "
-            f"machine ({_some(gpu_uuids)}): --node/NODE_NAME is wrong{_NOTHING_CHANGED}"
+            f"machine ({_some(gpu_uuids)}): the node name is wrong{_NOTHING_CHANGED}",
+            Setting.NODE_NAME,
         )
     system_uuid = identity.system_uuid
     if system_uuid and product_uuid and system_uuid.casefold() != product_uuid.casefold():
         raise PodSourceError(
             f"{snapshot.source}: node {_shown(identity.name)} has system UUID "
             f"{_shown(system_uuid)}, but this machine's is {_shown(product_uuid)} "
-            f"({PRODUCT_UUID_PATH}): --node/NODE_NAME is wrong{_NOTHING_CHANGED}"
+            f"({PRODUCT_UUID_PATH}): the node name is wrong{_NOTHING_CHANGED}",
+            Setting.NODE_NAME,
         )
 
 

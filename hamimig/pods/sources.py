@@ -36,6 +36,7 @@ from hamimig.pods.identity import node_identity_from
 from hamimig.pods.model import TERMINAL_PHASES, NodeIdentity, Pod
 from hamimig.pods.model import PodSnapshot as PodSnapshot
 from hamimig.pods.model import PodSourceError as PodSourceError
+from hamimig.vocabulary import Setting
 
 KUBE_PAGE_SIZE = 500
 """Pods per API request: large enough for few round trips, small enough for the server's limits."""
@@ -53,7 +54,7 @@ _CHUNK = 1024 * 1024
 _ERROR_BODY_BYTES = 64 * 1024
 """Enough of an error answer to quote the API's message; the rest is never read."""
 
-_STDIN_TERMINAL = "stdin is a terminal; pipe the pod list in or give --pods FILE"
+_STDIN_TERMINAL = "stdin is a terminal; pipe the pod list in or name a pod list file"
 
 _FIRST_NON_SPACE = re.compile(r"\S")
 
@@ -442,15 +443,17 @@ def _read_stdin() -> tuple[bytes | bytearray, float]:
     """
     stream = sys.stdin
     if stream is None:
-        raise UsageError("stdin is closed; pipe the pod list in or give --pods FILE")
+        raise UsageError(
+            "stdin is closed; pipe the pod list in or name a pod list file", Setting.POD_LIST
+        )
     try:
         fd = stream.fileno()
     except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation: a stream in memory
         if stream.isatty():
-            raise UsageError(_STDIN_TERMINAL) from None
+            raise UsageError(_STDIN_TERMINAL, Setting.POD_LIST) from None
         return _read_stream(stream), hamimig.PROCESS_STARTED
     if os.isatty(fd):
-        raise UsageError(_STDIN_TERMINAL)
+        raise UsageError(_STDIN_TERMINAL, Setting.POD_LIST)
     try:
         info = os.fstat(fd)
     except OSError as exc:
@@ -690,7 +693,8 @@ def _read_node(listing: _Listing, node: str, source: str) -> NodeIdentity:
     status, reason, body = listing.get(f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}", {})
     if status == 404:
         raise PodSourceError(
-            f"{source}: node {node} does not exist in the cluster: --node/NODE_NAME is wrong"
+            f"{source}: node {node} does not exist in the cluster: the node name is wrong",
+            Setting.NODE_NAME,
         )
     if status == 403:
         raise PodSourceError(
@@ -714,7 +718,9 @@ def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
     of its answers together.
     """
     if not node:
-        raise UsageError("listing pods through the Kubernetes API needs --node")
+        raise UsageError(
+            "listing pods through the Kubernetes API needs this node's name", Setting.NODE_NAME
+        )
     try:
         import kubernetes.client
         import kubernetes.config

@@ -1,0 +1,290 @@
+"""The CLI owns its flags: choices of the Enum options in help, completions and the man page;
+each conflicting combination refused by the CLI before anything is read or changed; the layers
+below the CLI never name a flag (they name the setting, and the CLI says which flag sets it)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hamimig.cli.app import app
+from hamimig.cli.docs import generate
+from hamimig.sim.models import MODELS
+from hamimig.sim.nvml import WRITES, SimNvml
+from hamimig.sim.ops import SIMULATED_NVML, FaultAction
+from hamimig.vocabulary import FileOpName, State
+from tests.conftest import Cli, Ran
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHOICES: dict[tuple[str, ...], tuple[str, list[str]]] = {
+    (): ("--output", ["table", "json", "yaml"]),
+    ("list",): ("--state", [s.value for s in State]),
+    ("sim", "fault", "add"): ("--action", [a.value for a in FaultAction]),
+    ("sim", "init"): ("--model", list(MODELS)),
+}
+OPS = [*SIMULATED_NVML, *(op.value for op in FileOpName)]
+
+
+def one_line_usage_error(ran: Ran, *needles: str) -> None:
+    assert ran.exit_code == 2, (ran.stdout, ran.stderr)
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1, ran.stderr
+    assert lines[0].startswith("hamimig: error: "), lines
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def files(*dirs: Path) -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
+    for directory in dirs:
+        if directory.is_dir():
+            for path in sorted(directory.rglob("*")):
+                if path.is_file() and path.name != ".lock":
+                    found[str(path)] = path.read_bytes()
+    return found
+
+
+# --- choices --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", list(CHOICES), ids=lambda p: " ".join(p) or "hamimig")
+def test_help_lists_the_choices(cli: Cli, path: tuple[str, ...]) -> None:
+    flag, values = CHOICES[path]
+    ran = cli(*path, "--help")
+    assert ran.exit_code == 0
+    text = " ".join(ran.stdout.split())
+    line = next(x for x in ran.stdout.splitlines() if flag in x)
+    for value in values:
+        assert value in text or value.lower() in line.lower(), (flag, value)
+
+
+def test_fault_add_help_lists_every_op(cli: Cli) -> None:
+    ran = cli("sim", "fault", "add", "--help")
+    words = set(re.findall(r"\w+(?:\.\w+)?", ran.stdout))
+    assert set(OPS) <= words
+
+
+def test_completions_and_man_page_offer_every_choice() -> None:
+    docs = generate(app)
+    expected = {flag: values for flag, values in CHOICES.values()} | {"--op": OPS}
+    for flag, values in expected.items():
+        bash = next(x for x in docs["completions/hamimig.bash"].splitlines() if f" {flag})" in x)
+        zsh = next(x for x in docs["completions/_hamimig"].splitlines() if f" {flag})" in x)
+        fish = [
+            x
+            for x in docs["completions/hamimig.fish"].splitlines()
+            if re.search(rf"-l {flag[2:]}(?![\w-])", x)
+        ]
+        assert fish, flag
+        for value in values:
+            assert f" {value} " in f" {bash.split(chr(34))[1]} ", (flag, value)
+            assert f" {value}" in zsh, (flag, value)
+            assert all(value in x for x in fish), (flag, value)
+    man = docs["man/hamimig.1"].replace("\\-", "-")
+    for values in expected.values():
+        assert "One of: " + ", ".join(values) + "." in " ".join(man.split())
+
+
+def test_the_simulators_functions_are_the_op_choices() -> None:
+    implemented = {
+        f for f in vars(SimNvml).values() if getattr(f, "__name__", "").startswith("nvml")
+    }
+    names = {f.__name__ for f in implemented}
+    assert set(SIMULATED_NVML) == names
+    assert names >= WRITES
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["-o", "xml", "list"], "'--output'"),
+        (["list", "--state", "Sleeping"], "'--state'"),
+        (["sim", "fault", "add", "--op", "nvmlNoSuchCall"], "'--op'"),
+        (["sim", "fault", "add", "--op", "record.delete"], "'--op'"),
+        (["sim", "fault", "add", "--op", "cdi.write", "--action", "explode"], "'--action'"),
+        (["sim", "init", "--model", "H300"], "'--model'"),
+    ],
+)
+def test_a_value_outside_the_choices_is_one_usage_line(
+    cli: Cli, sim_path: Path, args: list[str], flag: str
+) -> None:
+    before = sim_path.read_bytes()
+    one_line_usage_error(cli(*args), flag, "is not one of")
+    assert sim_path.read_bytes() == before
+    if args[0] != "-o":
+        ran = cli.json(*args)
+        assert ran.exit_code == 2
+        doc = json.loads(ran.stdout)
+        assert (doc["kind"], doc["error"]["code"]) == ("Error", "usage")
+        assert flag in doc["error"]["message"]
+
+
+def test_state_is_matched_in_any_case(cli: Cli) -> None:
+    assert (
+        cli("sim", "create", "--gpu", "0", "--profile", "1g.10gb", "--placement", "0").exit_code
+        == 0
+    )
+    for spelled in ("Unmanaged", "unmanaged", "UNMANAGED"):
+        listed = cli.json("list", "--state", spelled).json()["instances"]
+        assert [i["state"] for i in listed] == ["Unmanaged"], spelled
+    assert cli.json("list", "--state", "idle").json()["instances"] == []
+
+
+def test_each_choice_works(cli: Cli, tmp_path: Path) -> None:
+    for model in MODELS:
+        node = Cli(tmp_path / model / "node.json", tmp_path / "state", tmp_path / "cdi")
+        ran = node.json("sim", "init", "--model", model)
+        assert ran.exit_code == 0, ran.stdout
+    for action in FaultAction:
+        ran = cli.json("sim", "fault", "add", "--op", "cdi.write", "--action", action.value)
+        assert ran.exit_code == 0, ran.stdout
+    shown = cli.json("sim", "show").json()
+    assert [f["action"] for f in shown["faults"]] == [a.value for a in FaultAction]
+    for fmt in ("table", "json", "yaml"):
+        assert cli("-o", fmt, "profiles").exit_code == 0
+
+
+# --- conflicting combinations ----------------------------------------------------------------
+
+
+CONFLICTS: list[tuple[list[str], list[str]]] = [
+    (["release"], ["--pod", "--mig-uuid"]),
+    (["release", "--pod", "ns/a", "--mig-uuid", "MIG-x"], ["--pod", "--mig-uuid"]),
+    (["reclaim"], ["--mig-uuid", "--gpu"]),
+    (["reclaim", "--mig-uuid", "MIG-x", "--gpu", "0"], ["--mig-uuid", "--gpu"]),
+    (["reclaim", "--mig-uuid", "MIG-x", "--all-idle"], ["--mig-uuid", "--all-idle"]),
+    (["reclaim", "--mig-uuid", "MIG-x", "--placement", "0"], ["--mig-uuid", "--placement"]),
+    (["reclaim", "--gpu", "0"], ["--placement", "--all-idle"]),
+    (["reclaim", "--gpu", "0", "--placement", "0", "--all-idle"], ["--placement", "--all-idle"]),
+    (["reclaim", "--all-idle"], ["--mig-uuid", "--gpu"]),
+    (["recover"], ["--pods", "--kube", "--assume-no-pods"]),
+    (["recover", "--pods", "p.json", "--assume-no-pods"], ["only one pod source"]),
+    (["recover", "--kube", "--assume-no-pods"], ["only one pod source"]),
+    (["recover", "--pods", ""], ["--pods needs a file name"]),
+    (["recover", "--kube"], ["--kube needs", "--node"]),
+    (["adopt", "--exclusive-owner"], ["--pods", "--kube", "--assume-no-pods"]),
+    (["adopt", "--assume-no-pods", "--kube", "--exclusive-owner"], ["only one pod source"]),
+    (["adopt", "--assume-no-pods"], ["--exclusive-owner"]),
+    (["reconcile", "--pods", "p.json", "--kube"], ["only one pod source"]),
+    (["reconcile", "--kube"], ["--kube needs", "--node"]),
+    (["doctor", "--pods", "p.json", "--kube"], ["only one pod source"]),
+    (["forget"], ["MIG_UUID", "--intent"]),
+    (["forget", "MIG-x", "--intent", "abc"], ["MIG_UUID", "--intent"]),
+    (["allocate", "--pod", "ns", "--gpu", "0", "--profile", "1g.10gb"], ["NAMESPACE/NAME"]),
+    (
+        ["allocate", "--pod", "ns/a", "--gpu", "0", "--profile", "1g.10gb", "--device-index", "-1"],
+        ["--device-index"],
+    ),
+    (["sim", "fault", "add", "--op", "cdi.write", "--times", "0"], ["--times"]),
+    (["sim", "fault", "add", "--op", "cdi.write", "--skip", "-1"], ["--skip"]),
+    (["sim", "init", "--model", "H100-SXM5-80GB", "--count", "0"], ["--count"]),
+]
+
+
+@pytest.mark.parametrize(("args", "needles"), CONFLICTS, ids=lambda a: " ".join(a))
+def test_a_conflicting_combination_is_refused_before_anything_changes(
+    cli: Cli, sim_path: Path, args: list[str], needles: list[str]
+) -> None:
+    cli("reclaim", "--gpu", "0", "--all-idle")  # the state directory exists, empty
+    before = files(cli.state_dir, cli.cdi_dir, sim_path.parent)
+    one_line_usage_error(cli(*args), *needles)
+    ran = cli.json(*args)
+    assert ran.exit_code == 2
+    assert json.loads(ran.stdout)["error"]["code"] == "usage"
+    assert files(cli.state_dir, cli.cdi_dir, sim_path.parent) == before
+
+
+def test_a_wrong_node_name_is_named_by_the_cli(cli: Cli, tmp_path: Path) -> None:
+    """Below the CLI the pod source says "the node name is wrong"; the CLI names the flag."""
+    made = cli.json("allocate", "--pod", "ns/a", "--gpu", "0", "--profile", "1g.10gb").json()
+    inst = made["instance"]
+    claim = [
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": inst["gpuUUID"],
+            "profile": "1g.10gb",
+            "placement": inst["placement"],
+            "migUUID": inst["migUUID"],
+            "gpuInstanceID": inst["gpuInstanceID"],
+            "computeInstanceID": inst["computeInstanceID"],
+        }
+    ]
+    pod: dict[str, Any] = {
+        "kind": "Pod",
+        "metadata": {
+            "namespace": "ns",
+            "name": "a",
+            "annotations": {"hami.io/vgpu-mig-allocations": json.dumps(claim)},
+        },
+        "spec": {"nodeName": "other-node"},
+        "status": {"phase": "Running"},
+    }
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps({"kind": "PodList", "items": [pod]}), encoding="utf-8")
+    ran = cli("--node", "this-node", "recover", "--pods", str(pods))
+    assert ran.exit_code == 5, ran.stderr
+    assert "the node name is wrong" in ran.stderr
+    assert ran.stderr.rstrip().endswith("(node name: --node NAME or NODE_NAME)")
+
+
+# --- no flags below the CLI ------------------------------------------------------------------
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
+_REMEDY = re.compile(r"'hamimig [^']*'")  # a whole command to run next may name its flags
+
+
+def _raised_texts(tree: ast.Module) -> list[tuple[int, str]]:
+    constants = {
+        node.targets[0].id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+    }
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Raise) or node.exc is None:
+            continue
+        parts: list[str] = []
+        for inner in ast.walk(node.exc):
+            if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+                parts.append(inner.value)
+            elif isinstance(inner, ast.Name) and inner.id in constants:
+                parts += [
+                    c.value
+                    for c in ast.walk(constants[inner.id])
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                ]
+        found.append((node.lineno, "".join(parts)))
+    return found
+
+
+def test_no_layer_below_the_cli_names_a_flag_in_an_error() -> None:
+    offenders = []
+    for layer in ("engine", "pods", "store", "hw", "sim"):
+        for path in sorted((ROOT / "hamimig" / layer).glob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for line, text in _raised_texts(tree):
+                if _FLAG.search(_REMEDY.sub("", text)):
+                    offenders.append(f"{path.relative_to(ROOT)}:{line}: {text}")
+    for path in (ROOT / "hamimig" / "config.py", ROOT / "hamimig" / "errors.py"):
+        for line, text in _raised_texts(ast.parse(path.read_text(encoding="utf-8"))):
+            if _FLAG.search(_REMEDY.sub("", text)):
+                offenders.append(f"{path.relative_to(ROOT)}:{line}: {text}")
+    assert offenders == []
+
+
+def test_the_flag_check_finds_a_flag() -> None:
+    tree = ast.parse(
+        'X = "give --pods FILE"\ndef f():\n    raise E(X)\n    raise E(f"a --kube {1}")\n'
+    )
+    texts = [text for _, text in _raised_texts(tree)]
+    assert [bool(_FLAG.search(t)) for t in texts] == [True, True]
+    assert not _FLAG.search(_REMEDY.sub("", "run 'hamimig forget --intent x' first"))
