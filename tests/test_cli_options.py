@@ -17,6 +17,7 @@ from hamimig.cli.docs import generate
 from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import WRITES, SimNvml
 from hamimig.sim.ops import SIMULATED_NVML, FaultAction
+from hamimig.sim.state import SimStore
 from hamimig.vocabulary import FileOpName, State
 from tests.conftest import Cli, Ran
 
@@ -86,9 +87,10 @@ def test_completions_and_man_page_offer_every_choice() -> None:
             assert f" {value} " in f" {bash.split(chr(34))[1]} ", (flag, value)
             assert f" {value}" in zsh, (flag, value)
             assert all(value in x for x in fish), (flag, value)
-    man = docs["man/hamimig.1"].replace("\\-", "-")
-    for values in expected.values():
-        assert "One of: " + ", ".join(values) + "." in " ".join(man.split())
+    man = " ".join(docs["man/hamimig.1"].replace("\\-", "-").split())
+    for flag, values in expected.items():
+        listed = "One of: " + ", ".join(values) + "." in man or ", ".join(values) + "." in man
+        assert listed, flag
 
 
 def test_the_simulators_functions_are_the_op_choices() -> None:
@@ -288,3 +290,96 @@ def test_the_flag_check_finds_a_flag() -> None:
     texts = [text for _, text in _raised_texts(tree)]
     assert [bool(_FLAG.search(t)) for t in texts] == [True, True]
     assert not _FLAG.search(_REMEDY.sub("", "run 'hamimig forget --intent x' first"))
+
+
+# --- found by a red team ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["sim", "init"], "Missing option '--model'. Choose from: A100-SXM4-40GB,"),
+        (["sim", "fault", "add"], "Missing option '--op'. Choose from: nvmlInit,"),
+        (["list", "--gpu", "\u00b2"], "invalid GPU"),
+        (["list", "--gpu", "\uff10"], "invalid GPU"),
+        (["release", "--mig-uuid", "MIG-x\ny\x1b[31m"], "MIG-x y\\x1b[31m"),
+        (["show", "MIG\n\x1b[2J"], "MIG \\x1b[2J"),
+        (["reconcile", "--pods", "p.json", "--kube"], "--pods FILE|- or --kube"),
+        (["release", "--pod", "ns/a", "--mig-uuid", "MIG-x"], "exclude each other"),
+        (["reclaim", "--mig-uuid", "MIG-x", "--gpu", "0"], "exclude each other"),
+    ],
+)
+def test_every_refusal_is_one_line_and_drives_no_terminal(
+    cli: Cli, args: list[str], needle: str
+) -> None:
+    ran = cli(*args)
+    assert ran.exit_code in (2, 6), ran.stderr
+    one_line_usage_error(Ran(2, ran.stdout, ran.stderr), needle)
+    assert "\x1b" not in ran.stderr
+    doc = json.loads(cli.json(*args).stdout)
+    assert "\n" not in doc["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda doc: doc["gpus"][0].update(model="Z100"), "unknown model 'Z100'"),
+        (
+            lambda doc: doc["faults"].append(
+                {
+                    "op": "cdi.write",
+                    "error": "BOGUS",
+                    "action": "raise",
+                    "times": 1,
+                    "skip": 0,
+                    "gpu": None,
+                }
+            ),
+            "BOGUS",
+        ),
+    ],
+)
+def test_a_hand_edited_node_file_is_malformed_not_a_crash(
+    cli: Cli, sim_path: Path, edit: Any, needle: str
+) -> None:
+    doc = json.loads(sim_path.read_text())
+    edit(doc)
+    sim_path.write_text(json.dumps(doc))
+    ran = cli("list")
+    one_line_usage_error(ran, "is malformed", needle)
+
+
+def test_a_node_file_that_is_not_utf8_is_a_usage_error(cli: Cli, sim_path: Path) -> None:
+    sim_path.write_bytes(b'{"kind": "HamimigSimNode", "x": "\xff"}')
+    one_line_usage_error(cli("list"), "not UTF-8")
+
+
+def test_a_failed_write_of_the_node_never_lives_on_in_the_process(
+    sim_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node this process keeps must be what the file says: after a write of the node file
+    fails, neither a read nor a later write may see the change that was not saved."""
+    store = SimStore(sim_path)
+    nv = SimNvml(store)
+    nv.nvmlInit()
+    gpu0, gpu1 = nv.nvmlDeviceGetHandleByIndex(0), nv.nvmlDeviceGetHandleByIndex(1)
+    before = sim_path.read_bytes()
+    real_write = Path.write_text
+
+    def failing_write(self: Path, *args: Any, **kwargs: Any) -> int:
+        if self.name.startswith(".node.json"):
+            monkeypatch.setattr(Path, "write_text", real_write)
+            raise OSError(28, "No space left on device")
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", failing_write)
+    placement = nv.c_nvmlGpuInstancePlacement_t()
+    placement.start, placement.size = 0, 1
+    with pytest.raises(OSError):
+        nv.nvmlDeviceCreateGpuInstanceWithPlacement(gpu0, 19, placement)
+    assert sim_path.read_bytes() == before
+    assert nv.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu0, 19) == 7
+    nv.nvmlDeviceCreateGpuInstanceWithPlacement(gpu1, 19, placement)
+    saved = json.loads(sim_path.read_text())
+    assert [len(g["gpuInstances"]) for g in saved["gpus"]] == [0, 1]
+    nv.nvmlShutdown()

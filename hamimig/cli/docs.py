@@ -318,7 +318,7 @@ def _man_options(options: tuple[Opt, ...]) -> list[str]:
         if opt.takes_value:
             names += f" \\fI{_roff(opt.metavar)}\\fR"
         help_text = opt.help
-        if opt.choices:
+        if opt.choices and not all(choice in opt.help for choice in opt.choices):
             help_text += f" One of: {', '.join(opt.choices)}."
         if opt.envvar:
             help_text += f" [environment: {opt.envvar}]"

@@ -61,7 +61,9 @@ def release(
 
     def action(node: Node) -> Result:
         uuid = options.mig_uuid(mig_uuid)
-        if (pod is None) == (uuid is None):
+        if pod is not None and uuid is not None:
+            raise UsageError("--pod and --mig-uuid exclude each other: give one")
+        if pod is None and uuid is None:
             raise UsageError("say which instance to release: --pod NS/NAME or --mig-uuid UUID")
         target: ReleaseTarget
         if uuid is not None:
@@ -93,7 +95,9 @@ def reclaim(
 
     def action(node: Node) -> Result:
         uuid = options.mig_uuid(mig_uuid)
-        if (uuid is None) == (gpu is None):
+        if uuid is not None and gpu is not None:
+            raise UsageError("--mig-uuid and --gpu exclude each other: give one")
+        if uuid is None and gpu is None:
             raise UsageError(
                 "say what to reclaim: --mig-uuid UUID, or --gpu GPU with --placement or --all-idle"
             )

@@ -92,7 +92,10 @@ def pod_source(
 
     given = sum((pods is not None, kube, assume_no_pods))
     if given > 1:
-        raise UsageError("give only one pod source: --pods FILE|-, --kube or --assume-no-pods")
+        offered = (
+            "--pods FILE|-, --kube or --assume-no-pods" if required else "--pods FILE|- or --kube"
+        )
+        raise UsageError(f"give only one pod source: {offered}")
     if given == 0:
         if required:
             raise UsageError(

@@ -113,10 +113,22 @@ def _dump(data: dict[str, Any], fmt: str) -> None:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def one_line(message: str) -> str:
+    """`message` on one line: line breaks and tabs become spaces, and other control characters
+    (an escape sequence in a name read from the command line or a file) are shown escaped, so a
+    failure is always one line and never drives the terminal."""
+    lines = message.replace("\t", " ").splitlines()
+    flat = " ".join(line.strip() for line in lines) if len(lines) > 1 else message
+    return "".join(
+        c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii")
+        for c in flat
+    )
+
+
 @_tolerates_closed_output
 def error(err: HamimigError, fmt: str) -> None:
     """A failure: one JSON/YAML object on stdout, or one line on stderr."""
-    message = printable(err.message)
+    message = one_line(printable(err.message))
     if err.setting is not None:
         from hamimig.cli.options import SETTING_FLAGS
 

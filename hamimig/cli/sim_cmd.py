@@ -41,7 +41,12 @@ Gpu = Annotated[str, typer.Option("--gpu", help="NVML index or GPU UUID.")]
 @app.command("init")
 def init(
     ctx: typer.Context,
-    model: Annotated[SimModel, typer.Option(help="The GPU board.")],
+    model: Annotated[
+        SimModel,
+        typer.Option(
+            metavar="MODEL", help="The GPU board: " + ", ".join(m.value for m in SimModel) + "."
+        ),
+    ],
     count: Annotated[int, typer.Option(help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")] = 1,
 ) -> None:
     """Create the simulated node: COUNT GPUs of MODEL, MIG enabled, no instances."""

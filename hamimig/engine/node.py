@@ -157,7 +157,7 @@ class Node:
 def parse_gpu_ref(ref: str) -> int | str:
     """An NVML index (`0`) or a GPU UUID (`GPU-…`), syntax only."""
     text = ref.strip()
-    if text.isdigit() and len(text) <= 4:
+    if text.isascii() and text.isdigit() and len(text) <= 4:
         return int(text)
     if _GPU_UUID.match(text):
         return text

@@ -354,6 +354,8 @@ class SimStore:
             ) from None
         except OSError as exc:
             raise UsageError(f"cannot read simulated node {self.path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"simulated node {self.path} is not UTF-8 text") from None
 
     def _document(self, raw: str | None = None) -> Document:
         if self.path is None:
@@ -389,6 +391,16 @@ class SimStore:
         doc = self._document(raw)
         try:
             state = NodeState.from_json(doc)
+            for gpu in state.gpus:
+                if gpu.model not in MODELS:
+                    raise ValueError(f"GPU {gpu.index} has unknown model {gpu.model!r}")
+            for fault in state.faults:
+                normalise_fault(
+                    fault.op, fault.error, fault.action, fault.times, fault.skip, fault.gpu
+                )
+        except UsageError as exc:
+            where = "the in-memory simulated node" if self.path is None else str(self.path)
+            raise UsageError(f"{where} is malformed: {exc.message}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             where = "the in-memory simulated node" if self.path is None else str(self.path)
             raise UsageError(f"{where} is malformed: {type(exc).__name__} {exc}") from None
@@ -408,8 +420,13 @@ class SimStore:
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         text = json.dumps(doc, sort_keys=True)  # no indent: C's encoder, 5x Python's
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.path)
+        except BaseException:
+            # The state in memory may differ from the file now: never serve it again.
+            _PARSED.pop(self.path, None)
+            raise
         if state is None:
             _PARSED.pop(self.path, None)
         else:
