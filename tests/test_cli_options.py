@@ -383,3 +383,9 @@ def test_a_failed_write_of_the_node_never_lives_on_in_the_process(
     saved = json.loads(sim_path.read_text())
     assert [len(g["gpuInstances"]) for g in saved["gpus"]] == [0, 1]
     nv.nvmlShutdown()
+
+
+def test_a_simulated_node_in_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "absent" / "node.json", tmp_path / "state", tmp_path / "cdi")
+    one_line_usage_error(cli("list"), "no simulated node at", "sim init")
+    assert not (tmp_path / "absent").exists()

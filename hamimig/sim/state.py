@@ -337,7 +337,12 @@ class SimStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # its directory is missing: there is no node here
+            raise UsageError(
+                f"no simulated node at {self.path}: run 'hamimig --sim {self.path} sim init'"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
