@@ -389,3 +389,18 @@ def test_a_simulated_node_in_a_missing_directory_is_a_usage_error(tmp_path: Path
     cli = Cli(tmp_path / "absent" / "node.json", tmp_path / "state", tmp_path / "cdi")
     one_line_usage_error(cli("list"), "no simulated node at", "sim init")
     assert not (tmp_path / "absent").exists()
+
+
+def test_shared_options_are_declared_once() -> None:
+    """`--pods`, `--kube`, `--assume-no-pods`, `--dry-run`, `--lock-timeout` and the optional
+    `--gpu` filter are declared in `cli/options.py` only; the commands use those declarations."""
+    declared: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "hamimig" / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Option":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        declared.setdefault(arg.value, []).append(path.name)
+    for flag in ("--pods", "--kube", "--assume-no-pods", "--dry-run", "--lock-timeout"):
+        assert declared.get(flag) == ["options.py"], (flag, declared.get(flag))
+    assert set(declared["--gpu"]) == {"options.py"}

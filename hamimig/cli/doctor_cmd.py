@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from hamimig.cli.context import execute
+from hamimig.cli.options import Kube, PodsFile
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
@@ -15,17 +16,8 @@ if TYPE_CHECKING:
 
 def doctor(
     ctx: typer.Context,
-    pods: Annotated[
-        str | None,
-        typer.Option(
-            "--pods",
-            metavar="FILE|-",
-            help="Also check pod-held instances against these pods (kubectl -o json|yaml).",
-        ),
-    ] = None,
-    kube: Annotated[
-        bool, typer.Option("--kube", help="Also check pod-held instances: list pods via the API.")
-    ] = False,
+    pods: PodsFile = None,
+    kube: Kube = False,
 ) -> None:
     """Check NVML, MIG modes, the state and CDI directories, records, specs and queues.
 

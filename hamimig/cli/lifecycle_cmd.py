@@ -8,7 +8,16 @@ import typer
 
 from hamimig.cli import options
 from hamimig.cli.context import execute
-from hamimig.cli.options import DryRun, Kube, LockTimeout, PodsFile, locked
+from hamimig.cli.options import (
+    DryRun,
+    Gpu,
+    GpuOrNone,
+    Kube,
+    LockTimeout,
+    MigUuid,
+    PodsFile,
+    locked,
+)
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
@@ -19,7 +28,7 @@ if TYPE_CHECKING:
 def allocate(
     ctx: typer.Context,
     pod: Annotated[str, typer.Option(help="The requesting pod, NAMESPACE/NAME.")],
-    gpu: Annotated[str, typer.Option(help="NVML index or GPU UUID.")],
+    gpu: Gpu,
     profile: Annotated[str, typer.Option(help="GI profile name, e.g. 1g.10gb.")],
     placement: Annotated[
         str | None, typer.Option(help="START or START:SIZE; chosen when omitted.")
@@ -50,9 +59,7 @@ def release(
     pod: Annotated[
         str | None, typer.Option(help="Release every instance of NAMESPACE/NAME.")
     ] = None,
-    mig_uuid: Annotated[
-        str | None, typer.Option("--mig-uuid", help="Release one instance.")
-    ] = None,
+    mig_uuid: MigUuid = None,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Confirmed release: Active -> Idle; the GI/CI and CDI spec stay for reuse."""
@@ -78,8 +85,8 @@ def release(
 
 def reclaim(
     ctx: typer.Context,
-    mig_uuid: Annotated[str | None, typer.Option("--mig-uuid", help="One instance.")] = None,
-    gpu: Annotated[str | None, typer.Option(help="NVML index or GPU UUID.")] = None,
+    mig_uuid: MigUuid = None,
+    gpu: GpuOrNone = None,
     placement: Annotated[
         str | None, typer.Option(help="Memory slices START or START:SIZE on --gpu.")
     ] = None,

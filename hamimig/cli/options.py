@@ -63,7 +63,15 @@ AssumeNoPods = Annotated[
     typer.Option("--assume-no-pods", help="Assert that no pod on this node holds a MIG instance."),
 ]
 GpuFilter = Annotated[
-    str | None, typer.Option("--gpu", help="Only this GPU: NVML index or GPU UUID.")
+    str | None,
+    typer.Option("--gpu", metavar="GPU", help="Only this GPU: NVML index or GPU UUID."),
+]
+Gpu = Annotated[str, typer.Option("--gpu", metavar="GPU", help="NVML index or GPU UUID.")]
+GpuOrNone = Annotated[
+    str | None, typer.Option("--gpu", metavar="GPU", help="NVML index or GPU UUID.")
+]
+MigUuid = Annotated[
+    str | None, typer.Option("--mig-uuid", metavar="MIG_UUID", help="One instance, by MIG UUID.")
 ]
 
 

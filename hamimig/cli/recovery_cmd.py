@@ -8,7 +8,15 @@ import typer
 
 from hamimig.cli import options
 from hamimig.cli.context import execute
-from hamimig.cli.options import AssumeNoPods, DryRun, Kube, LockTimeout, PodsFile, locked
+from hamimig.cli.options import (
+    AssumeNoPods,
+    DryRun,
+    GpuFilter,
+    Kube,
+    LockTimeout,
+    PodsFile,
+    locked,
+)
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
@@ -47,7 +55,7 @@ def adopt(
     pods: PodsFile = None,
     kube: Kube = False,
     assume_no_pods: AssumeNoPods = False,
-    gpu: Annotated[str | None, typer.Option(help="Only this GPU: index or UUID.")] = None,
+    gpu: GpuFilter = None,
     exclusive_owner: Annotated[
         bool,
         typer.Option(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hamimig.cli.context import execute
+from hamimig.cli.options import Gpu, GpuFilter
 from hamimig.errors import UsageError
 from hamimig.sim.ops import MAX_SIM_GPUS, SIMULATED_NVML, FaultAction, FaultOp, SimModel
 from hamimig.vocabulary import FileOpName
@@ -33,9 +34,6 @@ def _sim(node: Node) -> Path:
     if node.sim is None:
         raise UsageError("sim commands need --sim PATH (or HAMIMIG_SIM)")
     return node.sim
-
-
-Gpu = Annotated[str, typer.Option("--gpu", help="NVML index or GPU UUID.")]
 
 
 @app.command("init")
@@ -152,7 +150,7 @@ def fault_add(
     ] = FaultAction.RAISE,
     times: Annotated[int, typer.Option(help="Fire on this many matching calls.")] = 1,
     skip: Annotated[int, typer.Option(help="Let this many matching calls pass first.")] = 0,
-    gpu: Annotated[str | None, typer.Option(help="Only calls on this GPU.")] = None,
+    gpu: GpuFilter = None,
 ) -> None:
     """Inject a fault: the matching call fails, or the process dies before or after it."""
     from hamimig.engine import simulator
