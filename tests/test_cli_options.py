@@ -186,6 +186,8 @@ CONFLICTS: list[tuple[list[str], list[str]]] = [
     (["sim", "fault", "add", "--op", "cdi.write", "--times", "0"], ["--times"]),
     (["sim", "fault", "add", "--op", "cdi.write", "--skip", "-1"], ["--skip"]),
     (["sim", "init", "--model", "H100-SXM5-80GB", "--count", "0"], ["--count"]),
+    (["sim", "fault", "add", "--op", "cdi.write", "--error", ""], ["--error"]),
+    (["sim", "busy", "--mig-uuid", ""], ["--mig-uuid"]),
 ]
 
 

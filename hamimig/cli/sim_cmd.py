@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hamimig.cli import options
 from hamimig.cli.context import execute
 from hamimig.cli.options import Gpu, GpuFilter
 from hamimig.errors import UsageError
@@ -92,7 +93,12 @@ def busy(
     """A process holds the instance: destroying it fails with IN_USE."""
     from hamimig.engine import simulator
 
-    execute(ctx, lambda node: simulator.sim_busy(_sim(node), mig_uuid, gi_only, clear))
+    def action(node: Node) -> SimView:
+        uuid = options.mig_uuid(mig_uuid)
+        assert uuid is not None
+        return simulator.sim_busy(_sim(node), uuid, gi_only, clear)
+
+    execute(ctx, action)
 
 
 @app.command("reset")
@@ -160,6 +166,8 @@ def fault_add(
             raise UsageError(f"--times must be at least 1, not {times}")
         if skip < 0:
             raise UsageError(f"--skip must not be negative, not {skip}")
+        if error == "":
+            raise UsageError("--error must not be empty: name an NVML error or an errno")
         return simulator.sim_fault_add(_sim(node), op.value, error, action.value, times, skip, gpu)
 
     execute(ctx, add)
