@@ -406,3 +406,17 @@ def test_shared_options_are_declared_once() -> None:
     for flag in ("--pods", "--kube", "--assume-no-pods", "--dry-run", "--lock-timeout"):
         assert declared.get(flag) == ["options.py"], (flag, declared.get(flag))
     assert set(declared["--gpu"]) == {"options.py"}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"pods_file": "p.json", "kube": True}, {"kube": True, "assume_no_pods": True}],
+)
+def test_a_pod_source_names_exactly_one_source(fields: dict[str, Any]) -> None:
+    """An engine caller cannot build a source that names nothing (which would read as "no pod
+    holds anything") or two at once."""
+    from hamimig.engine.podsource import PodSource
+    from hamimig.errors import UsageError
+
+    with pytest.raises(UsageError, match="exactly one"):
+        PodSource(**fields)

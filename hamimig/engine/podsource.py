@@ -35,6 +35,12 @@ class PodSource:
     snapshot: PodSnapshot | None = None
     """Pods already in hand (a long-lived caller: the demo); taken as given."""
 
+    def __post_init__(self) -> None:
+        # Fail closed: a source that names nothing must never read as "no pod holds anything".
+        kinds = (self.pods_file is not None, self.kube, self.assume_no_pods, self.snapshot)
+        if sum(1 for kind in kinds if kind is not None and kind is not False) != 1:
+            raise UsageError("a pod source names exactly one of: a pod list, the API, no pods")
+
     @classmethod
     def pod_list(cls, path: str) -> PodSource:
         if not path:
