@@ -27,15 +27,22 @@ if TYPE_CHECKING:
 
 def allocate(
     ctx: typer.Context,
-    pod: Annotated[str, typer.Option(help="The requesting pod, NAMESPACE/NAME.")],
+    pod: Annotated[
+        str, typer.Option(metavar="NS/NAME", help="The requesting pod, NAMESPACE/NAME.")
+    ],
     gpu: Gpu,
-    profile: Annotated[str, typer.Option(help="GI profile name, e.g. 1g.10gb.")],
+    profile: Annotated[str, typer.Option(metavar="NAME", help="GI profile, e.g. 1g.10gb.")],
     placement: Annotated[
-        str | None, typer.Option(help="START or START:SIZE; chosen when omitted.")
+        str | None,
+        typer.Option(metavar="START[:SIZE]", help="Memory slices; chosen when omitted."),
     ] = None,
-    pod_uid: Annotated[str | None, typer.Option(help="The pod's UID.")] = None,
-    container_index: Annotated[int, typer.Option(help="Container index in the pod.")] = 0,
-    device_index: Annotated[int, typer.Option(help="Device index in the container.")] = 0,
+    pod_uid: Annotated[str | None, typer.Option(metavar="UID", help="The pod's UID.")] = None,
+    container_index: Annotated[
+        int, typer.Option(metavar="N", help="Container index in the pod.")
+    ] = 0,
+    device_index: Annotated[
+        int, typer.Option(metavar="N", help="Device index in the container.")
+    ] = 0,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Reuse an exact Idle match, else reclaim only the Idle instances in the way and create."""
@@ -57,7 +64,8 @@ def allocate(
 def release(
     ctx: typer.Context,
     pod: Annotated[
-        str | None, typer.Option(help="Release every instance of NAMESPACE/NAME.")
+        str | None,
+        typer.Option(metavar="NS/NAME", help="Release every instance of NAMESPACE/NAME."),
     ] = None,
     mig_uuid: MigUuid = None,
     lock_timeout: LockTimeout = 60.0,
@@ -88,7 +96,7 @@ def reclaim(
     mig_uuid: MigUuid = None,
     gpu: GpuOrNone = None,
     placement: Annotated[
-        str | None, typer.Option(help="Memory slices START or START:SIZE on --gpu.")
+        str | None, typer.Option(metavar="START[:SIZE]", help="Memory slices on --gpu.")
     ] = None,
     all_idle: Annotated[
         bool, typer.Option("--all-idle", help="Every Idle (and Error) instance on --gpu.")

@@ -71,8 +71,8 @@ def show(ctx: typer.Context) -> None:
 def create(
     ctx: typer.Context,
     gpu: Gpu,
-    profile: Annotated[str, typer.Option(help="Profile name, e.g. 1g.10gb.")],
-    placement: Annotated[str, typer.Option(help="START or START:SIZE.")],
+    profile: Annotated[str, typer.Option(metavar="NAME", help="Profile, e.g. 1g.10gb.")],
+    placement: Annotated[str, typer.Option(metavar="START[:SIZE]", help="Memory slices.")],
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
 ) -> None:
     """Make an instance behind hamimig's back (an external or leftover instance)."""
