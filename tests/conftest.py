@@ -51,8 +51,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # every record, intent and spec write is fsynced, and a session makes thousands of them.
     shm = Path("/dev/shm")
     if config.option.basetemp is None and shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        _drop_stale_memory_basetemps(shm)
         config.option.basetemp = tempfile.mkdtemp(prefix="hamimig-pytest-", dir=shm)
         config.stash[_MEMORY_BASETEMP] = config.option.basetemp
+
+
+def _drop_stale_memory_basetemps(shm: Path, keep: int = 2, idle_s: float = 1800.0) -> None:
+    """Failing sessions keep their directories, and tmpfs is memory: keep the newest `keep`, and
+    of the others remove those untouched for `idle_s` (a session still running elsewhere keeps
+    creating test directories in its own, so it is never taken from under it)."""
+    import time
+
+    uid = os.getuid()
+    mine = [p for p in shm.glob("hamimig-pytest-*") if p.is_dir() and p.stat().st_uid == uid]
+    mine.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in mine[keep:]:
+        if time.time() - stale.stat().st_mtime > idle_s:
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
