@@ -16,7 +16,7 @@ from hamimig.errors import UsageError
 
 
 class MigMode(str, enum.Enum):
-    """A GPU's MIG mode as CONTRACT.md's `migMode` spells it."""
+    """A GPU's MIG mode as `list`'s `migMode` spells it (docs/formats.md "JSON results")."""
 
     ENABLED = "enabled"
     DISABLED = "disabled"

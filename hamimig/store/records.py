@@ -1,10 +1,10 @@
 """HAMi v1 ownership records: one file per dynamic MIG instance, readable by HAMi itself.
 
-The record is the proof that an instance belongs to HAMi (the seed's ownership requirement), so
-its format is HAMi's, byte for byte in the fields HAMi reads (FACTS.md section 4). hamimig keeps
-its own lifecycle fields (state, owner, timestamps, error, CDI device) under one extra top-level
-key, `"hamimig"`, which HAMi's Go decoder ignores; a record that HAMi wrote has no such key and
-counts as Idle.
+The record is the proof that an instance belongs to HAMi (HAMi must be the only controller of the
+node's MIG layout), so its format is HAMi's, byte for byte in the fields HAMi reads
+(docs/formats.md "Ownership records"). hamimig keeps its own lifecycle fields (state, owner,
+timestamps, error, CDI device) under one extra top-level key, `"hamimig"`, which HAMi's Go
+decoder ignores; a record that HAMi wrote has no such key and counts as Idle.
 
 Loading follows HAMi's loader rules, and is stricter only where leniency would let hamimig act on
 an instance whose identity it cannot prove (missing numeric fields, two files claiming one UUID):
@@ -241,8 +241,9 @@ def _check_name_matches(name: str, record: Record) -> None:
 def decode_record(name: str, data: bytes) -> Record:
     """Parse the record stored under file name `name`; raises `RecordError` with the reason.
 
-    HAMi's loader rules (FACTS.md section 4): a JSON object, version 1, a `MIG-` UUID, non-empty
-    parent GPU and profile, a non-zero placement size, and the file name derived from the UUID.
+    HAMi's loader rules (docs/formats.md "Ownership records"): a JSON object, version 1, a
+    `MIG-` UUID, non-empty parent GPU and profile, a non-zero placement size, and the file name
+    derived from the UUID.
     Unknown top-level keys are ignored as Go's decoder ignores them. Where Go would silently
     default a missing or null number to 0, this refuses instead: a GI or CI ID of 0 is a real ID,
     and identity must be proven, not assumed.
