@@ -1,6 +1,8 @@
 """Start-up: an idempotent `hamimig allocate` (the slot already holds its instance, so nothing
-changes) against a minimal Typer app with the same dependencies that parses the same options
-and prints one JSON object. Each runs as a fresh process, as a device plugin's hook would.
+changes) against a minimal Typer app that parses the same options and prints one JSON object,
+in two forms: importing only Typer, and also importing the other libraries that allocate loads
+(PyYAML for the config file, pynvml for the NVML types). Each runs as a fresh process, as a
+device plugin's hook would.
 
     python -m bench.startup [--runs 15]
 """
@@ -13,8 +15,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench.recover import timed
 
 MINIMAL = """
 import json
@@ -57,14 +60,6 @@ app()
 """
 
 
-def timed(argv: list[str]) -> float:
-    began = time.perf_counter()
-    ran = subprocess.run(argv, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - began
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    return wall
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
@@ -83,19 +78,22 @@ def main() -> None:
         allocate = [*hamimig, "-o", "json", "allocate", *request]
         first = subprocess.run(allocate, capture_output=True, text=True, check=True)
         assert json.loads(first.stdout)["created"] is True
-        script = root / "minimal.py"
-        script.write_text(MINIMAL, encoding="utf-8")
-        minimal = [sys.executable, str(script), *base, "-o", "json", "allocate", *request]
-        ours, theirs = [], []
+        bare, same = root / "minimal.py", root / "minimal_same_libraries.py"
+        bare.write_text(MINIMAL, encoding="utf-8")
+        same.write_text("import pynvml\nimport yaml\n" + MINIMAL, encoding="utf-8")
+        tail = [*base, "-o", "json", "allocate", *request]
+        ours, theirs, theirs_same = [], [], []
         for _ in range(args.runs):
-            theirs.append(timed(minimal))
+            theirs.append(timed([sys.executable, str(bare), *tail]))
+            theirs_same.append(timed([sys.executable, str(same), *tail]))
             ours.append(timed(allocate))
         again = subprocess.run(allocate, capture_output=True, text=True, check=True)
         assert json.loads(again.stdout)["created"] is False  # idempotent: nothing changed
-    m, h = statistics.median(theirs), statistics.median(ours)
+    m, s, h = (statistics.median(x) for x in (theirs, theirs_same, ours))
     print(
-        f"median of {args.runs}: minimal Typer app {m * 1000:.0f} ms, idempotent hamimig "
-        f"allocate {h * 1000:.0f} ms, ratio {h / m:.2f}"
+        f"median of {args.runs}: idempotent hamimig allocate {h * 1000:.0f} ms; minimal Typer "
+        f"app {m * 1000:.0f} ms (ratio {h / m:.2f}), importing PyYAML and pynvml too "
+        f"{s * 1000:.0f} ms (ratio {h / s:.2f})"
     )
 
 

@@ -24,7 +24,7 @@ from hamimig.cli import (
     recovery_cmd,
     sim_cmd,
 )
-from hamimig.cli.context import OUTPUTS, Globals
+from hamimig.cli.context import Globals
 from hamimig.cli.options import Output
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import HamimigError, UsageError
@@ -192,7 +192,7 @@ def _requested_output(argv: list[str]) -> str:
             fmt = arg.split("=", 1)[1]
         elif arg.startswith("-o") and len(arg) > 2:
             fmt = arg[2:]
-    return fmt if fmt in OUTPUTS else "table"
+    return fmt if fmt in {o.value for o in Output} else Output.TABLE.value
 
 
 @functools.cache

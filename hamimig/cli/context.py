@@ -14,9 +14,6 @@ if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.engine.views import Result
 
-OUTPUTS = ("table", "json", "yaml")
-"""What `-o/--output` takes (`options.Output`), readable before the options are parsed."""
-
 
 @dataclass
 class Globals:

@@ -156,6 +156,14 @@ class SimNvml:
         return self._gpu(state, gpu)
 
     @staticmethod
+    def _profile(gpu: SimGpu, profile_id: int) -> ProfileSpec:
+        """The GPU's GI profile with this ID; INVALID_ARGUMENT, as NVML answers, otherwise."""
+        spec = model_of(gpu).profile_by_id(profile_id)
+        if spec is None:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
+        return spec
+
+    @staticmethod
     def _require_mig(gpu: SimGpu) -> None:
         if not gpu.mig_enabled:
             raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "MIG mode is disabled")
@@ -364,9 +372,7 @@ class SimNvml:
     def nvmlDeviceGetGpuInstanceProfileInfoById(self, handle: Any, profileId: int) -> Any:
         def body(state: NodeState) -> Any:
             gpu = self._device_gpu(state, handle)
-            spec = model_of(gpu).profile_by_id(profileId)
-            if spec is None:
-                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
+            spec = self._profile(gpu, profileId)
             return self._profile_info(spec, 2)
 
         return self._call("nvmlDeviceGetGpuInstanceProfileInfoById", self._gpu_of(handle), body)
@@ -378,9 +384,7 @@ class SimNvml:
     ) -> int:
         def body(state: NodeState) -> int:
             gpu = self._device_gpu(state, handle)
-            spec = model_of(gpu).profile_by_id(profileId)
-            if spec is None:
-                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
+            spec = self._profile(gpu, profileId)
             items = []
             for start in spec.starts:
                 placement = self._nv.c_nvmlGpuInstancePlacement_t()
@@ -395,9 +399,7 @@ class SimNvml:
         def body(state: NodeState) -> int:
             gpu = self._device_gpu(state, handle)
             self._require_mig(gpu)
-            spec = model_of(gpu).profile_by_id(profileId)
-            if spec is None:
-                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
+            spec = self._profile(gpu, profileId)
             taken = [(g.start, g.size) for g in gpu.gis]
             free = [
                 s for s in spec.starts if all(s + spec.size <= a or a + n <= s for a, n in taken)
@@ -435,8 +437,7 @@ class SimNvml:
         def body(state: NodeState) -> int:
             gpu = self._device_gpu(state, handle)
             self._require_mig(gpu)
-            if model_of(gpu).profile_by_id(profileId) is None:
-                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profileId}")
+            self._profile(gpu, profileId)
             items = [
                 self._handle(_GI, gpu.index, gi.id) for gi in gpu.gis if gi.profile_id == profileId
             ]
