@@ -1,10 +1,11 @@
 """The `hami.io/vgpu-mig-allocations` pod annotation: HAMi's record of which MIG devices a pod uses.
 
 Recovery adopts and protects instances on the strength of this annotation alone, so it is decoded
-with HAMi's own validation (FACTS.md section 4) and then some: identifiers must have the exact
-UUID syntax NVML prints, because a MIG UUID becomes part of a record file name and a CDI device
-name, and a value such as `MIG-../../etc` must never get that far. Every rejection names the entry
-and the field, so that the operator can find the pod's bad annotation without a debugger.
+with HAMi's own validation (docs/formats.md "Pod annotation") and then some: identifiers must
+have the exact UUID syntax NVML prints, because a MIG UUID becomes part of a record file name
+and a CDI device name, and a value such as `MIG-../../etc` must never get that far. Every
+rejection names the entry and the field, so that the operator can find the pod's bad annotation
+without a debugger.
 """
 
 from __future__ import annotations

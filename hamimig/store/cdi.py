@@ -1,9 +1,9 @@
 """One CDI spec file per MIG instance, in the format container runtimes accept.
 
-The spec belongs to the instance, not to a pod (seed, "CDI lifecycle"): it is written when the
-instance is created, kept while it is Active or Idle, and removed only after the GI/CI is gone.
-Its names are HAMi's (FACTS.md section 4), so a node can move between HAMi's device plugin and
-hamimig without orphaning or duplicating a device.
+The spec belongs to the instance, not to a pod (docs/formats.md "CDI specs"): it is written
+when the instance is created, kept while it is Active or Idle, and removed only after the GI/CI
+is gone. Its names are HAMi's, so a node can move between HAMi's device plugin and hamimig
+without orphaning or duplicating a device.
 
 Runtimes parse specs with the reference Go library, strictly: an unknown field or a `cdiVersion`
 lower than the content needs makes the whole file invalid, and a runtime built on an older
@@ -253,7 +253,8 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
 
 
 def minimum_version(spec: dict[str, Any]) -> str:
-    """The lowest `cdiVersion` the reference library accepts for this content (FACTS.md 3)."""
+    """The lowest `cdiVersion` the reference library accepts for this content (docs/formats.md
+    "CDI specs")."""
     edits = _edits_of(spec)
     devices = _devices_of(spec)
     if any(e.get("netDevices") for e in edits):
@@ -462,8 +463,8 @@ def _check_edits(edits: Any, where: str) -> tuple[list[str], bool]:
 def validate_spec(spec: Any) -> list[str]:
     """What the reference CDI library would reject in `spec`; empty when a runtime accepts it.
 
-    Covers the rules of FACTS.md section 3 that a per-instance spec can break, including strict
-    parsing (unknown fields) and a `cdiVersion` below what the content needs.
+    Covers the rules (docs/formats.md "CDI specs") that a per-instance spec can break, including
+    strict parsing (unknown fields) and a `cdiVersion` below what the content needs.
     """
     if not isinstance(spec, dict):
         return ["spec is not a JSON object"]
