@@ -28,8 +28,8 @@ from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance
 from hamimig.engine.node import Node
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid, Owner, PlacementSpec
-from hamimig.engine.simulator import sim_init
 from hamimig.hw.nvml import NvmlHardware
+from hamimig.reports.simulator import sim_init
 from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore, mig_minors_text, new_state

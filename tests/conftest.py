@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from hamimig.cli import app as app_module
 from hamimig.cli.app import app
-from hamimig.engine.simulator import sim_init
 from hamimig.hw.nvml import NvmlHardware
+from hamimig.reports.simulator import sim_init
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore, flush_counts
 from tests import forked

@@ -28,7 +28,7 @@ import typer
 from typer.testing import CliRunner
 
 from hamimig.cli.app import app
-from hamimig.engine.simulator import sim_init
+from hamimig.reports.simulator import sim_init
 from tests.conftest import Cli, Ran, run_hamimig, sim_state
 
 GOLDEN_DIR = Path(__file__).parent / "data" / "golden"

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from hamimig.engine.simulator import sim_init
 from hamimig.hw.types import Placement
+from hamimig.reports.simulator import sim_init
 from hamimig.sim.models import MODELS
 from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS
 from hamimig.store.cdi import spec_file_name

@@ -52,8 +52,8 @@ from typing import Any
 
 import pytest
 
-from hamimig.engine.simulator import sim_create, sim_fault_add, sim_fault_clear, sim_init
 from hamimig.hw.types import Placement
+from hamimig.reports.simulator import sim_create, sim_fault_add, sim_fault_clear, sim_init
 from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS, SimStore
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, Record, RecordState

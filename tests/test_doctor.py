@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from hamimig.engine.doctor import run_checks
 from hamimig.engine.node import Node
-from hamimig.engine.views import CheckStatus
 from hamimig.hw.types import Placement
+from hamimig.reports.doctor import run_checks
+from hamimig.reports.views import CheckStatus
 from hamimig.store.cdi import DEFAULT_KIND, device_name, spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.records import record_name

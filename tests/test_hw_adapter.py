@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from hamimig.engine.simulator import sim_busy, sim_create, sim_init, sim_mig_mode
 from hamimig.errors import HardwareError, NvmlError, NvmlUnavailableError, UsageError
 from hamimig.hw.nvml import NvmlHardware, bindings
 from hamimig.hw.types import (
@@ -30,6 +29,7 @@ from hamimig.hw.types import (
     MigMode,
     Placement,
 )
+from hamimig.reports.simulator import sim_busy, sim_create, sim_init, sim_mig_mode
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from hamimig.vocabulary import Setting

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hamimig.engine.simulator import sim_fault_add, sim_fault_clear
 from hamimig.errors import GpuInstanceUnreadable, NvmlError, UsageError
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import Placement
+from hamimig.reports.simulator import sim_fault_add, sim_fault_clear
 from hamimig.sim.state import SimStore, run_file_op
 from tests.conftest import Cli, open_hw, sim_state
 

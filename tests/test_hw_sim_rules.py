@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from hamimig.engine.simulator import sim_busy, sim_mig_mode
 from hamimig.errors import NvmlError
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import ComputeInstance, Placement
+from hamimig.reports.simulator import sim_busy, sim_mig_mode
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from tests.conftest import Cli, sim_state

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from hamimig.engine.simulator import sim_init
+from hamimig.reports.simulator import sim_init
 from tests.conftest import Cli, sim_state
 
 REUSE_BUDGET = 11

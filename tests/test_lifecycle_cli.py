@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hamimig.engine.simulator import sim_init
+from hamimig.reports.simulator import sim_init
 from hamimig.sim.models import MODELS
 from hamimig.store.lock import NodeLock
 from tests.conftest import Cli, Ran, run_hamimig, sim_state

@@ -19,7 +19,7 @@ import hamimig
 from hamimig.cli import render
 from hamimig.cli.context import Globals, execute
 from hamimig.engine.node import Node
-from hamimig.engine.views import InstanceView, Json, Result
+from hamimig.engine.results import InstanceView, Json, Result
 
 
 def _result_classes() -> list[type]:

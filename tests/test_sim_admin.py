@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hamimig.engine.simulator import sim_busy, sim_create
 from hamimig.errors import NvmlError, UsageError
+from hamimig.reports.simulator import sim_busy, sim_create
 from tests.conftest import open_hw
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from hamimig.engine.simulator import sim_fault_add, sim_init
 from hamimig.errors import UsageError
 from hamimig.hw.types import Placement
+from hamimig.reports.simulator import sim_fault_add, sim_init
 from hamimig.sim.state import FILE_OPS, SimStore, run_file_op
 from hamimig.store import files
 from hamimig.store.cdi import CdiDevice, CdiStore

@@ -12,6 +12,6 @@ app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True, rich_
 @app.command("show")
 def show(ctx: typer.Context) -> None:
     """Every setting's effective value and where it came from (file, environment, default)."""
-    from hamimig.engine.settings import show_config
+    from hamimig.reports.settings import show_config
 
     execute(ctx, show_config)

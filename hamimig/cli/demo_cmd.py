@@ -12,9 +12,9 @@ from hamimig.cli.context import execute, globals_of
 from hamimig.errors import PathUnusable
 
 if TYPE_CHECKING:
-    from hamimig.engine.demo import DemoStep
     from hamimig.engine.node import Node
-    from hamimig.engine.views import Result
+    from hamimig.engine.results import Result
+    from hamimig.reports.demo import DemoStep
 
 
 def demo(
@@ -27,7 +27,7 @@ def demo(
 ) -> None:
     """Run the whole lifecycle on a temporary simulated H100 node and narrate it."""
     from hamimig.cli import render
-    from hamimig.engine.demo import prepare_keep, transcript
+    from hamimig.reports.demo import prepare_keep, transcript
 
     narrate = globals_of(ctx).output == "table"
 

@@ -11,7 +11,7 @@ from hamimig.cli.options import Kube, PodsFile
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
-    from hamimig.engine.views import Result
+    from hamimig.engine.results import Result
 
 
 def doctor(
@@ -27,7 +27,7 @@ def doctor(
     --pods or --kube they also judge what pods hold, without one those checks are skipped.
     """
     from hamimig.cli import options
-    from hamimig.engine import doctor as checks
+    from hamimig.reports import doctor as checks
 
     def action(node: Node) -> Result:
         source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False)

@@ -12,7 +12,7 @@ from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
-    from hamimig.engine.views import Result
+    from hamimig.engine.results import Result
 
 
 def forget(

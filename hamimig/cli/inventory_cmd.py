@@ -25,7 +25,7 @@ def list_(
     ] = None,
 ) -> None:
     """Every MIG instance on the node: records joined with the live layout."""
-    from hamimig.engine import inventory
+    from hamimig.reports import inventory
 
     execute(
         ctx,
@@ -37,7 +37,7 @@ def list_(
 
 def profiles(ctx: typer.Context, gpu: GpuFilter = None) -> None:
     """GI profiles and legal placements per GPU (like nvidia-smi mig -lgip -lgipp)."""
-    from hamimig.engine import inventory
+    from hamimig.reports import inventory
 
     execute(
         ctx,

@@ -22,7 +22,7 @@ from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
-    from hamimig.engine.views import Result
+    from hamimig.engine.results import Result
 
 
 def allocate(
@@ -156,7 +156,8 @@ def show(
     mig_uuid: Annotated[str, typer.Argument(metavar="MIG_UUID", help="The instance.")],
 ) -> None:
     """One instance: record, live identity, CDI spec, owner."""
-    from hamimig.engine import inventory, validate
+    from hamimig.engine import validate
+    from hamimig.reports import inventory
 
     execute(
         ctx, lambda node: inventory.show_instance(node, validate.nonempty(mig_uuid, "MIG_UUID"))

@@ -12,7 +12,7 @@ from hamimig.errors import PathUnusable
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
-    from hamimig.engine.views import Result
+    from hamimig.engine.results import Result
 
 
 def metrics(
@@ -31,7 +31,7 @@ def metrics(
 ) -> None:
     """Prometheus metrics: HAMi-compatible instance info, instances per GPU and state, and
     lifecycle counters (creations, reuses, reclaims, failures) kept in the state directory."""
-    from hamimig.engine import metrics as engine_metrics
+    from hamimig.reports import metrics as engine_metrics
 
     def action(node: Node) -> Result:
         try:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.engine.podsource import PodSource
     from hamimig.engine.requests import Owner, PlacementSpec
-    from hamimig.engine.views import Result
+    from hamimig.engine.results import Result
 
 
 SETTING_FLAGS = {

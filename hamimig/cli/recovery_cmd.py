@@ -21,7 +21,7 @@ from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
-    from hamimig.engine.views import Result
+    from hamimig.engine.results import Result
 
 
 def recover(

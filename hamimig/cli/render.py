@@ -15,30 +15,32 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from hamimig.engine.views import (
+from hamimig.engine.results import (
     ActionReport,
     Allocation,
-    CheckStatus,
-    DoctorReport,
     Forget,
-    InstanceDetail,
-    InstanceList,
     InstanceView,
-    Metrics,
-    ProfileList,
     Reclaim,
     Release,
     Result,
-    SimView,
 )
 from hamimig.errors import HamimigError
+from hamimig.reports.views import (
+    CheckStatus,
+    DoctorReport,
+    InstanceDetail,
+    InstanceList,
+    Metrics,
+    ProfileList,
+    SimView,
+)
 from hamimig.vocabulary import Outcome, State
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from hamimig.engine.demo import DemoStep, DemoTranscript
-    from hamimig.engine.settings import ConfigView
+    from hamimig.reports.demo import DemoStep, DemoTranscript
+    from hamimig.reports.settings import ConfigView
     from hamimig.sim.state import SimCi
 
 

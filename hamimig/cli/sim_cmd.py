@@ -16,7 +16,7 @@ from hamimig.vocabulary import FileOpName
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
-    from hamimig.engine.views import SimView
+    from hamimig.reports.views import SimView
 
 app = typer.Typer(
     help="Manage a simulated MIG node (needs --sim PATH).",
@@ -49,7 +49,7 @@ def init(
     count: Annotated[int, typer.Option(help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")] = 1,
 ) -> None:
     """Create the simulated node: COUNT GPUs of MODEL, MIG enabled, no instances."""
-    from hamimig.engine import simulator
+    from hamimig.reports import simulator
 
     def action(node: Node) -> SimView:
         if not 1 <= count <= MAX_SIM_GPUS:
@@ -62,7 +62,7 @@ def init(
 @app.command("show")
 def show(ctx: typer.Context) -> None:
     """GPUs, live GI/CI layout, busy marks, faults and NVML call counts."""
-    from hamimig.engine import simulator
+    from hamimig.reports import simulator
 
     execute(ctx, lambda node: simulator.sim_show(_sim(node)))
 
@@ -76,7 +76,7 @@ def create(
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
 ) -> None:
     """Make an instance behind hamimig's back (an external or leftover instance)."""
-    from hamimig.engine import simulator
+    from hamimig.reports import simulator
 
     execute(ctx, lambda node: simulator.sim_create(_sim(node), gpu, profile, placement, no_ci))
 
@@ -91,7 +91,7 @@ def busy(
     clear: Annotated[bool, typer.Option("--clear", help="Remove the busy marks.")] = False,
 ) -> None:
     """A process holds the instance: destroying it fails with IN_USE."""
-    from hamimig.engine import simulator
+    from hamimig.reports import simulator
 
     def action(node: Node) -> SimView:
         uuid = options.mig_uuid(mig_uuid)
@@ -104,7 +104,7 @@ def busy(
 @app.command("reset")
 def reset(ctx: typer.Context, gpu: Gpu) -> None:
     """Every instance on the GPU vanishes, as after a GPU reset."""
-    from hamimig.engine import simulator
+    from hamimig.reports import simulator
 
     execute(ctx, lambda node: simulator.sim_reset(_sim(node), gpu))
 
@@ -122,7 +122,7 @@ def mig_mode(
     ] = False,
 ) -> None:
     """Set MIG mode."""
-    from hamimig.engine import simulator
+    from hamimig.reports import simulator
 
     def action(node: Node) -> SimView:
         if enable is None:
@@ -159,7 +159,7 @@ def fault_add(
     gpu: GpuFilter = None,
 ) -> None:
     """Inject a fault: the matching call fails, or the process dies before or after it."""
-    from hamimig.engine import simulator
+    from hamimig.reports import simulator
 
     def add(node: Node) -> SimView:
         if times < 1:
@@ -176,6 +176,6 @@ def fault_add(
 @fault_app.command("clear")
 def fault_clear(ctx: typer.Context) -> None:
     """Remove all faults."""
-    from hamimig.engine import simulator
+    from hamimig.reports import simulator
 
     execute(ctx, lambda node: simulator.sim_fault_clear(_sim(node)))

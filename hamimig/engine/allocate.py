@@ -11,12 +11,11 @@ from hamimig.engine.facts import (
     has_processes,
     load_for_mutation,
 )
-from hamimig.engine.inventory import record_view
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, held_by, plan_create, reuse_candidates
 from hamimig.engine.requests import AllocateRequest
+from hamimig.engine.results import Allocation, Warning_, record_view
 from hamimig.engine.steps import Handout, Managed, NewInstance, Step
-from hamimig.engine.views import Allocation, Warning_
 from hamimig.errors import ConflictError, UnverifiableError, UsageError
 from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
 from hamimig.store.records import Record, RecordState

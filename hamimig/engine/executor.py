@@ -19,16 +19,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
-from hamimig.engine.metrics import (
-    CREATIONS,
-    FAILED_ALLOCATE,
-    FAILED_DESTROY,
-    FAILURES,
-    RECLAIMS,
-    REUSES,
-    count,
-)
 from hamimig.engine.node import Node
+from hamimig.engine.results import Action
 from hamimig.engine.states import Creating, StateName, check_transition
 from hamimig.engine.steps import (
     Forgettable,
@@ -43,7 +35,6 @@ from hamimig.engine.steps import (
     Step,
     Target,
 )
-from hamimig.engine.views import Action
 from hamimig.errors import (
     ConflictError,
     GpuInstanceUnreadable,
@@ -54,6 +45,14 @@ from hamimig.errors import (
 )
 from hamimig.hw.types import GiProfile, Gpu, Placement
 from hamimig.store.cdi import CdiDevice, CdiStore
+from hamimig.store.counters import (
+    CREATIONS,
+    FAILED_ALLOCATE,
+    FAILED_DESTROY,
+    FAILURES,
+    RECLAIMS,
+    REUSES,
+)
 from hamimig.store.intents import Intent, new_intent_id
 from hamimig.store.records import Owner, Record, RecordState
 from hamimig.vocabulary import ActionKind
@@ -130,7 +129,7 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
         if live.status in (Liveness.COMPLETE, Liveness.GI_ONLY):
             hw.destroy_gpu_instance(gpu_index, record.gpu_instance_id)
     except NvmlError as exc:
-        count(node, FAILURES, FAILED_DESTROY)
+        node.counters().count(FAILURES, FAILED_DESTROY)
         failed = set_state(node, record, RecordState.ERROR, error=exc.message)
         raise DestroyFailed(
             f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
@@ -142,7 +141,7 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
         notes.append(note)
     check_transition(RecordState.RECLAIMING, None, record.mig_uuid)
     node.records().remove(record.mig_uuid)
-    count(node, RECLAIMS)
+    node.counters().count(RECLAIMS)
     return notes
 
 
@@ -225,7 +224,7 @@ def create_instance(
         node.records().write(record)
     except (HamimigError, OSError) as exc:
         reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-        count(node, FAILURES, FAILED_ALLOCATE)
+        node.counters().count(FAILURES, FAILED_ALLOCATE)
         rollback_intent(node, intent, record_written=False)
         raise HardwareError(
             f"allocation of {profile.name} at {placement} on GPU {gpu.index} failed and was "
@@ -388,7 +387,7 @@ def tidy_finished(node: Node, durable: Durable) -> None:
 def _create(node: Node, target: Target) -> Applied:
     assert isinstance(target, NewInstance)
     record = create_instance(node, target.gpu, target.profile, target.placement, target.owner)
-    count(node, CREATIONS)
+    node.counters().count(CREATIONS)
     return Applied(record)
 
 
@@ -420,7 +419,7 @@ def _hand_out(node: Node, target: Target) -> Applied:
     if target.queued:
         with contextlib.suppress(OSError):
             node.queue().drop(record.mig_uuid)
-    count(node, REUSES)
+    node.counters().count(REUSES)
     return Applied(active, note)
 
 

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 
 from hamimig.engine.node import Node
-from hamimig.engine.views import Warning_
+from hamimig.engine.results import Warning_
 from hamimig.errors import HardwareError, NvmlError, UnverifiableError
 from hamimig.hw.devnodes import capability_nodes
 from hamimig.hw.types import GpuInstance, MigDevice, MigHardware

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from hamimig.engine.executor import apply
 from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
+from hamimig.engine.results import Forget, Forgotten
 from hamimig.engine.steps import Forgettable, Step
-from hamimig.engine.views import Forget, Forgotten
 from hamimig.errors import (
     ConflictError,
     NotFoundError,

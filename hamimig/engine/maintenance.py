@@ -18,21 +18,21 @@ from hamimig.engine.facts import (
     has_processes,
     load_for_mutation,
 )
-from hamimig.engine.inventory import record_view
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import NOTHING_CHANGED, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after
 from hamimig.engine.recovery import plan_queued_removals
 from hamimig.engine.requests import AllIdle, ByUuid, ReclaimTarget, ReleaseTarget, Window
-from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
-from hamimig.engine.views import (
+from hamimig.engine.results import (
     ActionReport,
     InstanceView,
     Reclaim,
     Release,
     SkippedInstance,
     Warning_,
+    record_view,
 )
+from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
 from hamimig.errors import (
     ConflictError,
     HamimigError,

@@ -26,6 +26,7 @@ from hamimig.engine.facts import (
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after
+from hamimig.engine.results import ActionReport, SkippedGpu, Warning_
 from hamimig.engine.steps import (
     InFlight,
     Managed,
@@ -35,7 +36,6 @@ from hamimig.engine.steps import (
     Spec,
     Where,
 )
-from hamimig.engine.views import ActionReport, SkippedGpu, Warning_
 from hamimig.errors import NvmlError, UsageError
 from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.cdi import spec_file_name

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.engine.node import Node
-from hamimig.engine.views import Warning_
+from hamimig.engine.results import Warning_
 from hamimig.errors import UnverifiableError
 from hamimig.store.cdi import SPEC_PREFIX, CdiStore, spec_file_name
 from hamimig.store.records import Record

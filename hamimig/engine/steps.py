@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from hamimig.engine.facts import LiveCheck, Liveness
 from hamimig.engine.plans import NOTHING_CHANGED
-from hamimig.engine.views import Action, SkippedGpu, Warning_
+from hamimig.engine.results import Action, SkippedGpu, Warning_
 from hamimig.errors import UnverifiableError
 from hamimig.hw.types import ComputeInstance, GiProfile, Gpu, GpuInstance, MigDevice, Placement
 from hamimig.store.cdi import CdiDevice

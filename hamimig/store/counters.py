@@ -14,10 +14,12 @@ Counting is bookkeeping, never part of an operation: a corrupt file reads as a P
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hamimig.errors import HamimigError
 from hamimig.store._fields import RecordError, json_object, reason_of, uint_field
 from hamimig.store.files import (
     atomic_write,
@@ -34,6 +36,15 @@ COUNTERS_MODE = 0o600
 
 NO_LABEL = ""
 """The key of an unlabelled counter's single value."""
+
+# The counters the lifecycle keeps (docs/formats.md "Counters"); `hamimig metrics` exports them.
+CREATIONS = "creations"
+REUSES = "reuses"
+RECLAIMS = "reclaims"
+FAILURES = "failures"
+FAILED_ALLOCATE = "allocate"
+FAILED_DESTROY = "destroy"
+FAILURE_OPS = (FAILED_ALLOCATE, FAILED_DESTROY)
 
 
 @dataclass(frozen=True)
@@ -120,3 +131,9 @@ class Counters:
         data = encode_counters(values)
         ensure_dir(self.directory, STATE_DIR_MODE)
         atomic_write(self.directory, COUNTERS_NAME, data, COUNTERS_MODE)
+
+    def count(self, name: str, label: str | None = None) -> None:
+        """Count one lifecycle event, as `bump` does, but never raise: bookkeeping can neither
+        fail nor roll back the operation it counts."""
+        with contextlib.suppress(OSError, ValueError, HamimigError):
+            self.bump(name, label)

@@ -13,38 +13,37 @@ Three families:
   state docs/formats.md lists (every `hamimig.vocabulary.State`) for every MIG-capable GPU,
   zeros included, so that no series vanishes when its last instance goes.
 - `hamimig_mig_{creations,reuses,reclaims}_total` and `hamimig_mig_failures_total{op}`
-  (counters), read from `counters.json` in the state directory. The engine counts where it acts:
+  (counters), read from `counters.json` in the state directory. The executor counts where it acts:
   a creation when `allocate` created an instance, a reuse when it handed out an Idle one, a
   reclaim whenever a managed (Idle, Error or Reclaiming) instance was destroyed (by `allocate`,
   `reclaim`, `reconcile` or `recover`), a failure `op="allocate"` when an allocation failed after
   touching the hardware and was rolled back, and `op="destroy"` when a destroy failed and left
-  the instance in Error. Counting is best-effort: `count` never fails an operation.
+  the instance in Error. Counting is best-effort: `Counters.count` never fails an operation.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import stat
 from pathlib import Path
 
-from hamimig.engine.inventory import list_instances
 from hamimig.engine.node import Node
-from hamimig.engine.views import InstanceList, InstanceView, Metrics, Warning_
-from hamimig.errors import HamimigError, PathUnusable
+from hamimig.engine.results import InstanceView, Warning_
+from hamimig.errors import PathUnusable
 from hamimig.hw.types import MigMode
-from hamimig.store.counters import CounterValues
+from hamimig.reports.inventory import list_instances
+from hamimig.reports.views import InstanceList, Metrics
+from hamimig.store.counters import (
+    CREATIONS,
+    FAILURE_OPS,
+    FAILURES,
+    RECLAIMS,
+    REUSES,
+    CounterValues,
+)
 from hamimig.store.files import atomic_write, check_dir
 from hamimig.vocabulary import State
-
-CREATIONS = "creations"
-REUSES = "reuses"
-RECLAIMS = "reclaims"
-FAILURES = "failures"
-FAILED_ALLOCATE = "allocate"
-FAILED_DESTROY = "destroy"
-FAILURE_OPS = (FAILED_ALLOCATE, FAILED_DESTROY)
 
 TEXTFILE_MODE = 0o644
 
@@ -60,13 +59,6 @@ _COUNTER_HELP = {
         "op=destroy (instance left in Error)."
     ),
 }
-
-
-def count(node: Node, name: str, label: str | None = None) -> None:
-    """Count one lifecycle event; a failure to write the counters file is ignored, never raised,
-    so that bookkeeping can neither fail nor roll back the operation it counts."""
-    with contextlib.suppress(OSError, ValueError, HamimigError):
-        node.counters().bump(name, label)
 
 
 def _escape_label(value: str) -> str:

@@ -22,16 +22,16 @@ from typing import Any, ClassVar
 
 from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance, recovery
-from hamimig.engine.inventory import list_instances
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid
-from hamimig.engine.simulator import sim_fault_add, sim_init
-from hamimig.engine.views import Allocation, InstanceView, Json
+from hamimig.engine.results import Allocation, InstanceView, Json
 from hamimig.errors import HamimigError, PathUnusable
 from hamimig.hw.types import PlacementSpec, parse_placement
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
+from hamimig.reports.inventory import list_instances
+from hamimig.reports.simulator import sim_fault_add, sim_init
 from hamimig.sim.state import CRASH_EXIT_STATUS, SimStore
 from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome

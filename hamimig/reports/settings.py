@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from hamimig.config import Config
 from hamimig.engine.node import Node
-from hamimig.engine.views import Json
+from hamimig.engine.results import Json
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,17 @@ from dataclasses import dataclass, field
 
 from hamimig.engine.facts import Durable, Liveness, check_record, load_durable, processes_on
 from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.views import (
+from hamimig.engine.results import InstanceView, Warning_, record_view
+from hamimig.errors import NotFoundError, UsageError
+from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
+from hamimig.reports.views import (
     GpuProfiles,
     GpuView,
     InstanceDetail,
     InstanceList,
-    InstanceView,
     ProfileList,
     ProfileView,
-    Warning_,
 )
-from hamimig.errors import NotFoundError, UsageError
-from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.intents import Intent
 from hamimig.store.records import Record
 from hamimig.vocabulary import State
@@ -39,25 +38,6 @@ def _gpus(hw: MigHardware, gpu_ref: int | str | None) -> list[Gpu]:
 def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
     ends = [p.end for prof in hw.profiles(gpu.index) for p in prof.placements]
     return max(ends, default=_DEFAULT_MEMORY_SLICES)
-
-
-def record_view(
-    record: Record, gpu_index: int, state: State | None = None, error: str | None = None
-) -> InstanceView:
-    shown = state or record.state
-    return InstanceView(
-        mig_uuid=record.mig_uuid,
-        gpu_uuid=record.gpu_uuid,
-        gpu_index=gpu_index,
-        profile=record.profile,
-        placement=record.placement,
-        gpu_instance_id=record.gpu_instance_id,
-        compute_instance_id=record.compute_instance_id,
-        state=shown,
-        owner=record.owner if shown is State.ACTIVE else None,
-        cdi_device=record.cdi_device,
-        error=error if error is not None else record.error,
-    )
 
 
 def _intent_view(intent: Intent, gpu_index: int, gi: GpuInstance | None) -> InstanceView:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hamimig.engine.views import InstanceView, SimView
+from hamimig.engine.results import InstanceView
+from hamimig.reports.views import SimView
 from hamimig.sim import admin
 from hamimig.vocabulary import State
 

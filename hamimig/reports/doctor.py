@@ -44,10 +44,10 @@ from hamimig.engine.facts import Durable, Liveness, cdi_device_for, check_record
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.safety import SYSTEM_CDI_DIR, cdi_conflicts, parent_problem, scan_cdi_dirs
-from hamimig.engine.views import Check, CheckStatus, DoctorReport
 from hamimig.errors import HamimigError
 from hamimig.hw.minors import MigMinors
 from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
+from hamimig.reports.views import Check, CheckStatus, DoctorReport
 from hamimig.store.cdi import (
     SPEC_PREFIX,
     CdiDevice,
