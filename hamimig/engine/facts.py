@@ -16,9 +16,10 @@ from hamimig.errors import HardwareError, NvmlError, UnverifiableError
 from hamimig.hw.devnodes import capability_nodes
 from hamimig.hw.types import GpuInstance, MigDevice, MigHardware
 from hamimig.store.cdi import CdiDevice
+from hamimig.store.files import Problem
 from hamimig.store.intents import Intent
 from hamimig.store.queue import QueuedRemoval
-from hamimig.store.records import Problem, Record
+from hamimig.store.records import Record
 
 
 @dataclass(frozen=True)

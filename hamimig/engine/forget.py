@@ -33,9 +33,9 @@ from hamimig.errors import (
     UnverifiableError,
     UsageError,
 )
-from hamimig.store.files import read_regular
-from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX, Intent, intent_file_name
-from hamimig.store.records import Problem, Record, RecordState, decode_record, record_name
+from hamimig.store.files import Problem
+from hamimig.store.intents import Intent, intent_file_name
+from hamimig.store.records import Record, RecordState
 from hamimig.vocabulary import ActionKind
 
 _HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -101,15 +101,11 @@ def _find_record(node: Node, mig_uuid: str) -> _Target:
     """The file at the record's name, read on its own: other files (even one claiming the same
     UUID under another name) neither block nor change what is dropped."""
     records = node.records()
-    name = record_name(mig_uuid)
-    try:
-        return _Target(decode_record(name, read_regular(records.directory, name)), None)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        return _Target(None, f"cannot read: {exc.strerror or exc}")
-    except ValueError as exc:
-        return _Target(None, str(exc))
+    found = records.read_one(mig_uuid)
+    if isinstance(found, Problem):
+        return _Target(None, found.reason)
+    if found is not None:
+        return _Target(found, None)
     queued = "; a removal of its CDI spec is queued: run 'hamimig reconcile'"
     removals, _ = node.queue().load()
     hint = queued if any(r.mig_uuid == mig_uuid for r in removals) else ""
@@ -159,14 +155,9 @@ def _refuse_intents(
         first = bad[0]
         raise UnverifiableError(
             f"cannot read intent {first.file} ({first.reason}), which may name {mig_uuid}: "
-            f"forget it first ('hamimig forget --intent {_intent_id_of(first.file)}'); "
+            f"forget it first ('hamimig forget --intent {first.subject}'); "
             "nothing was changed"
         )
-
-
-def _intent_id_of(path: str) -> str:
-    name = path.rsplit("/", 1)[-1]
-    return name[len(INTENT_PREFIX) : len(name) - len(INTENT_SUFFIX)]
 
 
 def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:

@@ -26,13 +26,14 @@ from hamimig.store._fields import uuid_digest
 from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
 from hamimig.store.files import (
     FileOp,
+    Problem,
+    StoreFiles,
     atomic_write,
     check_dir,
     describe_entry,
     ensure_dir,
     list_names,
     no_faults,
-    read_regular,
     remove_file,
 )
 from hamimig.vocabulary import FileOpName
@@ -509,12 +510,15 @@ def validate_spec(spec: Any) -> list[str]:
 # The store
 
 
-class CdiStore:
+class CdiStore(StoreFiles):
     """The per-instance spec files in the CDI directory.
 
     `base` looks up the node's NVIDIA spec on first use (None: `cdi.baseSpec: none`, the
     device-nodes-only spec); commands that never render a spec never read it.
     """
+
+    store = "cdi-spec"
+    file_mode = SPEC_MODE
 
     def __init__(
         self,
@@ -541,6 +545,13 @@ class CdiStore:
         """Why no spec can be composed now (no or a bad base spec), or None."""
         lookup = self.lookup()
         return lookup.problem if lookup.composes and lookup.base is None else None
+
+    def owns(self, name: str) -> bool:
+        return name.startswith(SPEC_PREFIX) and name.endswith(SPEC_SUFFIX)
+
+    def subject(self, name: str) -> str:
+        """`mig-<sha256>`: the spec's device name."""
+        return "mig-" + name.removeprefix(SPEC_PREFIX).removesuffix(SPEC_SUFFIX)
 
     def qualified_name(self, mig_uuid: str) -> str:
         """What a runtime resolves and a device plugin returns in `cdi_devices`."""
@@ -578,14 +589,22 @@ class CdiStore:
 
     def read(self, mig_uuid: str) -> Any:
         """The spec on disk parsed, or None when it is absent, not a regular file or not JSON."""
-        name = spec_file_name(mig_uuid)
-        try:
-            if describe_entry(self.directory, name) is not None:
-                return None
-            data = read_regular(self.directory, name)
-            return json.loads(data.decode("utf-8"))
-        except (OSError, ValueError):
-            return None
+        found = self.read_file(spec_file_name(mig_uuid), _json_document)
+        return None if isinstance(found, Problem) else found
+
+    def inspect(self, name: str) -> dict[str, Any] | Problem | None:
+        """One spec file as a runtime would take it: its content, why a runtime would reject it
+        (or it cannot be read), or None when it is gone."""
+        found = self.read_file(name, _json_document)
+        if found is None or isinstance(found, Problem):
+            return found
+        if not isinstance(found, dict):
+            return self.problem(name, "runtimes reject it: spec is not a JSON object")
+        problems = validate_spec(found)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            return self.problem(name, f"runtimes reject it: {problems[0]}{more}")
+        return found
 
     def matches(self, dev: CdiDevice) -> bool:
         """True when the spec on disk has the content `render` produces, compared as HAMi's
@@ -657,6 +676,13 @@ class CdiStore:
         if not check_dir(self.directory):
             return []
         return list_names(self.directory, SPEC_PREFIX, SPEC_SUFFIX)
+
+
+def _json_document(data: bytes) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike
+        raise ValueError(f"spec is not valid JSON: {exc}") from None
 
 
 def _without_hami_annotations(spec: dict[str, Any], dev: CdiDevice) -> dict[str, Any]:

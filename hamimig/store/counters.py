@@ -20,15 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hamimig.errors import HamimigError
-from hamimig.store._fields import RecordError, json_object, reason_of, uint_field
-from hamimig.store.files import (
-    atomic_write,
-    check_dir,
-    describe_entry,
-    ensure_dir,
-    read_regular,
-)
-from hamimig.store.records import STATE_DIR_MODE, Problem
+from hamimig.store._fields import RecordError, json_object, uint_field
+from hamimig.store.files import Problem, StoreFiles, atomic_write, check_dir, ensure_dir
+from hamimig.store.records import STATE_DIR_MODE
 
 COUNTERS_NAME = "counters.json"
 COUNTERS_VERSION = 1
@@ -89,11 +83,17 @@ def encode_counters(values: dict[str, dict[str, int]]) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
 
-class Counters:
+class Counters(StoreFiles):
     """The counters file in the state directory."""
+
+    store = "counters"
+    file_mode = COUNTERS_MODE
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+
+    def owns(self, name: str) -> bool:
+        return name == COUNTERS_NAME
 
     @property
     def path(self) -> Path:
@@ -103,15 +103,10 @@ class Counters:
         """The current counts; an absent file is all zeros, an unusable one zeros and a Problem."""
         if not check_dir(self.directory):
             return CounterValues()
-        try:
-            why = describe_entry(self.directory, COUNTERS_NAME)
-            if why is not None:
-                return CounterValues(problem=Problem(str(self.path), why))
-            return CounterValues(decode_counters(read_regular(self.directory, COUNTERS_NAME)))
-        except FileNotFoundError:
-            return CounterValues()
-        except (OSError, ValueError) as exc:
-            return CounterValues(problem=Problem(str(self.path), reason_of(exc)))
+        loaded = self.read_file(COUNTERS_NAME, decode_counters)
+        if isinstance(loaded, Problem):
+            return CounterValues(problem=loaded)
+        return CounterValues(loaded or {})
 
     def bump(self, name: str, label: str | None = None, n: int = 1) -> None:
         """Add `n` to one counter and write the file atomically (0600).

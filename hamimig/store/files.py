@@ -23,7 +23,9 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, TypeVar
 
 from hamimig.errors import UsageError
 from hamimig.vocabulary import FileOpName
@@ -39,6 +41,8 @@ MAX_READ_BYTES = 4 * 1024 * 1024
 """Records, intents, queues and specs are a few hundred bytes; a huge file is not ours."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+T = TypeVar("T")
 
 
 def no_faults(op: FileOpName, perform: Callable[[], None]) -> None:
@@ -266,3 +270,114 @@ def list_names(directory: Path, prefix: str, suffix: str) -> list[str]:
     with open_dir(directory) as dir_fd:
         names = os.listdir(dir_fd)
     return sorted(n for n in names if n.startswith(prefix) and n.endswith(suffix))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading our files, and what stores say about them
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A file hamimig could not use, and why; `file` is the full path.
+
+    The rest says where the problem sits, for reports that name it: `store` is the store the file
+    belongs to (`record`, `intent`, `cdi-removal-queue`, `counters`, `cdi-spec`), `subject`
+    which of its files (empty for a store of one file), and `io` whether the operating system
+    refused the read (a hardware or I/O matter) rather than the file being wrong. They do not
+    take part in equality: two problems are the same when file and reason are.
+    """
+
+    file: str
+    reason: str
+    io: bool = field(default=False, compare=False)
+    store: str = field(default="", compare=False)
+    subject: str = field(default="", compare=False)
+
+
+def read_entry(directory: Path, name: str, decode: Callable[[bytes], T]) -> T | Problem | None:
+    """One of our files, decoded; a `Problem` saying why it cannot be used; or None when it is
+    absent (also when it vanished between listing and reading: nothing to report).
+
+    Every loader reads through here, so that each says the same thing about a symlink, a FIFO,
+    an unreadable file or bad content, and none of them can forget a case.
+    """
+    path = str(directory / name)
+    try:
+        why = describe_entry(directory, name)
+        if why is not None:
+            return Problem(path, why)
+        return decode(read_regular(directory, name))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return Problem(path, f"cannot read: {exc.strerror or exc}", io=True)
+    except ValueError as exc:
+        return Problem(path, str(exc))
+
+
+@dataclass(frozen=True)
+class ModeFinding:
+    """A file of a store whose permissions are not the ones the store writes."""
+
+    path: Path
+    store: str
+    subject: str
+    mode: int
+    expected: int
+
+    @property
+    def writable_by_others(self) -> bool:
+        """Group- or world-writable: others could forge or delete it."""
+        return bool(self.mode & 0o022)
+
+
+class StoreFiles:
+    """What a store knows about its own files (records, intents, the queue and the counters in
+    the state directory; the specs in the CDI directory), so that reports (doctor) ask the
+    store instead of knowing its file names, modes and formats.
+
+    Subclasses set `directory`, `store` and `file_mode` and say which names are theirs.
+    """
+
+    store: ClassVar[str]
+    file_mode: ClassVar[int]
+    directory: Path
+
+    def owns(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def subject(self, name: str) -> str:
+        """Which of the store's files `name` is, in a report's words (empty: the only one)."""
+        return ""
+
+    def read_file(self, name: str, decode: Callable[[bytes], T]) -> T | Problem | None:
+        """`read_entry`, with a problem saying which store and file it concerns."""
+        loaded = read_entry(self.directory, name, decode)
+        if isinstance(loaded, Problem):
+            return self.problem(name, loaded.reason, loaded.io)
+        return loaded
+
+    def problem(self, name: str, reason: str, io: bool = False) -> Problem:
+        return Problem(str(self.directory / name), reason, io, self.store, self.subject(name))
+
+    def inspect_modes(self) -> list[ModeFinding]:
+        """The store's regular files whose mode is not `file_mode` (anything but a regular file
+        is the loader's problem, reported with its reason)."""
+        if not check_dir(self.directory):
+            return []
+        with open_dir(self.directory) as dir_fd:
+            names = sorted(n for n in os.listdir(dir_fd) if self.owns(n))
+        found: list[ModeFinding] = []
+        for name in names:
+            try:
+                st = os.lstat(self.directory / name)
+            except FileNotFoundError:
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISREG(st.st_mode) and mode != self.file_mode:
+                found.append(
+                    ModeFinding(
+                        self.directory / name, self.store, self.subject(name), mode, self.file_mode
+                    )
+                )
+        return found

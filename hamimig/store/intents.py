@@ -14,6 +14,7 @@ HAMi's record loader never sees them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import uuid
@@ -28,21 +29,20 @@ from hamimig.store._fields import (
     nonempty_str,
     placement_field,
     placement_json,
-    reason_of,
     uint_field,
 )
 from hamimig.store.files import (
     FileOp,
+    Problem,
+    StoreFiles,
     atomic_write,
     check_dir,
-    describe_entry,
     ensure_dir,
     list_names,
     no_faults,
-    read_regular,
     remove_file,
 )
-from hamimig.store.records import STATE_DIR_MODE, Owner, Problem
+from hamimig.store.records import STATE_DIR_MODE, Owner
 from hamimig.vocabulary import FileOpName
 
 INTENT_PREFIX = "intent-"
@@ -147,12 +147,22 @@ def decode_intent(name: str, data: bytes) -> Intent:
     return intent
 
 
-class IntentStore:
+class IntentStore(StoreFiles):
     """The journal in the state directory: one file per in-flight operation."""
+
+    store = "intent"
+    file_mode = INTENT_MODE
 
     def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
         self.directory = directory
         self.file_op = file_op
+
+    def owns(self, name: str) -> bool:
+        return name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX)
+
+    def subject(self, name: str) -> str:
+        """The intent's ID (what `forget --intent` takes)."""
+        return name.removeprefix(INTENT_PREFIX).removesuffix(INTENT_SUFFIX)
 
     def path_of(self, intent_id: str) -> Path:
         return self.directory / intent_file_name(intent_id)
@@ -164,17 +174,11 @@ class IntentStore:
         if not check_dir(self.directory):
             return intents, problems
         for name in list_names(self.directory, INTENT_PREFIX, INTENT_SUFFIX):
-            path = str(self.directory / name)
-            try:
-                why = describe_entry(self.directory, name)
-                if why is not None:
-                    problems.append(Problem(path, why))
-                    continue
-                intents.append(decode_intent(name, read_regular(self.directory, name)))
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as exc:
-                problems.append(Problem(path, reason_of(exc)))
+            loaded = self.read_file(name, functools.partial(decode_intent, name))
+            if isinstance(loaded, Problem):
+                problems.append(loaded)
+            elif loaded is not None:
+                intents.append(loaded)
         intents.sort(key=lambda i: (i.created_at, i.id))
         return intents, problems
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 from hamimig.errors import BusyError, UsageError
-from hamimig.store.files import check_dir, ensure_dir
+from hamimig.store.files import check_dir, describe_entry, ensure_dir
 from hamimig.store.records import STATE_DIR_MODE
 
 LOCK_NAME = "hamimig.lock"
@@ -51,6 +51,16 @@ class NodeLock:
     @property
     def path(self) -> Path:
         return self.directory / LOCK_NAME
+
+    def inspect(self) -> str | None:
+        """Why the lock file could not be taken (a directory, a link or a FIFO at its name makes
+        every mutating command fail), or None: fine, or absent (the first command creates it)."""
+        try:
+            return describe_entry(self.directory, LOCK_NAME)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"cannot be inspected: {exc.strerror or exc}"
 
     def acquire(self) -> None:
         if self._fds:

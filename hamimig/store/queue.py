@@ -18,19 +18,18 @@ from hamimig.store._fields import (
     RecordError,
     json_object,
     nonempty_str,
-    reason_of,
     uint_field,
 )
 from hamimig.store.files import (
     FileOp,
+    Problem,
+    StoreFiles,
     atomic_write,
     check_dir,
-    describe_entry,
     ensure_dir,
     no_faults,
-    read_regular,
 )
-from hamimig.store.records import STATE_DIR_MODE, Problem
+from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
 QUEUE_NAME = "cdi-removal-queue.json"
@@ -90,12 +89,18 @@ def encode_queue(removals: list[QueuedRemoval]) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
 
-class RemovalQueue:
+class RemovalQueue(StoreFiles):
     """The queue file in the state directory."""
+
+    store = "cdi-removal-queue"
+    file_mode = QUEUE_MODE
 
     def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
         self.directory = directory
         self.file_op = file_op
+
+    def owns(self, name: str) -> bool:
+        return name == QUEUE_NAME
 
     @property
     def path(self) -> Path:
@@ -105,15 +110,10 @@ class RemovalQueue:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""
         if not check_dir(self.directory):
             return [], []
-        try:
-            why = describe_entry(self.directory, QUEUE_NAME)
-            if why is not None:
-                return [], [Problem(str(self.path), why)]
-            return decode_queue(read_regular(self.directory, QUEUE_NAME)), []
-        except FileNotFoundError:
-            return [], []
-        except (OSError, ValueError) as exc:
-            return [], [Problem(str(self.path), reason_of(exc))]
+        loaded = self.read_file(QUEUE_NAME, decode_queue)
+        if isinstance(loaded, Problem):
+            return [], [loaded]
+        return loaded or [], []
 
     def _load_for_update(self) -> list[QueuedRemoval]:
         # Rewriting an unreadable queue would silently drop the removals it still holds; the

@@ -30,19 +30,18 @@ from hamimig.store._fields import (
     opt_str,
     placement_field,
     placement_json,
-    reason_of,
     uint_field,
     uuid_digest,
 )
 from hamimig.store.files import (
     FileOp,
+    Problem,
+    StoreFiles,
     atomic_write,
     check_dir,
-    describe_entry,
     ensure_dir,
     list_names,
     no_faults,
-    read_regular,
     remove_file,
 )
 from hamimig.vocabulary import RECORD_STATES, FileOpName, State
@@ -119,14 +118,6 @@ class Record:
     managed: bool = True
     gpu_index: int | None = None
     """The GPU's NVML index when last verified: a hint only (indexes change across reboots)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """A file hamimig could not use, and why; `file` is the full path."""
-
-    file: str
-    reason: str
 
 
 def record_name(mig_uuid: str) -> str:
@@ -257,15 +248,31 @@ def decode_record(name: str, data: bytes) -> Record:
 # The store
 
 
-class RecordStore:
+class RecordStore(StoreFiles):
     """The ownership records in the state directory."""
+
+    store = "record"
+    file_mode = RECORD_MODE
 
     def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
         self.directory = directory
         self.file_op = file_op
 
+    def owns(self, name: str) -> bool:
+        return name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX)
+
+    def subject(self, name: str) -> str:
+        """`mig-<sha256>`: the record's name without HAMi's prefix and the suffix."""
+        return name.removeprefix(LOADER_PREFIX).removesuffix(RECORD_SUFFIX)
+
     def path_of(self, mig_uuid: str) -> Path:
         return self.directory / record_name(mig_uuid)
+
+    def read_one(self, mig_uuid: str) -> Record | Problem | None:
+        """The file at the record's name, read on its own (other files, even one claiming the
+        same UUID under another name, play no part): the record, why it is unusable, or None."""
+        name = record_name(mig_uuid)
+        return self.read_file(name, lambda data: decode_record(name, data))
 
     def load(self) -> tuple[dict[str, Record], list[Problem]]:
         """Every usable record by MIG UUID, and every `hami-owned-*.json` that is not usable.
@@ -279,35 +286,22 @@ class RecordStore:
             return records, problems
         claims: dict[str, list[tuple[str, Record]]] = {}
         for name in list_names(self.directory, LOADER_PREFIX, RECORD_SUFFIX):
-            path = str(self.directory / name)
-            try:
-                why = describe_entry(self.directory, name)
-                if why is not None:
-                    problems.append(Problem(path, why))
-                    continue
-                record = _decode_content(read_regular(self.directory, name))
-            except FileNotFoundError:
-                continue  # removed while we listed: nothing to report
-            except (OSError, ValueError) as exc:
-                problems.append(Problem(path, reason_of(exc)))
-                continue
-            claims.setdefault(record.mig_uuid, []).append((name, record))
+            loaded = self.read_file(name, _decode_content)
+            if isinstance(loaded, Problem):
+                problems.append(loaded)
+            elif loaded is not None:
+                claims.setdefault(loaded.mig_uuid, []).append((name, loaded))
         for mig_uuid, entries in claims.items():
             if len(entries) > 1:
                 names = ", ".join(n for n, _ in entries)
-                for name, _ in entries:
-                    problems.append(
-                        Problem(
-                            str(self.directory / name),
-                            f"duplicate record: {len(entries)} files claim {mig_uuid} ({names})",
-                        )
-                    )
+                duplicate = f"duplicate record: {len(entries)} files claim {mig_uuid} ({names})"
+                problems += [self.problem(name, duplicate) for name, _ in entries]
                 continue
             name, record = entries[0]
             try:
                 _check_name_matches(name, record)
             except RecordError as exc:
-                problems.append(Problem(str(self.directory / name), str(exc)))
+                problems.append(self.problem(name, str(exc)))
                 continue
             records[mig_uuid] = record
         problems.sort(key=lambda p: p.file)

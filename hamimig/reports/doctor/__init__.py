@@ -1,0 +1,114 @@
+"""`doctor`: what an operator checks before trusting a node, as a list of check results.
+
+Each check comes out ok, warn or fail, with a one-line fix. Nothing here raises on a broken node:
+NVML that will not load, a directory that cannot be read, a corrupt record are failing checks,
+never exceptions, so `doctor -o json` always prints one object holding every check (the object
+to attach to a bug report). Nothing is changed and no lock is taken; the one write is a temp file
+`.hamimig-doctor-*` (never a .json/.yaml name, so no runtime loads it) created in the CDI
+directory and removed at once, to prove that hamimig could write a spec there.
+
+Exit codes (the categories of docs/formats.md): 0 when no check fails (warnings allowed);
+otherwise 4 when any failing check is a hardware or I/O failure (NVML unreachable, the driver
+version or a GPU unreadable, `mig-minors` unreadable or without the GPU's entries, a state or
+CDI directory that this user cannot read or write, no NVIDIA CDI spec to compose specs from),
+else 5: state that is readable but cannot be trusted (a record, intent or queue that does not
+load, a state directory that is a symlink, owned by another user or writable by others, a spec
+of ours that runtimes reject, another spec defining one of our devices, an NVIDIA CDI spec that
+is invalid, conflicting or lacks a MIG GPU, a config file that does not load).
+
+Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per GPU;
+`mig-minors`; `state-dir`, `state-dir/owner`, `state-dir/mode`; `file-mode/NAME` for each state
+file that is not 0600; `records` (or one failing `record/NAME`, `intent/NAME`,
+`cdi-removal-queue` check per unusable file); `intents`; `cdi-removal-queue`; `cdi-dir`;
+`cdi-base` (the NVIDIA spec instance specs are composed from: found, valid, describing every MIG
+GPU; a warning with `cdi.baseSpec: none`, whose containers get no driver libraries);
+`cdi-specs` (a summary of the good ones) and `cdi-spec/NAME` per spec of ours that is not good
+(and per live instance missing its spec); `cdi-conflicts`, or one failing `cdi-conflict/DEVICE`
+per device of ours that another spec also defines. NAME and DEVICE are shortened to `mig-<12
+hex>` (the hash in the file name); the message carries the full path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from hamimig.config import Config
+from hamimig.engine.facts import Durable, load_durable
+from hamimig.engine.node import Node
+from hamimig.engine.podsource import PodSource
+from hamimig.engine.safety import SYSTEM_CDI_DIR
+from hamimig.errors import HamimigError
+from hamimig.reports.doctor.cdi import DOCTOR_TEMP_PREFIX, check_cdi
+from hamimig.reports.doctor.hardware import check_hardware, check_mig_minors
+from hamimig.reports.doctor.recovery import with_recovery
+from hamimig.reports.doctor.state import check_durable, check_file_modes, check_state_dir
+from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, why
+from hamimig.reports.views import Check, DoctorReport
+
+__all__ = ["DOCTOR_TEMP_PREFIX", "run_checks"]
+
+
+def check_config(node: Node) -> tuple[Config, Check]:
+    path = node.config_path
+    try:
+        config = node.config()
+    except HamimigError as err:
+        return Config(), fail(
+            "config",
+            f"{err.message} (the other checks assume the defaults)",
+            f"fix {path} as docs/formats.md's Config section describes; until then commands exit 2",
+        )
+    origin = f"{path} loads" if os.path.exists(path) else f"no config file at {path}: defaults"
+    cdi = f"CDI kind {config.cdi_kind}" if config.cdi_enabled else "CDI disabled"
+    adopt = "adoption on" if config.adopt_existing else "adoption off"
+    return config, ok("config", f"{origin} ({cdi}, {adopt})")
+
+
+def run_checks(
+    node: Node, cdi_dirs: Sequence[Path] | None = None, pods: PodSource | None = None
+) -> DoctorReport:
+    """Every check on `node`. `cdi_dirs` are the directories searched for other specs that
+    define one of our devices: by default /etc/cdi and the node's CDI directory. `pods` is
+    the pod source the recovery checks judge pod-held instances by (none: those are skipped).
+    """
+    dirs = tuple(cdi_dirs) if cdi_dirs is not None else (SYSTEM_CDI_DIR, node.cdi_dir)
+    checks: list[Check] = []
+    config, config_check = check_config(node)
+    checks.append(config_check)
+    hw_checks, live = check_hardware(node, config)
+    checks += hw_checks
+    checks += guarded("mig-minors", lambda: check_mig_minors(node, live))
+    state_checks, state = check_state_dir(node.state_dir)
+    checks += state_checks
+    durable: Durable | None = None
+    if state == "usable":
+        stores = (node.records(), node.intents(), node.queue(), node.counters())
+        checks += guarded("state-files", lambda: check_file_modes(stores))
+        try:
+            durable = load_durable(node)
+        except (HamimigError, OSError) as exc:
+            checks.append(
+                fail(
+                    "records",
+                    f"cannot load the state directory: {why(exc)}",
+                    "run as root; check the state directory's permissions",
+                    HARDWARE,
+                )
+            )
+        else:
+            checks += check_durable(durable)
+    elif state == "missing":  # nothing recorded yet: every spec of ours is then an orphan
+        durable = Durable(records={}, intents=(), removals=(), problems=())
+        none = "none (no state directory yet)"
+        checks += [ok("records", none), ok("intents", none), ok("cdi-removal-queue", none)]
+    checks += check_cdi(node, config, live, durable, dirs)
+    if live.hw is not None and durable is not None and not durable.problems:
+        checks = with_recovery(checks, node, config, durable, pods)
+    return DoctorReport(
+        checks=tuple(checks),
+        sim=None if node.sim is None else str(node.sim),
+        state_dir=str(node.state_dir),
+        cdi_dir=str(node.cdi_dir),
+    )

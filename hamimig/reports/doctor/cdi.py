@@ -1,0 +1,319 @@
+"""The CDI directory and our specs in it: the directory is writable (proved by creating and
+removing a temp file), NVIDIA's spec that ours are composed from is there and describes every
+MIG GPU, each spec of ours loads in a runtime and matches its live instance, every live instance
+has one, and no other spec defines one of our devices.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from hamimig.config import Config
+from hamimig.engine.facts import Durable
+from hamimig.engine.node import Node
+from hamimig.engine.safety import cdi_conflicts, scan_cdi_dirs
+from hamimig.errors import HamimigError
+from hamimig.hw.types import MigMode
+from hamimig.reports.doctor.hardware import Live
+from hamimig.reports.doctor.verdicts import (
+    HARDWARE,
+    UNVERIFIABLE,
+    clip,
+    fail,
+    guarded,
+    ok,
+    subject_of,
+    warn,
+    why,
+)
+from hamimig.reports.views import Check, CheckStatus
+from hamimig.store.cdi import CdiDevice, CdiStore, spec_file_name
+from hamimig.store.cdi_base import BaseLookup
+from hamimig.store.files import Problem
+from hamimig.store.records import Record, RecordState
+
+DOCTOR_TEMP_PREFIX = ".hamimig-doctor-"
+
+
+def check_cdi(
+    node: Node, config: Config, live: Live, durable: Durable | None, dirs: Sequence[Path]
+) -> list[Check]:
+    directory = node.cdi_dir
+    cdi = CdiStore(
+        directory, config.cdi_kind, config.cdi_annotations, base=lambda: node.cdi_base(config)
+    )
+    if not config.cdi_enabled:
+        ours = _names_or_none(cdi)
+        if ours:
+            return [
+                warn(
+                    "cdi-dir",
+                    f"cdi.enabled is false, yet {len(ours)} spec(s) of ours are in {directory}",
+                    "remove them once no container uses them, or set cdi.enabled: true",
+                )
+            ]
+        return [ok("cdi-dir", "CDI disabled (legacy mode): no specs to check")]
+    dir_check, usable = _check_cdi_dir(directory)
+    checks = [dir_check, _check_base(cdi.lookup(), live)]
+    records = {} if durable is None else durable.records
+    if usable:
+        checks += guarded("cdi-spec", lambda: _check_our_specs(cdi, live, durable))
+    checks += guarded("cdi-conflicts", lambda: _check_conflicts(node, cdi, records, dirs))
+    return checks
+
+
+_GENERATE = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (or set cdi.baseSpec: none)"
+
+
+def _check_base(lookup: BaseLookup, live: Live) -> Check:
+    """The NVIDIA spec that instance specs take their driver edits from, and whether it
+    describes every MIG GPU (allocate refuses a GPU it lacks)."""
+    if not lookup.composes:
+        return warn(
+            "cdi-base",
+            "cdi.baseSpec is none: containers given our devices get device nodes only, no "
+            "driver libraries (libcuda, libnvidia-ml), binaries or hooks, so CUDA cannot start "
+            "unless the image brings a matching driver",
+            "generate NVIDIA's spec (nvidia-ctk cdi generate) and set cdi.baseSpec: auto",
+        )
+    if lookup.base is None:
+        code = HARDWARE if lookup.missing else UNVERIFIABLE
+        return fail("cdi-base", lookup.problem or "no NVIDIA CDI spec", _GENERATE, code)
+    base = lookup.base
+    lacking = []
+    for gpu in live.gpus:
+        if gpu.mig_mode is not MigMode.ENABLED:
+            continue
+        try:
+            base.parent_edits(gpu.minor)
+        except HamimigError as exc:
+            lacking.append(f"GPU {gpu.index}: {exc.message}")
+    if lacking:
+        more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
+        return fail("cdi-base", lacking[0] + more, _GENERATE)
+    covered = ", ".join(str(g.index) for g in live.gpus if g.mig_mode is MigMode.ENABLED)
+    gpus = f"; it describes GPU(s) {covered}" if covered else ""
+    return ok("cdi-base", f"{base.path} (kind {base.kind}) is valid{gpus}")
+
+
+def _names_or_none(cdi: CdiStore) -> list[str]:
+    try:
+        return cdi.list_ours()
+    except (HamimigError, OSError):
+        return []
+
+
+def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
+    """The CDI directory; the flag says whether there are specs to look at."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return warn(
+            "cdi-dir",
+            f"{path} does not exist; hamimig creates it (0755) with the first spec",
+            "check --cdi-dir: container runtimes must read the same directory",
+        ), False
+    except OSError as exc:
+        return fail("cdi-dir", f"cannot inspect {path}: {why(exc)}", "run as root", HARDWARE), False
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        return fail(
+            "cdi-dir",
+            f"{path} is {what}; hamimig refuses to write specs there",
+            f"make {path} a real directory",
+        ), False
+    fix = "mount it read-write and run hamimig as root"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return fail("cdi-dir", f"{path} is not writable by uid {os.getuid()}", fix, HARDWARE), True
+    try:
+        fd, temp = tempfile.mkstemp(prefix=DOCTOR_TEMP_PREFIX, dir=path)
+        os.close(fd)
+        os.unlink(temp)
+    except OSError as exc:
+        return fail("cdi-dir", f"cannot create a file in {path}: {why(exc)}", fix, HARDWARE), True
+    return ok("cdi-dir", f"{path} is writable"), True
+
+
+def _check_our_specs(cdi: CdiStore, live: Live, durable: Durable | None) -> list[Check]:
+    names = cdi.list_ours()
+    checks, good = _check_spec_files(cdi, names, live, durable)
+    if live.hw is not None and durable is not None:
+        checks += _missing_specs(cdi, set(names), live, durable.records)
+    return checks + _specs_summary(cdi, names, good, bool(checks), live, durable)
+
+
+def _check_spec_files(
+    cdi: CdiStore, names: list[str], live: Live, durable: Durable | None
+) -> tuple[list[Check], int]:
+    """The problems among our spec files, and how many are fine (those get one summary row,
+    not one per instance)."""
+    if durable is None:  # records unreadable: whose spec it is cannot be told
+        results = [
+            _check_spec(cdi, name, None, live, False, False, records_known=False) for name in names
+        ]
+    else:
+        by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
+        queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
+        in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
+        results = [
+            _check_spec(cdi, name, by_spec.get(name), live, name in queued, name in in_flight)
+            for name in names
+        ]
+    problems = [c for c in results if c.status is not CheckStatus.OK]
+    return problems, len(results) - len(problems)
+
+
+def _missing_specs(
+    cdi: CdiStore, present: set[str], live: Live, records: dict[str, Record]
+) -> list[Check]:
+    """Active and Idle instances that are live but have no spec: a pod given one cannot start."""
+    checks: list[Check] = []
+    for record in records.values():
+        spec = spec_file_name(record.mig_uuid)
+        if spec in present or record.state not in (RecordState.ACTIVE, RecordState.IDLE):
+            continue
+        if _needs_a_device(live, record):
+            checks.append(
+                warn(
+                    subject_of(cdi.store, cdi.subject(spec)),
+                    f"missing: {record.mig_uuid} is live but has no spec in {cdi.directory}, "
+                    "so a pod given it cannot start",
+                    "hamimig recover (rewrites it: repair-cdi)",
+                )
+            )
+    return checks
+
+
+def _needs_a_device(live: Live, record: Record) -> bool:
+    try:
+        needed = live.needed_device(record)
+    except (HamimigError, OSError):
+        return False  # the mig-minors or GPU checks say why
+    return isinstance(needed, CdiDevice)
+
+
+def _specs_summary(
+    cdi: CdiStore,
+    names: list[str],
+    good: int,
+    problems: bool,
+    live: Live,
+    durable: Durable | None,
+) -> list[Check]:
+    """One row for the specs that are fine: all of them, or the others beside the problems."""
+    if problems:
+        return [ok("cdi-specs", f"{good} other spec(s) of ours are fine")] if good else []
+    if not names:
+        return [ok("cdi-specs", f"no spec of ours in {cdi.directory}")]
+    if durable is None:
+        compared = " (not matched with records: they cannot be read)"
+    elif live.hw is None:
+        compared = " (not compared with the hardware: NVML unavailable)"
+    else:
+        compared = " and match their live instances"
+    return [ok("cdi-specs", f"{good} spec(s) of ours, all valid{compared}")]
+
+
+def _check_spec(
+    cdi: CdiStore,
+    name: str,
+    record: Record | None,
+    live: Live,
+    queued: bool,
+    in_flight: bool,
+    records_known: bool = True,
+) -> Check:
+    check = subject_of(cdi.store, cdi.subject(name))
+    path = cdi.directory / name
+    rewrite = "hamimig recover rewrites the spec of a live instance; remove one without a record"
+    found = cdi.inspect(name)
+    if found is None:
+        return ok(check, f"{path} was removed while doctor looked")
+    if isinstance(found, Problem):
+        if found.io:
+            return fail(check, f"{path}: {found.reason}", "run as root", HARDWARE)
+        return fail(check, f"{path}: {found.reason}", rewrite)
+    if record is None:
+        if not records_known:
+            return ok(check, f"{path} is valid (not matched with records: they cannot be read)")
+        if queued:
+            return warn(
+                check,
+                f"{path}: queued for removal (its instance is gone)",
+                "hamimig reconcile",
+            )
+        if in_flight:
+            return warn(
+                check,
+                f"{path}: belongs to an allocation in flight (an intent)",
+                "if no hamimig command is running: hamimig recover",
+            )
+        return warn(
+            check,
+            f"orphan spec: no record names the device of {path}, yet runtimes still offer it",
+            f"if no container uses it, remove {path}",
+        )
+    what = f"valid, for {record.mig_uuid}"
+    if live.hw is None:
+        return ok(check, f"{what} (not compared with the hardware: NVML unavailable)")
+    try:
+        needed = live.needed_device(record)
+    except (HamimigError, OSError) as exc:
+        return warn(check, f"{what}, but what it needs is unknown: {why(exc)}", "see mig-minors")
+    if isinstance(needed, str):
+        return warn(
+            check,
+            f"{what}, but {needed}: the spec offers a device that does not work",
+            "hamimig recover (drops or repairs the record and its spec)",
+        )
+    try:
+        same = cdi.matches(needed)
+    except HamimigError as exc:
+        return warn(
+            check, f"{what}; not compared with the NVIDIA CDI spec: {why(exc)}", "see cdi-base"
+        )
+    if not same:
+        return warn(
+            check,
+            f"{path} differs from what {record.mig_uuid} needs (device nodes, the NVIDIA "
+            "CDI spec's driver edits, kind or version)",
+            "hamimig reconcile or recover (rewrites it: repair-cdi)",
+        )
+    return ok(check, f"{what}, matches its live instance")
+
+
+def _check_conflicts(
+    node: Node, cdi: CdiStore, records: dict[str, Record], dirs: Sequence[Path]
+) -> list[Check]:
+    """No other spec in any CDI directory defines a device of ours (within one directory
+    runtimes drop it from both files; across directories one shadows the other)."""
+    scan = scan_cdi_dirs(dirs, node.cache)
+    checks: list[Check] = []
+    for qualified, own, others in cdi_conflicts(cdi, records, scan):
+        same_dir = [p for p in others if p.parent == own.parent]
+        effect = (
+            "runtimes drop it from both files, so pods given it cannot start"
+            if same_dir
+            else "the directory a runtime ranks higher shadows the other"
+        )
+        listed = ", ".join(str(p) for p in others)
+        checks.append(
+            fail(
+                f"cdi-conflict/{clip(qualified.rsplit('=', 1)[-1])}",
+                f"{qualified} (ours: {own.name}) is also defined by {listed}: {effect}",
+                f"remove the other spec; never reuse the kind {cdi.kind} or its device names",
+            )
+        )
+    if not checks:
+        where = ", ".join(scan.searched) if scan.searched else "no CDI directory present"
+        checks.append(
+            ok(
+                "cdi-conflicts",
+                f"no other spec defines a device of ours ({scan.read} file(s) in {where})",
+            )
+        )
+    return checks

@@ -1,0 +1,93 @@
+"""What `recover` would do, checked by the recovery planner itself: every condition that
+makes `recover` refuse (exit 5) is a failing check here, found by the same code, and no hint
+sends the operator to `recover` while it would refuse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hamimig.config import Config
+from hamimig.engine.facts import Durable
+from hamimig.engine.node import Node
+from hamimig.engine.podsource import PodSource
+from hamimig.errors import HamimigError
+from hamimig.reports.doctor.verdicts import HARDWARE, UNVERIFIABLE, fail, ok, warn
+from hamimig.reports.views import Check, CheckStatus
+
+RECOVER_REFUSES = (
+    "recover refuses until every recovery/N failure is resolved: stop the stray process, fix "
+    "the record or the pod annotation, or drop what cannot be verified (hamimig forget "
+    "MIG_UUID, or --intent ID)"
+)
+
+
+def with_recovery(
+    checks: list[Check], node: Node, config: Config, durable: Durable, source: PodSource | None
+) -> list[Check]:
+    """The recovery planner's own verdict, so that every condition that makes `recover`
+    exit 5 is a failing check here, found by the same code. Hints that would send the
+    operator to `recover` are replaced while recover refuses."""
+    from hamimig.engine.recovery import plan_recovery
+
+    environment = [
+        c.name
+        for c in checks
+        if c.status is CheckStatus.FAIL
+        and (c.exit_code == HARDWARE or c.name in ("config", "state-dir", "cdi-dir"))
+        and c.name != "cdi-base"  # recover keeps existing specs without one (and warns)
+    ]
+    if environment:
+        return [
+            *checks,
+            warn(
+                "recovery",
+                f"not checked while {', '.join(environment)} fail(s): recover cannot run either",
+                "fix those first",
+            ),
+        ]
+    found: list[Check] = []
+    try:
+        snapshot = None if source is None else source.load(node)
+    except HamimigError as exc:
+        failed = fail("recovery/pods", f"the pod list: {exc.message}", _POD_HINT)
+        return [*_not_via_recover(checks), failed]
+    pods_known = snapshot is not None or (source is not None and source.assume_no_pods)
+    try:
+        plan = plan_recovery(node, durable, snapshot, config.adopt_existing, pods_known=pods_known)
+    except HamimigError as exc:
+        code = HARDWARE if exc.exit_code == HARDWARE else UNVERIFIABLE
+        name = "recovery/pods" if "pod" in exc.message else "recovery"
+        failed = fail(name, f"recover would fail: {exc.message}", _POD_HINT, code)
+        return [*_not_via_recover(checks), failed]
+    for number, refusal in enumerate(plan.refusals, 1):
+        found.append(
+            fail(f"recovery/{number}", f"recover would refuse: {refusal}", RECOVER_REFUSES)
+        )
+    if not found:
+        changes = sum(1 for step in plan.steps if step.changes)
+        found.append(
+            ok("recovery", f"recover can verify every record and intent ({changes} step(s))")
+        )
+    if not pods_known:
+        found.append(
+            ok(
+                "recovery/pods",
+                "skipped: no pod source given, so what pods hold is not checked "
+                "(doctor --pods FILE|- or --kube checks it too)",
+            )
+        )
+    if plan.refusals:
+        checks = _not_via_recover(checks)
+    return [*checks, *found]
+
+
+def _not_via_recover(checks: list[Check]) -> list[Check]:
+    """While recover refuses (or fails), no hint may send the operator to it."""
+    return [
+        dataclasses.replace(c, hint=RECOVER_REFUSES) if "hamimig recover" in c.hint else c
+        for c in checks
+    ]
+
+
+_POD_HINT = "fix the pod source (kubectl get pods -o json), or check --node/NODE_NAME"

@@ -1,0 +1,184 @@
+"""The state directory: the directory itself (a real directory, owned by root or this user,
+not writable by others, its lock file usable), the modes of the stores' files, and what the
+stores could load (each unusable record, intent or queue is one failing check naming it).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from hamimig.engine.facts import Durable
+from hamimig.engine.safety import parent_problem
+from hamimig.reports.doctor.verdicts import (
+    HARDWARE,
+    clip,
+    fail,
+    mode_text,
+    ok,
+    subject_of,
+    warn,
+    why,
+)
+from hamimig.reports.views import Check
+from hamimig.store.files import StoreFiles
+from hamimig.store.lock import NodeLock
+from hamimig.store.records import STATE_DIR_MODE, RecordState
+
+
+def check_state_dir(path: Path) -> tuple[list[Check], str]:
+    """The directory itself, and whether its files can be loaded: "usable", "missing" or "bad"
+    (a symlink or not a directory: the stores refuse it, and so does HAMi)."""
+    name = "state-dir"
+    fix = f"chmod 0750 {path}"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return [
+            warn(
+                name,
+                f"{path} does not exist; hamimig creates it (0750) on the first change",
+                "nothing to do on a new node; otherwise check --state-dir and the hostPath mount",
+            )
+        ], "missing"
+    except OSError as exc:
+        return [fail(name, f"cannot inspect {path}: {why(exc)}", "run as root", HARDWARE)], "bad"
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(path)
+        return [
+            fail(
+                name,
+                f"{path} is a symbolic link (to {target}); hamimig and HAMi refuse it",
+                f"make {path} a real directory (mount the hostPath at this path itself)",
+            )
+        ], "bad"
+    if not stat.S_ISDIR(st.st_mode):
+        return [
+            fail(name, f"{path} is not a directory", f"move it away; hamimig creates {path}")
+        ], "bad"
+    checks: list[Check] = []
+    if os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        checks.append(ok(name, f"{path} is a directory"))
+    else:
+        checks.append(
+            fail(
+                name,
+                f"{path} is not readable and writable by uid {os.getuid()}",
+                "run hamimig as root",
+                HARDWARE,
+            )
+        )
+    uid = os.getuid()
+    if st.st_uid in (0, uid):
+        checks.append(ok(f"{name}/owner", f"owned by uid {st.st_uid}"))
+    else:
+        checks.append(
+            fail(
+                f"{name}/owner",
+                f"owned by uid {st.st_uid}, neither root nor this user (uid {uid}): "
+                "its owner can forge ownership records",
+                f"chown root {path}",
+            )
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        checks.append(
+            fail(
+                f"{name}/mode",
+                f"mode {mode_text(mode)} is group- or world-writable: others can forge or delete "
+                "ownership records",
+                fix,
+            )
+        )
+    elif mode != STATE_DIR_MODE:
+        checks.append(
+            warn(
+                f"{name}/mode", f"mode {mode_text(mode)}, expected {mode_text(STATE_DIR_MODE)}", fix
+            )
+        )
+    else:
+        checks.append(ok(f"{name}/mode", f"mode {mode_text(mode)}"))
+    lock = NodeLock(path)
+    lock_problem = lock.inspect()
+    if lock_problem is not None:
+        checks.append(
+            fail(
+                f"{name}/lock",
+                f"the node lock {lock.path} {lock_problem}; mutating commands refuse it",
+                f"remove {lock.path} (hamimig creates the lock file itself)",
+            )
+        )
+    parent = parent_problem(path)
+    if parent is not None:
+        checks.append(fail(f"{name}/parent", parent, f"chmod go-w {path.parent}"))
+    return checks, "usable"
+
+
+def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
+    """Every store's files have the mode it writes them with (records, intents, the queue and
+    the counters: 0600); each store names its own files, so none is missed or mistaken."""
+    checks: list[Check] = []
+    for store in stores:
+        for found in store.inspect_modes():
+            name = f"file-mode/{clip(found.subject or found.store)}"
+            fix = f"chmod {mode_text(found.expected)} {found.path}"
+            if found.writable_by_others:
+                message = f"{found.path}: mode {mode_text(found.mode)} is group- or world-writable"
+                checks.append(fail(name, message, fix))
+            else:
+                message = (
+                    f"{found.path}: mode {mode_text(found.mode)}, "
+                    f"expected {mode_text(found.expected)}"
+                )
+                checks.append(warn(name, message, fix))
+    return checks
+
+
+def check_durable(durable: Durable) -> list[Check]:
+    checks: list[Check] = []
+    for problem in durable.problems:
+        checks.append(
+            fail(
+                subject_of(problem.store or "record", problem.subject),
+                f"{problem.file}: {problem.reason}",
+                "check which instance it describes, then repair it or move it out of the state "
+                "directory; until then mutating commands and recover exit 5",
+            )
+        )
+    if not any(c.name.startswith("record/") for c in checks):  # else the files say why
+        by_state: dict[str, int] = {}
+        for record in durable.records.values():
+            key = record.state.value if record.managed else f"{RecordState.IDLE.value} (HAMi's)"
+            by_state[key] = by_state.get(key, 0) + 1
+        detail = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items()))
+        count = len(durable.records)
+        checks.append(ok("records", f"{count} record(s) load" + (f": {detail}" if detail else "")))
+    if durable.intents:
+        described = "; ".join(
+            f"{i.op} {i.profile} at {i.placement} on GPU {i.gpu_index} since {i.created_at}"
+            for i in durable.intents
+        )
+        checks.append(
+            warn(
+                "intents",
+                f"{len(durable.intents)} intent(s) left: {described}",
+                "if no hamimig command is running: hamimig recover (rolls back or finishes them)",
+            )
+        )
+    elif not any(c.name.startswith("intent/") for c in checks):
+        checks.append(ok("intents", "no allocation in flight"))
+    if durable.removals:
+        oldest = durable.removals[0]
+        checks.append(
+            warn(
+                "cdi-removal-queue",
+                f"{len(durable.removals)} CDI spec removal(s) pending (oldest {oldest.mig_uuid} "
+                f"since {oldest.since}, {oldest.attempts} attempt(s): {oldest.last_error})",
+                "hamimig reconcile (retries them)",
+            )
+        )
+    elif not any(c.name == "cdi-removal-queue" for c in checks):
+        checks.append(ok("cdi-removal-queue", "empty"))
+    return checks

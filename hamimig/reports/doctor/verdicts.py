@@ -1,0 +1,75 @@
+"""How a doctor check comes out, and the exit code a failure maps to.
+
+Each check is ok, warn or fail with a one-line fix; a failure is either a hardware or I/O matter
+(exit 4) or state that is readable but cannot be trusted (exit 5). `guarded` turns an error a
+section did not expect into that section's failing check, so that no broken node makes doctor
+raise instead of report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hamimig.errors import HamimigError
+from hamimig.reports.views import Check, CheckStatus
+
+HARDWARE = 4
+"""Exit code of a failing hardware or I/O check."""
+
+
+UNVERIFIABLE = 5
+"""Exit code of a failing check on state that cannot be trusted."""
+
+
+def ok(name: str, message: str) -> Check:
+    return Check(name, CheckStatus.OK, message)
+
+
+def warn(name: str, message: str, hint: str) -> Check:
+    return Check(name, CheckStatus.WARN, message, hint)
+
+
+def fail(name: str, message: str, hint: str, exit_code: int = UNVERIFIABLE) -> Check:
+    return Check(name, CheckStatus.FAIL, message, hint, exit_code)
+
+
+def why(exc: BaseException) -> str:
+    if isinstance(exc, HamimigError):
+        return exc.message
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc)
+
+
+def guarded(name: str, checks: Callable[[], list[Check]]) -> list[Check]:
+    """A section of checks; an error it did not expect becomes its failing check."""
+    try:
+        return checks()
+    except (HamimigError, OSError, ValueError) as exc:
+        code = UNVERIFIABLE if isinstance(exc, ValueError) else HARDWARE
+        if isinstance(exc, HamimigError):
+            code = HARDWARE if exc.exit_code == HARDWARE else UNVERIFIABLE
+        return [
+            fail(
+                name,
+                f"could not check: {why(exc)}",
+                "run as root; if it persists, report it with hamimig doctor -o json",
+                code,
+            )
+        ]
+
+
+def mode_text(mode: int) -> str:
+    return f"{mode:04o}"
+
+
+def clip(subject: str) -> str:
+    """A check's subject short enough for a table column (messages carry the full path): a
+    record's or spec's `mig-<sha256>` reads `mig-<12 hex>…`."""
+    return subject if len(subject) <= 16 else subject[:16] + "…"
+
+
+def subject_of(store: str, subject: str) -> str:
+    """The check name for one file of a store: `record/mig-<12 hex>…`, or the store's own name
+    for a store of one file (the removal queue, the counters)."""
+    return f"{store}/{clip(subject)}" if subject else store
