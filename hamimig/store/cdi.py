@@ -28,13 +28,10 @@ from hamimig.store.files import (
     FileOp,
     Problem,
     StoreFiles,
-    atomic_write,
     check_dir,
     describe_entry,
-    ensure_dir,
     list_names,
     no_faults,
-    remove_file,
 )
 from hamimig.vocabulary import FileOpName
 
@@ -519,6 +516,7 @@ class CdiStore(StoreFiles):
 
     store = "cdi-spec"
     file_mode = SPEC_MODE
+    dir_mode = CDI_DIR_MODE
 
     def __init__(
         self,
@@ -644,32 +642,18 @@ class CdiStore(StoreFiles):
 
     def write(self, dev: CdiDevice) -> str:
         """Create or replace the spec atomically (0644); returns the qualified device name."""
-        data = self.render(dev)
-        ensure_dir(self.directory, CDI_DIR_MODE)
-        name = spec_file_name(dev.mig_uuid)
-        self.file_op(
-            FileOpName.CDI_WRITE, lambda: atomic_write(self.directory, name, data, SPEC_MODE)
-        )
+        self.write_named(FileOpName.CDI_WRITE, spec_file_name(dev.mig_uuid), self.render(dev))
         return self.qualified_name(dev.mig_uuid)
 
     def remove(self, mig_uuid: str) -> bool:
         """Remove the spec durably; False when it was already gone."""
-        name = spec_file_name(mig_uuid)
-        removed: list[bool] = []
-        self.file_op(
-            FileOpName.CDI_REMOVE, lambda: removed.append(remove_file(self.directory, name))
-        )
-        return bool(removed and removed[0])
+        return self.remove_named(FileOpName.CDI_REMOVE, spec_file_name(mig_uuid))
 
     def remove_name(self, name: str) -> bool:
         """Remove a spec of ours known only by its file name (no record names its MIG UUID)."""
-        if not (name.startswith(SPEC_PREFIX) and name.endswith(SPEC_SUFFIX)):
+        if not self.owns(name):
             raise ValueError(f"{name} is not the name of a per-instance spec")
-        removed: list[bool] = []
-        self.file_op(
-            FileOpName.CDI_REMOVE, lambda: removed.append(remove_file(self.directory, name))
-        )
-        return bool(removed and removed[0])
+        return self.remove_named(FileOpName.CDI_REMOVE, name)
 
     def list_ours(self) -> list[str]:
         """File names of every per-instance spec in the directory, ours or HAMi's (same names)."""

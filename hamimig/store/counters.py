@@ -17,11 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hamimig.errors import HamimigError
 from hamimig.store._fields import RecordError, json_object, uint_field
-from hamimig.store.files import Problem, StoreFiles, atomic_write, check_dir, ensure_dir
+from hamimig.store.files import Problem, SingleFile, check_dir
 from hamimig.store.records import STATE_DIR_MODE
 
 COUNTERS_NAME = "counters.json"
@@ -83,21 +82,13 @@ def encode_counters(values: dict[str, dict[str, int]]) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
 
-class Counters(StoreFiles):
-    """The counters file in the state directory."""
+class Counters(SingleFile):
+    """The counters file in the state directory (its writes are bookkeeping: no fault hook)."""
 
     store = "counters"
+    file_name = COUNTERS_NAME
     file_mode = COUNTERS_MODE
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def owns(self, name: str) -> bool:
-        return name == COUNTERS_NAME
-
-    @property
-    def path(self) -> Path:
-        return self.directory / COUNTERS_NAME
+    dir_mode = STATE_DIR_MODE
 
     def load(self) -> CounterValues:
         """The current counts; an absent file is all zeros, an unusable one zeros and a Problem."""
@@ -124,8 +115,7 @@ class Counters(StoreFiles):
             raise ValueError(f"counter {name!r} is used both with and without a label")
         by_label[key] = by_label.get(key, 0) + n
         data = encode_counters(values)
-        ensure_dir(self.directory, STATE_DIR_MODE)
-        atomic_write(self.directory, COUNTERS_NAME, data, COUNTERS_MODE)
+        self.write_named(None, COUNTERS_NAME, data)
 
     def count(self, name: str, label: str | None = None) -> None:
         """Count one lifecycle event, as `bump` does, but never raise: bookkeeping can neither

@@ -336,15 +336,35 @@ class StoreFiles:
     the state directory; the specs in the CDI directory), so that reports (doctor) ask the
     store instead of knowing its file names, modes and formats.
 
-    Subclasses set `directory`, `store` and `file_mode` and say which names are theirs.
+    Subclasses set `store`, `file_mode` and `dir_mode` and say which names are theirs; writes
+    and removals go through `file_op`, named, so that the simulator can fail or crash exactly one.
     """
 
     store: ClassVar[str]
     file_mode: ClassVar[int]
-    directory: Path
+    dir_mode: ClassVar[int]
+
+    def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
+        self.directory = directory
+        self.file_op = file_op
 
     def owns(self, name: str) -> bool:
         raise NotImplementedError
+
+    def write_named(self, op: FileOpName | None, name: str, data: bytes) -> None:
+        """Create or replace `name` atomically with the store's mode, creating the directory
+        with the store's directory mode first. `op` None: bookkeeping, no fault hook."""
+        ensure_dir(self.directory, self.dir_mode)
+        if op is None:
+            atomic_write(self.directory, name, data, self.file_mode)
+        else:
+            self.file_op(op, lambda: atomic_write(self.directory, name, data, self.file_mode))
+
+    def remove_named(self, op: FileOpName, name: str) -> bool:
+        """Remove `name` durably; False when it was already gone (a retried removal)."""
+        removed: list[bool] = []
+        self.file_op(op, lambda: removed.append(remove_file(self.directory, name)))
+        return bool(removed and removed[0])
 
     def subject(self, name: str) -> str:
         """Which of the store's files `name` is, in a report's words (empty: the only one)."""
@@ -381,3 +401,16 @@ class StoreFiles:
                     )
                 )
         return found
+
+
+class SingleFile(StoreFiles):
+    """A store that is one file in its directory (the removal queue, the counters)."""
+
+    file_name: ClassVar[str]
+
+    def owns(self, name: str) -> bool:
+        return name == self.file_name
+
+    @property
+    def path(self) -> Path:
+        return self.directory / self.file_name

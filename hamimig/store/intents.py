@@ -32,15 +32,10 @@ from hamimig.store._fields import (
     uint_field,
 )
 from hamimig.store.files import (
-    FileOp,
     Problem,
     StoreFiles,
-    atomic_write,
     check_dir,
-    ensure_dir,
     list_names,
-    no_faults,
-    remove_file,
 )
 from hamimig.store.records import STATE_DIR_MODE, Owner
 from hamimig.vocabulary import FileOpName
@@ -152,10 +147,7 @@ class IntentStore(StoreFiles):
 
     store = "intent"
     file_mode = INTENT_MODE
-
-    def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
-        self.directory = directory
-        self.file_op = file_op
+    dir_mode = STATE_DIR_MODE
 
     def owns(self, name: str) -> bool:
         return name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX)
@@ -184,18 +176,10 @@ class IntentStore(StoreFiles):
 
     def write(self, intent: Intent) -> None:
         """Create or replace the intent atomically (updates add IDs as they become known)."""
-        data = encode_intent(intent)
-        name = intent_file_name(intent.id)
-        ensure_dir(self.directory, STATE_DIR_MODE)
-        self.file_op(
-            FileOpName.INTENT_WRITE, lambda: atomic_write(self.directory, name, data, INTENT_MODE)
+        self.write_named(
+            FileOpName.INTENT_WRITE, intent_file_name(intent.id), encode_intent(intent)
         )
 
     def remove(self, intent_id: str) -> None:
         """Remove the intent durably; absent already is fine (a retried recovery)."""
-        name = intent_file_name(intent_id)
-        self.file_op(FileOpName.INTENT_REMOVE, lambda: _discard(remove_file(self.directory, name)))
-
-
-def _discard(_: object) -> None:
-    return None
+        self.remove_named(FileOpName.INTENT_REMOVE, intent_file_name(intent_id))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hamimig.errors import UnverifiableError
@@ -20,15 +19,7 @@ from hamimig.store._fields import (
     nonempty_str,
     uint_field,
 )
-from hamimig.store.files import (
-    FileOp,
-    Problem,
-    StoreFiles,
-    atomic_write,
-    check_dir,
-    ensure_dir,
-    no_faults,
-)
+from hamimig.store.files import Problem, SingleFile, check_dir
 from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
@@ -89,22 +80,13 @@ def encode_queue(removals: list[QueuedRemoval]) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
 
-class RemovalQueue(StoreFiles):
+class RemovalQueue(SingleFile):
     """The queue file in the state directory."""
 
     store = "cdi-removal-queue"
+    file_name = QUEUE_NAME
     file_mode = QUEUE_MODE
-
-    def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
-        self.directory = directory
-        self.file_op = file_op
-
-    def owns(self, name: str) -> bool:
-        return name == QUEUE_NAME
-
-    @property
-    def path(self) -> Path:
-        return self.directory / QUEUE_NAME
+    dir_mode = STATE_DIR_MODE
 
     def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""
@@ -126,12 +108,7 @@ class RemovalQueue(StoreFiles):
         return removals
 
     def _save(self, removals: list[QueuedRemoval]) -> None:
-        data = encode_queue(removals)
-        ensure_dir(self.directory, STATE_DIR_MODE)
-        self.file_op(
-            FileOpName.QUEUE_WRITE,
-            lambda: atomic_write(self.directory, QUEUE_NAME, data, QUEUE_MODE),
-        )
+        self.write_named(FileOpName.QUEUE_WRITE, QUEUE_NAME, encode_queue(removals))
 
     def add(self, mig_uuid: str, error: str, now: str) -> None:
         """Queue a failed removal, or count one more failure of an already queued one."""

@@ -34,15 +34,10 @@ from hamimig.store._fields import (
     uuid_digest,
 )
 from hamimig.store.files import (
-    FileOp,
     Problem,
     StoreFiles,
-    atomic_write,
     check_dir,
-    ensure_dir,
     list_names,
-    no_faults,
-    remove_file,
 )
 from hamimig.vocabulary import RECORD_STATES, FileOpName, State
 
@@ -253,10 +248,7 @@ class RecordStore(StoreFiles):
 
     store = "record"
     file_mode = RECORD_MODE
-
-    def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
-        self.directory = directory
-        self.file_op = file_op
+    dir_mode = STATE_DIR_MODE
 
     def owns(self, name: str) -> bool:
         return name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX)
@@ -309,18 +301,10 @@ class RecordStore(StoreFiles):
 
     def write(self, record: Record) -> None:
         """Create or replace the record atomically (0600 in a 0750 directory)."""
-        data = encode_record(record)
-        ensure_dir(self.directory, STATE_DIR_MODE)
-        name = record_name(record.mig_uuid)
-        self.file_op(
-            FileOpName.RECORD_WRITE, lambda: atomic_write(self.directory, name, data, RECORD_MODE)
+        self.write_named(
+            FileOpName.RECORD_WRITE, record_name(record.mig_uuid), encode_record(record)
         )
 
     def remove(self, mig_uuid: str) -> None:
         """Remove the record durably; absent already is fine (a retried removal)."""
-        name = record_name(mig_uuid)
-        self.file_op(FileOpName.RECORD_REMOVE, lambda: _discard(remove_file(self.directory, name)))
-
-
-def _discard(_: object) -> None:
-    return None
+        self.remove_named(FileOpName.RECORD_REMOVE, record_name(mig_uuid))
