@@ -1,11 +1,12 @@
 """Startup recovery and adoption: plan everything, verify the whole plan, then execute.
 
-The order is the specification's: first the runtime identities that active pods reference,
-then the durable records reconciled with the live layout, then interrupted allocations, then
-instances nobody knows (kept unless adoption is on), then CDI files. Each phase is one function
-over one `_Survey` (the snapshot, the plan being built and what it has claimed so far). Anything
-that cannot be verified stops recovery before its first change (exit 5): changing uncertain
-hardware state is how one tenant's slice ends up with another.
+The order is what start-up needs (docs/design.md "The pipeline"): first the runtime
+identities that active pods reference, then the durable records reconciled with the live layout,
+then interrupted allocations, then instances nobody knows (kept unless adoption is on), then CDI
+files. Each phase is one function over one `_Survey` (the snapshot, the plan being built and
+what it has claimed so far). Anything that cannot be verified stops recovery before its first
+change (exit 5): changing uncertain hardware state is how one tenant's slice ends up with
+another.
 """
 
 from __future__ import annotations
