@@ -1,28 +1,27 @@
-"""Shared fixtures: a simulated node on disk, the real NVML adapter over it, and the CLI."""
+"""Shared fixtures: a simulated node on disk, the real NVML adapter over it, the CLI, pod list
+files and the reference CDI check tool; and the session's hooks. Helpers that are not fixtures
+live in tests/support/."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer.testing
-from typer.testing import CliRunner
 
 from hamimig.cli import app as app_module
 from hamimig.cli.app import app
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.reports.simulator import sim_init
-from hamimig.sim.nvml import SimNvml
-from hamimig.sim.state import SimStore, flush_counts
-from tests import forked
+from tests.support.cdi import find_cdi_check
+from tests.support.cli import Cli
+from tests.support.node import open_hw
+from tests.support.pods import PodsFile, write_pod_list
 
 _build_command = typer.testing._get_command
 
@@ -89,15 +88,6 @@ def sim_path(tmp_path: Path) -> Path:
     return path
 
 
-def open_hw(path: Path) -> NvmlHardware:
-    store = SimStore(path)
-    minors = store.minors_path
-    assert minors is not None
-    hw = NvmlHardware(SimNvml(store), minors)
-    hw.open()
-    return hw
-
-
 @pytest.fixture
 def hw(sim_path: Path) -> Iterator[NvmlHardware]:
     """`hw/nvml.py` running unchanged against the simulated pynvml module."""
@@ -106,58 +96,29 @@ def hw(sim_path: Path) -> Iterator[NvmlHardware]:
     adapter.close()
 
 
-def sim_state(path: Path) -> dict[str, Any]:
-    flush_counts()  # what an in-process simulator counted so far, as its exit would publish
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
-@dataclass
-class Ran:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
-class Cli:
-    """Runs `hamimig` in-process through Typer's CliRunner with the node's global options."""
-
-    def __init__(self, sim: Path, state_dir: Path, cdi_dir: Path) -> None:
-        self.sim = sim
-        self.state_dir = state_dir
-        self.cdi_dir = cdi_dir
-        self.runner = CliRunner()
-
-    def globals(self) -> list[str]:
-        return [
-            "--sim",
-            str(self.sim),
-            "--state-dir",
-            str(self.state_dir),
-            "--cdi-dir",
-            str(self.cdi_dir),
-            "--config",
-            str(self.state_dir.parent / "absent-config.yaml"),
-        ]
-
-    def __call__(self, *args: str, output: str | None = None) -> Ran:
-        argv = self.globals() + (["-o", output] if output else []) + list(args)
-        result = self.runner.invoke(app, argv, catch_exceptions=False)
-        return Ran(result.exit_code, result.stdout, result.stderr)
-
-    def json(self, *args: str) -> Ran:
-        return self(*args, output="json")
-
-
 @pytest.fixture
 def cli(sim_path: Path, tmp_path: Path) -> Cli:
     return Cli(sim_path, tmp_path / "state", tmp_path / "cdi")
 
 
-def run_hamimig(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`hamimig ARGS` in a real child process (crash and concurrency tests), forked from this
-    one: see `tests/forked.py`."""
-    return forked.run(*args, env=env)
+@pytest.fixture
+def pods_file(tmp_path: Path) -> PodsFile:
+    """Write a pod list (JSON, or YAML with fmt="yaml") and return the path for `--pods`."""
+    counter = iter(range(1000))
+
+    def write(*pods: dict[str, Any], fmt: str = "json", **kw: Any) -> str:
+        return write_pod_list(tmp_path / f"pods-{next(counter)}.{fmt}", *pods, fmt=fmt, **kw)
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def cdi_check() -> Path:
+    """The reference CDI library's `cdi-check`; the test is skipped where it cannot be had."""
+    tool = find_cdi_check()
+    if tool is None:
+        pytest.skip(
+            "cdi-check not found ($HAMIMIG_CDI_CHECK, .tools/cdi-check) and could not be "
+            "built with shared/tools/cdi-check/build.sh (needs golang-go and Debian's CDI package)"
+        )
+    return tool

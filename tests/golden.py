@@ -29,7 +29,8 @@ from typer.testing import CliRunner
 
 from hamimig.cli.app import app
 from hamimig.reports.simulator import sim_init
-from tests.conftest import Cli, Ran, run_hamimig, sim_state
+from tests.support.cli import Cli, Ran, run_hamimig
+from tests.support.node import sim_state
 
 GOLDEN_DIR = Path(__file__).parent / "data" / "golden"
 UPDATE = "HAMIMIG_UPDATE_GOLDEN"

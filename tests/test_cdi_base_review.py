@@ -20,7 +20,8 @@ import yaml
 
 from hamimig.store.cdi import validate_spec
 from hamimig.store.cdi_base import AUTO, CTK_KIND, PLUGIN_KIND, find_base, read_spec_file
-from tests.conftest import Cli, sim_state
+from tests.support.cli import Cli
+from tests.support.node import sim_state
 from tests.test_cdi_compose import allocate, base_dir, base_file, load_base, spec_of
 
 CREATE_GI = "nvmlDeviceCreateGpuInstanceWithPlacement"

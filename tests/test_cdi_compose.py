@@ -26,7 +26,8 @@ from hamimig.engine.node import Node
 from hamimig.errors import HamimigError
 from hamimig.hw.devnodes import access_mode, caps_major, parse_char_majors
 from hamimig.store.cdi import validate_spec
-from tests.conftest import Cli, sim_state
+from tests.support.cli import Cli
+from tests.support.node import sim_state
 from tests.test_lifecycle_cli import cap_minors, sha, spec_file
 from tests.test_store_cdi import find_cdi_check
 

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from hamimig.cli.app import app, run
-from tests.conftest import Cli
+from tests.support.cli import Cli
 
 
 def test_list_json_shape_on_empty_node(cli: Cli) -> None:

@@ -19,7 +19,7 @@ from hamimig.sim.nvml import WRITES, SimNvml
 from hamimig.sim.ops import SIMULATED_NVML, FaultAction
 from hamimig.sim.state import SimStore
 from hamimig.vocabulary import FileOpName, State
-from tests.conftest import Cli, Ran
+from tests.support.cli import Cli, Ran
 
 ROOT = Path(__file__).resolve().parent.parent
 

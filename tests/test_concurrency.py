@@ -23,7 +23,7 @@ import pytest
 
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, RecordState
-from tests.conftest import Cli
+from tests.support.cli import Cli
 from tests.test_crash_allocate_reclaim import check_invariants, snapshot
 
 pytestmark = pytest.mark.slow

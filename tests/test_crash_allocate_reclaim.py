@@ -35,7 +35,8 @@ from hamimig.store.cdi import spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.queue import QUEUE_NAME, RemovalQueue
 from hamimig.store.records import Owner, Record, RecordState, RecordStore, record_name
-from tests.conftest import Cli, run_hamimig, sim_state
+from tests.support.cli import Cli, run_hamimig
+from tests.support.node import sim_state
 
 pytestmark = pytest.mark.slow
 

@@ -58,7 +58,8 @@ from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS, SimStore
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, Record, RecordState
 from tests import forked
-from tests.conftest import Cli, run_hamimig, sim_state
+from tests.support.cli import Cli, run_hamimig
+from tests.support.node import sim_state
 from tests.test_crash_allocate_reclaim import (
     COUNTING_SKIP,
     CREATE,

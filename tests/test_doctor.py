@@ -21,7 +21,7 @@ from hamimig.reports.views import CheckStatus
 from hamimig.store.cdi import DEFAULT_KIND, device_name, spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.records import record_name
-from tests.conftest import Cli, Ran
+from tests.support.cli import Cli, Ran
 
 # ---------------------------------------------------------------------------------------------
 # helpers

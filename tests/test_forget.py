@@ -20,7 +20,8 @@ from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.lock import NodeLock
 from hamimig.store.queue import QUEUE_NAME, RemovalQueue
 from hamimig.store.records import Owner, RecordStore, record_name
-from tests.conftest import Cli, run_hamimig, sim_state
+from tests.support.cli import Cli, run_hamimig
+from tests.support.node import sim_state
 
 
 def _allocate(cli: Cli, pod: str, placement: str = "0") -> str:

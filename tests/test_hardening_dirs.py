@@ -11,7 +11,8 @@ import pytest
 from hamimig.engine import node as node_module
 from hamimig.engine.node import Node
 from hamimig.errors import UsageError
-from tests.conftest import Cli, sim_state
+from tests.support.cli import Cli
+from tests.support.node import sim_state
 
 ALLOCATE = ["allocate", "--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb"]
 

@@ -15,7 +15,8 @@ from hamimig.cli.app import app
 from hamimig.engine import validate
 from hamimig.errors import UsageError
 from hamimig.hw.types import parse_placement
-from tests.conftest import Cli, sim_state
+from tests.support.cli import Cli
+from tests.support.node import sim_state
 
 UID = "0b5c5f0e-3f59-4d5a-9d43-7d1c1c5b2a10"
 
@@ -114,7 +115,7 @@ def test_reclaim_windows_on_the_gpu_are_accepted(cli: Cli, window: str) -> None:
 
 
 def test_slice_count_comes_from_the_profiles(cli: Cli) -> None:
-    from tests.conftest import open_hw
+    from tests.support.node import open_hw
 
     hw = open_hw(cli.sim)
     try:

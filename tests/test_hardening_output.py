@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import sim_state
+from tests.support.node import sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,7 +33,7 @@ from hamimig.reports.simulator import sim_busy, sim_create, sim_init, sim_mig_mo
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from hamimig.vocabulary import Setting
-from tests.conftest import open_hw, sim_state
+from tests.support.node import open_hw, sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -15,7 +15,8 @@ from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import Placement
 from hamimig.reports.simulator import sim_fault_add, sim_fault_clear
 from hamimig.sim.state import SimStore, run_file_op
-from tests.conftest import Cli, open_hw, sim_state
+from tests.support.cli import Cli
+from tests.support.node import open_hw, sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CREATE = "nvmlDeviceCreateGpuInstanceWithPlacement"

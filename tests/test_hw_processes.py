@@ -13,7 +13,8 @@ import pytest
 
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import Placement
-from tests.conftest import open_hw, run_hamimig, sim_state
+from tests.support.cli import run_hamimig
+from tests.support.node import open_hw, sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

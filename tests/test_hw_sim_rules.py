@@ -15,7 +15,8 @@ from hamimig.hw.types import ComputeInstance, Placement
 from hamimig.reports.simulator import sim_busy, sim_mig_mode
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
-from tests.conftest import Cli, sim_state
+from tests.support.cli import Cli
+from tests.support.node import sim_state
 
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 CREATE = "nvmlDeviceCreateGpuInstanceWithPlacement"

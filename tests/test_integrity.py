@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Cli, run_hamimig
+from tests.support.cli import Cli, run_hamimig
+from tests.support.kube import NODE as KUBE_NODE
+from tests.support.kube import FakeApi, node_doc, serving
 from tests.test_recovery_cli import (
     KIND,
     Unchanged,
@@ -503,12 +505,7 @@ def test_kube_node_must_register_one_of_our_gpus(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("kubernetes")
-    from tests.test_pods_kube import NODE as KUBE_NODE
-    from tests.test_pods_kube import FakeApi, make_handler, node_doc
-
-    api = FakeApi()
-    server = _serve(api, make_handler(api), tmp_path, monkeypatch)
-    try:
+    with serving(FakeApi(), tmp_path, monkeypatch) as api:
         api.body = json.dumps({"kind": "PodList", "items": []}).encode()
         before = Unchanged(cli)
         message = refused(
@@ -521,32 +518,6 @@ def test_kube_node_must_register_one_of_our_gpus(
         ok(cli("--node", KUBE_NODE, "recover", "--kube", output="json"))
         api.body, api.status = None, 403  # the pod list forbidden: unverifiable
         assert cli("--node", KUBE_NODE, "reconcile", "--kube").exit_code == 5
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _serve(api: Any, handler: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The fake API server of the pod-source tests, with a kubeconfig pointing at it."""
-    import threading
-    from http.server import ThreadingHTTPServer
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    api.url = f"http://127.0.0.1:{server.server_address[1]}"
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: t, cluster: {{server: '{api.url}'}}}}]\n"
-        "users: [{name: t, user: {token: x}}]\n"
-        "contexts: [{name: t, context: {cluster: t, user: t}}]\ncurrent-context: t\n"
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    return server
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from hamimig.reports.simulator import sim_init
-from tests.conftest import Cli, sim_state
+from tests.support.cli import Cli
+from tests.support.node import sim_state
 
 REUSE_BUDGET = 11
 CREATE_BUDGET = 80  # strictly under

@@ -27,7 +27,8 @@ import yaml
 from hamimig.reports.simulator import sim_init
 from hamimig.sim.models import MODELS
 from hamimig.store.lock import NodeLock
-from tests.conftest import Cli, Ran, run_hamimig, sim_state
+from tests.support.cli import Cli, Ran, run_hamimig
+from tests.support.node import sim_state
 from tests.test_store_cdi import find_cdi_check
 
 KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"

@@ -22,7 +22,7 @@ from prometheus_client.samples import Sample
 from hamimig.store.counters import COUNTERS_NAME, Counters, decode_counters
 from hamimig.store.files import TEMP_PREFIX
 from hamimig.store.records import LOADER_PREFIX, RecordStore
-from tests.conftest import Cli, Ran
+from tests.support.cli import Cli, Ran
 
 INFO = "hami_node_gpu_mig_instance_info"
 GAUGE = "hamimig_mig_instances"

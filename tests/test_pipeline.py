@@ -14,7 +14,7 @@ import pytest
 from hamimig.engine.states import TRANSITIONS
 from hamimig.engine.steps import Step
 from hamimig.store.records import Record, RecordStore
-from tests.conftest import Cli
+from tests.support.cli import Cli
 
 ENGINE = Path(__file__).parent.parent / "hamimig" / "engine"
 
@@ -131,7 +131,7 @@ def test_an_active_instance_whose_ci_vanished_is_released_then_reclaimed(cli: Cl
     destroy by hand, a driver hiccup): recover moves it Active -> Idle -> Reclaiming and
     finishes the reclaim, instead of an illegal Active -> Reclaiming (an internal error on
     every run, which kept the device plugin from ever starting)."""
-    from tests.conftest import open_hw
+    from tests.support.node import open_hw
 
     ran = cli.json("allocate", "--pod", "ns/a", "--gpu", "0", "--profile", "1g.10gb")
     instance = json.loads(ran.stdout)["instance"]

@@ -27,7 +27,8 @@ import pytest
 import yaml
 
 from hamimig.cli.app import app
-from tests.conftest import Cli, Ran, run_hamimig, sim_state
+from tests.support.cli import Cli, Ran, run_hamimig
+from tests.support.node import sim_state
 
 NODE = "gpu-node-1"
 KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"

@@ -8,7 +8,7 @@ import pytest
 
 from hamimig.errors import NvmlError, UsageError
 from hamimig.reports.simulator import sim_busy, sim_create
-from tests.conftest import open_hw
+from tests.support.node import open_hw
 
 
 def test_gi_hold_can_be_cleared_after_the_ci_is_gone(sim_path: Path) -> None:

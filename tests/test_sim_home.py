@@ -18,7 +18,8 @@ from hamimig.sim.backend import SimBackend
 from hamimig.sim.nvml import WRITES, SimNvml
 from hamimig.sim.state import FILE_OPS, SimStore
 from hamimig.vocabulary import FileOpName
-from tests.conftest import Cli, open_hw, sim_state
+from tests.support.cli import Cli
+from tests.support.node import open_hw, sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -37,7 +37,7 @@ from hamimig.store.cdi import (
     spec_file_name,
     validate_spec,
 )
-from tests.conftest import open_hw
+from tests.support.node import open_hw
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIG = "MIG-11111111-2222-3333-4444-555555555555"

@@ -1,0 +1,162 @@
+"""Running `hamimig` the way a script or HAMi does, and reading its answers: the in-process runner
+(`Cli`), a real child process (`run_hamimig`), and the steps most tests begin with (allocate,
+release, the simulator's own commands). Asserting helpers (`ok`, `refused`) fail with the
+command's output, so a failing test shows what hamimig said."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from hamimig.cli.app import app
+from tests import forked
+
+
+@dataclass
+class Ran:
+    """What one `hamimig` run gave back: exit status, standard output and standard error."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+class Cli:
+    """Runs `hamimig` in-process through Typer's CliRunner with the node's global options; the
+    config file is `config`, else one that does not exist (the built-in defaults)."""
+
+    def __init__(self, sim: Path, state_dir: Path, cdi_dir: Path, config: Path | None = None):
+        self.sim = sim
+        self.state_dir = state_dir
+        self.cdi_dir = cdi_dir
+        self.config = config
+        self.runner = CliRunner()
+
+    def globals(self) -> list[str]:
+        config = self.config or self.state_dir.parent / "absent-config.yaml"
+        return [
+            "--sim",
+            str(self.sim),
+            "--state-dir",
+            str(self.state_dir),
+            "--cdi-dir",
+            str(self.cdi_dir),
+            "--config",
+            str(config),
+        ]
+
+    def __call__(self, *args: str, output: str | None = None) -> Ran:
+        argv = self.globals() + (["-o", output] if output else []) + list(args)
+        result = self.runner.invoke(app, argv, catch_exceptions=False)
+        return Ran(result.exit_code, result.stdout, result.stderr)
+
+    def json(self, *args: str) -> Ran:
+        return self(*args, output="json")
+
+
+def configured(cli: Cli, text: str) -> Cli:
+    """The same node with a config file of our own, written next to its state directory."""
+    path = cli.state_dir.parent / "config.yaml"
+    path.write_text(text)
+    return Cli(cli.sim, cli.state_dir, cli.cdi_dir, config=path)
+
+
+def run_hamimig(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`hamimig ARGS` in a real child process (crash and concurrency tests), forked from this
+    one: see `tests/forked.py`."""
+    return forked.run(*args, env=env)
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers
+
+
+def ok(ran: Ran) -> dict[str, Any]:
+    """The JSON document of a run that must have succeeded (exit 0)."""
+    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
+    data: dict[str, Any] = ran.json()
+    return data
+
+
+def refused(ran: Ran, exit_code: int, code: str) -> str:
+    """Assert a refusal with this exit status and error code; returns its message."""
+    assert ran.exit_code == exit_code, (ran.stdout, ran.stderr)
+    data = ran.json()
+    assert data["kind"] == "Error"
+    assert data["error"]["code"] == code
+    message: str = data["error"]["message"]
+    assert message
+    return message
+
+
+# ---------------------------------------------------------------------------------------------
+# Allocations
+
+
+def allocate_args(
+    pod: str, profile: str, placement: str | None = None, gpu: str = "0"
+) -> list[str]:
+    """`allocate` with its options: placement left to hamimig when None."""
+    args = ["allocate", "--pod", pod, "--gpu", gpu, "--profile", profile]
+    return args + (["--placement", placement] if placement is not None else [])
+
+
+def alloc(
+    cli: Cli, pod: str, profile: str, placement: str | None = None, gpu: str = "0", *extra: str
+) -> Ran:
+    """Run `allocate` (JSON output); the caller judges the outcome."""
+    return cli.json(*allocate_args(pod, profile, placement, gpu), *extra)
+
+
+def allocate(
+    cli: Cli, pod: str, profile: str, placement: str | None = None, gpu: str = "0", *extra: str
+) -> dict[str, Any]:
+    """Allocate, which must succeed; returns the Allocation object."""
+    return ok(alloc(cli, pod, profile, placement, gpu, *extra))
+
+
+def allocated(
+    cli: Cli, pod: str, profile: str, placement: str | None = None, gpu: str = "0"
+) -> str:
+    """Allocate, which must succeed; returns the instance's MIG UUID."""
+    mig: str = allocate(cli, pod, profile, placement, gpu)["instance"]["migUUID"]
+    return mig
+
+
+def idle(cli: Cli, pod: str, profile: str, placement: str | None = None, gpu: str = "0") -> str:
+    """An Idle instance: allocated for `pod`, then released; returns its MIG UUID."""
+    mig = allocated(cli, pod, profile, placement, gpu)
+    ok(cli.json("release", "--mig-uuid", mig))
+    return mig
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulator's own commands
+
+
+def sim(cli: Cli, *args: str) -> dict[str, Any]:
+    """`hamimig sim ARGS`, which must succeed; returns its JSON document."""
+    return ok(cli.json("sim", *args))
+
+
+def fault(cli: Cli, op: str, error: str | None = None, *, action: str = "raise") -> None:
+    """Arm one simulator fault on `op`: an error it raises, or a crash (`action`)."""
+    args = ["fault", "add", "--op", op, "--action", action]
+    sim(cli, *args, *(["--error", error] if error is not None else []))
+
+
+def sim_create(
+    cli: Cli, profile: str, placement: str, gpu: str = "0", no_ci: bool = False
+) -> dict[str, Any]:
+    """An instance made behind hamimig's back; returns its Instance object."""
+    args = ["create", "--gpu", gpu, "--profile", profile, "--placement", placement]
+    inst: dict[str, Any] = sim(cli, *args, *(["--no-ci"] if no_ci else []))["instance"]
+    return inst
