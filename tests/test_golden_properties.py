@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.golden import Normaliser, Recorder, check_scenarios, new_node, scratch
-from tests.test_recovery_cli import kube_pod, pod_list
+from tests.support.pods import kube_pod, pod_list
 
 __all__ = ["scratch"]  # the fixture
 

@@ -13,7 +13,6 @@ Regenerate after an intended change with
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -24,20 +23,12 @@ from typing import Any
 import pytest
 
 from tests.golden import GoldenCli, Normaliser, Recorder, check_scenarios, new_node, scratch
-from tests.test_recovery_cli import (
-    ABSENT_GPU,
-    ABSENT_MIG,
-    ADOPT_CONFIG,
-    CREATE_CI,
-    DESTROY_CI,
-    entry,
-    kube_pod,
-    pod_list,
-    pod_uid,
-)
+from tests.support.cli import ADOPT_CONFIG
+from tests.support.node import ABSENT_GPU, ABSENT_MIG
+from tests.support.nvml import CREATE_CI, CREATE_GI, DESTROY_CI, DESTROY_GI
+from tests.support.pods import entry, kube_pod, pod_list, pod_uid
+from tests.support.records import hami_record, sha
 
-CREATE_GI = "nvmlDeviceCreateGpuInstanceWithPlacement"
-DESTROY_GI = "nvmlGpuInstanceDestroy"
 Instance = dict[str, Any]
 __all__ = ["scratch"]  # the fixture
 
@@ -327,7 +318,7 @@ def orphan_cdi_spec_removed(n: Node) -> None:
 
     def write_orphan() -> None:
         [spec] = list(n.cli.cdi_dir.glob("*.json"))
-        stray = spec.name.replace(_sha(mig), _sha(ABSENT_MIG))
+        stray = spec.name.replace(sha(mig), sha(ABSENT_MIG))
         (n.cli.cdi_dir / stray).write_bytes(spec.read_bytes())
 
     n.rec.note("a spec nothing accounts for", write_orphan)
@@ -576,29 +567,13 @@ def hami_written_record_restored_and_reused(n: Node) -> None:
     inst = n.sim_create("1g.10gb", "4")
 
     def write_hami_record() -> None:
-        doc = {
-            "version": 1,
-            "migUUID": inst["migUUID"],
-            "parentGPUUUID": inst["gpuUUID"],
-            "profile": inst["profile"],
-            "placement": inst["placement"],
-            "gpuInstanceID": inst["gpuInstanceID"],
-            "computeInstanceID": inst["computeInstanceID"],
-        }
-        n.cli.state_dir.mkdir(mode=0o750, exist_ok=True)
-        path = n.cli.state_dir / f"hami-owned-mig-{_sha(inst['migUUID'])}.json"
-        path.write_text(json.dumps(doc, separators=(",", ":")))
-        path.chmod(0o600)
+        hami_record(n.cli, inst)
 
     n.rec.note("HAMi writes its own record", write_hami_record)
     n.run("list")
     n.run("recover", "--assume-no-pods", "--dry-run")
     n.run("recover", "--assume-no-pods")
     n.allocate("ns/p", "1g.10gb", "4")
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _only_live(n: Node) -> str:

@@ -16,49 +16,19 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.cli import Cli, run_hamimig
+from tests.support.cdi import KIND, spec_path
+from tests.support.cli import Cli, allocated, fault, idle, ok, refused, run_hamimig, sim, sim_create
 from tests.support.kube import NODE as KUBE_NODE
 from tests.support.kube import FakeApi, node_doc, serving
-from tests.test_recovery_cli import (
-    KIND,
-    Unchanged,
-    allocated,
-    entry,
-    ext,
-    fault,
-    idle,
-    intent_files,
-    kube_pod,
-    live,
-    ok,
-    pod_list,
-    record_path,
-    refused,
-    sim,
-    sim_create,
-    spec_path,
-)
-
-PodsFile = Callable[..., str]
-
-
-@pytest.fixture
-def pods_file(tmp_path: Path) -> PodsFile:
-    """Write `kubectl get pods -o json` output now and return its path for `--pods`."""
-    counter = iter(range(1000))
-
-    def write(*pods: dict[str, Any]) -> str:
-        path = tmp_path / f"pods-{next(counter)}.json"
-        path.write_text(json.dumps(pod_list(*pods), indent=4))
-        return str(path)
-
-    return write
+from tests.support.node import live
+from tests.support.pods import PodsFile, entry, kube_pod
+from tests.support.records import ext, intent_files, record_path
+from tests.support.unchanged import Unchanged
 
 
 def instance(cli: Cli, mig: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Startup recovery, adoption and pod-driven reconciliation through the CLI on the simulated node
-(issue 4 items 2-4, the seed's "Restart recovery" and "Ownership requirement").
+"""Startup recovery, adoption and pod-driven reconciliation through the CLI on the simulated node:
+what `recover`, `adopt` and `reconcile` do after a restart, and that hamimig only ever takes,
+keeps or destroys instances it owns (README "Trust model", docs/design.md "Trust").
 
 Every check runs `hamimig` itself (in-process CliRunner; a real subprocess where a simulated crash
 must end an allocation or reclaim half-way) and then looks at what HAMi or a script would see: the
@@ -13,182 +14,58 @@ simulated layout are identical before and after, and no mutating NVML call was m
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import stat
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from hamimig.cli.app import app
-from tests.support.cli import Cli, Ran, run_hamimig
-from tests.support.node import sim_state
+from tests.support.cdi import KIND, spec_path
+from tests.support.cli import (
+    ADOPT_CONFIG,
+    LEGACY_CONFIG,
+    Cli,
+    Ran,
+    allocate,
+    allocated,
+    configured,
+    fail_destroys,
+    fault,
+    idle,
+    ok,
+    refused,
+    run_hamimig,
+    sim,
+    sim_create,
+)
+from tests.support.files import entries
+from tests.support.node import ABSENT_GPU, ABSENT_MIG, gpus, live
+from tests.support.nvml import CREATE_CI, DESTROY_CI
+from tests.support.pods import NODE, PodsFile, entry, kube_pod, pod_list, pod_uid
+from tests.support.records import (
+    ext,
+    hami_record,
+    intent_files,
+    record,
+    record_path,
+    sha,
+    state_files,
+)
+from tests.support.unchanged import Unchanged
 
-NODE = "gpu-node-1"
-KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
-ANNOTATION = "hami.io/vgpu-mig-allocations"
-LOCK_NAME = "hamimig.lock"
 CRASHED = 137
-CREATE_CI = "nvmlGpuInstanceCreateComputeInstance"
-DESTROY_CI = "nvmlComputeInstanceDestroy"
-ABSENT_GPU = "GPU-0badc0de-0000-4000-8000-000000000000"
-ABSENT_MIG = "MIG-0badc0de-0000-4000-8000-000000000000"
 
 # ---------------------------------------------------------------------------------------------
-# The node: files, layout, calls
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def record_path(cli: Cli, mig: str) -> Path:
-    return cli.state_dir / f"hami-owned-mig-{sha(mig)}.json"
-
-
-def spec_path(cli: Cli, mig: str) -> Path:
-    return cli.cdi_dir / f"hami-dynamic-mig-mig-{sha(mig)}.json"
-
-
-def record(cli: Cli, mig: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(record_path(cli, mig).read_text())
-    return data
-
-
-def ext(cli: Cli, mig: str) -> dict[str, Any]:
-    """hamimig's own part of a record."""
-    found: dict[str, Any] = record(cli, mig)["hamimig"]
-    return found
-
-
-def tree(directory: Path) -> dict[str, Any]:
-    """Every entry of a directory (the lock file aside): kind, bytes or link target, mode."""
-    if not directory.exists():
-        return {}
-    out: dict[str, Any] = {}
-    for path in sorted(directory.iterdir()):
-        if path.name == LOCK_NAME:
-            continue
-        st = path.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            out[path.name] = ("link", os.readlink(path))
-        elif stat.S_ISDIR(st.st_mode):
-            out[path.name] = ("dir", stat.S_IMODE(st.st_mode), tree(path))
-        else:
-            out[path.name] = ("file", path.read_bytes(), stat.S_IMODE(st.st_mode))
-    return out
-
-
-def gpus(cli: Cli) -> list[dict[str, Any]]:
-    """The simulated GPUs with their live GI/CI layout, busy marks and MIG mode."""
-    found: list[dict[str, Any]] = sim_state(cli.sim)["gpus"]
-    return found
-
-
-def mutating_calls(cli: Cli) -> dict[str, int]:
-    counted: dict[str, int] = sim_state(cli.sim)["calls"]
-    return {n: c for n, c in counted.items() if "Create" in n or "Destroy" in n or "Set" in n}
-
-
-def node_state(cli: Cli) -> tuple[Any, ...]:
-    return tree(cli.state_dir), tree(cli.cdi_dir), gpus(cli), mutating_calls(cli)
-
-
-def live(cli: Cli, gpu: int = 0) -> list[tuple[int, int, str | None]]:
-    """(start, size, MIG UUID or None for a GI without CI) of every GI on one GPU."""
-    out = []
-    for gi in gpus(cli)[gpu]["gpuInstances"]:
-        p = gi["placement"]
-        cis = gi["computeInstances"]
-        if not cis:
-            out.append((p["start"], p["size"], None))
-        for ci in cis:
-            out.append((p["start"], p["size"], ci["migUUID"]))
-    return sorted(out, key=lambda t: (t[0], t[2] or ""))
+# Reading the node and the results
 
 
 def gpu_uuid(cli: Cli, index: int) -> str:
     found: str = gpus(cli)[index]["uuid"]
     return found
-
-
-def state_files(cli: Cli) -> list[str]:
-    """Records and intents (bookkeeping such as the metrics counters aside)."""
-    return sorted(n for n in tree(cli.state_dir) if n.startswith(("hami-owned-", "intent-")))
-
-
-def intent_files(cli: Cli) -> list[str]:
-    return [n for n in state_files(cli) if n.startswith("intent-")]
-
-
-# ---------------------------------------------------------------------------------------------
-# Running commands
-
-
-def ok(ran: Ran) -> dict[str, Any]:
-    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
-    data: dict[str, Any] = ran.json()
-    return data
-
-
-def refused(ran: Ran, exit_code: int, code: str) -> str:
-    """Assert a refusal; returns its message."""
-    assert ran.exit_code == exit_code, (ran.stdout, ran.stderr)
-    data = ran.json()
-    assert data["kind"] == "Error"
-    assert data["error"]["code"] == code
-    message: str = data["error"]["message"]
-    assert message
-    return message
-
-
-def sim(cli: Cli, *args: str) -> dict[str, Any]:
-    return ok(cli.json("sim", *args))
-
-
-def fail_destroys(cli: Cli) -> None:
-    """Every CI destroy fails with IN_USE until `sim fault clear`: a process that started
-    after hamimig found the instance idle (busy instances are never destroyed at all)."""
-    fail = ("--op", "nvmlComputeInstanceDestroy", "--error", "IN_USE", "--times", "1000")
-    sim(cli, "fault", "add", *fail)
-
-
-def sim_create(
-    cli: Cli, profile: str, placement: str, gpu: str = "0", no_ci: bool = False
-) -> dict[str, Any]:
-    """An instance made behind hamimig's back; returns its Instance object."""
-    args = ["create", "--gpu", gpu, "--profile", profile, "--placement", placement]
-    inst: dict[str, Any] = sim(cli, *args, *(["--no-ci"] if no_ci else []))["instance"]
-    return inst
-
-
-def allocate(
-    cli: Cli, pod: str, profile: str, placement: str, gpu: str = "0", *extra: str
-) -> dict[str, Any]:
-    """Allocate through hamimig; returns the Allocation object."""
-    args = ["allocate", "--pod", pod, "--gpu", gpu, "--profile", profile]
-    return ok(cli.json(*args, "--placement", placement, *extra))
-
-
-def allocated(cli: Cli, pod: str, profile: str, placement: str, gpu: str = "0") -> str:
-    mig: str = allocate(cli, pod, profile, placement, gpu)["instance"]["migUUID"]
-    return mig
-
-
-def idle(cli: Cli, pod: str, profile: str, placement: str, gpu: str = "0") -> str:
-    mig = allocated(cli, pod, profile, placement, gpu)
-    ok(cli.json("release", "--mig-uuid", mig))
-    return mig
-
-
-def fault(cli: Cli, op: str, action: str = "raise", error: str | None = None) -> None:
-    sim(cli, "fault", "add", "--op", op, "--action", action, *(["--error", error] if error else []))
 
 
 def actions(data: dict[str, Any]) -> list[tuple[str, str | None]]:
@@ -213,144 +90,7 @@ def owner_of(cli: Cli, mig: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Pods as kubectl prints them
-
-
-def entry(
-    inst: dict[str, Any], container: int = 0, device: int = 0, **change: Any
-) -> dict[str, Any]:
-    """One `hami.io/vgpu-mig-allocations` entry naming `inst`; a change to None drops the key."""
-    doc: dict[str, Any] = {
-        "containerIndex": container,
-        "deviceIndex": device,
-        "gpuUUID": inst["gpuUUID"],
-        "profile": inst["profile"],
-        "placement": dict(inst["placement"]),
-        "migUUID": inst["migUUID"],
-        "gpuInstanceID": inst["gpuInstanceID"],
-        "computeInstanceID": inst["computeInstanceID"],
-    }
-    doc.update(change)
-    return {k: v for k, v in doc.items() if v is not None}
-
-
-def pod_uid(ns: str, name: str) -> str:
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{ns}/{name}"))
-
-
-def kube_pod(
-    key: str,
-    entries: list[dict[str, Any]] | None = None,
-    *,
-    raw: str | None = None,
-    uid: str | None = None,
-    phase: str = "Running",
-    deleting: bool = False,
-    node: str = NODE,
-) -> dict[str, Any]:
-    """A pod as `kubectl get pods -o json` prints it (managedFields, status and all)."""
-    ns, name = key.split("/")
-    annotations = {
-        "cni.projectcalico.org/podIP": "10.244.3.17/32",
-        "hami.io/bind-phase": "success",
-        "hami.io/vgpu-node": node,
-    }
-    if entries is not None:
-        annotations[ANNOTATION] = json.dumps(entries, separators=(",", ":"))
-    if raw is not None:
-        annotations[ANNOTATION] = raw
-    ready = "True" if phase == "Running" else "False"
-    metadata: dict[str, Any] = {
-        "annotations": annotations,
-        "creationTimestamp": "2024-05-02T08:11:09Z",
-        "generateName": f"{name}-",
-        "labels": {"app.kubernetes.io/name": name},
-        "managedFields": [
-            {
-                "apiVersion": "v1",
-                "fieldsType": "FieldsV1",
-                "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{ANNOTATION}": {}}}},
-                "manager": "vgpu-scheduler",
-                "operation": "Update",
-                "time": "2024-05-02T08:11:09Z",
-            }
-        ],
-        "name": name,
-        "namespace": ns,
-        "ownerReferences": [
-            {
-                "apiVersion": "apps/v1",
-                "blockOwnerDeletion": True,
-                "controller": True,
-                "kind": "ReplicaSet",
-                "name": f"{name}-rs",
-                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"rs/{key}")),
-            }
-        ],
-        "resourceVersion": "48213",
-        "uid": uid or pod_uid(ns, name),
-    }
-    if deleting:
-        metadata["deletionGracePeriodSeconds"] = 30
-        metadata["deletionTimestamp"] = "2024-05-02T09:00:00Z"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {
-            "containers": [
-                {
-                    "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-                    "imagePullPolicy": "IfNotPresent",
-                    "name": "main",
-                    "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}},
-                }
-            ],
-            "nodeName": node,
-            "restartPolicy": "Always",
-            "schedulerName": "hami-scheduler",
-        },
-        "status": {
-            "conditions": [
-                {
-                    "lastProbeTime": None,
-                    "lastTransitionTime": "2024-05-02T08:11:12Z",
-                    "status": ready,
-                    "type": "Ready",
-                }
-            ],
-            "hostIP": "10.0.0.7",
-            "phase": phase,
-            "podIP": "10.244.3.17",
-            "qosClass": "BestEffort",
-            "startTime": "2024-05-02T08:11:09Z",
-        },
-    }
-
-
-def pod_list(*pods: dict[str, Any], kind: str = "List", more: bool = False) -> dict[str, Any]:
-    """`kubectl get pods -o json` output (kind List; an API PodList with kind="PodList")."""
-    meta: dict[str, Any] = {"resourceVersion": ""}
-    if more:
-        meta["continue"] = "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6NDgyMTN9"
-    return {"apiVersion": "v1", "items": list(pods), "kind": kind, "metadata": meta}
-
-
-@pytest.fixture
-def pods_file(tmp_path: Path) -> Callable[..., str]:
-    """Write a pod list (JSON, or YAML with fmt="yaml") and return the path for `--pods`."""
-    counter = iter(range(1000))
-
-    def write(*pods: dict[str, Any], fmt: str = "json", **kw: Any) -> str:
-        doc = pod_list(*pods, **kw)
-        path = tmp_path / f"pods-{next(counter)}.{fmt}"
-        if fmt == "yaml":
-            path.write_text(yaml.safe_dump(doc, default_flow_style=False))
-        else:
-            path.write_text(json.dumps(doc, indent=4))
-        return str(path)
-
-    return write
+# What HAMi and kubectl hand hamimig
 
 
 def run_stdin(cli: Cli, text: str, *args: str) -> Ran:
@@ -358,61 +98,6 @@ def run_stdin(cli: Cli, text: str, *args: str) -> Ran:
     argv = [*cli.globals(), "-o", "json", *args, "--pods", "-"]
     result = cli.runner.invoke(app, argv, input=text, catch_exceptions=False)
     return Ran(result.exit_code, result.stdout, result.stderr)
-
-
-def hami_record(cli: Cli, inst: dict[str, Any]) -> Path:
-    """An ownership record exactly as HAMi writes it: no "hamimig" key."""
-    doc = {
-        "version": 1,
-        "migUUID": inst["migUUID"],
-        "parentGPUUUID": inst["gpuUUID"],
-        "profile": inst["profile"],
-        "placement": inst["placement"],
-        "gpuInstanceID": inst["gpuInstanceID"],
-        "computeInstanceID": inst["computeInstanceID"],
-    }
-    cli.state_dir.mkdir(mode=0o750, exist_ok=True)
-    path = record_path(cli, inst["migUUID"])
-    path.write_text(json.dumps(doc, separators=(",", ":")))
-    path.chmod(0o600)
-    return path
-
-
-class Unchanged:
-    """The node before a command that must change nothing; `check` compares after."""
-
-    def __init__(self, cli: Cli) -> None:
-        self.cli = cli
-        self.before = node_state(cli)
-
-    def check(self) -> None:
-        after = node_state(self.cli)
-        names = ("state dir", "CDI dir", "layout", "mutating NVML calls")
-        for name, b, a in zip(names, self.before, after, strict=True):
-            assert a == b, name
-
-
-class ConfigCli(Cli):
-    """The `cli` fixture's node with a config file of our own."""
-
-    def __init__(self, base: Cli, config: Path) -> None:
-        super().__init__(base.sim, base.state_dir, base.cdi_dir)
-        self.config = config
-
-    def globals(self) -> list[str]:
-        argv = super().globals()
-        argv[argv.index("--config") + 1] = str(self.config)
-        return argv
-
-
-ADOPT_CONFIG = "devices:\n  nvidia:\n    adoptExistingMIGInstances: true\n"
-LEGACY_CONFIG = "cdi:\n  enabled: false\n"
-
-
-def configured(cli: Cli, tmp_path: Path, text: str) -> ConfigCli:
-    path = tmp_path / "config.yaml"
-    path.write_text(text)
-    return ConfigCli(cli, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,7 +124,7 @@ def test_recover_and_adopt_without_a_pod_source_exit_2(cli: Cli) -> None:
 
 
 def test_two_pod_sources_or_an_invalid_pod_file_exit_2(
-    cli: Cli, pods_file: Callable[..., str], tmp_path: Path
+    cli: Cli, pods_file: PodsFile, tmp_path: Path
 ) -> None:
     allocated(cli, "ns/gone", "1g.10gb", "0")
     sim_create(cli, "1g.10gb", "4", no_ci=True)
@@ -456,7 +141,7 @@ def test_two_pod_sources_or_an_invalid_pod_file_exit_2(
     frozen.check()
 
 
-def test_adopt_without_the_opt_in_exits_2(cli: Cli, pods_file: Callable[..., str]) -> None:
+def test_adopt_without_the_opt_in_exits_2(cli: Cli, pods_file: PodsFile) -> None:
     sim_create(cli, "1g.10gb", "2")
     sim_create(cli, "1g.10gb", "4", no_ci=True)
     frozen = Unchanged(cli)
@@ -473,7 +158,7 @@ def test_adopt_without_the_opt_in_exits_2(cli: Cli, pods_file: Callable[..., str
 
 @pytest.mark.parametrize("how", ["json-file", "yaml-file", "stdin", "single-pod"])
 def test_pair_referenced_by_an_active_pod_is_adopted_as_active(
-    cli: Cli, pods_file: Callable[..., str], tmp_path: Path, how: str
+    cli: Cli, pods_file: PodsFile, tmp_path: Path, how: str
 ) -> None:
     inst = sim_create(cli, "2g.20gb", "2")
     mig = inst["migUUID"]
@@ -528,9 +213,7 @@ def test_pair_referenced_by_an_active_pod_is_adopted_as_active(
     assert ran.exit_code == 3
 
 
-def test_record_held_by_its_pod_is_restored_active_unchanged(
-    cli: Cli, pods_file: Callable[..., str]
-) -> None:
+def test_record_held_by_its_pod_is_restored_active_unchanged(cli: Cli, pods_file: PodsFile) -> None:
     data = allocate(cli, "ns/p", "1g.10gb", "3", "0", "--pod-uid", pod_uid("ns", "p"))
     inst = data["instance"]
     mig = inst["migUUID"]
@@ -553,7 +236,7 @@ def only_for(data: dict[str, Any], mig: str) -> dict[str, Any]:
 
 
 def test_restore_active_records_the_pod_named_owner_of_an_idle_record(
-    cli: Cli, pods_file: Callable[..., str]
+    cli: Cli, pods_file: PodsFile
 ) -> None:
     mig = idle(cli, "ns/old", "1g.10gb", "1")
     inst = ok(cli.json("show", mig))
@@ -587,7 +270,7 @@ MISMATCHES: dict[str, Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 
 def test_pod_naming_an_instance_that_is_not_live_or_differs_exits_5(
-    cli: Cli, pods_file: Callable[..., str]
+    cli: Cli, pods_file: PodsFile
 ) -> None:
     inst = sim_create(cli, "2g.20gb", "2")
     other = sim_create(cli, "2g.20gb", "2", gpu="1")
@@ -606,7 +289,7 @@ def test_pod_naming_an_instance_that_is_not_live_or_differs_exits_5(
 
 
 def test_record_disagreeing_with_the_pod_that_names_its_instance_exits_5(
-    cli: Cli, pods_file: Callable[..., str]
+    cli: Cli, pods_file: PodsFile
 ) -> None:
     mig = idle(cli, "ns/old", "1g.10gb", "1")
     inst = ok(cli.json("show", mig))
@@ -620,7 +303,7 @@ def test_record_disagreeing_with_the_pod_that_names_its_instance_exits_5(
     frozen.check()
 
 
-def test_pods_on_other_nodes_are_ignored_with_node(cli: Cli, pods_file: Callable[..., str]) -> None:
+def test_pods_on_other_nodes_are_ignored_with_node(cli: Cli, pods_file: PodsFile) -> None:
     inst = sim_create(cli, "1g.10gb", "2")
     # A pod on another node names a GPU of that node (not one of ours): not our business.
     far = entry(inst, migUUID=ABSENT_MIG, gpuUUID=ABSENT_GPU)
@@ -640,7 +323,7 @@ def test_pods_on_other_nodes_are_ignored_with_node(cli: Cli, pods_file: Callable
 
 
 def test_active_records_whose_owner_pods_no_longer_hold_them_are_restored_idle(
-    cli: Cli, pods_file: Callable[..., str]
+    cli: Cli, pods_file: PodsFile
 ) -> None:
     owners = ("absent", "succeeded", "failed", "deleting", "new-uid", "runs")
     insts: dict[str, dict[str, Any]] = {}
@@ -710,7 +393,7 @@ def test_hami_written_record_is_restored_idle_and_reused(cli: Cli) -> None:
 def test_hami_written_record_is_left_byte_identical(cli: Cli, tmp_path: Path, mode: str) -> None:
     inst = sim_create(cli, "1g.10gb", "4")
     mig = inst["migUUID"]
-    node = configured(cli, tmp_path, LEGACY_CONFIG) if mode == "legacy" else cli
+    node = configured(cli, LEGACY_CONFIG) if mode == "legacy" else cli
     path = hami_record(cli, inst)
     written = path.read_bytes()
     first = ok(node.json("recover", "--assume-no-pods"))
@@ -788,7 +471,7 @@ def test_crashed_allocations_are_rolled_back(cli: Cli) -> None:
     assert live(cli, 0) == [(6, 1, keep)]
     assert live(cli, 1) == []
     assert state_files(cli) == [record_path(cli, keep).name]
-    assert sorted(tree(cli.cdi_dir)) == [spec_path(cli, keep).name]
+    assert sorted(entries(cli.cdi_dir)) == [spec_path(cli, keep).name]
     assert not spec_path(cli, half).exists()
     assert ext(cli, keep)["state"] == "Idle"
     # The slots are free again for fresh allocations.
@@ -797,7 +480,7 @@ def test_crashed_allocations_are_rolled_back(cli: Cli) -> None:
 
 @pytest.mark.slow
 def test_allocations_crashed_before_clearing_their_intents_are_finished(
-    cli: Cli, pods_file: Callable[..., str]
+    cli: Cli, pods_file: PodsFile
 ) -> None:
     fault(cli, "intent.remove", action="crash-before")
     crash_allocate(cli, "ns/held", "0", "1g.10gb", "1")
@@ -849,14 +532,14 @@ def test_crashed_reclaims_are_finished(cli: Cli) -> None:
     assert live(cli, 0) == [(0, 1, keep)]
     assert live(cli, 1) == []
     assert state_files(cli) == [record_path(cli, keep).name]
-    assert sorted(tree(cli.cdi_dir)) == [spec_path(cli, keep).name]
+    assert sorted(entries(cli.cdi_dir)) == [spec_path(cli, keep).name]
 
 
 # ---------------------------------------------------------------------------------------------
 # Records whose instance is gone
 
 
-def test_records_of_a_reset_gpu_are_dropped(cli: Cli, pods_file: Callable[..., str]) -> None:
+def test_records_of_a_reset_gpu_are_dropped(cli: Cli, pods_file: PodsFile) -> None:
     active = allocated(cli, "ns/gone", "1g.10gb", "0")
     was_idle = idle(cli, "ns/old", "2g.20gb", "2")
     other = idle(cli, "ns/other", "1g.10gb", "0", gpu="1")
@@ -869,13 +552,11 @@ def test_records_of_a_reset_gpu_are_dropped(cli: Cli, pods_file: Callable[..., s
         assert action["reason"]
     assert only_for(result, was_idle)["placement"] == {"start": 2, "size": 2}
     assert state_files(cli) == [record_path(cli, other).name]
-    assert sorted(tree(cli.cdi_dir)) == [spec_path(cli, other).name]
+    assert sorted(entries(cli.cdi_dir)) == [spec_path(cli, other).name]
     assert ok(cli.json("list", "--state", "Missing"))["instances"] == []
 
 
-def test_missing_instance_still_held_by_its_pod_exits_5(
-    cli: Cli, pods_file: Callable[..., str]
-) -> None:
+def test_missing_instance_still_held_by_its_pod_exits_5(cli: Cli, pods_file: PodsFile) -> None:
     mig = allocated(cli, "ns/p", "1g.10gb", "0")
     sim(cli, "reset", "--gpu", "0")
     frozen = Unchanged(cli)
@@ -946,7 +627,7 @@ def test_adoption_claims_pairs_and_destroys_orphan_gis_on_idle_gpus(
     if opt_in == "--adopt":
         result = ok(cli.json("recover", "--assume-no-pods", "--adopt"))
     else:
-        result = ok(configured(cli, tmp_path, ADOPT_CONFIG).json("recover", "--assume-no-pods"))
+        result = ok(configured(cli, ADOPT_CONFIG).json("recover", "--assume-no-pods"))
     assert sorted(actions(result), key=str) == sorted(
         [
             ("adopt-idle", pair["migUUID"]),
@@ -997,7 +678,7 @@ def test_orphan_gi_kept_while_a_process_runs_on_its_gpu(cli: Cli) -> None:
 
 @pytest.mark.parametrize("pod", ["planned", "runtime-identity", "record-owner"])
 def test_orphan_gi_kept_on_a_gpu_with_a_live_pod_allocation(
-    cli: Cli, pods_file: Callable[..., str], pod: str
+    cli: Cli, pods_file: PodsFile, pod: str
 ) -> None:
     sim_create(cli, "2g.20gb", "2", no_ci=True)
     sim_create(cli, "2g.20gb", "2", gpu="1", no_ci=True)
@@ -1072,7 +753,7 @@ def busy_node(cli: Cli) -> dict[str, str]:
     return migs
 
 
-def busy_pods(cli: Cli, pods_file: Callable[..., str], migs: dict[str, str]) -> str:
+def busy_pods(cli: Cli, pods_file: PodsFile, migs: dict[str, str]) -> str:
     pair = ok(cli.json("show", migs["pod-pair"]))
     return pods_file(
         kube_pod("ns/held"),
@@ -1082,7 +763,7 @@ def busy_pods(cli: Cli, pods_file: Callable[..., str], migs: dict[str, str]) -> 
 
 
 def test_reasons_dry_run_and_a_second_run_that_finds_nothing_to_change(
-    cli: Cli, pods_file: Callable[..., str]
+    cli: Cli, pods_file: PodsFile
 ) -> None:
     migs = busy_node(cli)
     pods = busy_pods(cli, pods_file, migs)
@@ -1281,7 +962,7 @@ BAD_ANNOTATIONS: dict[str, Callable[[dict[str, Any]], str]] = {
 
 
 def test_malformed_annotation_stops_recovery_adoption_and_reconcile(
-    cli: Cli, pods_file: Callable[..., str]
+    cli: Cli, pods_file: PodsFile
 ) -> None:
     inst = sim_create(cli, "1g.10gb", "2")
     gone = allocated(cli, "ns/gone", "1g.10gb", "0")  # would become Idle / released
@@ -1299,9 +980,7 @@ def test_malformed_annotation_stops_recovery_adoption_and_reconcile(
     assert ext(cli, gone)["state"] == "Active"
 
 
-def test_one_page_of_a_paginated_list_stops_recovery(
-    cli: Cli, pods_file: Callable[..., str]
-) -> None:
+def test_one_page_of_a_paginated_list_stops_recovery(cli: Cli, pods_file: PodsFile) -> None:
     allocated(cli, "ns/gone", "1g.10gb", "0")
     frozen = Unchanged(cli)
     pods = pods_file(kube_pod("ns/a"), kind="PodList", more=True)
@@ -1315,9 +994,7 @@ def test_one_page_of_a_paginated_list_stops_recovery(
 # reconcile with pods
 
 
-def test_reconcile_releases_instances_whose_pods_are_gone(
-    cli: Cli, pods_file: Callable[..., str]
-) -> None:
+def test_reconcile_releases_instances_whose_pods_are_gone(cli: Cli, pods_file: PodsFile) -> None:
     runs = allocated(cli, "ns/runs", "1g.10gb", "0")
     done = allocated(cli, "ns/done", "1g.10gb", "1")
     gone = allocated(cli, "ns/gone", "1g.10gb", "2")
@@ -1356,7 +1033,7 @@ def test_reconcile_releases_instances_whose_pods_are_gone(
 
 
 def test_reconcile_retries_queue_and_error_but_not_with_a_malformed_annotation(
-    cli: Cli, pods_file: Callable[..., str]
+    cli: Cli, pods_file: PodsFile
 ) -> None:
     gone = allocated(cli, "ns/gone", "1g.10gb", "0")
     err = idle(cli, "ns/err", "1g.10gb", "2")
@@ -1419,7 +1096,7 @@ def test_adopt_claims_unmarked_pairs_and_leaves_orphan_gis(cli: Cli) -> None:
     assert (again["instance"]["migUUID"], again["reused"]) == (pair1["migUUID"], True)
 
 
-def test_adopt_leaves_instances_with_records_alone(cli: Cli, pods_file: Callable[..., str]) -> None:
+def test_adopt_leaves_instances_with_records_alone(cli: Cli, pods_file: PodsFile) -> None:
     active = allocated(cli, "ns/p", "1g.10gb", "0")
     held = allocated(cli, "ns/gone", "1g.10gb", "1")
     err = idle(cli, "ns/err", "1g.10gb", "3")
@@ -1471,11 +1148,11 @@ def test_adopt_leaves_a_crashed_allocations_instance_to_recover(cli: Cli) -> Non
 
 
 def test_adopt_makes_a_pod_referenced_pair_active(
-    cli: Cli, pods_file: Callable[..., str], tmp_path: Path
+    cli: Cli, pods_file: PodsFile, tmp_path: Path
 ) -> None:
     held = sim_create(cli, "1g.10gb", "2")
     free = sim_create(cli, "1g.10gb", "3")
-    node = configured(cli, tmp_path, ADOPT_CONFIG)
+    node = configured(cli, ADOPT_CONFIG)
     data = ok(node.json("adopt", "--pods", pods_file(kube_pod("ns/p", [entry(held)]))))
     assert sorted(actions(data)) == sorted(
         [("adopt-active", held["migUUID"]), ("adopt-idle", free["migUUID"])]

@@ -62,6 +62,12 @@ class Cli:
         return self(*args, output="json")
 
 
+ADOPT_CONFIG = "devices:\n  nvidia:\n    adoptExistingMIGInstances: true\n"
+"""A config that lets `recover --adopt` and `adopt` take instances hamimig did not make."""
+LEGACY_CONFIG = "cdi:\n  enabled: false\n"
+"""A config without CDI: hamimig writes no specs (legacy mode)."""
+
+
 def configured(cli: Cli, text: str) -> Cli:
     """The same node with a config file of our own, written next to its state directory."""
     path = cli.state_dir.parent / "config.yaml"
@@ -160,3 +166,10 @@ def sim_create(
     args = ["create", "--gpu", gpu, "--profile", profile, "--placement", placement]
     inst: dict[str, Any] = sim(cli, *args, *(["--no-ci"] if no_ci else []))["instance"]
     return inst
+
+
+def fail_destroys(cli: Cli) -> None:
+    """Every CI destroy fails with IN_USE until `sim fault clear`: a process that started
+    after hamimig found the instance idle (busy instances are never destroyed at all)."""
+    fail = ("--op", "nvmlComputeInstanceDestroy", "--error", "IN_USE", "--times", "1000")
+    sim(cli, "fault", "add", *fail)

@@ -42,6 +42,25 @@ def ext(cli: Cli, mig: str) -> dict[str, Any]:
     return found
 
 
+def hami_record(cli: Cli, inst: dict[str, Any]) -> Path:
+    """Write the ownership record of `inst` (an Instance object) exactly as HAMi writes it: no
+    "hamimig" key, compact JSON, mode 0600 in a 0750 state directory."""
+    doc = {
+        "version": 1,
+        "migUUID": inst["migUUID"],
+        "parentGPUUUID": inst["gpuUUID"],
+        "profile": inst["profile"],
+        "placement": inst["placement"],
+        "gpuInstanceID": inst["gpuInstanceID"],
+        "computeInstanceID": inst["computeInstanceID"],
+    }
+    cli.state_dir.mkdir(mode=0o750, exist_ok=True)
+    path = record_path(cli, inst["migUUID"])
+    path.write_text(json.dumps(doc, separators=(",", ":")))
+    path.chmod(0o600)
+    return path
+
+
 def state_files(cli: Cli) -> list[str]:
     """Names of the records and intents in the state directory (bookkeeping such as the metrics
     counters and the removal queue aside)."""
