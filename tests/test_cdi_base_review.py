@@ -20,11 +20,10 @@ import yaml
 
 from hamimig.store.cdi import validate_spec
 from hamimig.store.cdi_base import AUTO, CTK_KIND, PLUGIN_KIND, find_base, read_spec_file
-from tests.support.cli import Cli
+from tests.support.cdi import base_dir, base_file, load_base, spec_of
+from tests.support.cli import Cli, allocate, allocated
 from tests.support.node import sim_state
-from tests.test_cdi_compose import allocate, base_dir, base_file, load_base, spec_of
-
-CREATE_GI = "nvmlDeviceCreateGpuInstanceWithPlacement"
+from tests.support.nvml import CREATE_GI
 
 
 def creates(cli: Cli) -> int:
@@ -33,7 +32,7 @@ def creates(cli: Cli) -> int:
 
 
 def test_an_unquoted_date_in_the_base_is_a_string_as_for_runtimes(cli: Cli) -> None:
-    mig = allocate(cli, "ns/p")["instance"]["migUUID"]
+    mig = allocated(cli, "ns/p", "1g.10gb")
     text = base_file(cli).read_text()
     assert "update-ldcache" in text
     base_file(cli).write_text(
@@ -44,7 +43,7 @@ def test_an_unquoted_date_in_the_base_is_a_string_as_for_runtimes(cli: Cli) -> N
         assert ran.exit_code in (0, 5), (args, ran.stdout)
         assert "internal error" not in ran.stdout
     assert "2024-01-01" in json.dumps(spec_of(cli, mig))
-    assert allocate(cli, "ns/q", placement="3")["created"] is True
+    assert allocate(cli, "ns/q", "1g.10gb", "3")["created"] is True
 
 
 def _alias_bomb() -> str:
@@ -162,12 +161,12 @@ def test_the_plugins_mig_only_spec_falls_back_to_the_complete_one(cli: Cli) -> N
         ],
     }
     (base_dir(cli) / "k8s.device-plugin.nvidia.com-gpu.json").write_text(json.dumps(mig_only))
-    inst = allocate(cli, "ns/p", gpu="1")["instance"]
+    inst = allocate(cli, "ns/p", "1g.10gb", gpu="1")["instance"]
     assert "libcuda" in json.dumps(spec_of(cli, inst["migUUID"]))
 
 
 def test_without_a_base_doctor_still_runs_recovers_checks(cli: Cli) -> None:
-    allocate(cli, "ns/p")
+    allocate(cli, "ns/p", "1g.10gb")
     shutil.rmtree(base_dir(cli))
     assert cli.json("recover", "--assume-no-pods", "--dry-run").exit_code == 0
     checks = {c["name"]: c for c in cli.json("doctor").json()["checks"]}

@@ -26,24 +26,22 @@ from hamimig.engine.node import Node
 from hamimig.errors import HamimigError
 from hamimig.hw.devnodes import access_mode, caps_major, parse_char_majors
 from hamimig.store.cdi import validate_spec
-from tests.support.cli import Cli
+from tests.support.cdi import (
+    base_dir,
+    base_file,
+    cap_minors,
+    load_base,
+    qualified,
+    spec_of,
+    spec_path,
+)
+from tests.support.cli import Cli, allocate, allocated
 from tests.support.node import sim_state
-from tests.test_lifecycle_cli import cap_minors, sha, spec_file
-from tests.test_store_cdi import find_cdi_check
 
 DATA = Path(__file__).parent / "data"
 PATHS_ONLY = DATA / "cdi" / "nvidia-paths-only.yaml"
-KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
 DRIVER = "550.127.05"
 NO_BASE = "no NVIDIA CDI spec on this node to take driver edits from"
-
-
-@pytest.fixture
-def cdi_check() -> Path:
-    tool = find_cdi_check()
-    if tool is None:
-        pytest.skip("cdi-check not found ($HAMIMIG_CDI_CHECK or .tools/cdi-check)")
-    return tool
 
 
 def check(tool: Path, *dirs: Path, inject: bool = False) -> tuple[int, dict[str, Any]]:
@@ -53,34 +51,8 @@ def check(tool: Path, *dirs: Path, inject: bool = False) -> tuple[int, dict[str,
     return ran.returncode, report
 
 
-def base_dir(cli: Cli) -> Path:
-    return Path(cli.json("sim", "show").json()["cdiBaseDir"])
-
-
-def base_file(cli: Cli) -> Path:
-    return base_dir(cli) / "nvidia.yaml"
-
-
-def load_base(cli: Cli) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(base_file(cli).read_text())
-    return data
-
-
 def configure(cli: Cli, text: str) -> None:
     (cli.state_dir.parent / "absent-config.yaml").write_text(text)
-
-
-def allocate(cli: Cli, pod: str, gpu: str = "0", placement: str | None = None) -> dict[str, Any]:
-    args = ["allocate", "--pod", pod, "--gpu", gpu, "--profile", "1g.10gb"]
-    ran = cli.json(*args, *(["--placement", placement] if placement else []))
-    assert ran.exit_code == 0, ran.stderr
-    data: dict[str, Any] = ran.json()
-    return data
-
-
-def spec_of(cli: Cli, mig: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(spec_file(cli, mig).read_text())
-    return data
 
 
 def actions(data: dict[str, Any], name: str) -> list[str | None]:
@@ -128,7 +100,7 @@ def test_sim_init_writes_the_nodes_nvidia_spec_proc_devices_and_capabilities(
     assert (code, report["errors"]) == (0, [])
     assert len(report["injected"]) == len(names)
     # The driver publishes a capability's access file when its GI or CI is created.
-    mig = allocate(cli, "ns/p")["instance"]
+    mig = allocate(cli, "ns/p", "1g.10gb")["instance"]
     gi = mig["gpuInstanceID"]
     access = Path(shown["capabilitiesDir"]) / "gpu0" / "mig" / f"gi{gi}" / "access"
     assert "DeviceFileMode: 292" in access.read_text()
@@ -142,13 +114,13 @@ def test_sim_init_writes_the_nodes_nvidia_spec_proc_devices_and_capabilities(
 def test_an_instance_injects_the_driver_and_exactly_its_own_devices(
     cli: Cli, cdi_check: Path
 ) -> None:
-    first = allocate(cli, "ns/a", "0")["instance"]
-    second = allocate(cli, "ns/b", "1")["instance"]
+    first = allocate(cli, "ns/a", "1g.10gb", gpu="0")["instance"]
+    second = allocate(cli, "ns/b", "1g.10gb", gpu="1")["instance"]
     caps = cap_minors(cli)
     code, report = check(cdi_check, cli.cdi_dir, inject=True)
     assert (code, report["errors"]) == (0, [])
     for inst, gpu, other in ((first, 0, 1), (second, 1, 0)):
-        got = report["injected"][f"{KIND}=mig-{sha(inst['migUUID'])}"]
+        got = report["injected"][qualified(inst["migUUID"])]
         nodes = {n.split()[0]: n for n in got["deviceNodes"]}
         gi, ci = inst["gpuInstanceID"], inst["computeInstanceID"]
         own = {
@@ -171,7 +143,7 @@ def test_an_instance_injects_the_driver_and_exactly_its_own_devices(
 def test_a_paths_only_base_is_copied_as_it_is(cli: Cli, cdi_check: Path) -> None:
     """Real nvidia-ctk output often lists nodes by path alone: never required, never invented."""
     configure(cli, f"cdi:\n  baseSpec: {PATHS_ONLY}\n")
-    inst = allocate(cli, "ns/p", "0")["instance"]
+    inst = allocate(cli, "ns/p", "1g.10gb", gpu="0")["instance"]
     spec = spec_of(cli, inst["migUUID"])
     base = yaml.safe_load(PATHS_ONLY.read_text())
     # The base sets NVIDIA_VISIBLE_DEVICES=void itself, so it stays.
@@ -186,7 +158,7 @@ def test_a_paths_only_base_is_copied_as_it_is(cli: Cli, cdi_check: Path) -> None
     for directory in (PATHS_ONLY.parent, cli.cdi_dir):
         code, report = check(cdi_check, directory)
         assert (code, report["errors"]) == (0, []), report
-    assert check(cdi_check, cli.cdi_dir)[1]["devices"] == [f"{KIND}=mig-{sha(inst['migUUID'])}"]
+    assert check(cdi_check, cli.cdi_dir)[1]["devices"] == [qualified(inst["migUUID"])]
 
 
 def test_the_device_plugins_kind_is_preferred_and_identical_copies_agree(cli: Cli) -> None:
@@ -196,7 +168,7 @@ def test_the_device_plugins_kind_is_preferred_and_identical_copies_agree(cli: Cl
     plugin["containerEdits"]["env"] = ["FROM_PLUGIN=1"]
     (base_dir(cli) / "k8s.device-plugin.nvidia.com-gpu.json").write_text(json.dumps(plugin))
     (base_dir(cli) / "copy.json").write_text(json.dumps(plugin))  # the same content: agrees
-    inst = allocate(cli, "ns/p")["instance"]
+    inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
     assert spec_of(cli, inst["migUUID"])["containerEdits"]["env"] == ["FROM_PLUGIN=1"]
 
 
@@ -238,10 +210,10 @@ def test_no_base_refuses_a_new_spec_before_any_hardware_call(cli: Cli, how: str)
 
 
 def test_no_base_keeps_existing_specs_and_warns(cli: Cli) -> None:
-    kept = allocate(cli, "ns/a")["instance"]["migUUID"]
-    other = allocate(cli, "ns/b")["instance"]["migUUID"]
+    kept = allocated(cli, "ns/a", "1g.10gb")
+    other = allocated(cli, "ns/b", "1g.10gb")
     assert cli("release", "--pod", "ns/a").exit_code == 0
-    before = spec_file(cli, kept).read_bytes()
+    before = spec_path(cli, kept).read_bytes()
     shutil.rmtree(base_dir(cli))
 
     reused = cli.json("allocate", "--pod", "ns/c", "--gpu", "0", "--profile", "1g.10gb")
@@ -249,8 +221,8 @@ def test_no_base_keeps_existing_specs_and_warns(cli: Cli) -> None:
     data = reused.json()
     assert (data["reused"], data["instance"]["migUUID"]) == (True, kept)
     [warning] = data["warnings"]
-    assert warning["file"] == str(spec_file(cli, kept)) and NO_BASE in warning["reason"]
-    assert spec_file(cli, kept).read_bytes() == before
+    assert warning["file"] == str(spec_path(cli, kept)) and NO_BASE in warning["reason"]
+    assert spec_path(cli, kept).read_bytes() == before
 
     for command in (("recover", "--assume-no-pods"), ("reconcile",)):
         ran = cli.json(*command)
@@ -258,22 +230,22 @@ def test_no_base_keeps_existing_specs_and_warns(cli: Cli) -> None:
         report = ran.json()
         assert actions(report, "repair-cdi") == []
         assert {w["file"] for w in report["warnings"]} == {
-            str(spec_file(cli, kept)),
-            str(spec_file(cli, other)),
+            str(spec_path(cli, kept)),
+            str(spec_path(cli, other)),
         }
-    assert spec_file(cli, kept).read_bytes() == before
+    assert spec_path(cli, kept).read_bytes() == before
 
     # recover --assume-no-pods left both Idle. An Idle instance without a spec is never handed
     # out specless: with neither spec there, a new instance is needed, and refused.
     for mig in (kept, other):
-        spec_file(cli, mig).unlink()
+        spec_path(cli, mig).unlink()
     ran = cli("allocate", "--pod", "ns/d", "--gpu", "0", "--profile", "1g.10gb")
     assert ran.exit_code == 2 and NO_BASE in ran.stderr
     # recover cannot write them either, and says so without failing the init container.
     ran = cli.json("recover", "--assume-no-pods")
     assert ran.exit_code == 0
     warnings = {w["file"]: w["reason"] for w in ran.json()["warnings"]}
-    assert set(warnings) == {str(spec_file(cli, kept)), str(spec_file(cli, other))}
+    assert set(warnings) == {str(spec_path(cli, kept)), str(spec_path(cli, other))}
     assert all("missing" in r and NO_BASE in r for r in warnings.values())
 
 
@@ -308,14 +280,14 @@ def test_a_base_without_the_gpu_is_refused_before_the_gpu_is_changed(cli: Cli) -
     assert ran.exit_code == 2
     assert str(base_file(cli)) in ran.stderr and "GPU minor 1" in ran.stderr
     assert sim_state(cli.sim)["gpus"][1]["gpuInstances"] == []
-    assert allocate(cli, "ns/q", "0")["created"] is True  # GPU 0 is described
+    assert allocate(cli, "ns/q", "1g.10gb", gpu="0")["created"] is True  # GPU 0 is described
     [check_] = [c for c in cli.json("doctor").json()["checks"] if c["name"] == "cdi-base"]
     assert check_["status"] == "fail" and "GPU 1" in check_["message"]
 
 
 def test_base_spec_none_keeps_the_device_nodes_only_spec_and_doctor_warns(cli: Cli) -> None:
     configure(cli, "cdi:\n  baseSpec: none\n")
-    inst = allocate(cli, "ns/p")["instance"]
+    inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
     spec = spec_of(cli, inst["migUUID"])
     assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     assert all(set(n) == {"path"} for n in spec["devices"][0]["containerEdits"]["deviceNodes"])
@@ -334,7 +306,7 @@ def test_the_environment_overrides_the_base_setting(cli: Cli, monkeypatch: Any) 
         "value": str(PATHS_ONLY),
         "source": "env HAMIMIG_CDI_BASE_SPEC",
     }
-    inst = allocate(cli, "ns/p")["instance"]
+    inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
     assert spec_of(cli, inst["migUUID"])["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     monkeypatch.setenv("HAMIMIG_CDI_BASE_SPEC", "relative/nvidia.yaml")
     ran = cli("list")
@@ -357,7 +329,7 @@ def test_a_real_node_looks_in_the_runtimes_directories(tmp_path: Path) -> None:
 
 def test_annotations_sit_on_the_device_and_pass_the_rules_and_the_schema(cli: Cli) -> None:
     configure(cli, "cdi:\n  annotations: true\n")
-    inst = allocate(cli, "ns/p", "1")["instance"]
+    inst = allocate(cli, "ns/p", "1g.10gb", gpu="1")["instance"]
     spec = spec_of(cli, inst["migUUID"])
     gpu1 = sim_state(cli.sim)["gpus"][1]
     assert "annotations" not in spec
@@ -394,9 +366,9 @@ def hami_annotated(cli: Cli, inst: dict[str, Any], mig_uuid: str | None = None) 
 
 
 def test_a_hami_annotated_spec_for_the_same_device_is_consistent(cli: Cli) -> None:
-    inst = allocate(cli, "ns/p")["instance"]
+    inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
     assert cli("release", "--pod", "ns/p").exit_code == 0
-    path = spec_file(cli, inst["migUUID"])
+    path = spec_path(cli, inst["migUUID"])
     hami = hami_annotated(cli, inst)
     assert validate_spec(json.loads(hami)) == []
     assert list(schema_validator().iter_errors(json.loads(hami))) == []
@@ -406,13 +378,13 @@ def test_a_hami_annotated_spec_for_the_same_device_is_consistent(cli: Cli) -> No
         assert ran.exit_code == 0 and actions(ran.json(), "repair-cdi") == []
     [check_] = [c for c in cli.json("doctor").json()["checks"] if c["name"] == "cdi-specs"]
     assert check_["status"] == "ok"
-    assert allocate(cli, "ns/q")["reused"] is True
+    assert allocate(cli, "ns/q", "1g.10gb")["reused"] is True
     assert path.read_bytes() == hami  # never rewritten: the two do not fight
 
 
 def test_annotations_for_another_device_are_not_consistent(cli: Cli) -> None:
-    inst = allocate(cli, "ns/p")["instance"]
-    path = spec_file(cli, inst["migUUID"])
+    inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
+    path = spec_path(cli, inst["migUUID"])
     path.write_bytes(hami_annotated(cli, inst, mig_uuid="MIG-00000000-0000-4000-8000-000000000000"))
     ran = cli.json("reconcile")
     assert actions(ran.json(), "repair-cdi") == [inst["migUUID"]]
@@ -421,12 +393,12 @@ def test_annotations_for_another_device_are_not_consistent(cli: Cli) -> None:
 
 def test_recover_removes_an_annotated_spec_nothing_accounts_for(cli: Cli) -> None:
     configure(cli, "cdi:\n  annotations: true\n")
-    inst = allocate(cli, "ns/p")["instance"]
-    stray = cli.cdi_dir / spec_file(cli, "MIG-0badc0de-0000-4000-8000-000000000002").name
-    stray.write_bytes(spec_file(cli, inst["migUUID"]).read_bytes())
+    inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
+    stray = cli.cdi_dir / spec_path(cli, "MIG-0badc0de-0000-4000-8000-000000000002").name
+    stray.write_bytes(spec_path(cli, inst["migUUID"]).read_bytes())
     data = cli.json("recover", "--assume-no-pods").json()
     assert actions(data, "remove-orphan-cdi") == [None]
-    assert not stray.exists() and spec_file(cli, inst["migUUID"]).exists()
+    assert not stray.exists() and spec_path(cli, inst["migUUID"]).exists()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,8 +406,8 @@ def test_recover_removes_an_annotated_spec_nothing_accounts_for(cli: Cli) -> Non
 
 
 def test_a_driver_upgrade_is_followed_by_reconcile_and_by_reuse(cli: Cli) -> None:
-    active = allocate(cli, "ns/a")["instance"]["migUUID"]
-    idle = allocate(cli, "ns/b")["instance"]["migUUID"]
+    active = allocated(cli, "ns/a", "1g.10gb")
+    idle = allocated(cli, "ns/b", "1g.10gb")
     assert cli("release", "--pod", "ns/b").exit_code == 0
     upgrade_driver(cli, "560.35.03")
     checks = {c["name"]: c for c in cli.json("doctor").json()["checks"]}
@@ -443,23 +415,23 @@ def test_a_driver_upgrade_is_followed_by_reconcile_and_by_reuse(cli: Cli) -> Non
 
     dry = cli.json("reconcile", "--dry-run").json()
     assert sorted(actions(dry, "repair-cdi")) == sorted([active, idle])
-    assert "560.35.03" not in spec_file(cli, active).read_text()
+    assert "560.35.03" not in spec_path(cli, active).read_text()
     ran = cli.json("reconcile")
     assert ran.exit_code == 0
     assert sorted(actions(ran.json(), "repair-cdi")) == sorted([active, idle])
     for mig in (active, idle):
-        text = spec_file(cli, mig).read_text()
+        text = spec_path(cli, mig).read_text()
         assert "libcuda.so.560.35.03" in text and DRIVER not in text
     assert actions(cli.json("reconcile").json(), "repair-cdi") == []  # now consistent
 
     upgrade_driver(cli, "570.86.10")
-    data = allocate(cli, "ns/c")
+    data = allocate(cli, "ns/c", "1g.10gb")
     assert (data["reused"], data["instance"]["migUUID"]) == (True, idle)
-    assert "libnvidia-ml.so.570.86.10" in spec_file(cli, idle).read_text()
-    assert "570.86.10" not in spec_file(cli, active).read_text()  # reuse touches its own only
+    assert "libnvidia-ml.so.570.86.10" in spec_path(cli, idle).read_text()
+    assert "570.86.10" not in spec_path(cli, active).read_text()  # reuse touches its own only
     ran = cli.json("recover", "--assume-no-pods")
     assert actions(ran.json(), "repair-cdi") == [active]
-    assert "570.86.10" in spec_file(cli, active).read_text()
+    assert "570.86.10" in spec_path(cli, active).read_text()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,9 +454,9 @@ def test_proc_devices_and_access_files_are_read_as_the_driver_writes_them(tmp_pa
 
 
 def test_without_the_nvidia_caps_major_no_spec_is_composed(cli: Cli) -> None:
-    kept = allocate(cli, "ns/old")["instance"]["migUUID"]
+    kept = allocated(cli, "ns/old", "1g.10gb")
     assert cli.json("release", "--mig-uuid", kept).exit_code == 0
-    spec = spec_file(cli, kept).read_bytes()
+    spec = spec_path(cli, kept).read_bytes()
     proc = Path(cli.json("sim", "show").json()["procDevices"])
     proc.write_text("Character devices:\n195 nvidia-frontend\n")
     # A new instance: refused before any GI is created (no create-and-destroy churn).
@@ -498,7 +470,7 @@ def test_without_the_nvidia_caps_major_no_spec_is_composed(cli: Cli) -> None:
     assert reused.exit_code == 0 and reused.json()["reused"] is True
     assert "nvidia-caps" in json.dumps(reused.json().get("warnings", []))
     assert cli.json("recover", "--assume-no-pods").exit_code == 0
-    assert spec_file(cli, kept).read_bytes() == spec
+    assert spec_path(cli, kept).read_bytes() == spec
 
 
 @pytest.mark.parametrize("value", ["", "relative.yaml", 3, "None"])
@@ -518,7 +490,7 @@ def test_a_configured_base_path_that_is_absent_is_named(cli: Cli, tmp_path: Path
 def test_legacy_mode_writes_no_spec_and_needs_no_base(cli: Cli) -> None:
     configure(cli, "cdi:\n  enabled: false\n")
     shutil.rmtree(base_dir(cli))
-    inst = allocate(cli, "ns/p")["instance"]
+    inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
     assert inst["cdiDevice"] is None
     assert not cli.cdi_dir.exists() or not any(cli.cdi_dir.iterdir())
     assert cli("reconcile").exit_code == 0

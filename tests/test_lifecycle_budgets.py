@@ -1,4 +1,4 @@
-"""NVML call budgets of one `hamimig allocate` (issue 3 "Performance").
+"""NVML call budgets of one `hamimig allocate` (README "Performance").
 
 Counted by the simulated node (`calls`: one count per pynvml function since `sim init`), with
 nvmlInit and nvmlShutdown left out, around exactly one CLI allocate:
@@ -14,19 +14,17 @@ nvmlInit and nvmlShutdown left out, around exactly one CLI allocate:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hamimig.reports.simulator import sim_init
-from tests.support.cli import Cli
-from tests.support.node import sim_state
+from tests.support.cli import Cli, allocate
+from tests.support.nvml import CREATE_CI, CREATE_GI, call_diff, calls, mutating
 
 REUSE_BUDGET = 11
 CREATE_BUDGET = 80  # strictly under
-IGNORED = ("nvmlInit", "nvmlShutdown")
 LAYOUT_SCAN = ("nvmlDeviceGetGpuInstances", "nvmlDeviceGetMigDeviceHandleByIndex")
 
 
@@ -36,42 +34,18 @@ def node(tmp_path: Path, gpus: int, model: str = "H100-SXM5-80GB") -> Cli:
     return Cli(sim, tmp_path / f"state{gpus}", tmp_path / f"cdi{gpus}")
 
 
-def calls(cli: Cli) -> dict[str, int]:
-    counted: dict[str, int] = sim_state(cli.sim)["calls"]
-    return dict(counted)
-
-
-def allocate(cli: Cli, pod: str, placement: str, gpu: str = "0") -> dict[str, Any]:
-    ran = cli.json(
-        "allocate", "--pod", pod, "--gpu", gpu, "--profile", "1g.10gb", "--placement", placement
-    )
-    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
-    data: dict[str, Any] = json.loads(ran.stdout)
-    return data
-
-
 def measured(cli: Cli, pod: str, placement: str, gpu: str = "0") -> tuple[dict[str, Any], Any]:
     """One allocate and the NVML calls it made, by function (init/shutdown left out)."""
     before = calls(cli)
-    data = allocate(cli, pod, placement, gpu)
-    after = calls(cli)
-    diff = {
-        name: after[name] - before.get(name, 0)
-        for name in after
-        if name not in IGNORED and after[name] != before.get(name, 0)
-    }
-    return data, diff
-
-
-def mutating(diff: dict[str, int]) -> dict[str, int]:
-    return {n: c for n, c in diff.items() if "Create" in n or "Destroy" in n}
+    data = allocate(cli, pod, "1g.10gb", placement, gpu)
+    return data, call_diff(before, calls(cli))
 
 
 def create_then_reuse(cli: Cli, gpu: str = "0") -> tuple[dict[str, int], dict[str, int]]:
     """Calls of two allocates on a GPU holding six 1g.10gb (0..5) allocated to other pods:
     a create of a 1g.10gb at 6, then, after its pod released it, its reuse by another pod."""
     for start in range(6):
-        allocate(cli, f"ns/other{start}", str(start), gpu)
+        allocate(cli, f"ns/other{start}", "1g.10gb", str(start), gpu)
     data, create = measured(cli, "ns/first", "6", gpu)
     assert (data["created"], data["reused"], data["reclaimed"]) == (True, False, [])
     assert data["instance"]["placement"] == {"start": 6, "size": 1}
@@ -115,10 +89,7 @@ def test_reuse_counts_do_not_grow_with_the_number_of_gpus(counted: Counted) -> N
 
 @pytest.mark.parametrize("where", WHERE)
 def test_create_makes_exactly_one_gi_and_one_ci(counted: Counted, where: str) -> None:
-    assert mutating(counted[where][0]) == {
-        "nvmlDeviceCreateGpuInstanceWithPlacement": 1,
-        "nvmlGpuInstanceCreateComputeInstance": 1,
-    }
+    assert mutating(counted[where][0]) == {CREATE_GI: 1, CREATE_CI: 1}
 
 
 @pytest.mark.parametrize("where", WHERE)

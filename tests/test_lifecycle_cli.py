@@ -1,8 +1,8 @@
-"""The lifecycle through the CLI on the simulated node (issue 3 "Engine" and the seed's failure
-rules): allocate, idempotency, release, exact reuse, placement pressure, placement choice, Error
-instances, rollback of failed allocations, the CDI removal queue, reclaim, fail-closed NVML
-errors, unreadable records, the node lock, the config, `list`/`show`, and the reference CDI
-library loading every spec `allocate` writes.
+"""The lifecycle through the CLI on the simulated node (README "The lifecycle"), and what each
+command does when something fails: allocate, idempotency, release, exact reuse, placement
+pressure, placement choice, Error instances, rollback of failed allocations, the CDI removal
+queue, reclaim, fail-closed NVML errors, unreadable records, the node lock, the config,
+`list`/`show`, and the reference CDI library loading every spec `allocate` writes.
 
 Every check goes through `hamimig` itself (in-process CliRunner, or a real subprocess where a
 simulated crash must end the process) and then looks at what a script or HAMi would see: the
@@ -12,146 +12,54 @@ GI/CI layout and NVML call counts.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from hamimig.reports.simulator import sim_init
 from hamimig.sim.models import MODELS
 from hamimig.store.lock import NodeLock
-from tests.support.cli import Cli, Ran, run_hamimig
-from tests.support.node import sim_state
-from tests.test_store_cdi import find_cdi_check
+from tests.support.cdi import KIND, cap_minors, load_base, qualified, spec_path
+from tests.support.cli import (
+    LEGACY_CONFIG,
+    Cli,
+    Ran,
+    alloc,
+    allocated,
+    configured,
+    fail_destroys,
+    fault,
+    idle,
+    instances,
+    ok,
+    run_hamimig,
+    sim,
+    sim_create,
+    state_of,
+)
+from tests.support.files import lifecycle_files
+from tests.support.node import gpus, live
+from tests.support.nvml import call_diff, calls, mutating
+from tests.support.records import intent_files, record, record_path, sha
 
-KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
-LOCK_NAME = "hamimig.lock"
 QUEUE_NAME = "cdi-removal-queue.json"
-IGNORED_CALLS = ("nvmlInit", "nvmlShutdown")
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def record_file(cli: Cli, mig: str) -> Path:
-    return cli.state_dir / f"hami-owned-mig-{sha(mig)}.json"
-
-
-def spec_file(cli: Cli, mig: str) -> Path:
-    return cli.cdi_dir / f"hami-dynamic-mig-mig-{sha(mig)}.json"
-
-
-def qualified(mig: str) -> str:
-    return f"{KIND}=mig-{sha(mig)}"
-
-
-def record(cli: Cli, mig: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(record_file(cli, mig).read_text())
-    return data
 
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def files(directory: Path) -> dict[str, tuple[bytes, int]]:
-    """Every file of a directory (the lock file aside) with its bytes and mode."""
-    if not directory.exists():
-        return {}
-    return {
-        p.name: (p.read_bytes(), mode(p))
-        for p in sorted(directory.iterdir())
-        # The lock and the metrics counters (test_metrics.py and the recovery tests check
-        # that refusals leave counters.json alone) are not lifecycle state.
-        if p.name not in (LOCK_NAME, "counters.json")
-    }
-
-
-def layout(cli: Cli) -> list[Any]:
-    """The simulated node's GPUs with their live GI/CI layout and busy marks."""
-    gpus: list[Any] = sim_state(cli.sim)["gpus"]
-    return gpus
-
-
-def live(cli: Cli, gpu: int = 0) -> list[tuple[int, int, str | None]]:
-    """(start, size, MIG UUID or None for a GI without CI) of every GI on one GPU."""
-    out = []
-    for gi in layout(cli)[gpu]["gpuInstances"]:
-        p = gi["placement"]
-        cis = gi["computeInstances"]
-        if not cis:
-            out.append((p["start"], p["size"], None))
-        for ci in cis:
-            out.append((p["start"], p["size"], ci["migUUID"]))
-    return sorted(out, key=lambda t: (t[0], t[2] or ""))
-
-
 def snapshot(cli: Cli) -> tuple[Any, ...]:
     """What a refused command must leave unchanged: state dir, CDI dir and hardware layout."""
-    return files(cli.state_dir), files(cli.cdi_dir), layout(cli)
-
-
-def calls(cli: Cli) -> dict[str, int]:
-    counted: dict[str, int] = sim_state(cli.sim)["calls"]
-    return dict(counted)
-
-
-def call_diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {
-        name: after[name] - before.get(name, 0)
-        for name in after
-        if name not in IGNORED_CALLS and after[name] != before.get(name, 0)
-    }
-
-
-def mutating(diff: dict[str, int]) -> dict[str, int]:
-    return {n: c for n, c in diff.items() if "Create" in n or "Destroy" in n}
-
-
-def alloc(
-    cli: Cli,
-    pod: str,
-    profile: str,
-    placement: str | None = None,
-    gpu: str = "0",
-    *extra: str,
-) -> Ran:
-    args = ["allocate", "--pod", pod, "--gpu", gpu, "--profile", profile]
-    if placement is not None:
-        args += ["--placement", placement]
-    return cli.json(*args, *extra)
-
-
-def ok(ran: Ran) -> dict[str, Any]:
-    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
-    data: dict[str, Any] = ran.json()
-    return data
-
-
-def allocated(
-    cli: Cli, pod: str, profile: str, placement: str | None = None, gpu: str = "0"
-) -> str:
-    """Allocate and return the MIG UUID."""
-    mig: str = ok(alloc(cli, pod, profile, placement, gpu))["instance"]["migUUID"]
-    return mig
-
-
-def idle(cli: Cli, pod: str, profile: str, placement: str, gpu: str = "0") -> str:
-    """An Idle instance: allocated for `pod`, then released."""
-    mig = allocated(cli, pod, profile, placement, gpu)
-    ok(cli.json("release", "--mig-uuid", mig))
-    return mig
+    return lifecycle_files(cli.state_dir), lifecycle_files(cli.cdi_dir), gpus(cli)
 
 
 def rec_state(cli: Cli, mig: str) -> str:
@@ -171,46 +79,9 @@ def idles(cli: Cli, *wanted: tuple[str, str, str]) -> list[str]:
     return migs
 
 
-def sim(cli: Cli, *args: str) -> dict[str, Any]:
-    return ok(cli.json("sim", *args))
-
-
-def fault(cli: Cli, op: str, error: str | None = None, action: str = "raise") -> None:
-    args = ["fault", "add", "--op", op, "--action", action]
-    if error is not None:
-        args += ["--error", error]
-    sim(cli, *args)
-
-
-def sim_create(cli: Cli, profile: str, placement: str, gpu: str = "0", no_ci: bool = False) -> Any:
-    args = ["create", "--gpu", gpu, "--profile", profile, "--placement", placement]
-    return sim(cli, *args, *(["--no-ci"] if no_ci else []))["instance"]["migUUID"]
-
-
-def instances(cli: Cli) -> list[dict[str, Any]]:
-    ran = cli.json("list")
-    found: list[dict[str, Any]] = ok(ran)["instances"]
-    return found
-
-
-def state_of(cli: Cli, mig: str) -> str:
-    matches = [i["state"] for i in instances(cli) if i["migUUID"] == mig]
-    assert len(matches) == 1, matches
-    found: str = matches[0]
-    return found
-
-
 def error_code(ran: Ran) -> str:
     code: str = ran.json()["error"]["code"]
     return code
-
-
-def nvidia_base(cli: Cli) -> dict[str, Any]:
-    """The simulated node's NVIDIA CDI spec (nvidia-ctk's shape), which specs are composed from."""
-    data: dict[str, Any] = yaml.safe_load(
-        cli.sim.with_name("nvidia-cdi").joinpath("nvidia.yaml").read_text()
-    )
-    return data
 
 
 def base_device(base: dict[str, Any], name: str) -> dict[str, Any]:
@@ -238,42 +109,6 @@ def cap_node(cli: Cli, minor: int, capability: str) -> dict[str, Any]:
     }
 
 
-def cap_minors(cli: Cli) -> dict[str, int]:
-    table = {}
-    for line in cli.sim.with_name("mig-minors").read_text().splitlines():
-        if line.strip():
-            key, value = line.split()
-            table[key] = int(value)
-    return table
-
-
-def intent_files(cli: Cli) -> list[str]:
-    return [n for n in files(cli.state_dir) if not n.startswith("hami-owned-")]
-
-
-class ConfigCli(Cli):
-    """The `cli` fixture's node with a config file of our own."""
-
-    def __init__(self, base: Cli, config: Path) -> None:
-        super().__init__(base.sim, base.state_dir, base.cdi_dir)
-        self.config = config
-
-    def globals(self) -> list[str]:
-        argv = super().globals()
-        argv[argv.index("--config") + 1] = str(self.config)
-        return argv
-
-
-@pytest.fixture
-def configured(cli: Cli, tmp_path: Path) -> Callable[[str], ConfigCli]:
-    def make(text: str) -> ConfigCli:
-        path = tmp_path / "config.yaml"
-        path.write_text(text)
-        return ConfigCli(cli, path)
-
-    return make
-
-
 # ---------------------------------------------------------------------------------------------
 # allocate: create
 
@@ -284,7 +119,7 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
     assert (data["created"], data["reused"], data["reclaimed"]) == (True, False, [])
     inst = data["instance"]
     mig = inst["migUUID"]
-    gpu0 = layout(cli)[0]
+    gpu0 = gpus(cli)[0]
     assert mig.startswith("MIG-")
     assert inst == {
         "migUUID": mig,
@@ -313,12 +148,12 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
     assert (gi["id"], gi["profileId"], gi["computeInstances"][0]["id"]) == (9, 19, 0)
 
     # CDI spec: name, mode, the device's and the shared edits, the minimum version.
-    spec_path = spec_file(cli, mig)
-    assert sorted(files(cli.cdi_dir)) == [spec_path.name]
-    assert mode(spec_path) == 0o644
+    spec_at = spec_path(cli, mig)
+    assert sorted(lifecycle_files(cli.cdi_dir)) == [spec_at.name]
+    assert mode(spec_at) == 0o644
     caps = cap_minors(cli)
-    spec = json.loads(spec_path.read_text())
-    base = nvidia_base(cli)
+    spec = json.loads(spec_at.read_text())
+    base = load_base(cli)
     assert spec == {
         "cdiVersion": "0.3.0",
         "kind": KIND,
@@ -339,8 +174,8 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
     }
 
     # Record: HAMi's v1 fields plus the "hamimig" key; 0600 in a 0750 directory; no intent left.
-    rec_path = record_file(cli, mig)
-    assert sorted(files(cli.state_dir)) == [rec_path.name]
+    rec_path = record_path(cli, mig)
+    assert sorted(lifecycle_files(cli.state_dir)) == [rec_path.name]
     assert mode(rec_path) == 0o600
     assert mode(cli.state_dir) == 0o750
     rec = record(cli, mig)
@@ -362,7 +197,7 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
 
 
 def test_allocate_on_second_gpu_by_uuid_uses_that_gpus_minor(cli: Cli) -> None:
-    gpu1 = layout(cli)[1]["uuid"]
+    gpu1 = gpus(cli)[1]["uuid"]
     data = ok(alloc(cli, "ns/p", "3g.40gb", "4", gpu1))
     mig = data["instance"]["migUUID"]
     assert data["instance"]["gpuIndex"] == 1
@@ -371,7 +206,7 @@ def test_allocate_on_second_gpu_by_uuid_uses_that_gpus_minor(cli: Cli) -> None:
     assert live(cli, 1) == [(4, 4, mig)]
     gi = data["instance"]["gpuInstanceID"]
     caps = cap_minors(cli)
-    nodes = json.loads(spec_file(cli, mig).read_text())["devices"][0]["containerEdits"]
+    nodes = json.loads(spec_path(cli, mig).read_text())["devices"][0]["containerEdits"]
     assert nodes["deviceNodes"] == [
         {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
         cap_node(cli, caps[f"gpu1/gi{gi}/access"], f"gpu1/mig/gi{gi}"),
@@ -438,8 +273,8 @@ def test_release_by_pod_keeps_gi_ci_and_cdi_spec(cli: Cli) -> None:
     a = allocated(cli, "ns/p", "1g.10gb", "0")
     b = ok(alloc(cli, "ns/p", "1g.10gb", "1", "0", "--container-index", "1"))["instance"]
     other = allocated(cli, "ns/q", "1g.10gb", "2")
-    hw_before = layout(cli)
-    specs_before = files(cli.cdi_dir)
+    hw_before = gpus(cli)
+    specs_before = lifecycle_files(cli.cdi_dir)
     data = ok(cli.json("release", "--pod", "ns/p"))
     assert data["kind"] == "Release"
     released = {i["migUUID"]: i for i in data["released"]}
@@ -447,8 +282,8 @@ def test_release_by_pod_keeps_gi_ci_and_cdi_spec(cli: Cli) -> None:
     for inst in released.values():
         assert inst["state"] == "Idle"
         assert inst["owner"] is None
-    assert layout(cli) == hw_before
-    assert files(cli.cdi_dir) == specs_before
+    assert gpus(cli) == hw_before
+    assert lifecycle_files(cli.cdi_dir) == specs_before
     for mig in (a, b["migUUID"]):
         ext = record(cli, mig)["hamimig"]
         assert (ext["state"], ext["owner"]) == ("Idle", None)
@@ -459,12 +294,12 @@ def test_release_by_pod_keeps_gi_ci_and_cdi_spec(cli: Cli) -> None:
 
 def test_release_by_mig_uuid(cli: Cli) -> None:
     a = allocated(cli, "ns/p", "2g.20gb", "4")
-    hw_before = layout(cli)
-    spec_before = spec_file(cli, a).read_bytes()
+    hw_before = gpus(cli)
+    spec_before = spec_path(cli, a).read_bytes()
     data = ok(cli.json("release", "--mig-uuid", a))
     assert [(i["migUUID"], i["state"]) for i in data["released"]] == [(a, "Idle")]
-    assert layout(cli) == hw_before
-    assert spec_file(cli, a).read_bytes() == spec_before
+    assert gpus(cli) == hw_before
+    assert spec_path(cli, a).read_bytes() == spec_before
     assert record(cli, a)["hamimig"]["state"] == "Idle"
 
 
@@ -490,8 +325,8 @@ def test_release_of_unknown_is_not_found(cli: Cli, args: list[str]) -> None:
 
 def test_exact_reuse_hands_out_the_same_instance_without_nvml_mutations(cli: Cli) -> None:
     a = idle(cli, "ns/old", "1g.10gb", "2")
-    spec_before = spec_file(cli, a).read_bytes()
-    hw_before = layout(cli)
+    spec_before = spec_path(cli, a).read_bytes()
+    hw_before = gpus(cli)
     counted = calls(cli)
     data = ok(alloc(cli, "ns/new", "1g.10gb", "2:1"))
     diff = call_diff(counted, calls(cli))
@@ -501,15 +336,15 @@ def test_exact_reuse_hands_out_the_same_instance_without_nvml_mutations(cli: Cli
     assert data["instance"]["state"] == "Active"
     assert data["instance"]["owner"]["name"] == "new"
     assert data["instance"]["cdiDevice"] == qualified(a)
-    assert layout(cli) == hw_before
-    assert spec_file(cli, a).read_bytes() == spec_before
+    assert gpus(cli) == hw_before
+    assert spec_path(cli, a).read_bytes() == spec_before
     ext = record(cli, a)["hamimig"]
     assert (ext["state"], ext["owner"]["name"]) == ("Active", "new")
 
 
 def test_reuse_by_gpu_uuid(cli: Cli) -> None:
     a = idle(cli, "ns/old", "2g.20gb", "2")
-    gpu0 = layout(cli)[0]["uuid"]
+    gpu0 = gpus(cli)[0]["uuid"]
     counted = calls(cli)
     data = ok(alloc(cli, "ns/new", "2g.20gb", "2", gpu0))
     assert (data["instance"]["migUUID"], data["reused"], data["created"]) == (a, True, False)
@@ -545,53 +380,53 @@ def test_different_profile_at_same_placement_is_not_reused(cli: Cli) -> None:
     assert data["instance"]["profile"] == "1g.10gb+me"
     assert data["reclaimed"] == [a]
     assert live(cli) == [(0, 1, new)]
-    assert not record_file(cli, a).exists()
-    assert not spec_file(cli, a).exists()
-    assert layout(cli)[0]["gpuInstances"][0]["profileId"] == 20
+    assert not record_path(cli, a).exists()
+    assert not spec_path(cli, a).exists()
+    assert gpus(cli)[0]["gpuInstances"][0]["profileId"] == 20
 
 
 @pytest.mark.parametrize("damage", ["missing", "tampered", "other-device"])
 def test_reuse_repairs_the_cdi_spec(cli: Cli, damage: str) -> None:
     a = idle(cli, "ns/old", "1g.10gb", "4")
     b = allocated(cli, "ns/other", "1g.10gb", "5")
-    expected = spec_file(cli, a).read_bytes()
-    path = spec_file(cli, a)
+    expected = spec_path(cli, a).read_bytes()
+    path = spec_path(cli, a)
     if damage == "missing":
         path.unlink()
     elif damage == "tampered":
         path.write_text('{"cdiVersion": "0.3.0", "kind": "x/y", "devices": []}\n')
         path.chmod(0o600)
     else:
-        path.write_bytes(spec_file(cli, b).read_bytes())
+        path.write_bytes(spec_path(cli, b).read_bytes())
     counted = calls(cli)
     data = ok(alloc(cli, "ns/new", "1g.10gb", "4"))
     assert (data["instance"]["migUUID"], data["reused"]) == (a, True)
     assert mutating(call_diff(counted, calls(cli))) == {}
     assert path.read_bytes() == expected
     assert mode(path) == 0o644
-    assert sorted(files(cli.cdi_dir)) == sorted([path.name, spec_file(cli, b).name])
+    assert sorted(lifecycle_files(cli.cdi_dir)) == sorted([path.name, spec_path(cli, b).name])
 
 
 def test_failed_cdi_repair_leaves_the_instance_idle(cli: Cli) -> None:
     a = idle(cli, "ns/old", "1g.10gb", "4")
-    expected = spec_file(cli, a).read_bytes()
-    spec_file(cli, a).unlink()
-    rec_before = record_file(cli, a).read_bytes()
-    hw_before = layout(cli)
+    expected = spec_path(cli, a).read_bytes()
+    spec_path(cli, a).unlink()
+    rec_before = record_path(cli, a).read_bytes()
+    hw_before = gpus(cli)
     fault(cli, "cdi.write", "EIO")
     ran = alloc(cli, "ns/new", "1g.10gb", "4")
     assert ran.exit_code == 4
     assert error_code(ran) == "hardware"
     assert "Idle" in ran.json()["error"]["message"]
-    assert record_file(cli, a).read_bytes() == rec_before
-    assert layout(cli) == hw_before
-    assert not spec_file(cli, a).exists()
-    assert files(cli.cdi_dir) == {}
+    assert record_path(cli, a).read_bytes() == rec_before
+    assert gpus(cli) == hw_before
+    assert not spec_path(cli, a).exists()
+    assert lifecycle_files(cli.cdi_dir) == {}
     assert rec_state(cli, a) == "Idle"
     # Still cached: the next request (the fault is spent) reuses it and repairs the spec.
     data = ok(alloc(cli, "ns/new", "1g.10gb", "4"))
     assert (data["instance"]["migUUID"], data["reused"]) == (a, True)
-    assert spec_file(cli, a).read_bytes() == expected
+    assert spec_path(cli, a).read_bytes() == expected
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,7 +443,7 @@ def test_placement_pressure_reclaims_only_the_blocking_idle_instances(cli: Cli) 
     )
     active6 = allocated(cli, "ns/e", "1g.10gb", "6")
     kept = {
-        m: (record_file(cli, m).read_bytes(), spec_file(cli, m).read_bytes())
+        m: (record_path(cli, m).read_bytes(), spec_path(cli, m).read_bytes())
         for m in (
             keep0,
             keep4,
@@ -622,16 +457,16 @@ def test_placement_pressure_reclaims_only_the_blocking_idle_instances(cli: Cli) 
     assert data["instance"]["placement"] == {"start": 2, "size": 2}
     assert live(cli) == [(0, 1, keep0), (2, 2, new), (4, 1, keep4), (6, 1, active6)]
     for mig in (block2, block3):
-        assert not record_file(cli, mig).exists()
-        assert not spec_file(cli, mig).exists()
+        assert not record_path(cli, mig).exists()
+        assert not spec_path(cli, mig).exists()
     for mig, (rec, spec) in kept.items():
-        assert record_file(cli, mig).read_bytes() == rec
-        assert spec_file(cli, mig).read_bytes() == spec
-    assert sorted(files(cli.cdi_dir)) == sorted(
-        spec_file(cli, m).name for m in (keep0, keep4, active6, new)
+        assert record_path(cli, mig).read_bytes() == rec
+        assert spec_path(cli, mig).read_bytes() == spec
+    assert sorted(lifecycle_files(cli.cdi_dir)) == sorted(
+        spec_path(cli, m).name for m in (keep0, keep4, active6, new)
     )
-    assert sorted(files(cli.state_dir)) == sorted(
-        record_file(cli, m).name for m in (keep0, keep4, active6, new)
+    assert sorted(lifecycle_files(cli.state_dir)) == sorted(
+        record_path(cli, m).name for m in (keep0, keep4, active6, new)
     )
 
 
@@ -714,13 +549,6 @@ def test_without_placement_refused_when_every_placement_is_held(cli: Cli) -> Non
 # Error: an instance that cannot be destroyed
 
 
-def fail_destroys(cli: Cli) -> None:
-    """Every CI destroy fails with IN_USE until `sim fault clear`: a process that started
-    after hamimig found the instance idle (busy instances are never destroyed at all)."""
-    fail = ("--op", "nvmlComputeInstanceDestroy", "--error", "IN_USE", "--times", "1000")
-    sim(cli, "fault", "add", *fail)
-
-
 def error_instance(cli: Cli, gi_only: bool = False) -> str:
     """An Idle 1g.10gb at 2 whose destruction fails: reclaim leaves it in Error (exit 4)."""
     a = idle(cli, "ns/old", "1g.10gb", "2")
@@ -736,7 +564,7 @@ def error_instance(cli: Cli, gi_only: bool = False) -> str:
 
 def test_failed_destroy_leaves_error_with_record_and_spec(cli: Cli) -> None:
     a = idle(cli, "ns/old", "1g.10gb", "2")
-    spec = spec_file(cli, a).read_bytes()
+    spec = spec_path(cli, a).read_bytes()
     fail_destroys(cli)
     ran = cli.json("reclaim", "--mig-uuid", a)
     assert ran.exit_code == 4
@@ -744,17 +572,17 @@ def test_failed_destroy_leaves_error_with_record_and_spec(cli: Cli) -> None:
     ext = record(cli, a)["hamimig"]
     assert ext["state"] == "Error"
     assert "IN_USE" in ext["error"]
-    assert spec_file(cli, a).read_bytes() == spec
+    assert spec_path(cli, a).read_bytes() == spec
     assert live(cli) == [(2, 1, a)]
     assert state_of(cli, a) == "Error"
     shown = ok(cli.json("show", a))
-    assert (shown["state"], shown["cdiSpec"]) == ("Error", str(spec_file(cli, a)))
+    assert (shown["state"], shown["cdiSpec"]) == ("Error", str(spec_path(cli, a)))
 
 
 def test_error_instance_is_not_reused_and_blocks_while_still_busy(cli: Cli) -> None:
     a = error_instance(cli)
-    spec = spec_file(cli, a).read_bytes()
-    hw_before = layout(cli)
+    spec = spec_path(cli, a).read_bytes()
+    hw_before = gpus(cli)
     counted = calls(cli)
     ran = alloc(cli, "ns/new", "1g.10gb", "2")
     assert ran.exit_code == 3
@@ -764,9 +592,9 @@ def test_error_instance_is_not_reused_and_blocks_while_still_busy(cli: Cli) -> N
     assert diff.get("nvmlComputeInstanceDestroy") == 1
     assert "nvmlDeviceCreateGpuInstanceWithPlacement" not in diff
     assert "nvmlGpuInstanceCreateComputeInstance" not in diff
-    assert layout(cli) == hw_before
+    assert gpus(cli) == hw_before
     assert record(cli, a)["hamimig"]["state"] == "Error"
-    assert spec_file(cli, a).read_bytes() == spec
+    assert spec_path(cli, a).read_bytes() == spec
     # Without --placement it is not handed out either: a fresh instance elsewhere.
     data = ok(alloc(cli, "ns/new", "1g.10gb"))
     assert data["instance"]["migUUID"] != a
@@ -782,18 +610,18 @@ def test_matching_allocate_retries_the_destroy_of_an_error_instance(cli: Cli) ->
     assert new != a
     assert (data["created"], data["reused"], data["reclaimed"]) == (True, False, [a])
     assert live(cli) == [(2, 1, new)]
-    assert not record_file(cli, a).exists()
-    assert not spec_file(cli, a).exists()
+    assert not record_path(cli, a).exists()
+    assert not spec_path(cli, a).exists()
 
 
 def test_reconcile_destroys_an_error_instance_once_it_is_free(cli: Cli) -> None:
     a = error_instance(cli)
-    gpu0 = layout(cli)[0]["uuid"]
+    gpu0 = gpus(cli)[0]["uuid"]
     still = cli.json("reconcile")
     assert still.exit_code == 4
     assert [x["action"] for x in still.json()["actions"]] == ["retry-destroy"]
     assert record(cli, a)["hamimig"]["state"] == "Error"
-    assert spec_file(cli, a).exists()
+    assert spec_path(cli, a).exists()
 
     sim(cli, "fault", "clear")
     data = ok(cli.json("reconcile"))
@@ -804,20 +632,20 @@ def test_reconcile_destroys_an_error_instance_once_it_is_free(cli: Cli) -> None:
     assert (action["migUUID"], action["gpuUUID"]) == (a, gpu0)
     assert action["placement"] == {"start": 2, "size": 1}
     assert live(cli) == []
-    assert files(cli.state_dir) == {}
-    assert files(cli.cdi_dir) == {}
+    assert lifecycle_files(cli.state_dir) == {}
+    assert lifecycle_files(cli.cdi_dir) == {}
     assert ok(cli.json("reconcile"))["actions"] == []
 
 
 def test_gi_held_by_a_client_leaves_error_and_reconcile_finishes_it(cli: Cli) -> None:
     a = error_instance(cli, gi_only=True)
-    gi_only = [gi for gi in layout(cli)[0]["gpuInstances"] if gi["placement"]["start"] == 2]
+    gi_only = [gi for gi in gpus(cli)[0]["gpuInstances"] if gi["placement"]["start"] == 2]
     assert len(gi_only) == 1
     assert gi_only[0]["computeInstances"] == []  # the CI went, the GI stayed
     ext = record(cli, a)["hamimig"]
     assert ext["state"] == "Error"
     assert "IN_USE" in ext["error"]
-    assert spec_file(cli, a).exists()
+    assert spec_path(cli, a).exists()
     assert state_of(cli, a) == "Error"
     # Not reused: a matching request retries the destroy, which still fails.
     ran = alloc(cli, "ns/new", "1g.10gb", "2")
@@ -827,9 +655,9 @@ def test_gi_held_by_a_client_leaves_error_and_reconcile_finishes_it(cli: Cli) ->
     sim(cli, "busy", "--mig-uuid", a, "--clear")
     data = ok(cli.json("reconcile"))
     assert [(x["action"], x["migUUID"]) for x in data["actions"]] == [("retry-destroy", a)]
-    assert layout(cli)[0]["gpuInstances"] == []
-    assert files(cli.state_dir) == {}
-    assert files(cli.cdi_dir) == {}
+    assert gpus(cli)[0]["gpuInstances"] == []
+    assert lifecycle_files(cli.state_dir) == {}
+    assert lifecycle_files(cli.cdi_dir) == {}
 
 
 def test_missing_idle_record_on_another_gpu_does_not_block_a_request_by_gpu_uuid(
@@ -837,7 +665,7 @@ def test_missing_idle_record_on_another_gpu_does_not_block_a_request_by_gpu_uuid
 ) -> None:
     gone = idle(cli, "ns/old", "1g.10gb", "0", gpu="1")
     sim(cli, "reset", "--gpu", "1")
-    gpu0 = layout(cli)[0]["uuid"]
+    gpu0 = gpus(cli)[0]["uuid"]
     data = ok(alloc(cli, "ns/new", "1g.10gb", "0", gpu0))
     assert data["created"] is True
     assert state_of(cli, gone) == "Missing"
@@ -865,10 +693,10 @@ def test_show_agrees_with_list_on_a_half_destroyed_error_instance(cli: Cli) -> N
 
 
 def assert_nothing_created(cli: Cli, hw_before: Any) -> None:
-    assert layout(cli) == hw_before
+    assert gpus(cli) == hw_before
     assert intent_files(cli) == []
-    assert files(cli.state_dir) == {}
-    assert files(cli.cdi_dir) == {}
+    assert lifecycle_files(cli.state_dir) == {}
+    assert lifecycle_files(cli.cdi_dir) == {}
 
 
 @pytest.mark.parametrize(
@@ -882,7 +710,7 @@ def assert_nothing_created(cli: Cli, hw_before: Any) -> None:
 def test_failed_allocation_rolls_back_everything_it_created(
     cli: Cli, op: str, error: str | None
 ) -> None:
-    hw_before = layout(cli)
+    hw_before = gpus(cli)
     fault(cli, op, error)
     counted = calls(cli)
     ran = alloc(cli, "ns/p", "2g.20gb", "2")
@@ -904,20 +732,20 @@ def test_failed_allocation_after_reclaim_keeps_other_idle_instances(cli: Cli) ->
     gone2, gone3, keep5 = idles(
         cli, ("1g.10gb", "2", "0"), ("1g.10gb", "3", "0"), ("1g.10gb", "5", "0")
     )
-    keep_files = (record_file(cli, keep5).read_bytes(), spec_file(cli, keep5).read_bytes())
+    keep_files = (record_path(cli, keep5).read_bytes(), spec_path(cli, keep5).read_bytes())
     fault(cli, "nvmlGpuInstanceCreateComputeInstance", "UNKNOWN")
     ran = alloc(cli, "ns/new", "2g.20gb", "2")
     assert ran.exit_code == 4
     # The blocking Idle instances were reclaimed before the failure (by design) ...
     for mig in (gone2, gone3):
-        assert not record_file(cli, mig).exists()
-        assert not spec_file(cli, mig).exists()
+        assert not record_path(cli, mig).exists()
+        assert not spec_path(cli, mig).exists()
     # ... the partial new instance is gone, and the other cached instance stays.
     assert live(cli) == [(5, 1, keep5)]
-    assert (record_file(cli, keep5).read_bytes(), spec_file(cli, keep5).read_bytes()) == keep_files
+    assert (record_path(cli, keep5).read_bytes(), spec_path(cli, keep5).read_bytes()) == keep_files
     assert intent_files(cli) == []
-    assert sorted(files(cli.state_dir)) == [record_file(cli, keep5).name]
-    assert sorted(files(cli.cdi_dir)) == [spec_file(cli, keep5).name]
+    assert sorted(lifecycle_files(cli.state_dir)) == [record_path(cli, keep5).name]
+    assert sorted(lifecycle_files(cli.cdi_dir)) == [spec_path(cli, keep5).name]
     assert [(i["migUUID"], i["state"]) for i in instances(cli)] == [(keep5, "Idle")]
 
 
@@ -943,18 +771,18 @@ def test_failed_cdi_removal_is_queued_and_retried_by_reconcile(cli: Cli) -> None
     assert [i["migUUID"] for i in ran.json()["reclaimed"]] == [a]
     # The hardware is gone and so is the record; the spec stays, remembered in the queue.
     assert live(cli) == [(5, 1, keep)]
-    assert not record_file(cli, a).exists()
-    assert spec_file(cli, a).exists()
+    assert not record_path(cli, a).exists()
+    assert spec_path(cli, a).exists()
     queue = json.loads((cli.state_dir / QUEUE_NAME).read_text())
     assert [r["migUUID"] for r in queue["removals"]] == [a]
     assert "Input/output error" in queue["removals"][0]["lastError"]
 
     data = ok(cli.json("reconcile"))
     assert [(x["action"], x["migUUID"]) for x in data["actions"]] == [("retry-cdi-removal", a)]
-    assert not spec_file(cli, a).exists()
+    assert not spec_path(cli, a).exists()
     queue_path = cli.state_dir / QUEUE_NAME
     assert not queue_path.exists() or json.loads(queue_path.read_text())["removals"] == []
-    assert sorted(files(cli.cdi_dir)) == [spec_file(cli, keep).name]
+    assert sorted(lifecycle_files(cli.cdi_dir)) == [spec_path(cli, keep).name]
     assert rec_state(cli, keep) == "Idle"
     assert ok(cli.json("reconcile"))["actions"] == []
 
@@ -967,11 +795,11 @@ def test_cdi_removal_failing_again_stays_queued(cli: Cli) -> None:
     ran = cli.json("reconcile")
     assert ran.exit_code == 4
     assert [x["action"] for x in ran.json()["actions"]] == ["retry-cdi-removal"]
-    assert spec_file(cli, a).exists()
+    assert spec_path(cli, a).exists()
     queue = json.loads((cli.state_dir / QUEUE_NAME).read_text())["removals"]
     assert [(r["migUUID"], r["attempts"]) for r in queue] == [(a, 2)]
     ok(cli.json("reconcile"))
-    assert not spec_file(cli, a).exists()
+    assert not spec_path(cli, a).exists()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -980,7 +808,7 @@ def test_cdi_removal_failing_again_stays_queued(cli: Cli) -> None:
 
 def test_reclaim_refuses_active_unmanaged_and_unknown(cli: Cli) -> None:
     active = allocated(cli, "ns/p", "1g.10gb", "0")
-    unmanaged = sim_create(cli, "1g.10gb", "1")
+    unmanaged = sim_create(cli, "1g.10gb", "1")["migUUID"]
     before = snapshot(cli)
     for mig, code in ((active, 3), (unmanaged, 3), ("MIG-00000000-0000-0000-0000-000000000000", 6)):
         ran = cli.json("reclaim", "--mig-uuid", mig)
@@ -994,7 +822,7 @@ def test_reclaim_all_idle_dry_run_then_for_real(cli: Cli) -> None:
         cli, ("1g.10gb", "0", "0"), ("2g.20gb", "2", "0"), ("1g.10gb", "0", "1")
     )
     active = allocated(cli, "ns/c", "1g.10gb", "4")
-    unmanaged = sim_create(cli, "1g.10gb", "5")
+    unmanaged = sim_create(cli, "1g.10gb", "5")["migUUID"]
     before = snapshot(cli)
     dry = ok(cli.json("reclaim", "--gpu", "0", "--all-idle", "--dry-run"))
     assert dry["kind"] == "Reclaim"
@@ -1009,9 +837,11 @@ def test_reclaim_all_idle_dry_run_then_for_real(cli: Cli) -> None:
     assert live(cli) == [(4, 1, active), (5, 1, unmanaged)]
     assert live(cli, 1) == [(0, 1, other_gpu)]
     for mig in (a, b):
-        assert not record_file(cli, mig).exists()
-        assert not spec_file(cli, mig).exists()
-    assert sorted(files(cli.cdi_dir)) == sorted(spec_file(cli, m).name for m in (active, other_gpu))
+        assert not record_path(cli, mig).exists()
+        assert not spec_path(cli, mig).exists()
+    assert sorted(lifecycle_files(cli.cdi_dir)) == sorted(
+        spec_path(cli, m).name for m in (active, other_gpu)
+    )
 
 
 def test_reclaim_placement_with_active_inside_changes_nothing(cli: Cli) -> None:
@@ -1074,14 +904,14 @@ def test_nvml_error_while_destroying_leaves_error(cli: Cli) -> None:
     assert ran.exit_code == 4
     assert record(cli, a)["hamimig"]["state"] == "Error"
     assert "UNKNOWN" in record(cli, a)["hamimig"]["error"]
-    assert spec_file(cli, a).exists()
+    assert spec_path(cli, a).exists()
     assert live(cli) == [(2, 1, a)]
     # The fault is spent: reconcile destroys it now.
     data = ok(cli.json("reconcile"))
     assert [(x["action"], x["migUUID"]) for x in data["actions"]] == [("retry-destroy", a)]
     assert live(cli) == []
-    assert files(cli.state_dir) == {}
-    assert files(cli.cdi_dir) == {}
+    assert lifecycle_files(cli.state_dir) == {}
+    assert lifecycle_files(cli.cdi_dir) == {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1202,11 +1032,9 @@ def test_lock_held_by_another_process(cli: Cli) -> None:
 # config
 
 
-def test_profile_allowlist_refuses_other_profiles(
-    cli: Cli, configured: Callable[[str], ConfigCli]
-) -> None:
+def test_profile_allowlist_refuses_other_profiles(cli: Cli) -> None:
     idle2g = idle(cli, "ns/old", "2g.20gb", "4")  # cached before the allowlist existed
-    strict = configured("devices:\n  nvidia:\n    migProfileAllowlist: [1g.10gb]\n")
+    strict = configured(cli, "devices:\n  nvidia:\n    migProfileAllowlist: [1g.10gb]\n")
     before = snapshot(strict)
     for placement in ("0", "4", None):
         ran = alloc(strict, "ns/p", "2g.20gb", placement)
@@ -1218,25 +1046,23 @@ def test_profile_allowlist_refuses_other_profiles(
     assert ok(alloc(strict, "ns/p", "1g.10gb", "0"))["created"] is True
 
 
-def test_legacy_mode_writes_no_cdi_spec_but_records(
-    cli: Cli, configured: Callable[[str], ConfigCli]
-) -> None:
-    legacy = configured("cdi:\n  enabled: false\n")
+def test_legacy_mode_writes_no_cdi_spec_but_records(cli: Cli) -> None:
+    legacy = configured(cli, LEGACY_CONFIG)
     data = ok(alloc(legacy, "ns/p", "1g.10gb", "1"))
     a = data["instance"]["migUUID"]
     assert data["instance"]["cdiDevice"] is None
-    assert not legacy.cdi_dir.exists() or files(legacy.cdi_dir) == {}
+    assert not legacy.cdi_dir.exists() or lifecycle_files(legacy.cdi_dir) == {}
     assert record(legacy, a)["hamimig"]["state"] == "Active"
     assert record(legacy, a)["hamimig"]["cdiDevice"] is None
-    assert mode(record_file(legacy, a)) == 0o600
+    assert mode(record_path(legacy, a)) == 0o600
     ok(legacy.json("release", "--pod", "ns/p"))
     again = ok(alloc(legacy, "ns/q", "1g.10gb", "1"))
     assert (again["instance"]["migUUID"], again["reused"]) == (a, True)
     b = ok(alloc(legacy, "ns/r", "2g.20gb", "2"))["instance"]["migUUID"]
     ok(legacy.json("release", "--pod", "ns/r"))
     ok(legacy.json("reclaim", "--mig-uuid", b))
-    assert not record_file(legacy, b).exists()
-    assert not legacy.cdi_dir.exists() or files(legacy.cdi_dir) == {}
+    assert not record_path(legacy, b).exists()
+    assert not legacy.cdi_dir.exists() or lifecycle_files(legacy.cdi_dir) == {}
     shown = ok(legacy.json("show", a))
     assert shown["cdiSpec"] is None
 
@@ -1249,16 +1075,14 @@ def test_legacy_mode_writes_no_cdi_spec_but_records(
         ("device:\n  nvidia: {}\n", "device"),
     ],
 )
-def test_unknown_config_key_is_a_usage_error(
-    cli: Cli, configured: Callable[[str], ConfigCli], text: str, name: str
-) -> None:
-    bad = configured(text)
+def test_unknown_config_key_is_a_usage_error(cli: Cli, text: str, name: str) -> None:
+    bad = configured(cli, text)
     ran = alloc(bad, "ns/p", "1g.10gb", "0")
     assert ran.exit_code == 2
     assert error_code(ran) == "usage"
     assert name in ran.json()["error"]["message"]
     assert live(cli) == []
-    assert files(cli.state_dir) == {}
+    assert lifecycle_files(cli.state_dir) == {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1271,7 +1095,7 @@ def test_list_joins_records_with_the_live_layout(cli: Cli) -> None:
     fail_destroys(cli)
     assert cli.json("reclaim", "--mig-uuid", err).exit_code == 4
     sim(cli, "fault", "clear")
-    unmanaged = sim_create(cli, "1g.10gb", "3")
+    unmanaged = sim_create(cli, "1g.10gb", "3")["migUUID"]
     sim_create(cli, "2g.20gb", "4", no_ci=True)
     gone_active = allocated(cli, "ns/gone", "1g.10gb", "0", gpu="1")
     gone_idle = idle(cli, "ns/gone-idle", "2g.20gb", "2", gpu="1")
@@ -1328,7 +1152,7 @@ def test_list_shows_creating_for_an_allocation_that_crashed(cli: Cli) -> None:
     assert ran.returncode == 137, ran.stderr
     [intent] = intent_files(cli)
     assert not intent.startswith("hami-owned-")
-    [gi] = [g for g in layout(cli)[0]["gpuInstances"] if g["placement"]["start"] == 2]
+    [gi] = [g for g in gpus(cli)[0]["gpuInstances"] if g["placement"]["start"] == 2]
     assert gi["computeInstances"] == []
     data = ok(cli.json("list"))
     creating = [i for i in data["instances"] if i["state"] == "Creating"]
@@ -1353,15 +1177,15 @@ def test_show_managed_unmanaged_and_unknown(cli: Cli) -> None:
     assert shown["kind"] == "Instance"
     assert (shown["migUUID"], shown["state"], shown["profile"]) == (a, "Active", "1g.10gb")
     assert shown["owner"]["name"] == "p"
-    assert shown["record"] == str(record_file(cli, a))
-    assert shown["cdiSpec"] == str(spec_file(cli, a))
+    assert shown["record"] == str(record_path(cli, a))
+    assert shown["cdiSpec"] == str(spec_path(cli, a))
     assert shown["cdiDevice"] == qualified(a)
 
     ok(cli.json("release", "--mig-uuid", a))
     shown = ok(cli.json("show", a))
     assert (shown["state"], shown["owner"]) == ("Idle", None)
 
-    u = sim_create(cli, "2g.20gb", "4")
+    u = sim_create(cli, "2g.20gb", "4")["migUUID"]
     shown = ok(cli.json("show", u))
     assert (shown["migUUID"], shown["state"], shown["profile"]) == (u, "Unmanaged", "2g.20gb")
     assert shown["placement"] == {"start": 4, "size": 2}
@@ -1378,14 +1202,6 @@ def test_show_managed_unmanaged_and_unknown(cli: Cli) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # every spec allocate writes loads in the reference CDI library
-
-
-@pytest.fixture(scope="module")
-def cdi_check() -> Path:
-    tool = find_cdi_check()
-    if tool is None:
-        pytest.skip("cdi-check not found and could not be built (shared/tools/cdi-check)")
-    return tool
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
@@ -1410,7 +1226,7 @@ def test_reference_library_loads_every_allocated_spec(
         migs.append(allocated(node, f"ns/p{i}", profile, placement, gpu))
     # A reuse after the spec went missing writes it again: it must load too.
     ok(node.json("release", "--mig-uuid", migs[0]))
-    spec_file(node, migs[0]).unlink()
+    spec_path(node, migs[0]).unlink()
     assert ok(alloc(node, "ns/again", names[19], "0"))["reused"] is True
     ran = subprocess.run(
         [str(cdi_check), str(node.cdi_dir)], capture_output=True, text=True, timeout=60, check=False
@@ -1418,4 +1234,4 @@ def test_reference_library_loads_every_allocated_spec(
     report = json.loads(ran.stdout)
     assert (ran.returncode, report["errors"] or []) == (0, [])
     assert sorted(report["devices"] or []) == sorted(qualified(m) for m in migs)
-    assert len(files(node.cdi_dir)) == len(plan)
+    assert len(lifecycle_files(node.cdi_dir)) == len(plan)

@@ -1,4 +1,4 @@
-"""`hamimig metrics` (issue 5, item 5): the Prometheus textfile for node-exporter, validated with
+"""`hamimig metrics`: the Prometheus textfile for node-exporter, validated with
 prometheus_client's parser, and the lifecycle counters kept in `counters.json`.
 
 Everything goes through the CLI on the simulated node; the counters are checked for their exact
@@ -22,7 +22,7 @@ from prometheus_client.samples import Sample
 from hamimig.store.counters import COUNTERS_NAME, Counters, decode_counters
 from hamimig.store.files import TEMP_PREFIX
 from hamimig.store.records import LOADER_PREFIX, RecordStore
-from tests.support.cli import Cli, Ran
+from tests.support.cli import Cli, alloc, allocate, allocated, fault, ok, sim
 
 INFO = "hami_node_gpu_mig_instance_info"
 GAUGE = "hamimig_mig_instances"
@@ -50,29 +50,6 @@ ZERO = {
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
-
-
-def ok(ran: Ran) -> Any:
-    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
-    return ran.json() if ran.stdout.lstrip().startswith("{") else ran.stdout
-
-
-def alloc(cli: Cli, pod: str, profile: str, placement: str, gpu: str = "0") -> Ran:
-    return cli.json(
-        "allocate", "--pod", pod, "--gpu", gpu, "--profile", profile, "--placement", placement
-    )
-
-
-def allocated(cli: Cli, pod: str, profile: str, placement: str, gpu: str = "0") -> Any:
-    return ok(alloc(cli, pod, profile, placement, gpu))
-
-
-def sim(cli: Cli, *args: str) -> Any:
-    return ok(cli.json("sim", *args))
-
-
-def fault(cli: Cli, op: str, error: str) -> None:
-    sim(cli, "fault", "add", "--op", op, "--error", error)
 
 
 def parse(text: str) -> dict[str, list[Sample]]:
@@ -131,15 +108,15 @@ def test_fresh_node_reports_zeros_and_metrics_writes_nothing(cli: Cli) -> None:
 
 
 def test_counters_follow_creations_reuses_and_reclaims_exactly(cli: Cli) -> None:
-    a = allocated(cli, "ns/a", "1g.10gb", "0")["instance"]["migUUID"]
+    a = allocated(cli, "ns/a", "1g.10gb", "0")
     assert counters(cli) == expect(creations=1)
     # The same slot again is idempotent: nothing created, nothing reused.
-    again = allocated(cli, "ns/a", "1g.10gb", "0")
+    again = allocate(cli, "ns/a", "1g.10gb", "0")
     assert (again["created"], again["reused"]) == (False, False)
     ok(cli.json("release", "--pod", "ns/a"))
     assert counters(cli) == expect(creations=1)
     # Exact reuse of the Idle instance.
-    reused = allocated(cli, "ns/b", "1g.10gb", "0")
+    reused = allocate(cli, "ns/b", "1g.10gb", "0")
     assert (reused["reused"], reused["instance"]["migUUID"]) == (True, a)
     ok(cli.json("release", "--pod", "ns/b"))
     assert counters(cli) == expect(creations=1, reuses=1)
@@ -147,7 +124,7 @@ def test_counters_follow_creations_reuses_and_reclaims_exactly(cli: Cli) -> None
     ok(cli.json("reclaim", "--mig-uuid", a, "--dry-run"))
     assert counters(cli) == expect(creations=1, reuses=1)
     # Placement pressure: the blocking Idle instance is reclaimed, then a new one created.
-    c = allocated(cli, "ns/c", "2g.20gb", "0")
+    c = allocate(cli, "ns/c", "2g.20gb", "0")
     assert c["reclaimed"] == [a]
     assert counters(cli) == expect(creations=2, reuses=1, reclaims=1)
     # An explicit reclaim of two Idle instances.
@@ -188,7 +165,7 @@ def test_failures_are_counted_when_an_allocation_is_rolled_back_or_a_destroy_fai
     assert alloc(cli, "ns/p", "2g.20gb", "2").exit_code == 4
     assert counters(cli) == expect(failures__allocate=2)
     # A destroy that fails leaves Error: one destroy failure per attempt.
-    a = allocated(cli, "ns/p", "2g.20gb", "2")["instance"]["migUUID"]
+    a = allocated(cli, "ns/p", "2g.20gb", "2")
     ok(cli.json("release", "--mig-uuid", a))
     # (a process that started after the reclaim found the instance idle: IN_USE)
     fail = ("--op", "nvmlComputeInstanceDestroy", "--error", "IN_USE", "--times", "1000")
@@ -208,11 +185,11 @@ def test_failures_are_counted_when_an_allocation_is_rolled_back_or_a_destroy_fai
 def test_a_counter_write_failure_never_fails_or_rolls_back_an_operation(cli: Cli) -> None:
     cli.state_dir.mkdir(parents=True, mode=0o750)
     (cli.state_dir / COUNTERS_NAME).mkdir()  # no file can replace a directory
-    created = allocated(cli, "ns/p", "1g.10gb", "0")
+    created = allocate(cli, "ns/p", "1g.10gb", "0")
     assert created["created"] is True
     mig = created["instance"]["migUUID"]
     ok(cli.json("release", "--pod", "ns/p"))
-    assert allocated(cli, "ns/q", "1g.10gb", "0")["reused"] is True
+    assert allocate(cli, "ns/q", "1g.10gb", "0")["reused"] is True
     ok(cli.json("release", "--pod", "ns/q"))
     assert [i["migUUID"] for i in ok(cli.json("reclaim", "--mig-uuid", mig))["reclaimed"]] == [mig]
     assert [n for n in os.listdir(cli.state_dir) if n.startswith(TEMP_PREFIX)] == []
@@ -275,8 +252,8 @@ def test_counter_store_format_and_validation(tmp_path: Path) -> None:
 
 def populate(cli: Cli) -> dict[str, str]:
     """GPU 0: an Active and an Idle instance; GPU 1: an Unmanaged pair and an orphan GI."""
-    active = allocated(cli, "ns/a", "1g.10gb", "0")["instance"]["migUUID"]
-    idle = allocated(cli, "ns/i", "2g.20gb", "4")["instance"]["migUUID"]
+    active = allocated(cli, "ns/a", "1g.10gb", "0")
+    idle = allocated(cli, "ns/i", "2g.20gb", "4")
     ok(cli.json("release", "--pod", "ns/i"))
     unmanaged = sim(cli, "create", "--gpu", "1", "--profile", "3g.40gb", "--placement", "4")
     sim(cli, "create", "--gpu", "1", "--profile", "1g.10gb", "--placement", "0", "--no-ci")

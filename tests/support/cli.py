@@ -173,3 +173,21 @@ def fail_destroys(cli: Cli) -> None:
     after hamimig found the instance idle (busy instances are never destroyed at all)."""
     fail = ("--op", "nvmlComputeInstanceDestroy", "--error", "IN_USE", "--times", "1000")
     sim(cli, "fault", "add", *fail)
+
+
+# ---------------------------------------------------------------------------------------------
+# What `list` shows
+
+
+def instances(cli: Cli) -> list[dict[str, Any]]:
+    """Every instance `list` shows (which must succeed)."""
+    found: list[dict[str, Any]] = ok(cli.json("list"))["instances"]
+    return found
+
+
+def state_of(cli: Cli, mig: str) -> str:
+    """The state `list` shows for `mig`, which it must show exactly once."""
+    matches = [i["state"] for i in instances(cli) if i["migUUID"] == mig]
+    assert len(matches) == 1, matches
+    found: str = matches[0]
+    return found

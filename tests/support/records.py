@@ -15,7 +15,7 @@ from hamimig.hw.types import Placement
 from hamimig.store.intents import Intent, new_intent_id
 from hamimig.store.records import Owner
 from tests.support.cli import Cli
-from tests.support.files import entries
+from tests.support.files import entries, lifecycle_files
 
 MIG = "MIG-11111111-2222-3333-4444-555555555555"
 """A well-formed MIG UUID no simulated node hands out (the store's own tests)."""
@@ -68,8 +68,10 @@ def state_files(cli: Cli) -> list[str]:
 
 
 def intent_files(cli: Cli) -> list[str]:
-    """Names of the intents in the state directory."""
-    return [n for n in state_files(cli) if n.startswith("intent-")]
+    """Names of every file in the state directory but the records, the node lock and the metrics
+    counters: the intents, and anything else that should not be there (a temporary file, the
+    removal queue), so that a test saying which intents are left also says nothing else is."""
+    return [n for n in lifecycle_files(cli.state_dir) if not n.startswith("hami-owned-")]
 
 
 def an_intent(created_at: str = "2024-05-01T10:00:00Z", **changes: Any) -> Intent:
