@@ -13,7 +13,7 @@ from hamimig.store.intents import IntentStore, intent_file_name
 from hamimig.store.lock import LOCK_NAME
 from hamimig.store.queue import QUEUE_NAME, RemovalQueue
 from tests.support.cli import Cli
-from tests.test_store_intents_queue import MIG, an_intent
+from tests.support.records import MIG, an_intent
 
 CONSTANTS = ["NaN", "Infinity", "-Infinity"]
 

@@ -1,6 +1,6 @@
 """Per-instance CDI specs: content, minimum versions, validation, and the reference library.
 
-The unit tests pin the spec to CONTRACT.md "Files" and the rules of FACTS.md section 3. The
+The unit tests pin the spec to docs/formats.md "CDI specs" (names, content, minimum versions). The
 `cdi-check` tests then load what `CdiStore` writes with the reference Go library (Debian's
 package, the CDI library of runtimes of that era), which is the judge that matters: a spec it
 rejects is one a runtime would refuse to inject.
@@ -9,11 +9,8 @@ rejects is one a runtime would refuse to inject.
 from __future__ import annotations
 
 import copy
-import functools
-import hashlib
 import json
 import os
-import shutil
 import stat
 import subprocess
 import uuid
@@ -38,10 +35,8 @@ from hamimig.store.cdi import (
     validate_spec,
 )
 from tests.support.node import open_hw
+from tests.support.records import GPU, MIG, sha
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-MIG = "MIG-11111111-2222-3333-4444-555555555555"
-GPU = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 DEV = CdiDevice(MIG, gpu_minor=1, gi_cap_minor=66, ci_cap_minor=67, gpu_uuid=GPU, gi_id=7, ci_id=0)
 HAMI_ANNOTATIONS = {
     "hami.io/mig-uuid": MIG,
@@ -55,10 +50,6 @@ MODELS = (
     "H200-SXM5-141GB",
     "B200-180GB",
 )
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def expected_spec(annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -323,48 +314,6 @@ def test_validate_accepts_permitted_variants() -> None:
 
 # --------------------------------------------------------------------------------------------
 # The reference library (cdi-check)
-
-
-@functools.cache
-def find_cdi_check() -> Path | None:
-    """`cdi-check` from $HAMIMIG_CDI_CHECK or `.tools/`, else built there once (needs apt/go)."""
-    env = os.environ.get("HAMIMIG_CDI_CHECK")
-    if env and os.access(env, os.X_OK):
-        return Path(env)
-    built = REPO_ROOT / ".tools" / "cdi-check"
-    if os.access(built, os.X_OK):
-        return built
-    if shutil.which("bash") is None:
-        return None
-    for script in (
-        Path("/work/shared/tools/cdi-check/build.sh"),
-        REPO_ROOT.parent / "shared" / "tools" / "cdi-check" / "build.sh",
-    ):
-        if not script.is_file():
-            continue
-        try:
-            subprocess.run(
-                ["bash", str(script), str(built)],
-                capture_output=True,
-                timeout=600,
-                check=True,
-            )
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if os.access(built, os.X_OK):
-            return built
-    return None
-
-
-@pytest.fixture
-def cdi_check() -> Path:
-    tool = find_cdi_check()
-    if tool is None:
-        pytest.skip(
-            "cdi-check not found ($HAMIMIG_CDI_CHECK, .tools/cdi-check) and could not be "
-            "built with shared/tools/cdi-check/build.sh (needs golang-go and Debian's CDI package)"
-        )
-    return tool
 
 
 def run_check(tool: Path, directory: Path) -> tuple[int, list[str], list[str]]:

@@ -35,9 +35,9 @@ from hamimig.store.files import (
 from hamimig.store.intents import Intent, IntentStore, new_intent_id
 from hamimig.store.queue import RemovalQueue
 from hamimig.store.records import Record, RecordStore, record_name
+from tests.support.records import MIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MIG = "MIG-11111111-2222-3333-4444-555555555555"
 
 
 def mode_of(path: Path) -> int:

@@ -7,34 +7,14 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hamimig.errors import UnverifiableError
-from hamimig.hw.types import Placement
-from hamimig.store.intents import Intent, IntentStore, new_intent_id
+from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.queue import QueuedRemoval, RemovalQueue
-from hamimig.store.records import Owner, RecordStore
-
-MIG = "MIG-11111111-2222-3333-4444-555555555555"
-MIG2 = "MIG-66666666-7777-8888-9999-000000000000"
-
-
-def an_intent(created_at: str = "2024-05-01T10:00:00Z", **changes: Any) -> Intent:
-    intent = Intent(
-        id=new_intent_id(),
-        op="allocate",
-        gpu_uuid="GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
-        gpu_index=1,
-        profile="2g.20gb",
-        profile_id=14,
-        placement=Placement(4, 2),
-        owner=Owner("ns", "pod", "uid", 0, 1),
-        created_at=created_at,
-    )
-    return dataclasses.replace(intent, **changes)
-
+from hamimig.store.records import RecordStore
+from tests.support.records import MIG, MIG2, an_intent
 
 # --------------------------------------------------------------------------------------------
 # Intents

@@ -1,7 +1,8 @@
 """Ownership records: HAMi's v1 format and loader rules, plus hamimig's `"hamimig"` key.
 
-Expected field names and rules are written out from FACTS.md section 4, not derived from the
-implementation, so a drift from what HAMi reads fails here.
+Expected field names and rules are written out from docs/formats.md "Ownership records" (HAMi's
+format and loader), not derived from the implementation, so a drift from what HAMi reads fails
+here.
 """
 
 from __future__ import annotations
@@ -28,14 +29,11 @@ from hamimig.store.records import (
     encode_record,
     record_name,
 )
-
-MIG = "MIG-11111111-2222-3333-4444-555555555555"
-MIG2 = "MIG-66666666-7777-8888-9999-000000000000"
-GPU = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+from tests.support.records import GPU, MIG, MIG2
 
 
 def hami_doc(mig_uuid: str = MIG, **changes: Any) -> dict[str, Any]:
-    """A record exactly as HAMi writes it (FACTS.md section 4)."""
+    """A record exactly as HAMi writes it (docs/formats.md "Ownership records")."""
     doc: dict[str, Any] = {
         "version": 1,
         "migUUID": mig_uuid,

@@ -17,8 +17,10 @@ from hamimig.store.records import Owner
 from tests.support.cli import Cli
 from tests.support.files import entries, lifecycle_files
 
+# Well-formed UUIDs no simulated node hands out, for the store's own tests.
 MIG = "MIG-11111111-2222-3333-4444-555555555555"
-"""A well-formed MIG UUID no simulated node hands out (the store's own tests)."""
+MIG2 = "MIG-66666666-7777-8888-9999-000000000000"
+GPU = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 
 
 def sha(text: str) -> str:
@@ -79,7 +81,7 @@ def an_intent(created_at: str = "2024-05-01T10:00:00Z", **changes: Any) -> Inten
     intent = Intent(
         id=new_intent_id(),
         op="allocate",
-        gpu_uuid="GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+        gpu_uuid=GPU,
         gpu_index=1,
         profile="2g.20gb",
         profile_id=14,
