@@ -1,4 +1,5 @@
-"""Eight processes allocating and releasing on one simulated node at once (issue 3 section 6).
+"""Eight processes allocating and releasing on one simulated node at once, serialised by the node
+lock (docs/design.md "One mutating command").
 
 Each worker process runs `hamimig.cli.app.run` in-process in a loop: worker i allocates a
 1g.10gb on GPU i % 2 for pod ns/p<i>-<n> without `--placement`, releases it, five times, then
@@ -24,7 +25,7 @@ import pytest
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, RecordState
 from tests.support.cli import Cli
-from tests.test_crash_allocate_reclaim import check_invariants, snapshot
+from tests.support.crash import check_invariants, snapshot
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Recovery after a crash (kill -9) anywhere in `allocate`, `reclaim` and `recover` itself
-(issue 4 item 5; DESIGN.md "Crash safety").
+(docs/design.md "Crash safety").
 
-Part 1, allocate and reclaim. For the scenarios of `test_crash_allocate_reclaim` (allocate's
+Part 1, allocate and reclaim. For the scenarios of tests/support/crash_scenarios.py (allocate's
 create path; the placement-pressure path that first reclaims two Idle instances; an allocation
 whose record write fails and is being rolled back; `reclaim --mig-uuid`, also with a CDI removal
 that fails and is queued, and with a GI destroy that fails and leaves Error), on a node that also
@@ -58,17 +58,20 @@ from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS, SimStore
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, Record, RecordState
 from tests import forked
-from tests.support.cli import Cli, run_hamimig
-from tests.support.node import sim_state
-from tests.test_crash_allocate_reclaim import (
-    COUNTING_SKIP,
+from tests.support.cli import Cli, allocate_args, run_hamimig
+from tests.support.crash import (
+    LiveGi,
+    Snapshot,
+    check_invariants,
+    count_file_ops,
+    counted,
+    snapshot,
+)
+from tests.support.crash_scenarios import (
     CREATE,
     CREATE_AT,
-    DESTROY_CI,
-    DESTROY_GI,
     KEEP,
     KEEP_AT,
-    MUTATING_NVML,
     PRESSURE,
     PRESSURE_AT,
     RECLAIM,
@@ -76,18 +79,16 @@ from tests.test_crash_allocate_reclaim import (
     RECLAIM_OPS,
     RECLAIM_QUEUED,
     ROLLBACK,
-    LiveGi,
     Scenario,
     Setup,
-    Snapshot,
-    _allocate,
-    _counted,
-    _release,
-    _setup,
-    check_invariants,
-    snapshot,
+    allocate_at,
+    release,
+    setup_node,
     spec_name_of,
 )
+from tests.support.files import tree
+from tests.support.node import sim_state
+from tests.support.nvml import DESTROY_CI, DESTROY_GI, MUTATING_NVML
 
 pytestmark = pytest.mark.slow
 
@@ -146,21 +147,10 @@ def _add_fault(cli: Cli, op: str, action: str, skip: int = 0, error: str | None 
     sim_fault_add(cli.sim, op, error, action, 1, skip, None)
 
 
-def _count_file_ops(cli: Cli) -> None:
-    """`test_crash_allocate_reclaim`'s counting trick: a `raise` fault that never fires."""
-    for op in FILE_OPS:
-        _add_fault(cli, op, "raise", COUNTING_SKIP)
-
-
-def _durable_files(cli: Cli) -> dict[str, bytes]:
-    """Every file of the state and CDI directories (the lock aside), and the simulated layout."""
-    files = {
-        f"{d.name}/{p.name}": p.read_bytes()
-        for d in (cli.state_dir, cli.cdi_dir)
-        if d.exists()
-        for p in sorted(d.iterdir())
-        if p.name != "hamimig.lock"
-    }
+def _durable_files(cli: Cli) -> dict[str, Any]:
+    """Every file of the state and CDI directories with its mode and bytes, and the simulated
+    layout."""
+    files: dict[str, Any] = dict(tree(cli.state_dir, cli.cdi_dir))
     files["sim:gpus"] = json.dumps(sim_state(cli.sim)["gpus"], sort_keys=True).encode()
     return files
 
@@ -409,7 +399,7 @@ class Template:
 def _build_part1(base: Path, scenario: Scenario) -> Template:
     sim_init(base / "sim" / "node.json", MODEL, 2)
     cli = _cli_at(base)
-    setup = _setup(cli, scenario.idle)
+    setup = setup_node(cli, scenario.idle)
     for gpu, profile, at, no_ci in FOREIGN:
         sim_create(cli.sim, str(gpu), profile, f"{at.start}:{at.size}", no_ci)
     before = snapshot(cli)
@@ -545,31 +535,17 @@ def _crash(cli: Cli, op: str, action: str, *command: str) -> None:
     assert ran.returncode == CRASH_EXIT_STATUS, (ran.stdout, ran.stderr)
 
 
-def _allocate_command(pod: str, gpu: int, at: int) -> tuple[str, ...]:
-    return (
-        "allocate",
-        "--pod",
-        pod,
-        "--gpu",
-        str(gpu),
-        "--profile",
-        "1g.10gb",
-        "--placement",
-        str(at),
-    )
-
-
 def _build_mixed(base: Path) -> tuple[Template, Mixed]:
     sim_init(base / "sim" / "node.json", MODEL, 2)
     cli = _cli_at(base)
-    keep = _allocate(cli, "ns/keep", "1g.10gb", KEEP_AT)  # restore-active
-    gone = _allocate(cli, "ns/gone", "1g.10gb", Placement(5, 1))  # restore-idle
-    reclaiming = _allocate(cli, "ns/r", "1g.10gb", Placement(4, 1))
-    missing = _allocate(cli, "ns/m", "1g.10gb", Placement(2, 1))
-    queued = _allocate(cli, "ns/q", "1g.10gb", Placement(0, 1))
-    errored = _allocate(cli, "ns/e", "1g.10gb", Placement(1, 1))
+    keep = allocate_at(cli, "ns/keep", "1g.10gb", KEEP_AT)  # restore-active
+    gone = allocate_at(cli, "ns/gone", "1g.10gb", Placement(5, 1))  # restore-idle
+    reclaiming = allocate_at(cli, "ns/r", "1g.10gb", Placement(4, 1))
+    missing = allocate_at(cli, "ns/m", "1g.10gb", Placement(2, 1))
+    queued = allocate_at(cli, "ns/q", "1g.10gb", Placement(0, 1))
+    errored = allocate_at(cli, "ns/e", "1g.10gb", Placement(1, 1))
     for pod in ("ns/r", "ns/m", "ns/q", "ns/e"):
-        _release(cli, pod)
+        release(cli, pod)
     # retry-destroy: a reclaim whose CI destroy failed left the instance in Error
     _add_fault(cli, DESTROY_CI, "raise", error="IN_USE")
     ran = cli.json("reclaim", "--mig-uuid", errored)
@@ -581,10 +557,10 @@ def _build_mixed(base: Path) -> tuple[Template, Mixed]:
     # finish-reclaim: a reclaim that died right after marking the record Reclaiming
     _crash(cli, "record.write", "crash-after", "reclaim", "--mig-uuid", reclaiming)
     # rollback-intent: an allocation that died after writing its CDI spec
-    _crash(cli, "cdi.write", "crash-after", *_allocate_command("ns/crashed", 0, 3))
+    _crash(cli, "cdi.write", "crash-after", *allocate_args("ns/crashed", "1g.10gb", "3", "0"))
     # finish-intent (+ restore-idle): an allocation that died before removing its intent (on
     # GPU 1: allocate refuses a GPU with an interrupted allocation until recovery)
-    _crash(cli, "intent.remove", "crash-before", *_allocate_command("ns/done", 1, 4))
+    _crash(cli, "intent.remove", "crash-before", *allocate_args("ns/done", "1g.10gb", "4", "1"))
     # drop-missing: the Idle instance at 2 destroyed behind hamimig's back
     with SimStore(cli.sim).transaction() as state:
         gpu = state["gpus"][0]
@@ -809,7 +785,7 @@ class Lab:
                 opts = dict(zip(args[::2], args[1::2], strict=True))
                 _add_fault(cli, opts["--op"], "raise", error=opts["--error"])
         if case.skip is None:  # a read-only call: count the steps done before it
-            _count_file_ops(cli)
+            count_file_ops(cli)
         _add_fault(cli, case.op, case.action, skip)
         argv = [*cli.globals(), "-o", "json"]
         return cli, [*argv, *self.command(case.scenario)]
@@ -904,7 +880,7 @@ def test_recover_after_a_crash_in_allocate_or_reclaim(lab: Lab, case: Case) -> N
     crashed = snapshot(cli)
     if case.done is None:
         # A read-only call: count the mutating steps that completed before it.
-        done = sum(_counted(tpl.before, crashed, frozenset()).values())
+        done = sum(counted(tpl.before, crashed, frozenset()).values())
         assert 0 <= done <= len(kind.scenario.steps)
         if case.op == "nvmlInit":
             assert done == 0
@@ -930,10 +906,10 @@ def test_recover_after_a_crash_in_allocate_or_reclaim(lab: Lab, case: Case) -> N
 def test_recover_makes_exactly_the_enumerated_steps(lab: Lab) -> None:
     tpl = lab.template("recover")
     cli = _copy(tpl.base, lab.scratch())
-    _count_file_ops(cli)
+    count_file_ops(cli)
     before = snapshot(cli)
     _recover(cli, tpl.pods, "--adopt")
-    assert _counted(before, snapshot(cli), frozenset()) == RECOVER_STEPS
+    assert counted(before, snapshot(cli), frozenset()) == RECOVER_STEPS
 
 
 def test_uninterrupted_recover_of_a_node_needing_every_action(lab: Lab) -> None:
