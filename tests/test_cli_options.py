@@ -20,6 +20,7 @@ from hamimig.sim.ops import SIMULATED_NVML, FaultAction
 from hamimig.sim.state import SimStore
 from hamimig.vocabulary import FileOpName, State
 from tests.support.cli import Cli, Ran
+from tests.support.files import tree
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,16 +40,6 @@ def one_line_usage_error(ran: Ran, *needles: str) -> None:
     assert lines[0].startswith("hamimig: error: "), lines
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
-
-
-def files(*dirs: Path) -> dict[str, bytes]:
-    found: dict[str, bytes] = {}
-    for directory in dirs:
-        if directory.is_dir():
-            for path in sorted(directory.rglob("*")):
-                if path.is_file() and path.name != ".lock":
-                    found[str(path)] = path.read_bytes()
-    return found
 
 
 # --- choices --------------------------------------------------------------------------------
@@ -196,12 +187,12 @@ def test_a_conflicting_combination_is_refused_before_anything_changes(
     cli: Cli, sim_path: Path, args: list[str], needles: list[str]
 ) -> None:
     cli("reclaim", "--gpu", "0", "--all-idle")  # the state directory exists, empty
-    before = files(cli.state_dir, cli.cdi_dir, sim_path.parent)
+    before = tree(cli.state_dir, cli.cdi_dir, sim_path.parent)
     one_line_usage_error(cli(*args), *needles)
     ran = cli.json(*args)
     assert ran.exit_code == 2
     assert json.loads(ran.stdout)["error"]["code"] == "usage"
-    assert files(cli.state_dir, cli.cdi_dir, sim_path.parent) == before
+    assert tree(cli.state_dir, cli.cdi_dir, sim_path.parent) == before
 
 
 def test_a_wrong_node_name_is_named_by_the_cli(cli: Cli, tmp_path: Path) -> None:

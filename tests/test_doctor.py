@@ -21,7 +21,8 @@ from hamimig.reports.views import CheckStatus
 from hamimig.store.cdi import DEFAULT_KIND, device_name, spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.records import record_name
-from tests.support.cli import Cli, Ran
+from tests.support.cli import Cli, Ran, allocated
+from tests.support.files import tree
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -57,28 +58,12 @@ def one(data: dict[str, Any], prefix: str) -> dict[str, Any]:
     return check
 
 
-def allocate(cli: Cli, pod: str, gpu: str = "0", profile: str = "1g.10gb") -> str:
-    ran = cli.json("allocate", "--pod", pod, "--gpu", gpu, "--profile", profile)
-    assert ran.exit_code == 0, ran.stdout
-    mig: str = ran.json()["instance"]["migUUID"]
-    return mig
-
-
 def healthy_node(cli: Cli) -> tuple[str, str]:
     """An Active and an Idle instance, with their records and specs."""
-    active = allocate(cli, "ns/a")
-    idle = allocate(cli, "ns/b", gpu="1", profile="2g.20gb")
+    active = allocated(cli, "ns/a", "1g.10gb")
+    idle = allocated(cli, "ns/b", "2g.20gb", gpu="1")
     assert cli.json("release", "--pod", "ns/b").exit_code == 0
     return active, idle
-
-
-def tree(*dirs: Path) -> dict[str, tuple[int, bytes]]:
-    found: dict[str, tuple[int, bytes]] = {}
-    for d in dirs:
-        for path in sorted(d.rglob("*")):
-            if path.is_file() and not path.name.endswith(".lock"):
-                found[str(path)] = (path.stat().st_mode, path.read_bytes())
-    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -589,7 +574,7 @@ def test_cdi_dir_that_is_not_writable_fails_with_exit_4(
 def test_legacy_mode_skips_cdi_checks(cli: Cli) -> None:
     config = cli.state_dir.parent / "absent-config.yaml"
     config.write_text("cdi:\n  enabled: false\n")
-    allocate(cli, "ns/a")
+    allocated(cli, "ns/a", "1g.10gb")
     ran, data = doctor(cli)
     assert ran.exit_code == 0
     assert by_name(data)["cdi-dir"]["message"].startswith("CDI disabled")

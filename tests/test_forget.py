@@ -20,43 +20,9 @@ from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.lock import NodeLock
 from hamimig.store.queue import QUEUE_NAME, RemovalQueue
 from hamimig.store.records import Owner, RecordStore, record_name
-from tests.support.cli import Cli, run_hamimig
-from tests.support.node import sim_state
-
-
-def _allocate(cli: Cli, pod: str, placement: str = "0") -> str:
-    ran = cli.json(
-        "allocate", "--pod", pod, "--gpu", "0", "--profile", "1g.10gb", "--placement", placement
-    )
-    assert ran.exit_code == 0, ran.stdout + ran.stderr
-    uuid: str = ran.json()["instance"]["migUUID"]
-    return uuid
-
-
-def _idle(cli: Cli, pod: str = "ns/done", placement: str = "0") -> str:
-    uuid = _allocate(cli, pod, placement)
-    assert cli("release", "--mig-uuid", uuid).exit_code == 0
-    return uuid
-
-
-def _files(*dirs: Path) -> dict[str, bytes]:
-    """Every file under the directories with its content (the lock file's content is empty)."""
-    return {
-        str(p): p.read_bytes()
-        for d in dirs
-        if d.exists()
-        for p in sorted(d.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _live_uuids(cli: Cli) -> set[str]:
-    return {
-        ci["migUUID"]
-        for gpu in sim_state(cli.sim)["gpus"]
-        for gi in gpu["gpuInstances"]
-        for ci in gi["computeInstances"]
-    }
+from tests.support.cli import Cli, allocated, idle, run_hamimig, state_of
+from tests.support.files import tree
+from tests.support.node import live_uuids, sim_state
 
 
 def _queued(cli: Cli) -> list[str]:
@@ -71,13 +37,6 @@ def _has_spec(cli: Cli, uuid: str) -> bool:
 
 def _has_record(cli: Cli, uuid: str) -> bool:
     return (cli.state_dir / record_name(uuid)).exists()
-
-
-def _state_of(cli: Cli, uuid: str) -> str:
-    listed = cli.json("list").json()["instances"]
-    states: list[str] = [i["state"] for i in listed if i["migUUID"] == uuid]
-    assert len(states) == 1, listed
-    return states[0]
 
 
 def _intent(cli: Cli, intent_id: str, placement: Placement, mig_uuid: str | None = None) -> Path:
@@ -113,7 +72,7 @@ def _recover_argv(cli: Cli) -> list[str]:
 
 
 def test_forget_drops_record_and_spec_and_leaves_the_instance_unmanaged(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     record = cli.state_dir / record_name(uuid)
     spec = cli.cdi_dir / spec_file_name(uuid)
     layout = sim_state(cli.sim)["gpus"]
@@ -137,7 +96,7 @@ def test_forget_drops_record_and_spec_and_leaves_the_instance_unmanaged(cli: Cli
     assert not record.exists() and not spec.exists()
     assert _queued(cli) == []
     assert sim_state(cli.sim)["gpus"] == layout  # no NVML mutation at all
-    assert _state_of(cli, uuid) == "Unmanaged"
+    assert state_of(cli, uuid) == "Unmanaged"
     recovered = cli.json("--node", "n", "recover", "--assume-no-pods")
     assert recovered.exit_code == 0
     assert [(a["action"], a["migUUID"]) for a in recovered.json()["actions"]] == [
@@ -146,7 +105,7 @@ def test_forget_drops_record_and_spec_and_leaves_the_instance_unmanaged(cli: Cli
 
 
 def test_forget_table_output_is_one_line_per_thing(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     ran = cli("forget", uuid)
     assert ran.exit_code == 0
     lines = ran.stdout.splitlines()
@@ -155,40 +114,40 @@ def test_forget_table_output_is_one_line_per_thing(cli: Cli) -> None:
 
 
 def test_forget_dry_run_changes_nothing(cli: Cli) -> None:
-    uuid = _idle(cli)
-    before = _files(cli.state_dir, cli.cdi_dir)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
+    before = tree(cli.state_dir, cli.cdi_dir)
     ran = cli.json("forget", uuid, "--dry-run")
     assert ran.exit_code == 0
     assert ran.json()["dryRun"] is True
     assert ran.json()["forgotten"][0]["cdiSpec"] == str(cli.cdi_dir / spec_file_name(uuid))
-    assert _files(cli.state_dir, cli.cdi_dir) == before
+    assert tree(cli.state_dir, cli.cdi_dir) == before
     assert cli("forget", uuid, "--dry-run").stdout.startswith(f"would forget {uuid} (Idle)")
 
 
 def test_forget_refuses_an_active_record(cli: Cli) -> None:
-    uuid = _allocate(cli, "team-a/train-1")
-    before = _files(cli.state_dir, cli.cdi_dir)
+    uuid = allocated(cli, "team-a/train-1", "1g.10gb", "0")
+    before = tree(cli.state_dir, cli.cdi_dir)
     ran = cli("forget", uuid)
     assert ran.exit_code == 3
     assert f"{uuid} is Active (held by team-a/train-1): release it first" in ran.stderr
     assert len(ran.stderr.splitlines()) == 1
-    assert _files(cli.state_dir, cli.cdi_dir) == before
+    assert tree(cli.state_dir, cli.cdi_dir) == before
 
 
 def test_forget_refuses_a_uuid_named_by_an_intent(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     _intent(cli, "pending1", Placement(5, 1), mig_uuid=uuid)
-    before = _files(cli.state_dir, cli.cdi_dir)
+    before = tree(cli.state_dir, cli.cdi_dir)
     ran = cli("forget", uuid)
     assert ran.exit_code == 3
     assert "intent pending1" in ran.stderr
-    assert _files(cli.state_dir, cli.cdi_dir) == before
+    assert tree(cli.state_dir, cli.cdi_dir) == before
 
 
 def test_forget_refuses_a_record_an_intent_overlaps(cli: Cli) -> None:
     """An intent at the record's slices could roll back (destroy) the instance once its record
     is gone, even when it does not name the UUID yet."""
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     _intent(cli, "pending2", Placement(0, 1))
     ran = cli("forget", uuid)
     assert ran.exit_code == 3
@@ -197,7 +156,7 @@ def test_forget_refuses_a_record_an_intent_overlaps(cli: Cli) -> None:
 
 
 def test_forget_unknown_uuid_is_not_found(cli: Cli) -> None:
-    _idle(cli)
+    idle(cli, "ns/done", "1g.10gb", "0")
     ran = cli("forget", "MIG-00000000-0000-0000-0000-000000000000")
     assert ran.exit_code == 6
     assert "no hamimig record for MIG-00000000-0000-0000-0000-000000000000" in ran.stderr
@@ -233,7 +192,7 @@ def test_forget_needs_exactly_one_target(cli: Cli, args: list[str]) -> None:
 
 
 def test_forget_drops_a_corrupt_record_that_recovery_refuses(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     record = cli.state_dir / record_name(uuid)
     record.write_text("{not json")
     assert _recover(cli) == 5
@@ -245,13 +204,13 @@ def test_forget_drops_a_corrupt_record_that_recovery_refuses(cli: Cli) -> None:
     assert item["state"] is None and "not valid JSON" in item["unreadable"]
     assert not record.exists() and not _has_spec(cli, uuid)
     assert _recover(cli) == 0
-    assert _state_of(cli, uuid) == "Unmanaged"
+    assert state_of(cli, uuid) == "Unmanaged"
 
 
 def test_forget_drops_a_record_that_does_not_match_the_hardware(cli: Cli) -> None:
     """The record's instance was replaced behind hamimig's back: recovery refuses (5); forget
     needs no verification against the hardware, and afterwards recovery runs."""
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     assert cli("sim", "reset", "--gpu", "0").exit_code == 0
     assert (
         cli("sim", "create", "--gpu", "0", "--profile", "1g.10gb", "--placement", "0").exit_code
@@ -264,7 +223,7 @@ def test_forget_drops_a_record_that_does_not_match_the_hardware(cli: Cli) -> Non
 
 
 def test_other_unreadable_records_do_not_block_forget(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     other = cli.state_dir / record_name("MIG-11111111-1111-1111-1111-111111111111")
     other.write_text("garbage")
     assert cli("forget", uuid).exit_code == 0
@@ -275,7 +234,7 @@ def test_other_unreadable_records_do_not_block_forget(cli: Cli) -> None:
 def test_an_active_record_is_refused_even_when_another_file_claims_its_uuid(cli: Cli) -> None:
     """The loader refuses both files of a duplicate claim; forget reads its own file directly,
     so the Active check still applies to it."""
-    uuid = _allocate(cli, "team-a/train-1")
+    uuid = allocated(cli, "team-a/train-1", "1g.10gb", "0")
     record = cli.state_dir / record_name(uuid)
     (cli.state_dir / "hami-owned-copy.json").write_bytes(record.read_bytes())
     assert cli("forget", uuid).exit_code == 3
@@ -283,7 +242,7 @@ def test_an_active_record_is_refused_even_when_another_file_claims_its_uuid(cli:
 
 
 def test_a_symlink_at_the_record_name_is_removed_not_followed(cli: Cli, tmp_path: Path) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     record = cli.state_dir / record_name(uuid)
     target = tmp_path / "precious.json"
     target.write_bytes(record.read_bytes())
@@ -296,18 +255,18 @@ def test_a_symlink_at_the_record_name_is_removed_not_followed(cli: Cli, tmp_path
 
 
 def test_an_unreadable_queue_refuses_before_anything_changes(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     (cli.state_dir / QUEUE_NAME).write_text("[")
-    before = _files(cli.state_dir, cli.cdi_dir)
+    before = tree(cli.state_dir, cli.cdi_dir)
     for args in (["--dry-run"], []):
         ran = cli("forget", uuid, *args)
         assert ran.exit_code == 5, ran.stderr
         assert QUEUE_NAME in ran.stderr
-    assert _files(cli.state_dir, cli.cdi_dir) == before
+    assert tree(cli.state_dir, cli.cdi_dir) == before
 
 
 def test_an_unreadable_intent_blocks_forgetting_a_record_until_it_is_forgotten(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     (cli.state_dir / "intent-broken.json").write_text("{")
     ran = cli("forget", uuid)
     assert ran.exit_code == 5
@@ -320,7 +279,7 @@ def test_an_unreadable_intent_blocks_forgetting_a_record_until_it_is_forgotten(c
 def test_forget_in_legacy_mode_removes_only_the_record(cli: Cli) -> None:
     config = cli.state_dir.parent / "absent-config.yaml"
     config.write_text("cdi:\n  enabled: false\n")
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     assert not cli.cdi_dir.exists()
     cli("sim", "fault", "add", "--op", "queue.write", "--action", "crash-before")
 
@@ -334,7 +293,7 @@ def test_forget_in_legacy_mode_removes_only_the_record(cli: Cli) -> None:
 
 
 def test_a_failed_spec_removal_is_queued_for_reconcile(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     cli("sim", "fault", "add", "--op", "cdi.remove", "--error", "EIO", "--action", "raise")
     ran = cli.json("forget", uuid)
     assert ran.exit_code == 0, ran.stdout + ran.stderr
@@ -346,7 +305,7 @@ def test_a_failed_spec_removal_is_queued_for_reconcile(cli: Cli) -> None:
 
 
 def test_forget_waits_for_the_node_lock(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     with NodeLock(cli.state_dir):
         ran = cli("forget", uuid, "--lock-timeout", "0")
     assert ran.exit_code == 7
@@ -422,14 +381,14 @@ COUNTING_SKIP = 10_000
 
 def _check_consistent(cli: Cli, uuid: str) -> None:
     """No spec without a record or a queued removal; the hardware never changes."""
-    assert uuid in _live_uuids(cli)
+    assert uuid in live_uuids(cli)
     for name in (p.name for p in cli.cdi_dir.iterdir()):
         assert name != spec_file_name(uuid) or _has_record(cli, uuid) or uuid in _queued(cli)
 
 
 @pytest.mark.slow
 def test_clean_forget_makes_exactly_the_enumerated_file_operations(cli: Cli) -> None:
-    uuid = _idle(cli)
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
     for op in FILE_OPS:
         cli("sim", "fault", "add", "--op", op, "--action", "raise", "--skip", str(COUNTING_SKIP))
     ran = run_hamimig(*cli.globals(), "forget", uuid)
@@ -445,8 +404,8 @@ def test_clean_forget_makes_exactly_the_enumerated_file_operations(cli: Cli) -> 
 def test_crash_in_forget_leaves_a_node_that_rerun_or_reconcile_finishes(
     cli: Cli, op: str, skip: int, action: str
 ) -> None:
-    uuid = _idle(cli)
-    keep = _idle(cli, "ns/keep", "4")
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
+    keep = idle(cli, "ns/keep", "1g.10gb", "4")
     fault = ["sim", "fault", "add", "--op", op, "--action", action, "--skip", str(skip)]
     assert cli(*fault).exit_code == 0
 
@@ -470,7 +429,7 @@ def test_crash_in_forget_leaves_a_node_that_rerun_or_reconcile_finishes(
     assert not _has_record(cli, uuid) and not _has_spec(cli, uuid)
     assert _queued(cli) == []
     assert _has_record(cli, keep) and _has_spec(cli, keep)
-    assert uuid in _live_uuids(cli)
+    assert uuid in live_uuids(cli)
     recovered = run_hamimig(*_recover_argv(cli))
     assert recovered.returncode == 0, recovered.stdout
     actions = {a["migUUID"]: a["action"] for a in json.loads(recovered.stdout)["actions"]}

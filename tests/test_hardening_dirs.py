@@ -11,10 +11,10 @@ import pytest
 from hamimig.engine import node as node_module
 from hamimig.engine.node import Node
 from hamimig.errors import UsageError
-from tests.support.cli import Cli
+from tests.support.cli import Cli, allocate_args
 from tests.support.node import sim_state
 
-ALLOCATE = ["allocate", "--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb"]
+ALLOCATE = allocate_args("ns/p", "1g.10gb")
 
 
 def gis(sim: Path) -> int:
@@ -32,7 +32,7 @@ def refused(cli: Cli, args: list[str], needle: str) -> None:
 
 MUTATING = [
     ALLOCATE,
-    [*ALLOCATE, "--placement", "0"],
+    allocate_args("ns/p", "1g.10gb", "0"),
     ["reclaim", "--gpu", "0", "--all-idle"],
     ["reclaim", "--gpu", "0", "--all-idle", "--dry-run"],
     ["reconcile"],

@@ -15,7 +15,7 @@ from hamimig.cli.app import app
 from hamimig.engine import validate
 from hamimig.errors import UsageError
 from hamimig.hw.types import parse_placement
-from tests.support.cli import Cli
+from tests.support.cli import Cli, allocate_args
 from tests.support.node import sim_state
 
 UID = "0b5c5f0e-3f59-4d5a-9d43-7d1c1c5b2a10"
@@ -34,11 +34,6 @@ def refused(cli: Cli, *args: str, needle: str) -> None:
     assert len(ran.stderr.strip().splitlines()) == 1
     assert needle in ran.stderr, ran.stderr
     assert gis(cli.sim) == before
-
-
-def alloc_args(**changes: str) -> list[str]:
-    opts = {"--pod": "ns/p", "--gpu": "0", "--profile": "1g.10gb"} | changes
-    return ["allocate", *[x for kv in opts.items() for x in kv]]
 
 
 @pytest.mark.parametrize(
@@ -62,7 +57,7 @@ def alloc_args(**changes: str) -> list[str]:
 def test_allocate_and_release_refuse_pods_kubernetes_never_names(
     cli: Cli, pod: str, needle: str
 ) -> None:
-    refused(cli, *alloc_args(**{"--pod": pod}), needle=needle)
+    refused(cli, *allocate_args(pod, "1g.10gb"), needle=needle)
     refused(cli, "release", "--pod", pod, needle=needle)
 
 
@@ -70,7 +65,7 @@ def test_allocate_and_release_refuse_pods_kubernetes_never_names(
     "pod", ["ns/p", "a/b", f"{'a' * 63}/x", "kube-system/web-0.a-1", f"ns/{'a.' * 126}a"]
 )
 def test_pods_kubernetes_names_are_accepted(cli: Cli, pod: str) -> None:
-    ran = cli.json(*alloc_args(**{"--pod": pod, "--pod-uid": UID.upper()}))
+    ran = cli.json(*allocate_args(pod, "1g.10gb"), "--pod-uid", UID.upper())
     assert ran.exit_code == 0, ran.stdout
     assert cli.json("release", "--pod", pod).exit_code == 0
 
@@ -80,22 +75,28 @@ def test_pods_kubernetes_names_are_accepted(cli: Cli, pod: str) -> None:
     ["", "x", "0b5c5f0e3f594d5a9d437d1c1c5b2a10", f"{UID}0", f"{UID[:-1]}g", f" {UID}"],
 )
 def test_pod_uid_must_be_rfc_4122_text(cli: Cli, uid: str) -> None:
-    refused(cli, *alloc_args(**{"--pod-uid": uid}), needle="--pod-uid")
+    refused(cli, *allocate_args("ns/p", "1g.10gb"), "--pod-uid", uid, needle="--pod-uid")
 
 
 @pytest.mark.parametrize("option", ["--container-index", "--device-index"])
 @pytest.mark.parametrize("value", ["-1", str(2**31), str(2**64)])
 def test_indexes_are_within_int32(cli: Cli, option: str, value: str) -> None:
-    refused(cli, *alloc_args(**{option: value}), needle=f"{option} must be between 0 and")
+    refused(
+        cli,
+        *allocate_args("ns/p", "1g.10gb"),
+        option,
+        value,
+        needle=f"{option} must be between 0 and",
+    )
 
 
 def test_largest_index_is_accepted(cli: Cli) -> None:
-    ran = cli.json(*alloc_args(**{"--container-index": str(2**31 - 1)}))
+    ran = cli.json(*allocate_args("ns/p", "1g.10gb"), "--container-index", str(2**31 - 1))
     assert ran.exit_code == 0, ran.stdout
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1"])
-@pytest.mark.parametrize("command", [["reconcile"], alloc_args()])
+@pytest.mark.parametrize("command", [["reconcile"], allocate_args("ns/p", "1g.10gb")])
 def test_lock_timeout_is_finite_and_not_negative(cli: Cli, value: str, command: list[str]) -> None:
     refused(cli, *command, "--lock-timeout", value, needle="--lock-timeout must be a finite")
 

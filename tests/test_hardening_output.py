@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import allocate_args
 from tests.support.node import sim_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +49,7 @@ def gis(sim: Path) -> int:
     return sum(len(gpu["gpuInstances"]) for gpu in sim_state(sim)["gpus"])
 
 
-ALLOCATE = ["allocate", "--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb"]
+ALLOCATE = allocate_args("ns/p", "1g.10gb")
 
 
 @pytest.mark.parametrize("output", [[], ["-o", "json"], ["-o", "yaml"]])
@@ -67,7 +68,7 @@ def test_list_into_a_closed_pipe(tmp_path: Path, sim_path: Path, output: list[st
 
 
 def test_failure_into_a_closed_pipe_keeps_its_exit_code(tmp_path: Path, sim_path: Path) -> None:
-    bad = [*ALLOCATE[:-1], "9g.999gb"]
+    bad = allocate_args("ns/p", "9g.999gb")
     args = [*node_args(tmp_path, sim_path), "-o", "json", *bad]
     assert with_closed_stdout(args) == (2, b"")
     assert with_closed_stdout([*node_args(tmp_path, sim_path), *bad], stderr_too=True) == (
