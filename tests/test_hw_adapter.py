@@ -1,6 +1,6 @@
 """`hw/nvml.py`'s NvmlHardware, unchanged, over the simulated pynvml module (`hw/sim.py`).
 
-Expected geometry is written out here from FACTS.md section 2, never derived from
+Expected geometry is written out here by hand, as NVIDIA's drivers report it, never derived from
 `hamimig/hw/models.py`, so a wrong table in the simulator fails these tests.
 """
 
@@ -34,12 +34,13 @@ from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from hamimig.vocabulary import Setting
 from tests.support.node import open_hw, sim_state
+from tests.support.nvml import call_diff, calls
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
-# FACTS.md section 2: profile ID -> (slice count, placement starts, placement size, max count).
+# As drivers report it: profile ID -> (slice count, placement starts, placement size, max count).
 GEOMETRY: dict[int, tuple[int, tuple[int, ...], int, int]] = {
     19: (1, (0, 1, 2, 3, 4, 5, 6), 1, 7),
     20: (1, (0, 1, 2, 3, 4, 5, 6), 1, 1),
@@ -49,7 +50,7 @@ GEOMETRY: dict[int, tuple[int, tuple[int, ...], int, int]] = {
     5: (4, (0,), 4, 1),
     0: (7, (0,), 8, 1),
 }
-# FACTS.md section 2: board -> profile names for IDs 19, 20, 15, 14, 9, 5, 0.
+# As drivers report them: board -> profile names for IDs 19, 20, 15, 14, 9, 5, 0.
 NAMES: dict[str, tuple[str, ...]] = {
     "A100-SXM4-40GB": (
         "1g.5gb",
@@ -106,15 +107,6 @@ NVML_NAMES = {
     "H200-SXM5-141GB": "NVIDIA H200",
     "B200-180GB": "NVIDIA B200",
 }
-
-
-def calls(path: Path) -> dict[str, int]:
-    counted: dict[str, int] = sim_state(path)["calls"]
-    return dict(counted)
-
-
-def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
 
 # --- GPUs ------------------------------------------------------------------------------------
@@ -230,7 +222,7 @@ def test_profiles_of_every_model(tmp_path: Path, model: str) -> None:
 
 
 def test_profile_indexes_are_nvml_constants(hw: NvmlHardware) -> None:
-    # FACTS.md section 1: 1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 4_SLICE 3, 7_SLICE 4,
+    # NVML's profile constants: 1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 4_SLICE 3, 7_SLICE 4,
     # 1_SLICE_REV1 7, 1_SLICE_REV2 9.
     index_by_id = {p.id: p.index for p in hw.profiles(0)}
     assert index_by_id == {19: 0, 14: 1, 9: 2, 5: 3, 0: 4, 20: 7, 15: 9}
@@ -239,7 +231,7 @@ def test_profile_indexes_are_nvml_constants(hw: NvmlHardware) -> None:
 @pytest.mark.parametrize(
     ("model", "memory"),
     [
-        # FACTS.md section 2, the exact MiB figures it gives.
+        # The exact MiB figures these boards' drivers report.
         ("A100-SXM4-40GB", {19: 4864, 15: 9856, 14: 9856, 9: 19968, 5: 19968, 0: 40192}),
         ("H100-SXM5-80GB", {19: 9984, 9: 40448, 5: 40448}),
         # H200 and B200: NVIDIA's NVML mock's nominal figures, until a real board shows them.
@@ -294,7 +286,7 @@ def test_find_profile(hw: NvmlHardware, sim_path: Path) -> None:
 def test_find_profile_reads_only_until_found(hw: NvmlHardware, sim_path: Path) -> None:
     before = calls(sim_path)
     assert hw.find_profile(0, "1g.10gb") is not None
-    used = delta(before, calls(sim_path))
+    used = call_diff(before, calls(sim_path), ignored=())
     # index 0 is 1g.10gb: one profile info and its placements, plus the device handle.
     assert used == {
         "nvmlDeviceGetHandleByIndex": 1,
@@ -307,7 +299,7 @@ def test_profile_name(hw: NvmlHardware, sim_path: Path) -> None:
     before = calls(sim_path)
     assert hw.profile_name(0, 14) == "2g.20gb"
     # One by-ID lookup (plus the device handle), not a walk over the profile indexes.
-    used = delta(before, calls(sim_path))
+    used = call_diff(before, calls(sim_path), ignored=())
     assert "nvmlDeviceGetGpuInstanceProfileInfo" not in used
     assert sum(used.values()) <= 2, used
     assert hw.profile_name(1, 20) == "1g.10gb+me"
@@ -336,7 +328,7 @@ def test_layout_lists_gis_cis_and_orphans_in_placement_order(
     orphan = hw.create_gpu_instance(0, 19, Placement(3, 1))
     gi_1g = hw.create_gpu_instance(0, 19, Placement(2, 1))
     ci_1g = hw.create_compute_instance(0, gi_1g)
-    # FACTS.md's observed IDs: 3g at 4 -> 2, 2g at 0 -> 3, 1g at s -> 7+s.
+    # The IDs drivers are observed to give: 3g at 4 -> 2, 2g at 0 -> 3, 1g at s -> 7+s.
     assert (gi_3g, gi_2g, orphan, gi_1g) == (2, 3, 10, 9)
     assert hw.layout(0) == (
         GpuInstance(0, gpu_uuid, 3, 14, Placement(0, 2), (ci_2g,)),
@@ -543,7 +535,7 @@ def test_context_manager_inits_and_shuts_down(sim_path: Path) -> None:
     before = calls(sim_path)
     with NvmlHardware(SimNvml(SimStore(sim_path))) as hw:
         assert hw.gpu_count() == 2
-    assert delta(before, calls(sim_path)) == {
+    assert call_diff(before, calls(sim_path), ignored=()) == {
         "nvmlInit": 1,
         "nvmlDeviceGetCount": 1,
         "nvmlShutdown": 1,
@@ -566,7 +558,7 @@ def test_gpu_facts_are_cached_per_session(hw: NvmlHardware, sim_path: Path) -> N
     first = hw.gpu(0)
     assert hw.gpu(0) == first
     assert hw.gpu(0) == first
-    assert delta(before, calls(sim_path)) == {
+    assert call_diff(before, calls(sim_path), ignored=()) == {
         "nvmlDeviceGetHandleByIndex": 1,
         "nvmlDeviceGetMigMode": 1,
         "nvmlDeviceGetUUID": 1,
@@ -581,7 +573,7 @@ def test_mig_device_call_budget(hw: NvmlHardware, sim_path: Path) -> None:
     ci = hw.create_compute_instance(0, hw.create_gpu_instance(0, 19, Placement(6, 1)))
     before = calls(sim_path)
     assert hw.mig_device(ci.mig_uuid) is not None
-    used = delta(before, calls(sim_path))
+    used = call_diff(before, calls(sim_path), ignored=())
     assert "nvmlInit" not in used and "nvmlShutdown" not in used
     # Read back directly: no walk over the node's MIG devices, whatever their number.
     assert "nvmlDeviceGetMigDeviceHandleByIndex" not in used
@@ -592,14 +584,14 @@ def test_mig_device_call_budget(hw: NvmlHardware, sim_path: Path) -> None:
 def test_create_call_sequence(hw: NvmlHardware, sim_path: Path) -> None:
     before = calls(sim_path)
     gi_id = hw.create_gpu_instance(0, 19, Placement(4, 1))
-    assert delta(before, calls(sim_path)) == {
+    assert call_diff(before, calls(sim_path), ignored=()) == {
         "nvmlDeviceGetHandleByIndex": 1,
         "nvmlDeviceCreateGpuInstanceWithPlacement": 1,
         "nvmlGpuInstanceGetInfo": 1,
     }
     before = calls(sim_path)
     hw.destroy_gpu_instance(0, gi_id)
-    assert delta(before, calls(sim_path)) == {
+    assert call_diff(before, calls(sim_path), ignored=()) == {
         "nvmlDeviceGetGpuInstanceById": 1,
         "nvmlGpuInstanceDestroy": 1,
     }

@@ -1,4 +1,4 @@
-"""Injected faults (CONTRACT.md "Simulated node"): NVML calls through the real adapter, and the
+"""Injected faults (README "Simulated node"): NVML calls through the real adapter, and the
 file operations of `run_file_op`; crash faults end real subprocesses with status 137."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from hamimig.reports.simulator import sim_fault_add, sim_fault_clear
 from hamimig.sim.state import SimStore, run_file_op
 from tests.support.cli import Cli
 from tests.support.node import open_hw, sim_state
+from tests.support.nvml import CREATE_GI
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CREATE = "nvmlDeviceCreateGpuInstanceWithPlacement"
 NVML_ERRORS = {
     "IN_USE": 19,
     "INSUFFICIENT_RESOURCES": 23,
@@ -91,11 +91,11 @@ def gi_ids(path: Path, gpu: int = 0) -> list[int]:
 
 @pytest.mark.parametrize("name", sorted(NVML_ERRORS))
 def test_raise_on_create_gpu_instance(hw: NvmlHardware, sim_path: Path, name: str) -> None:
-    add_fault(sim_path, CREATE, name)
+    add_fault(sim_path, CREATE_GI, name)
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, 19, Placement(0, 1))
-    assert (err.value.call, err.value.name, err.value.value) == (CREATE, name, NVML_ERRORS[name])
-    assert name in str(err.value) and CREATE in str(err.value)
+    assert (err.value.call, err.value.name, err.value.value) == (CREATE_GI, name, NVML_ERRORS[name])
+    assert name in str(err.value) and CREATE_GI in str(err.value)
     assert gi_ids(sim_path) == []  # a raised fault changes nothing
     assert faults(sim_path) == []
     assert hw.create_gpu_instance(0, 19, Placement(0, 1)) == 7  # fired once, then gone
@@ -106,7 +106,7 @@ def test_create_call_refused_is_not_an_unreadable_gi(
     hw: NvmlHardware, sim_path: Path, name: str
 ) -> None:
     """Nothing was made: the caller has nothing to roll back."""
-    add_fault(sim_path, CREATE, name)
+    add_fault(sim_path, CREATE_GI, name)
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, 19, Placement(0, 1))
     assert not isinstance(err.value, GpuInstanceUnreadable)
@@ -196,7 +196,7 @@ def test_raise_on_reads(hw: NvmlHardware, sim_path: Path, name: str) -> None:
 
 
 def test_default_error_is_unknown(hw: NvmlHardware, sim_path: Path) -> None:
-    add_fault(sim_path, CREATE)
+    add_fault(sim_path, CREATE_GI)
     assert faults(sim_path)[0]["error"] == "UNKNOWN"
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, 19, Placement(0, 1))
@@ -204,7 +204,7 @@ def test_default_error_is_unknown(hw: NvmlHardware, sim_path: Path) -> None:
 
 
 def test_error_name_may_carry_the_prefix(sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, "nvml_error_in_use")
+    add_fault(sim_path, CREATE_GI, "nvml_error_in_use")
     assert faults(sim_path)[0]["error"] == "IN_USE"
 
 
@@ -212,7 +212,7 @@ def test_error_name_may_carry_the_prefix(sim_path: Path) -> None:
 
 
 def test_times_fires_n_times_then_disappears(hw: NvmlHardware, sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, "INSUFFICIENT_RESOURCES", times=2)
+    add_fault(sim_path, CREATE_GI, "INSUFFICIENT_RESOURCES", times=2)
     for remaining in (1, 0):
         with pytest.raises(NvmlError) as err:
             hw.create_gpu_instance(0, 19, Placement(0, 1))
@@ -222,7 +222,7 @@ def test_times_fires_n_times_then_disappears(hw: NvmlHardware, sim_path: Path) -
 
 
 def test_skip_lets_the_first_calls_through(hw: NvmlHardware, sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, "NO_PERMISSION", skip=1)
+    add_fault(sim_path, CREATE_GI, "NO_PERMISSION", skip=1)
     assert hw.create_gpu_instance(0, 19, Placement(0, 1)) == 7
     assert faults(sim_path)[0]["skip"] == 0
     with pytest.raises(NvmlError) as err:
@@ -233,7 +233,7 @@ def test_skip_lets_the_first_calls_through(hw: NvmlHardware, sim_path: Path) -> 
 
 
 def test_skip_and_times_together(hw: NvmlHardware, sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, "UNKNOWN", times=2, skip=2)
+    add_fault(sim_path, CREATE_GI, "UNKNOWN", times=2, skip=2)
     outcomes = []
     for start in range(6):
         try:
@@ -246,7 +246,7 @@ def test_skip_and_times_together(hw: NvmlHardware, sim_path: Path) -> None:
 
 
 def test_gpu_filter_fires_only_on_that_gpu(hw: NvmlHardware, sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, "GPU_IS_LOST", gpu="1")
+    add_fault(sim_path, CREATE_GI, "GPU_IS_LOST", gpu="1")
     assert faults(sim_path)[0]["gpu"] == 1
     assert hw.create_gpu_instance(0, 19, Placement(0, 1)) == 7
     assert hw.create_gpu_instance(0, 19, Placement(1, 1)) == 8
@@ -260,7 +260,7 @@ def test_gpu_filter_fires_only_on_that_gpu(hw: NvmlHardware, sim_path: Path) -> 
 
 def test_gpu_filter_accepts_a_uuid(sim_path: Path) -> None:
     uuid1 = sim_state(sim_path)["gpus"][1]["uuid"]
-    add_fault(sim_path, CREATE, "UNKNOWN", gpu=uuid1)
+    add_fault(sim_path, CREATE_GI, "UNKNOWN", gpu=uuid1)
     assert faults(sim_path)[0]["gpu"] == 1
 
 
@@ -272,7 +272,7 @@ def test_fault_on_another_op_does_not_fire(hw: NvmlHardware, sim_path: Path) -> 
 
 
 def test_consumption_is_persisted_for_other_adapters(sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, "IN_USE")
+    add_fault(sim_path, CREATE_GI, "IN_USE")
     first = open_hw(sim_path)
     second = open_hw(sim_path)  # opened before the fault fires
     try:
@@ -286,7 +286,7 @@ def test_consumption_is_persisted_for_other_adapters(sim_path: Path) -> None:
 
 
 def test_consumption_is_persisted_for_other_processes(sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, "IN_USE")
+    add_fault(sim_path, CREATE_GI, "IN_USE")
     body = """
 try:
     hw.create_gpu_instance(0, 19, Placement(int(sys.argv[2]), 1))
@@ -302,7 +302,7 @@ except Exception as exc:
 
 
 def test_fault_clear(hw: NvmlHardware, sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, "IN_USE", times=5)
+    add_fault(sim_path, CREATE_GI, "IN_USE", times=5)
     add_fault(sim_path, "record.write", "EIO")
     sim_fault_clear(sim_path)
     assert faults(sim_path) == []
@@ -344,7 +344,7 @@ def test_invalid_fault_is_a_usage_error(
 
 def test_fault_on_unknown_gpu_is_a_usage_error(sim_path: Path) -> None:
     with pytest.raises(UsageError):
-        add_fault(sim_path, CREATE, "IN_USE", gpu="2")
+        add_fault(sim_path, CREATE_GI, "IN_USE", gpu="2")
     assert faults(sim_path) == []
 
 
@@ -352,9 +352,9 @@ def test_fault_on_unknown_gpu_is_a_usage_error(sim_path: Path) -> None:
     "extra",
     [
         ["--op", "bogus"],
-        ["--op", CREATE, "--action", "crash"],
-        ["--op", CREATE, "--error", "NOPE"],
-        ["--op", CREATE, "--times", "0"],
+        ["--op", CREATE_GI, "--action", "crash"],
+        ["--op", CREATE_GI, "--error", "NOPE"],
+        ["--op", CREATE_GI, "--times", "0"],
         ["--op", "cdi.write", "--error", "IN_USE"],
     ],
 )
@@ -424,14 +424,14 @@ print("survived", gi, flush=True)
 
 @pytest.mark.slow
 def test_crash_before_create_leaves_no_gi(sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, action="crash-before")
+    add_fault(sim_path, CREATE_GI, action="crash-before")
     ran = run_python(ADAPTER_SCRIPT + CREATE_BODY, str(sim_path))
     assert ran.returncode == 137, ran.stderr
     assert "survived" not in ran.stdout
     state = sim_state(sim_path)
     assert state["gpus"][0]["gpuInstances"] == []
     assert state["faults"] == []
-    assert state["calls"][CREATE] == 1
+    assert state["calls"][CREATE_GI] == 1
     # The next process runs normally.
     again = run_python(ADAPTER_SCRIPT + CREATE_BODY, str(sim_path))
     assert again.returncode == 0, again.stderr
@@ -440,7 +440,7 @@ def test_crash_before_create_leaves_no_gi(sim_path: Path) -> None:
 
 @pytest.mark.slow
 def test_crash_after_create_leaves_the_gi(sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, action="crash-after")
+    add_fault(sim_path, CREATE_GI, action="crash-after")
     ran = run_python(ADAPTER_SCRIPT + CREATE_BODY, str(sim_path))
     assert ran.returncode == 137, ran.stderr
     assert "survived" not in ran.stdout
@@ -501,7 +501,7 @@ print("destroyed", flush=True)
 
 @pytest.mark.slow
 def test_crash_fault_on_another_gpu_does_not_fire(sim_path: Path) -> None:
-    add_fault(sim_path, CREATE, action="crash-before", gpu="1")
+    add_fault(sim_path, CREATE_GI, action="crash-before", gpu="1")
     ran = run_python(ADAPTER_SCRIPT + CREATE_BODY, str(sim_path))
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "survived 9"

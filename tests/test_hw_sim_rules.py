@@ -1,4 +1,4 @@
-"""The simulated node's MIG rules (FACTS.md sections 1-2), observed through the real adapter
+"""The simulated node's MIG rules (profiles, placements, limits), observed through the real adapter
 and through the CLI's `sim create`, `list` and `profiles`."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from tests.support.cli import Cli
 from tests.support.node import sim_state
+from tests.support.nvml import CREATE_GI
 
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-CREATE = "nvmlDeviceCreateGpuInstanceWithPlacement"
 
 
 def nvml_failure(err: pytest.ExceptionInfo[NvmlError]) -> tuple[str, str, int]:
@@ -44,20 +44,20 @@ def test_illegal_placement_start_is_invalid_argument(
 ) -> None:
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, profile_id, Placement(start, size))
-    assert nvml_failure(err) == (CREATE, "INVALID_ARGUMENT", 2)
+    assert nvml_failure(err) == (CREATE_GI, "INVALID_ARGUMENT", 2)
     assert sim_state(sim_path)["gpus"][0]["gpuInstances"] == []
 
 
 def test_wrong_placement_size_is_invalid_argument(hw: NvmlHardware) -> None:
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, 14, Placement(0, 1))
-    assert nvml_failure(err) == (CREATE, "INVALID_ARGUMENT", 2)
+    assert nvml_failure(err) == (CREATE_GI, "INVALID_ARGUMENT", 2)
 
 
 def test_unknown_profile_id_is_invalid_argument(hw: NvmlHardware) -> None:
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, 99, Placement(0, 1))
-    assert nvml_failure(err) == (CREATE, "INVALID_ARGUMENT", 2)
+    assert nvml_failure(err) == (CREATE_GI, "INVALID_ARGUMENT", 2)
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_overlap_is_insufficient_resources(
     pid, start, size = second
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, pid, Placement(start, size))
-    assert nvml_failure(err) == (CREATE, "INSUFFICIENT_RESOURCES", 23)
+    assert nvml_failure(err) == (CREATE_GI, "INSUFFICIENT_RESOURCES", 23)
     assert [gi["id"] for gi in sim_state(sim_path)["gpus"][0]["gpuInstances"]] == [gi_id]
 
 
@@ -101,7 +101,7 @@ def test_more_than_max_instances_is_insufficient_resources(hw: NvmlHardware) -> 
     make(hw, 0, 20, 0, 1)  # 1g.10gb+me: at most one per GPU
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, 20, Placement(3, 1))
-    assert nvml_failure(err) == (CREATE, "INSUFFICIENT_RESOURCES", 23)
+    assert nvml_failure(err) == (CREATE_GI, "INSUFFICIENT_RESOURCES", 23)
     # Plain 1g.10gb still fits beside it, and the other GPU has its own limit.
     make(hw, 0, 19, 3, 1)
     make(hw, 1, 20, 3, 1)
@@ -149,7 +149,7 @@ def test_create_with_mig_disabled_is_not_supported(sim_path: Path) -> None:
     try:
         with pytest.raises(NvmlError) as err:
             hw.create_gpu_instance(1, 19, Placement(0, 1))
-        assert nvml_failure(err) == (CREATE, "NOT_SUPPORTED", 3)
+        assert nvml_failure(err) == (CREATE_GI, "NOT_SUPPORTED", 3)
         # GPU 0 keeps MIG and still creates.
         assert hw.create_gpu_instance(0, 19, Placement(0, 1)) == 7
     finally:
@@ -224,7 +224,7 @@ def test_seven_1g_fill_a_gpu(hw: NvmlHardware, sim_path: Path) -> None:
     for start in range(7):
         with pytest.raises(NvmlError) as err:
             hw.create_gpu_instance(0, 19, Placement(start, 1))
-        assert nvml_failure(err) == (CREATE, "INSUFFICIENT_RESOURCES", 23)
+        assert nvml_failure(err) == (CREATE_GI, "INSUFFICIENT_RESOURCES", 23)
     with pytest.raises(NvmlError) as err:
         hw.create_gpu_instance(0, 15, Placement(6, 2))  # the last memory slice is not enough
     assert err.value.name == "INSUFFICIENT_RESOURCES"
@@ -348,7 +348,7 @@ def test_cli_unknown_gpu_is_a_usage_error(cli: Cli) -> None:
     one_line(ran.stderr)
 
 
-# FACTS.md section 2, written out per board: name -> (ID, starts, size, max instances).
+# As drivers report them, written out per board: name -> (ID, starts, size, max instances).
 PROFILE_TABLE: dict[str, dict[str, tuple[int, tuple[int, ...], int, int]]] = {
     "A100-SXM4-40GB": {
         "1g.5gb": (19, (0, 1, 2, 3, 4, 5, 6), 1, 7),

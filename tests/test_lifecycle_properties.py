@@ -2,7 +2,7 @@
 
 The machine drives the engine in-process, as `bench/churn.py` does: an in-memory simulated node
 of 2 x H100-SXM5-80GB behind the real NVML adapter, durable state (records, intents, CDI specs,
-the removal queue) in a temporary directory. Its rules are the operations of issue 3 --
+the removal queue) in a temporary directory. Its rules are the lifecycle's operations --
 allocate (any pod slot, GPU 0/1 by index or UUID, six profiles, with or without a legal
 placement), release (by pod or MIG UUID), reclaim (by MIG UUID, a GPU's placement window or
 --all-idle, sometimes dry-run), reconcile -- and the world around them: NVML and file-operation
@@ -14,7 +14,7 @@ A reference model says what the specification makes true: which pod slot holds w
 which instances are Idle, Error or Reclaiming. Every operation's exit code and outcome is
 predicted from the model before it runs (exactly, unless an injected fault fires during it; then
 the outcome must stay inside what the contract allows for a failure of that step), and after
-every step the invariants of issue 3 are checked against the real durable state and the
+every step the lifecycle's invariants are checked against the real durable state and the
 simulated hardware.
 
 Operations are called as the CLI calls them (`cli/context.py`): a `HamimigError` carries the exit
@@ -83,6 +83,7 @@ from hamimig.store.intents import IntentStore
 from hamimig.store.lock import LOCK_NAME
 from hamimig.store.queue import RemovalQueue
 from hamimig.store.records import Record, RecordState, RecordStore
+from tests.support.nvml import MUTATING_NVML, NOT_COUNTED
 
 MODEL = MODELS["H100-SXM5-80GB"]
 GPUS = 2
@@ -92,13 +93,6 @@ PROFILES = ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "7g.80gb")
 SPECS = {p.name: p for p in MODEL.profiles}
 PLACEMENTS = {name: [(start, SPECS[name].size) for start in SPECS[name].starts] for name in SPECS}
 BOGUS_MIG = "MIG-00000000-0000-0000-0000-0000000dead0"
-CREATE_DESTROY = (
-    "nvmlDeviceCreateGpuInstanceWithPlacement",
-    "nvmlGpuInstanceCreateComputeInstance",
-    "nvmlGpuInstanceDestroy",
-    "nvmlComputeInstanceDestroy",
-)
-NOT_COUNTED = ("nvmlInit", "nvmlShutdown")
 REUSE_CALL_BUDGET = 11  # a reuse verifies its instance (10 calls) and that it is idle (1)
 
 NVML_FAULTS = (
@@ -241,7 +235,7 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def _age(record: Record) -> tuple[str, str]:
-    """The engine's order for destroying several instances: oldest first (issue 3)."""
+    """The engine's order for destroying several instances: oldest first."""
     return (record.updated_at or "", record.mig_uuid)
 
 
@@ -552,7 +546,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def _mutations_since(self) -> int:
         after = self._calls()
-        return sum(after.get(c, 0) - self._before_calls.get(c, 0) for c in CREATE_DESTROY)
+        return sum(after.get(c, 0) - self._before_calls.get(c, 0) for c in MUTATING_NVML)
 
     def _calls_since(self) -> int:
         after = self._calls()
@@ -1288,7 +1282,8 @@ def _allocate(pod: str, profile: str, where: int | None, fault: Fault = None) ->
 def test_refused_command_leaves_finished_intents_alone() -> None:
     """Found by the machine (after the intent fixes below): allocate, release and reclaim
     removed finished intents before deciding, so a refused command changed the state
-    directory (CONTRACT.md: a refused command leaves every file as it was)."""
+    directory (a refusal stops a command before its first change: docs/design.md "One mutating
+    command")."""
     _replay(
         # a finished allocation whose intent could not be removed
         _allocate("a", "1g.10gb", None, (("intent.remove", "EIO"), 0)),
