@@ -15,8 +15,7 @@ import pytest
 
 from hamimig.errors import BusyError, UsageError
 from hamimig.store.lock import LOCK_NAME, NodeLock
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.processes import REPO_ROOT, run_python
 
 
 @contextmanager
@@ -63,15 +62,7 @@ def second_process_result(state: Path) -> str:
             print("busy", exc.exit_code)
         """
     )
-    ran = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return ran.stdout.strip()
+    return run_python(script, check=True).stdout.strip()
 
 
 def test_deleting_the_lock_file_does_not_let_a_second_process_in(tmp_path: Path) -> None:

@@ -4,8 +4,6 @@ file operations of `run_file_op`; crash faults end real subprocesses with status
 from __future__ import annotations
 
 import errno
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,8 @@ from hamimig.sim.state import SimStore, run_file_op
 from tests.support.cli import Cli
 from tests.support.node import open_hw, sim_state
 from tests.support.nvml import CREATE_GI
+from tests.support.processes import run_python
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 NVML_ERRORS = {
     "IN_USE": 19,
     "INSUFFICIENT_RESOURCES": 23,
@@ -52,17 +50,6 @@ def perform():
 run_file_op(SimStore(Path(sys.argv[1])), "record.write", perform)
 print("returned", flush=True)
 """
-
-
-def run_python(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=60,
-        check=False,
-    )
 
 
 def add_fault(

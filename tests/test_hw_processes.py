@@ -15,8 +15,7 @@ from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import Placement
 from tests.support.cli import run_hamimig
 from tests.support.node import open_hw, sim_state
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.processes import REPO_ROOT, run_python
 
 ADAPTER_SCRIPT = """
 import sys
@@ -52,17 +51,6 @@ ci = hw.create_compute_instance(0, gi)
 print(start, gi, ci.id, ci.mig_uuid, flush=True)
 hw.close()
 """
-
-
-def run_python(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""The simulator's home (issue 11): reads that leave the node's file alone, call counts that still
-add up across processes, and the file-operation names the store and `sim fault add` share."""
+"""The simulator's home (`hamimig/sim/`): reads that leave the node's file alone, call counts that
+still add up across processes, and the file-operation names the store and `sim fault add`
+share."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from hamimig.sim.state import FILE_OPS, SimStore
 from hamimig.vocabulary import FileOpName
 from tests.support.cli import Cli
 from tests.support.node import open_hw, sim_state
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.processes import REPO_ROOT, run_python
 
 # Reads through the real adapter, then exits without closing it (no nvmlShutdown).
 READ_AND_EXIT = """
@@ -69,14 +69,7 @@ def test_a_mutation_publishes_the_counts_so_far(sim_path: Path) -> None:
 
 
 def test_counts_of_a_process_that_exits_without_shutdown_are_kept(sim_path: Path) -> None:
-    ran = subprocess.run(
-        [sys.executable, "-c", READ_AND_EXIT, str(sim_path)],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=60,
-        check=False,
-    )
+    ran = run_python(READ_AND_EXIT, str(sim_path))
     assert ran.returncode == 0, ran.stderr
     counted = json.loads(sim_path.read_text())["calls"]
     assert counted["nvmlInit"] == 1

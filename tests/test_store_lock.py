@@ -14,8 +14,7 @@ import pytest
 
 from hamimig.errors import BusyError, UsageError
 from hamimig.store.lock import NodeLock
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.processes import REPO_ROOT, run_python
 
 
 def try_lock_in_child(directory: Path, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -34,14 +33,7 @@ def try_lock_in_child(directory: Path, timeout: float) -> subprocess.CompletedPr
             print("busy", exc.exit_code, round(time.monotonic() - start, 3), exc.message)
         """
     )
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    return run_python(script, check=True)
 
 
 def test_second_process_times_out_then_succeeds_after_release(tmp_path: Path) -> None:

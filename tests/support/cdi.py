@@ -16,10 +16,10 @@ from typing import Any
 import yaml
 
 from tests.support.cli import Cli
+from tests.support.processes import REPO_ROOT
 from tests.support.records import sha
 
 KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def spec_path(cli: Cli, mig: str) -> Path:
