@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.golden import Normaliser, check_steps, invoke, scratch, tree
+from tests.golden import Normaliser, check_steps, invoke, normalised_tree, scratch
 
 __all__ = ["scratch"]  # the fixture
 
@@ -32,6 +32,9 @@ def test_the_demo_tells_what_it_told_before(scratch: Path) -> None:
         # A recovery's outcome lists its actions in MIG UUID order, and those are random.
         step["outcome"] = "; ".join(sorted(step["outcome"].split("; ")))
         steps.append({"command": f"{step['step']}. {step['title']}", "output": step})
-    ending = {"state": tree(kept / "state", norm), "cdi": tree(kept / "cdi", norm, digest=True)}
+    ending = {
+        "state": normalised_tree(kept / "state", norm),
+        "cdi": normalised_tree(kept / "cdi", norm, digest=True),
+    }
     steps.append({"command": "the demo's node", "output": norm.value(transcript), **ending})
     check_steps("demo.json", steps)

@@ -30,6 +30,7 @@ from tests.support.cli import (
     Cli,
     Ran,
     alloc,
+    allocate_args,
     allocated,
     configured,
     fail_destroys,
@@ -1137,18 +1138,7 @@ def test_list_joins_records_with_the_live_layout(cli: Cli) -> None:
 def test_list_shows_creating_for_an_allocation_that_crashed(cli: Cli) -> None:
     keep = idle(cli, "ns/keep", "1g.10gb", "6")
     fault(cli, "nvmlGpuInstanceCreateComputeInstance", action="crash-before")
-    ran = run_hamimig(
-        *cli.globals(),
-        "allocate",
-        "--pod",
-        "ns/crash",
-        "--gpu",
-        "0",
-        "--profile",
-        "2g.20gb",
-        "--placement",
-        "2",
-    )
+    ran = run_hamimig(*cli.globals(), *allocate_args("ns/crash", "2g.20gb", "2"))
     assert ran.returncode == 137, ran.stderr
     [intent] = intent_files(cli)
     assert not intent.startswith("hami-owned-")

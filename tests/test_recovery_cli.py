@@ -31,6 +31,7 @@ from tests.support.cli import (
     Cli,
     Ran,
     allocate,
+    allocate_args,
     allocated,
     configured,
     fail_destroys,
@@ -432,9 +433,7 @@ def crashed(cli: Cli, *args: str) -> None:
 
 
 def crash_allocate(cli: Cli, pod: str, gpu: str, profile: str, placement: str) -> None:
-    crashed(
-        cli, "allocate", "--pod", pod, "--gpu", gpu, "--profile", profile, "--placement", placement
-    )
+    crashed(cli, *allocate_args(pod, profile, placement, gpu))
 
 
 @pytest.mark.slow
@@ -1120,18 +1119,7 @@ def test_adopt_leaves_instances_with_records_alone(cli: Cli, pods_file: PodsFile
 @pytest.mark.slow
 def test_adopt_leaves_a_crashed_allocations_instance_to_recover(cli: Cli) -> None:
     fault(cli, CREATE_CI, action="crash-after")
-    crashed(
-        cli,
-        "allocate",
-        "--pod",
-        "ns/crash",
-        "--gpu",
-        "0",
-        "--profile",
-        "1g.10gb",
-        "--placement",
-        "2",
-    )
+    crash_allocate(cli, "ns/crash", "0", "1g.10gb", "2")
     [(_, _, half)] = live(cli)
     assert half is not None
     ran = cli.json("adopt", "--exclusive-owner", "--assume-no-pods")
