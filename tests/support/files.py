@@ -31,6 +31,8 @@ def tree(*dirs: Path) -> dict[str, tuple[int, bytes]]:
     """Every file below `dirs` (absent ones have none): path -> (permission bits, bytes)."""
     found: dict[str, tuple[int, bytes]] = {}
     for directory in dirs:
+        if not directory.is_dir():
+            continue
         for path in sorted(directory.rglob("*")):
             if path.is_file():
                 found[str(path)] = (stat.S_IMODE(path.stat().st_mode), path.read_bytes())
