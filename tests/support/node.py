@@ -13,9 +13,9 @@ from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore, flush_counts
 from tests.support.cli import Cli
 
+# Well-formed UUIDs that name nothing on a simulated node.
 ABSENT_GPU = "GPU-0badc0de-0000-4000-8000-000000000000"
 ABSENT_MIG = "MIG-0badc0de-0000-4000-8000-000000000000"
-"""Well-formed UUIDs that name nothing on a simulated node."""
 
 
 def sim_state(path: Path) -> dict[str, Any]:
