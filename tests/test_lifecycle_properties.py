@@ -605,6 +605,9 @@ class LifecycleMachine(RuleBasedStateMachine):
                     soft.append(record)
             return sorted(soft, key=_age), hard
 
+        # A failed process query makes a blocker busy, so a firing fault may move the choice to
+        # another placement and reclaim the Idle instances blocking that one instead.
+        alternatives: set[str] = set()
         if placement is not None:
             chosen = placement
             soft, hard = blockers(placement)
@@ -616,6 +619,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 soft, hard = blockers(p)
                 if not hard:
                     scored.append((len(soft), p[0], p, soft))
+                    alternatives.update(r.mig_uuid for r in soft)
             if not scored:
                 return "blocked", Expect({3}), None
             _, _, chosen, soft = min(scored, key=lambda t: (t[0], t[1]))
@@ -636,7 +640,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         )
         final: dict[str, set[str]] = {r.mig_uuid: {RECLAIMING, GONE} for r in stale}
         failed = self._sequential_destroy(soft, final)
-        touched = {r.mig_uuid for r in soft}
+        touched = {r.mig_uuid for r in soft} | alternatives
         # INSUFFICIENT_RESOURCES on creating the GI is a conflict (executor.create_instance);
         # an Error blocker that still cannot be destroyed is one too (contract, exit 3).
         fault_codes = {3, 4}
@@ -1084,8 +1088,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         where=st.integers(0, 6),
     )
     def create_unmanaged(self, gpu: int, profile: str, where: int) -> None:
-        """Another controller creates an instance behind hamimig's back (unsupported by the
-        seed, but hamimig must preserve it: never reuse, reclaim or destroy it)."""
+        """Another controller creates an instance behind hamimig's back (unsupported: HAMi must
+        own the node's MIG layout; but hamimig must preserve it: never reuse, reclaim or destroy
+        it)."""
         spec = SPECS[profile]
         start = spec.starts[where % len(spec.starts)]
         claimed = [i.placement for i in self.model.values() if i.gpu == gpu]
@@ -1289,6 +1294,23 @@ def test_refused_command_leaves_finished_intents_alone() -> None:
         _allocate("a", "1g.10gb", None, (("intent.remove", "EIO"), 0)),
         # the same slot asks for another placement: refused (exit 3), must change nothing
         _allocate("a", "1g.10gb", 1),
+    )
+
+
+@pytest.mark.parametrize("skip", [0, 1, 2])
+def test_a_failed_process_query_may_move_an_allocation_to_another_placement(skip: int) -> None:
+    """Found by the machine (a gap in its model, not in hamimig): when a process query fails,
+    the Idle instance it was about blocks as busy, so an allocation without a placement takes
+    the next placement and reclaims the Idle instance blocking that one. The model allowed only
+    the first choice's blockers to go."""
+    _replay(
+        lambda m: m.create_unmanaged(0, "1g.10gb", 0),  # 1g.20gb at 0 is blocked for good
+        _allocate("a", "1g.10gb", 4),  # ...and at 4 (Active)
+        _allocate("b", "1g.10gb", 2),
+        _allocate("c", "1g.10gb", 6),
+        lambda m: m.release_pod("b"),  # Idle at 2: the first choice's blocker
+        lambda m: m.release_pod("c"),  # Idle at 6: the next choice's blocker
+        _allocate("d", "1g.20gb", None, (("nvmlDeviceGetHandleByUUID", "UNKNOWN"), skip)),
     )
 
 

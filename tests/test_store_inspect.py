@@ -28,7 +28,7 @@ from hamimig.store.intents import IntentStore
 from hamimig.store.lock import LOCK_NAME, NodeLock
 from hamimig.store.queue import QUEUE_NAME, RemovalQueue
 from hamimig.store.records import RecordStore, record_name
-from tests.conftest import Cli
+from tests.support.cli import Cli
 
 MIG = "MIG-11111111-2222-3333-4444-555555555555"
 INTENT = "intent-0123456789abcdef0123456789abcdef.json"
