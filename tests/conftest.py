@@ -118,7 +118,7 @@ def cdi_check() -> Path:
     tool = find_cdi_check()
     if tool is None:
         pytest.skip(
-            "cdi-check not found ($HAMIMIG_CDI_CHECK, .tools/cdi-check) and could not be "
-            "built with shared/tools/cdi-check/build.sh (needs golang-go and Debian's CDI package)"
+            "cdi-check not found ($HAMIMIG_CDI_CHECK or .tools/cdi-check; .ci/run builds it, "
+            "which needs golang-go and Debian's CDI library package)"
         )
     return tool

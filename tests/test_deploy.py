@@ -1,4 +1,4 @@
-"""deploy/ (issue 5, item 6): every manifest loads into the official Kubernetes client's models,
+"""deploy/: every manifest loads into the official Kubernetes client's models,
 loses nothing on the way (a misspelt field would be dropped silently), and carries what the
 node needs: the commands, NODE_NAME from the downward API, the hostPath mounts and the RBAC.
 """

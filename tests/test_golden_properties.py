@@ -48,7 +48,7 @@ FAULTS = (
 
 
 class Driver:
-    """Chooses each next operation from the seed and the node's layout."""
+    """Chooses each next operation from its random seed and the node's layout."""
 
     def __init__(self, root: Path, seed: int) -> None:
         self.rng = random.Random(seed)

@@ -4,6 +4,7 @@ bullet of its package, and `docs/` holds the design and the formats it points to
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,3 +66,43 @@ def test_docs_hold_the_design_and_the_formats() -> None:
         "Pod annotation",
     ):
         assert f"\n## {heading}\n" in formats, heading
+
+
+# The founders' documents outside the repository, spelt so that this file does not name them.
+_OUTSIDE = [name + ".md" for name in ("CONTRACT", "FACTS", "DESIGN")] + [
+    "../" + "shared",
+    "shared" + "/tools",
+    "shared" + "/seed",
+    "the " + "seed",
+]
+
+
+def _tracked_files() -> list[Path]:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):  # not a checkout: every file below the root
+        skip = {".git", ".venv", ".tools", ".hypothesis", ".wheels"}
+        return [
+            p for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.relative_to(ROOT).parts)
+        ]
+    return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def test_no_file_refers_to_documents_outside_the_repository() -> None:
+    """The repository explains itself: only `.ci/run` may name the outside build script of the
+    reference CDI library's checker."""
+    found = []
+    for path in _tracked_files():
+        if path.relative_to(ROOT).as_posix() == ".ci/run" or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            # The file names as written (docs/design.md is ours); the rest in any case.
+            words = [w for w in _OUTSIDE if (w in line if w.endswith(".md") else w in line.lower())]
+            found += [f"{path.relative_to(ROOT)}:{number}: {word}" for word in words]
+    assert found == []

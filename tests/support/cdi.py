@@ -8,8 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -64,30 +62,9 @@ def cap_minors(cli: Cli) -> dict[str, int]:
 
 @functools.cache
 def find_cdi_check() -> Path | None:
-    """`cdi-check` from $HAMIMIG_CDI_CHECK or `.tools/`, else built there once (needs apt/go)."""
-    env = os.environ.get("HAMIMIG_CDI_CHECK")
-    if env and os.access(env, os.X_OK):
-        return Path(env)
-    built = REPO_ROOT / ".tools" / "cdi-check"
-    if os.access(built, os.X_OK):
-        return built
-    if shutil.which("bash") is None:
-        return None
-    for script in (
-        Path("/work/shared/tools/cdi-check/build.sh"),
-        REPO_ROOT.parent / "shared" / "tools" / "cdi-check" / "build.sh",
-    ):
-        if not script.is_file():
-            continue
-        try:
-            subprocess.run(
-                ["bash", str(script), str(built)],
-                capture_output=True,
-                timeout=600,
-                check=True,
-            )
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if os.access(built, os.X_OK):
-            return built
+    """`cdi-check` (the reference CDI library's loader) from $HAMIMIG_CDI_CHECK or
+    `.tools/cdi-check`, where `.ci/run` builds it; None when neither is there."""
+    for candidate in (os.environ.get("HAMIMIG_CDI_CHECK"), REPO_ROOT / ".tools" / "cdi-check"):
+        if candidate and os.access(candidate, os.X_OK):
+            return Path(candidate)
     return None
