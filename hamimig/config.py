@@ -15,6 +15,7 @@ from typing import Any
 from hamimig.errors import UsageError
 from hamimig.store.cdi import check_kind
 from hamimig.store.cdi_base import AUTO, check_setting
+from hamimig.store.files import read_input
 
 DEFAULT_CDI_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
 
@@ -131,10 +132,12 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     raw: Any = None
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text: str | None = read_input(path).decode("utf-8")
     except FileNotFoundError:
         text = None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # UnicodeDecodeError too
         raise UsageError(f"cannot read config {path}: {exc}") from None
     if text is not None:
         import yaml

@@ -16,8 +16,11 @@ import ast
 import errno
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,14 +189,150 @@ def test_the_lock_says_what_is_wrong_with_its_file(tmp_path: Path) -> None:
 # Doctor asks the stores
 
 
-def test_doctor_checks_the_counters_file_mode_too(cli: Cli) -> None:
-    ran = cli.json("allocate", "--pod", "ns/a", "--gpu", "0", "--profile", "1g.10gb")
+def _checks(cli: Cli) -> tuple[int, dict[str, dict[str, Any]]]:
+    ran = cli.json("doctor")
+    return ran.exit_code, {c["name"]: c for c in ran.json()["checks"]}
+
+
+def _allocated(cli: Cli, pod: str = "ns/a") -> str:
+    ran = cli.json("allocate", "--pod", pod, "--gpu", "0", "--profile", "1g.10gb")
     assert ran.exit_code == 0, ran.stdout
+    mig: str = ran.json()["instance"]["migUUID"]
+    return mig
+
+
+def test_doctor_only_warns_on_the_counters_file_being_writable_by_others(cli: Cli) -> None:
+    """Others could skew the metrics through it, not take an instance: not a failure."""
+    _allocated(cli)
     (cli.state_dir / COUNTERS_NAME).chmod(0o666)
-    data = cli.json("doctor").json()
-    check = next(c for c in data["checks"] if c["name"] == "file-mode/counters")
-    assert check["status"] == "fail"
+    code, checks = _checks(cli)
+    check = checks["file-mode/counters"]
+    assert (code, check["status"]) == (0, "warn")
     assert check["hint"] == f"chmod 0600 {cli.state_dir / COUNTERS_NAME}"
+    (cli.state_dir / record_name(next(iter(_live_records(cli))))).chmod(0o666)
+    code, checks = _checks(cli)  # a record others could forge is a failure
+    assert code == 5
+    assert [c["status"] for n, c in checks.items() if n.startswith("file-mode/mig-")] == ["fail"]
+
+
+def _live_records(cli: Cli) -> list[str]:
+    return [i["migUUID"] for i in cli.json("list").json()["instances"]]
+
+
+def test_doctor_reports_the_counters(cli: Cli) -> None:
+    _allocated(cli)
+    code, checks = _checks(cli)
+    assert (code, checks["counters"]["status"]) == (0, "ok")
+    assert checks["counters"]["message"] == "1 lifecycle event(s) counted"
+    (cli.state_dir / COUNTERS_NAME).write_text("{")
+    code, checks = _checks(cli)
+    assert (code, checks["counters"]["status"]) == (0, "warn")
+    assert "metrics report zeros" in checks["counters"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("null", "runtimes reject it: spec is not a JSON object"),
+        ("[1, 2]", "runtimes reject it: spec is not a JSON object"),
+        ("[" * 200_000, "spec is nested too deeply"),
+    ],
+)
+def test_a_spec_that_is_no_json_object_fails_doctor_and_recover_repairs_it(
+    cli: Cli, content: str, reason: str
+) -> None:
+    mig = _allocated(cli)
+    spec = cli.cdi_dir / spec_file_name(mig)
+    spec.write_text(content)
+    code, checks = _checks(cli)
+    check = next(c for n, c in checks.items() if n.startswith("cdi-spec/"))
+    assert (code, check["status"]) == (5, "fail")
+    assert check["message"] == f"{spec}: {reason}"
+    assert "cdi-specs" not in checks  # the one spec there is the bad one
+    ran = cli.json("recover", "--pods", _no_pods(cli))
+    assert ran.exit_code == 0, ran.stdout
+    assert json.loads(spec.read_text())["devices"]
+
+
+def _no_pods(cli: Cli) -> str:
+    path = cli.state_dir.parent / "pods.json"
+    path.write_text(json.dumps({"kind": "PodList", "apiVersion": "v1", "items": []}))
+    return str(path)
+
+
+def test_files_whose_names_hold_nothing_are_named_whole(cli: Cli) -> None:
+    _allocated(cli)
+    for name in ("hami-owned-.json", "intent-.json", "intent-bad.id.json"):
+        (cli.state_dir / name).write_text("x")
+        (cli.state_dir / name).chmod(0o600)
+    code, checks = _checks(cli)
+    assert code == 5
+    failing = sorted(n for n, c in checks.items() if c["status"] == "fail")
+    assert failing == ["intent/intent-.json", "intent/intent-bad.id.js…", "record/hami-owned-.json"]
+    assert "records" not in checks  # the unusable record speaks for the records
+    refusal = cli.json("allocate", "--pod", "ns/b", "--gpu", "0", "--profile", "1g.10gb")
+    assert refusal.exit_code == 5
+    for name in ("intent-.json", "intent-bad.id.json"):  # what doctor names, forget takes
+        forgot = cli.json("forget", "--intent", name)
+        assert forgot.exit_code == 0, forgot.stdout
+        assert not (cli.state_dir / name).exists()
+    assert cli.json("forget", "--intent", "../intent-x.json").exit_code == 2
+    assert cli.json("forget", "--intent", "hami-owned-.json").exit_code == 2  # not an intent
+
+
+def test_an_unusable_lock_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lock = NodeLock(tmp_path)
+    (tmp_path / LOCK_NAME).write_text("")
+    assert lock.inspect() is None
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, m: False if str(p).endswith(LOCK_NAME) else real_access(p, m)
+    )
+    assert lock.inspect() == f"is not readable and writable by uid {os.getuid()}"
+
+
+def test_a_gpu_instance_that_cannot_be_read_back_counts_as_a_failed_allocation(cli: Cli) -> None:
+    ran = cli.json("sim", "fault", "add", "--op", "nvmlGpuInstanceGetInfo", "--error", "UNKNOWN")
+    assert ran.exit_code == 0, ran.stdout
+    failed = cli.json("allocate", "--pod", "ns/a", "--gpu", "0", "--profile", "1g.10gb")
+    assert failed.exit_code == 4, failed.stdout
+    assert Counters(cli.state_dir).load().get("failures", "allocate") == 1
+    assert cli.json("list").json()["instances"] == []  # rolled back
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_a_config_that_is_no_regular_file_is_refused_not_read(tmp_path: Path, kind: str) -> None:
+    config = tmp_path / "config.yaml"
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "dev-zero":
+        config.symlink_to("/dev/zero")
+    else:
+        config.mkdir()
+    ran = subprocess.run(
+        [sys.executable, "-m", "hamimig", "--config", str(config), "-o", "json", "config", "show"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2, ran.stdout
+    message = json.loads(ran.stdout)["error"]["message"]
+    assert message.startswith(f"cannot read config {config}: ")
+
+
+def test_a_config_behind_a_symlink_is_read(tmp_path: Path) -> None:
+    """A ConfigMap mount is a chain of symlinks."""
+    (tmp_path / "real.yaml").write_text("cdi:\n  enabled: false\n")
+    (tmp_path / "config.yaml").symlink_to(tmp_path / "real.yaml")
+    config = str(tmp_path / "config.yaml")
+    ran = subprocess.run(
+        [sys.executable, "-m", "hamimig", "--config", config, "-o", "json", "config", "show"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "false" in ran.stdout.lower()
 
 
 _STORE_INTERNALS = {

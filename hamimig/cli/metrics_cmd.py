@@ -31,11 +31,11 @@ def metrics(
 ) -> None:
     """Prometheus metrics: HAMi-compatible instance info, instances per GPU and state, and
     lifecycle counters (creations, reuses, reclaims, failures) kept in the state directory."""
-    from hamimig.reports import metrics as engine_metrics
+    from hamimig.reports import metrics as metrics_report
 
     def action(node: Node) -> Result:
         try:
-            return engine_metrics.export(node, textfile)
+            return metrics_report.export(node, textfile)
         except PathUnusable as err:
             raise err.for_option("--textfile") from None
 

@@ -186,6 +186,7 @@ def create_instance(
     except NvmlError as exc:
         if isinstance(exc, GpuInstanceUnreadable):
             # The GI was created and reading it back failed: undo it like any partial work.
+            node.counters().count(FAILURES, FAILED_ALLOCATE)
             _rollback_unread_gi(node, intent, exc)
         _drop_intent(node, intent)
         if exc.name == "INSUFFICIENT_RESOURCES":

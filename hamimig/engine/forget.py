@@ -34,7 +34,7 @@ from hamimig.errors import (
     UsageError,
 )
 from hamimig.store.files import Problem
-from hamimig.store.intents import Intent, intent_file_name
+from hamimig.store.intents import Intent
 from hamimig.store.records import Record, RecordState
 from hamimig.vocabulary import ActionKind
 
@@ -53,13 +53,16 @@ def parse_mig_uuid(text: str) -> str:
     return text
 
 
-def parse_intent_id(text: str) -> str:
+def parse_intent_id(node: Node, text: str) -> str:
+    """An intent's ID, or the whole file name of an intent file whose name holds no valid ID
+    (what `doctor` and the refusals name it by)."""
     try:
-        intent_file_name(text)
+        node.intents().file_name_of(text)
     except ValueError:
         raise UsageError(
             f"invalid intent ID {text!r}: use the part between 'intent-' and '.json' of its "
-            "file name (letters, digits, '_' and '-', at most 64)"
+            "file name (letters, digits, '_' and '-', at most 64), or the whole file name "
+            "when what stands there is no valid ID"
         ) from None
     return text
 
@@ -67,7 +70,7 @@ def parse_intent_id(text: str) -> str:
 def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
     uuid = parse_mig_uuid(target.mig_uuid) if isinstance(target, ByUuid) else None
-    ident = parse_intent_id(target.intent_id) if isinstance(target, ByIntent) else None
+    ident = parse_intent_id(node, target.intent_id) if isinstance(target, ByIntent) else None
     with node.lock():
         # Like every mutating command, never on a node others can forge records on (a dry run
         # reports it). Unreadable records do not matter here: forgetting one is the point.

@@ -596,8 +596,6 @@ class CdiStore(StoreFiles):
         found = self.read_file(name, _json_document)
         if found is None or isinstance(found, Problem):
             return found
-        if not isinstance(found, dict):
-            return self.problem(name, "runtimes reject it: spec is not a JSON object")
         problems = validate_spec(found)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -662,11 +660,18 @@ class CdiStore(StoreFiles):
         return list_names(self.directory, SPEC_PREFIX, SPEC_SUFFIX)
 
 
-def _json_document(data: bytes) -> Any:
+def _json_document(data: bytes) -> dict[str, Any]:
+    """A spec file's content: a JSON object, or ValueError saying why not (runtimes reject
+    anything else)."""
     try:
-        return json.loads(data.decode("utf-8"))
+        doc = json.loads(data.decode("utf-8"))
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike
         raise ValueError(f"spec is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("spec is nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise ValueError("runtimes reject it: spec is not a JSON object")
+    return doc
 
 
 def _without_hami_annotations(spec: dict[str, Any], dev: CdiDevice) -> dict[str, Any]:

@@ -17,14 +17,13 @@ import copy
 import json
 import os
 import re
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hamimig.errors import UsageError
-from hamimig.store.files import MAX_READ_BYTES
+from hamimig.store.files import read_input
 
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
 CTK_KIND = "nvidia.com/gpu"
@@ -158,20 +157,11 @@ class BaseLookup:
 def read_spec_file(path: Path) -> Any:
     """A JSON or YAML spec file parsed; `ValueError` naming the file when it cannot be."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_input(path)
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path} is not a regular file")
-        if st.st_size > MAX_READ_BYTES:
-            raise ValueError(f"{path} is larger than {MAX_READ_BYTES} bytes")
-        data = os.read(fd, MAX_READ_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+    except ValueError as exc:
+        raise ValueError(f"{path} {exc}") from None
     try:
         text = data.decode("utf-8")
         if path.suffix == ".json":

@@ -89,6 +89,7 @@ class Counters(SingleFile):
     file_name = COUNTERS_NAME
     file_mode = COUNTERS_MODE
     dir_mode = STATE_DIR_MODE
+    decides = False
 
     def load(self) -> CounterValues:
         """The current counts; an absent file is all zeros, an unusable one zeros and a Problem."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from hamimig.errors import UsageError
+from hamimig.store._fields import reason_of
 from hamimig.vocabulary import FileOpName
 
 FileOp = Callable[[FileOpName, Callable[[], None]], None]
@@ -263,6 +264,27 @@ def read_regular(directory: Path, name: str) -> bytes:
         os.close(fd)
 
 
+def read_input(path: Path) -> bytes:
+    """An input file an operator points hamimig at (the config, NVIDIA's CDI spec): symlinks
+    are followed (a ConfigMap mount is one), but only a regular file of at most
+    `MAX_READ_BYTES` is read, and a FIFO or a device such as /dev/zero is refused rather than
+    hanging the command or filling its memory. Raises FileNotFoundError when it is absent, and
+    OSError or ValueError (the reason) when it cannot be used."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("is not a regular file")
+        if st.st_size > MAX_READ_BYTES:
+            raise ValueError(f"is larger than {MAX_READ_BYTES} bytes")
+        data = os.read(fd, MAX_READ_BYTES + 1)
+        if len(data) > MAX_READ_BYTES:
+            raise ValueError(f"is larger than {MAX_READ_BYTES} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
 def list_names(directory: Path, prefix: str, suffix: str) -> list[str]:
     """Sorted entry names in `directory` with that prefix and suffix; [] if it is absent."""
     if not check_dir(directory):
@@ -299,20 +321,26 @@ def read_entry(directory: Path, name: str, decode: Callable[[bytes], T]) -> T | 
     absent (also when it vanished between listing and reading: nothing to report).
 
     Every loader reads through here, so that each says the same thing about a symlink, a FIFO,
-    an unreadable file or bad content, and none of them can forget a case.
+    an unreadable file or bad content, and none of them can forget a case. `decode` raises
+    ValueError for bad content and never returns None (None means absent).
     """
     path = str(directory / name)
     try:
         why = describe_entry(directory, name)
         if why is not None:
             return Problem(path, why)
-        return decode(read_regular(directory, name))
+        decoded = decode(read_regular(directory, name))
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return Problem(path, f"cannot read: {exc.strerror or exc}", io=True)
+        return Problem(path, reason_of(exc), io=True)
+    except RecursionError:
+        return Problem(path, "is nested too deeply")
     except ValueError as exc:
-        return Problem(path, str(exc))
+        return Problem(path, reason_of(exc))
+    if decoded is None:  # a decoder's bug must not read as an absent file
+        return Problem(path, "holds no value")
+    return decoded
 
 
 @dataclass(frozen=True)
@@ -324,6 +352,7 @@ class ModeFinding:
     subject: str
     mode: int
     expected: int
+    decides: bool = True
 
     @property
     def writable_by_others(self) -> bool:
@@ -343,6 +372,9 @@ class StoreFiles:
     store: ClassVar[str]
     file_mode: ClassVar[int]
     dir_mode: ClassVar[int]
+    decides: ClassVar[bool] = True
+    """Whether what the files say decides what hamimig does to instances (so that a file
+    others could write is a forgery risk), rather than being bookkeeping."""
 
     def __init__(self, directory: Path, file_op: FileOp = no_faults) -> None:
         self.directory = directory
@@ -395,10 +427,9 @@ class StoreFiles:
                 continue
             mode = stat.S_IMODE(st.st_mode)
             if stat.S_ISREG(st.st_mode) and mode != self.file_mode:
+                path, subject = self.directory / name, self.subject(name)
                 found.append(
-                    ModeFinding(
-                        self.directory / name, self.store, self.subject(name), mode, self.file_mode
-                    )
+                    ModeFinding(path, self.store, subject, mode, self.file_mode, self.decides)
                 )
         return found
 

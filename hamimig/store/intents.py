@@ -153,11 +153,25 @@ class IntentStore(StoreFiles):
         return name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX)
 
     def subject(self, name: str) -> str:
-        """The intent's ID (what `forget --intent` takes)."""
-        return name.removeprefix(INTENT_PREFIX).removesuffix(INTENT_SUFFIX)
+        """The intent's ID (what `forget --intent` takes), or the whole file name when what
+        stands there is no valid ID (`forget --intent` takes that too)."""
+        intent_id = name.removeprefix(INTENT_PREFIX).removesuffix(INTENT_SUFFIX)
+        return intent_id if _ID_RE.match(intent_id) else name
+
+    def file_name_of(self, subject: str) -> str:
+        """The file an intent's subject names: `intent-<ID>.json` for an ID, or the subject
+        itself when it is the name of one of this store's files that holds no valid ID (so
+        that `forget --intent` can drop a file whatever stands in its name). ValueError when
+        it is neither."""
+        if _ID_RE.match(subject):
+            return intent_file_name(subject)
+        plain = subject not in ("", ".", "..") and "/" not in subject and "\0" not in subject
+        if plain and self.owns(subject):
+            return subject
+        raise ValueError(f"not a valid intent ID: {subject!r}")
 
     def path_of(self, intent_id: str) -> Path:
-        return self.directory / intent_file_name(intent_id)
+        return self.directory / self.file_name_of(intent_id)
 
     def load(self) -> tuple[list[Intent], list[Problem]]:
         """Every readable intent, oldest first; every unusable `intent-*.json` as a Problem."""
@@ -182,4 +196,4 @@ class IntentStore(StoreFiles):
 
     def remove(self, intent_id: str) -> None:
         """Remove the intent durably; absent already is fine (a retried recovery)."""
-        self.remove_named(FileOpName.INTENT_REMOVE, intent_file_name(intent_id))
+        self.remove_named(FileOpName.INTENT_REMOVE, self.file_name_of(intent_id))

@@ -56,11 +56,14 @@ class NodeLock:
         """Why the lock file could not be taken (a directory, a link or a FIFO at its name makes
         every mutating command fail), or None: fine, or absent (the first command creates it)."""
         try:
-            return describe_entry(self.directory, LOCK_NAME)
+            why = describe_entry(self.directory, LOCK_NAME)
         except FileNotFoundError:
             return None
         except OSError as exc:
             return f"cannot be inspected: {exc.strerror or exc}"
+        if why is None and not os.access(self.path, os.R_OK | os.W_OK):
+            return f"is not readable and writable by uid {os.getuid()}"
+        return why
 
     def acquire(self) -> None:
         if self._fds:

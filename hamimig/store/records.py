@@ -254,8 +254,9 @@ class RecordStore(StoreFiles):
         return name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX)
 
     def subject(self, name: str) -> str:
-        """`mig-<sha256>`: the record's name without HAMi's prefix and the suffix."""
-        return name.removeprefix(LOADER_PREFIX).removesuffix(RECORD_SUFFIX)
+        """`mig-<sha256>`: the record's name without HAMi's prefix and the suffix (the whole
+        name when nothing is left)."""
+        return name.removeprefix(LOADER_PREFIX).removesuffix(RECORD_SUFFIX) or name
 
     def path_of(self, mig_uuid: str) -> Path:
         return self.directory / record_name(mig_uuid)

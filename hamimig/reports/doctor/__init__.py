@@ -12,14 +12,17 @@ otherwise 4 when any failing check is a hardware or I/O failure (NVML unreachabl
 version or a GPU unreadable, `mig-minors` unreadable or without the GPU's entries, a state or
 CDI directory that this user cannot read or write, no NVIDIA CDI spec to compose specs from),
 else 5: state that is readable but cannot be trusted (a record, intent or queue that does not
-load, a state directory that is a symlink, owned by another user or writable by others, a spec
-of ours that runtimes reject, another spec defining one of our devices, an NVIDIA CDI spec that
-is invalid, conflicting or lacks a MIG GPU, a config file that does not load).
+load, a state directory that is a symlink, owned by another user or writable by others, a
+record, intent or queue file writable by others, a lock file that is no usable regular file, a
+spec of ours that runtimes reject, another spec defining one of our devices, an NVIDIA CDI spec
+that is invalid, conflicting or lacks a MIG GPU, a config file that does not load). The
+counters are bookkeeping: an unreadable or others-writable `counters.json` only warns.
 
 Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per GPU;
-`mig-minors`; `state-dir`, `state-dir/owner`, `state-dir/mode`; `file-mode/NAME` for each state
-file that is not 0600; `records` (or one failing `record/NAME`, `intent/NAME`,
-`cdi-removal-queue` check per unusable file); `intents`; `cdi-removal-queue`; `cdi-dir`;
+`mig-minors`; `state-dir`, `state-dir/owner`, `state-dir/mode`, `state-dir/lock`;
+`file-mode/NAME` for each state file that is not 0600; `records` (or one failing `record/NAME`,
+`intent/NAME`, `cdi-removal-queue` check per unusable file); `intents`; `cdi-removal-queue`;
+`counters`; `cdi-dir`;
 `cdi-base` (the NVIDIA spec instance specs are composed from: found, valid, describing every MIG
 GPU; a warning with `cdi.baseSpec: none`, whose containers get no driver libraries);
 `cdi-specs` (a summary of the good ones) and `cdi-spec/NAME` per spec of ours that is not good
@@ -43,7 +46,12 @@ from hamimig.errors import HamimigError
 from hamimig.reports.doctor.cdi import DOCTOR_TEMP_PREFIX, check_cdi
 from hamimig.reports.doctor.hardware import check_hardware, check_mig_minors
 from hamimig.reports.doctor.recovery import with_recovery
-from hamimig.reports.doctor.state import check_durable, check_file_modes, check_state_dir
+from hamimig.reports.doctor.state import (
+    check_counters,
+    check_durable,
+    check_file_modes,
+    check_state_dir,
+)
 from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, why
 from hamimig.reports.views import Check, DoctorReport
 
@@ -99,6 +107,7 @@ def run_checks(
             )
         else:
             checks += check_durable(durable)
+        checks += guarded("counters", lambda: [check_counters(node.counters())])
     elif state == "missing":  # nothing recorded yet: every spec of ours is then an orphan
         durable = Durable(records={}, intents=(), removals=(), problems=())
         none = "none (no state directory yet)"

@@ -23,6 +23,7 @@ from hamimig.reports.doctor.verdicts import (
     why,
 )
 from hamimig.reports.views import Check
+from hamimig.store.counters import Counters
 from hamimig.store.files import StoreFiles
 from hamimig.store.lock import NodeLock
 from hamimig.store.records import STATE_DIR_MODE, RecordState
@@ -126,7 +127,10 @@ def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
             fix = f"chmod {mode_text(found.expected)} {found.path}"
             if found.writable_by_others:
                 message = f"{found.path}: mode {mode_text(found.mode)} is group- or world-writable"
-                checks.append(fail(name, message, fix))
+                if found.decides:
+                    checks.append(fail(name, message, fix))
+                else:  # bookkeeping: others could skew the metrics, not take an instance
+                    checks.append(warn(name, message + " (only the metrics depend on it)", fix))
             else:
                 message = (
                     f"{found.path}: mode {mode_text(found.mode)}, "
@@ -182,3 +186,17 @@ def check_durable(durable: Durable) -> list[Check]:
     elif not any(c.name == "cdi-removal-queue" for c in checks):
         checks.append(ok("cdi-removal-queue", "empty"))
     return checks
+
+
+def check_counters(counters: Counters) -> Check:
+    """The lifecycle counters `metrics` exports: bookkeeping, so an unreadable file is a
+    warning (the metrics read zeros, a counter reset to Prometheus), never a failure."""
+    values = counters.load()
+    if values.problem is not None:
+        return warn(
+            "counters",
+            f"{values.problem.file}: {values.problem.reason}; metrics report zeros",
+            f"move {values.problem.file} away: the next change starts counting again",
+        )
+    total = sum(n for by_label in values.values.values() for n in by_label.values())
+    return ok("counters", f"{total} lifecycle event(s) counted")
