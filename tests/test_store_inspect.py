@@ -300,13 +300,15 @@ def test_a_gpu_instance_that_cannot_be_read_back_counts_as_a_failed_allocation(c
     assert cli.json("list").json()["instances"] == []  # rolled back
 
 
-@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "oversized"])
 def test_a_config_that_is_no_regular_file_is_refused_not_read(tmp_path: Path, kind: str) -> None:
     config = tmp_path / "config.yaml"
     if kind == "fifo":
         os.mkfifo(config)
     elif kind == "dev-zero":
         config.symlink_to("/dev/zero")
+    elif kind == "oversized":
+        config.write_text("# " + "x" * (5 * 1024 * 1024) + "\n")
     else:
         config.mkdir()
     ran = subprocess.run(

@@ -243,6 +243,12 @@ def read_regular(directory: Path, name: str) -> bytes:
         if exc.errno == errno.ELOOP:
             raise ValueError("is a symbolic link (not followed)") from None
         raise
+    return _read_opened(fd)
+
+
+def _read_opened(fd: int) -> bytes:
+    """The content of the file open at `fd` (closed here), if it is a regular file of at most
+    `MAX_READ_BYTES`; ValueError otherwise. fstat checks what was actually opened."""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -270,19 +276,7 @@ def read_input(path: Path) -> bytes:
     `MAX_READ_BYTES` is read, and a FIFO or a device such as /dev/zero is refused rather than
     hanging the command or filling its memory. Raises FileNotFoundError when it is absent, and
     OSError or ValueError (the reason) when it cannot be used."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("is not a regular file")
-        if st.st_size > MAX_READ_BYTES:
-            raise ValueError(f"is larger than {MAX_READ_BYTES} bytes")
-        data = os.read(fd, MAX_READ_BYTES + 1)
-        if len(data) > MAX_READ_BYTES:
-            raise ValueError(f"is larger than {MAX_READ_BYTES} bytes")
-        return data
-    finally:
-        os.close(fd)
+    return _read_opened(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
 
 
 def list_names(directory: Path, prefix: str, suffix: str) -> list[str]:
