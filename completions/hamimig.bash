@@ -9,12 +9,12 @@ _hamimig() {
         --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return;;
         --state) COMPREPLY=($(compgen -W "Creating Active Idle Reclaiming Error Unmanaged OrphanGI Missing" -- "$cur")); return;;
         -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return;;
-        --action|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--intent|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
+        --action|--advance|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--idle-older-than|--intent|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--set|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
     esac
     for ((i=1; i<COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         case "$path:$w" in
-            ":adopt"|":allocate"|":config"|":demo"|":doctor"|":forget"|":list"|":metrics"|":profiles"|":reclaim"|":reconcile"|":recover"|":release"|":show"|":sim"|"config:show"|"sim fault:add"|"sim fault:clear"|"sim:busy"|"sim:create"|"sim:fault"|"sim:init"|"sim:mig-mode"|"sim:reset"|"sim:show") path="${path:+$path }$w";;
+            ":adopt"|":allocate"|":config"|":demo"|":doctor"|":forget"|":list"|":metrics"|":profiles"|":reclaim"|":reconcile"|":recover"|":release"|":show"|":sim"|"config:show"|"sim fault:add"|"sim fault:clear"|"sim:busy"|"sim:clock"|"sim:create"|"sim:fault"|"sim:init"|"sim:mig-mode"|"sim:reset"|"sim:show") path="${path:+$path }$w";;
         esac
     done
     local words
@@ -30,13 +30,14 @@ _hamimig() {
         "list") words="--gpu --state -h --help";;
         "metrics") words="--textfile -h --help";;
         "profiles") words="--gpu -h --help";;
-        "reclaim") words="--mig-uuid --gpu --placement --all-idle --dry-run --lock-timeout -h --help";;
+        "reclaim") words="--mig-uuid --gpu --placement --all-idle --idle-older-than --dry-run --lock-timeout -h --help";;
         "reconcile") words="--pods --kube --dry-run --lock-timeout -h --help";;
         "recover") words="--pods --kube --assume-no-pods --adopt --dry-run --lock-timeout -h --help";;
         "release") words="--pod --mig-uuid --lock-timeout -h --help";;
         "show") words="-h --help";;
-        "sim") words="-h --help busy create fault init mig-mode reset show";;
+        "sim") words="-h --help busy clock create fault init mig-mode reset show";;
         "sim busy") words="--mig-uuid --gi-only --clear -h --help";;
+        "sim clock") words="--advance --set -h --help";;
         "sim create") words="--gpu --profile --placement --no-ci -h --help";;
         "sim fault") words="-h --help add clear";;
         "sim fault add") words="--op --error --action --times --skip --gpu -h --help";;

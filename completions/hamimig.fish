@@ -9,7 +9,7 @@ function __hamimig_path
     end
     string join ' ' $path
 end
-set -g __hamimig_commands 'adopt' 'allocate' 'config' 'config show' 'demo' 'doctor' 'forget' 'list' 'metrics' 'profiles' 'reclaim' 'reconcile' 'recover' 'release' 'show' 'sim' 'sim busy' 'sim create' 'sim fault' 'sim fault add' 'sim fault clear' 'sim init' 'sim mig-mode' 'sim reset' 'sim show'
+set -g __hamimig_commands 'adopt' 'allocate' 'config' 'config show' 'demo' 'doctor' 'forget' 'list' 'metrics' 'profiles' 'reclaim' 'reconcile' 'recover' 'release' 'show' 'sim' 'sim busy' 'sim clock' 'sim create' 'sim fault' 'sim fault add' 'sim fault clear' 'sim init' 'sim mig-mode' 'sim reset' 'sim show'
 complete -c hamimig -f
 complete -c hamimig -n "test (__hamimig_path) = ''" -a adopt -d 'Claim unmarked complete GI/CI pairs as Idle (needs the adoption opt-in).'
 complete -c hamimig -n "test (__hamimig_path) = ''" -a allocate -d 'Reuse an exact Idle match, else reclaim only the Idle instances in the way and create.'
@@ -75,6 +75,7 @@ complete -c hamimig -n "test (__hamimig_path) = 'reclaim'" -l mig-uuid -r -d 'On
 complete -c hamimig -n "test (__hamimig_path) = 'reclaim'" -l gpu -r -d 'NVML index or GPU UUID.'
 complete -c hamimig -n "test (__hamimig_path) = 'reclaim'" -l placement -r -d 'Memory slices on --gpu.'
 complete -c hamimig -n "test (__hamimig_path) = 'reclaim'" -l all-idle -d 'Every Idle (and Error) instance on --gpu.'
+complete -c hamimig -n "test (__hamimig_path) = 'reclaim'" -l idle-older-than -r -d 'The Idle instances on --gpu idle longer than this: 90s, 30m, 2h, 1h30m.'
 complete -c hamimig -n "test (__hamimig_path) = 'reclaim'" -l dry-run -d 'Print the plan; change nothing.'
 complete -c hamimig -n "test (__hamimig_path) = 'reclaim'" -l lock-timeout -r -d 'How long to wait for the node lock (exit 7).'
 complete -c hamimig -n "test (__hamimig_path) = 'reclaim'" -s h -l help -d 'Show the help and exit.'
@@ -96,6 +97,7 @@ complete -c hamimig -n "test (__hamimig_path) = 'release'" -l lock-timeout -r -d
 complete -c hamimig -n "test (__hamimig_path) = 'release'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "test (__hamimig_path) = 'show'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "test (__hamimig_path) = 'sim'" -a busy -d 'A process holds the instance: destroying it fails with IN_USE.'
+complete -c hamimig -n "test (__hamimig_path) = 'sim'" -a clock -d 'Read or move the node\'s clock (idle ages, timestamps) without waiting.'
 complete -c hamimig -n "test (__hamimig_path) = 'sim'" -a create -d 'Make an instance behind hamimig\'s back (an external or leftover instance).'
 complete -c hamimig -n "test (__hamimig_path) = 'sim'" -a fault -d 'Inject or clear NVML and file-operation faults.'
 complete -c hamimig -n "test (__hamimig_path) = 'sim'" -a init -d 'Create the simulated node: COUNT GPUs of MODEL, MIG enabled, no instances.'
@@ -107,6 +109,9 @@ complete -c hamimig -n "test (__hamimig_path) = 'sim busy'" -l mig-uuid -r -d 'T
 complete -c hamimig -n "test (__hamimig_path) = 'sim busy'" -l gi-only -d 'Only the GI is held (a monitoring client).'
 complete -c hamimig -n "test (__hamimig_path) = 'sim busy'" -l clear -d 'Remove the busy marks.'
 complete -c hamimig -n "test (__hamimig_path) = 'sim busy'" -s h -l help -d 'Show the help and exit.'
+complete -c hamimig -n "test (__hamimig_path) = 'sim clock'" -l advance -r -d 'Move the clock forward: 90s, 30m, 2h, 1h30m.'
+complete -c hamimig -n "test (__hamimig_path) = 'sim clock'" -l set -r -d 'Set the clock: 2026-12-01T10:00:00Z.'
+complete -c hamimig -n "test (__hamimig_path) = 'sim clock'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "test (__hamimig_path) = 'sim create'" -l gpu -r -d 'NVML index or GPU UUID.'
 complete -c hamimig -n "test (__hamimig_path) = 'sim create'" -l profile -r -d 'Profile, e.g. 1g.10gb.'
 complete -c hamimig -n "test (__hamimig_path) = 'sim create'" -l placement -r -d 'Memory slices.'

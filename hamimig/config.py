@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hamimig.durations import DurationError, parse_duration
 from hamimig.errors import UsageError
 from hamimig.store.cdi import check_kind
 from hamimig.store.cdi_base import AUTO, check_setting
@@ -41,6 +42,10 @@ class Config:
     cdi_annotations: bool = False
     cdi_base_spec: str = AUTO
     """Where a spec's driver edits come from: `auto` (the node's NVIDIA spec), a file, `none`."""
+    idle_ttl: int = 0
+    """Seconds an instance may stay Idle before `reconcile` reclaims it (0: no limit)."""
+    max_idle_per_gpu: int | None = None
+    """How many Idle instances `reconcile` keeps per GPU (None: no limit)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def profile_allowed(self, model: str, profile: str) -> bool:
@@ -53,7 +58,12 @@ class Config:
 _KEYS: dict[str, tuple[str, ...]] = {
     "": ("devices", "cdi"),
     "devices": ("nvidia",),
-    "devices.nvidia": ("adoptExistingMIGInstances", "migProfileAllowlist"),
+    "devices.nvidia": (
+        "adoptExistingMIGInstances",
+        "migProfileAllowlist",
+        "idleTTL",
+        "maxIdleInstancesPerGPU",
+    ),
     "cdi": ("enabled", "kind", "annotations", "baseSpec"),
 }
 
@@ -63,7 +73,14 @@ ENV_OVERRIDES = {
     "HAMIMIG_CDI_KIND": "cdi.kind",
     "HAMIMIG_CDI_ANNOTATIONS": "cdi.annotations",
     "HAMIMIG_CDI_BASE_SPEC": "cdi.baseSpec",
+    "HAMIMIG_IDLE_TTL": "devices.nvidia.idleTTL",
+    "HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU": "devices.nvidia.maxIdleInstancesPerGPU",
 }
+
+IDLE_TTL = "devices.nvidia.idleTTL"
+MAX_IDLE = "devices.nvidia.maxIdleInstancesPerGPU"
+MAX_IDLE_LIMIT = 1000
+"""More Idle instances than any GPU can hold (7 at most today): a larger cap is a typo."""
 
 
 def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
@@ -92,6 +109,27 @@ def _parse_bool_env(text: str, name: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise UsageError(f"environment {name}={text!r}: expected true or false")
+
+
+def _idle_ttl(value: Any, where: str) -> int:
+    """A duration string or whole seconds; 0 is off. YAML gives ints for `3600`, strings for
+    `1h`; a bool or a float is refused (`1.5` is not whole seconds)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UsageError(f"{where}: {IDLE_TTL} must be a duration (90s, 30m, 1h30m) or seconds")
+    try:
+        return parse_duration(str(value))
+    except DurationError as exc:
+        raise UsageError(f"{where}: {IDLE_TTL}: {exc}") from None
+
+
+def _max_idle(value: Any, where: str) -> int:
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip()[:6])
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"{where}: {MAX_IDLE} must be a whole number of at least 0")
+    if value > MAX_IDLE_LIMIT:
+        raise UsageError(f"{where}: {MAX_IDLE} must be at most {MAX_IDLE_LIMIT}, not {value}")
+    return value
 
 
 def _allowlist(value: Any, source: str) -> tuple[AllowlistEntry, ...]:
@@ -173,6 +211,15 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
             raise UsageError(f"{source}: cdi.baseSpec {problem}")
         values["cdi.baseSpec"] = cdi["baseSpec"]
         sources["cdi.baseSpec"] = source
+    if "idleTTL" in nvidia:
+        values[IDLE_TTL] = _idle_ttl(nvidia["idleTTL"], source)
+        sources[IDLE_TTL] = source
+    if "maxIdleInstancesPerGPU" in nvidia and nvidia["maxIdleInstancesPerGPU"] is not None:
+        # YAML's `~` (null) reads as "absent": no cap, as when the key is left out.
+        if isinstance(nvidia["maxIdleInstancesPerGPU"], str):
+            raise UsageError(f"{source}: {MAX_IDLE} must be a whole number, not a string")
+        values[MAX_IDLE] = _max_idle(nvidia["maxIdleInstancesPerGPU"], source)
+        sources[MAX_IDLE] = source
     allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)
     if "migProfileAllowlist" in nvidia:
         sources["devices.nvidia.migProfileAllowlist"] = source
@@ -190,6 +237,10 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
                 if problem:
                     raise UsageError(f"environment {var}: {problem}")
                 values[key] = text_value
+            elif key == IDLE_TTL:
+                values[key] = _idle_ttl(text_value, f"environment {var}")
+            elif key == MAX_IDLE:
+                values[key] = _max_idle(text_value, f"environment {var}")
             else:
                 values[key] = _parse_bool_env(text_value, var)
             sources[key] = f"env {var}"
@@ -201,5 +252,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         cdi_kind=values.get("cdi.kind", DEFAULT_CDI_KIND),
         cdi_annotations=values.get("cdi.annotations", False),
         cdi_base_spec=values.get("cdi.baseSpec", AUTO),
+        idle_ttl=values.get(IDLE_TTL, 0),
+        max_idle_per_gpu=values.get(MAX_IDLE),
         sources=sources,
     )

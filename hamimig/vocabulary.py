@@ -64,6 +64,8 @@ class ActionKind(str, enum.Enum):
     RETRY_CDI_REMOVAL = "retry-cdi-removal"
     RETRY_DESTROY = "retry-destroy"
     RELEASE_IDLE = "release-idle"
+    # reconcile's idle policy (idleTTL, maxIdleInstancesPerGPU)
+    EVICT_IDLE = "evict-idle"
     SKIP = "skip"
 
 

@@ -273,7 +273,7 @@ class SimNodeEnv:
             cdi_dir=self.cdi_dir,
             config_path=config,
             lock_timeout=5.0,
-            clock=self._clock,
+            clock_source=self._clock,
             sim_store=self.store,
         )
         self.node.attach(self.hw)
@@ -288,10 +288,9 @@ class SimNodeEnv:
         sim_state.__dict__["uuid"] = self._saved_uuid
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def _clock(self) -> str:
+    def _clock(self) -> float:
         self.ticks += 1
-        moment = CLOCK_BASE + datetime.timedelta(milliseconds=self.ticks)
-        return moment.isoformat(timespec="milliseconds")
+        return (CLOCK_BASE + datetime.timedelta(milliseconds=self.ticks)).timestamp()
 
     def fault(self, op: str, error: str | None = None, skip: int = 0) -> None:
         """`sim fault add --op OP [--error NAME] [--skip K]` (action raise, once)."""

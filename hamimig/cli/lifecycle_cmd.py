@@ -101,33 +101,46 @@ def reclaim(
     all_idle: Annotated[
         bool, typer.Option("--all-idle", help="Every Idle (and Error) instance on --gpu.")
     ] = False,
+    idle_older_than: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="The Idle instances on --gpu idle longer than this: 90s, 30m, 2h, 1h30m.",
+        ),
+    ] = None,
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Destroy Idle (or Error) instances; never Active, never unmanaged ones."""
     from hamimig.engine import maintenance
-    from hamimig.engine.requests import AllIdle, ByUuid, ReclaimTarget, Window
+    from hamimig.engine.requests import AllIdle, ByUuid, IdleOlderThan, ReclaimTarget, Window
 
     def action(node: Node) -> Result:
         uuid = options.mig_uuid(mig_uuid)
+        selectors = "--placement P, --all-idle or --idle-older-than DURATION"
+        given = sum((placement is not None, all_idle, idle_older_than is not None))
         if uuid is not None and gpu is not None:
             raise UsageError("--mig-uuid and --gpu exclude each other: give one")
         if uuid is None and gpu is None:
-            raise UsageError(
-                "say what to reclaim: --mig-uuid UUID, or --gpu GPU with --placement or --all-idle"
-            )
+            raise UsageError(f"say what to reclaim: --mig-uuid UUID, or --gpu GPU with {selectors}")
         target: ReclaimTarget
         if uuid is not None:
-            if placement is not None or all_idle:
-                raise UsageError("--mig-uuid names one instance: drop --placement/--all-idle")
+            if given:
+                raise UsageError(
+                    "--mig-uuid names one instance: drop --placement/--all-idle/--idle-older-than"
+                )
             target = ByUuid(uuid)
         else:
             assert gpu is not None
-            if (placement is None) == (not all_idle):
-                raise UsageError("with --gpu, give exactly one of --placement P or --all-idle")
+            if given != 1:
+                raise UsageError(f"with --gpu, give exactly one of {selectors}")
             window = options.placement(placement)
             ref = options.gpu_ref(gpu)
-            target = AllIdle(ref) if window is None else Window(ref, window)
+            if idle_older_than is not None:
+                seconds = options.duration(idle_older_than, "--idle-older-than")
+                target = IdleOlderThan(ref, seconds)
+            else:
+                target = AllIdle(ref) if window is None else Window(ref, window)
         return maintenance.reclaim(node, target, dry_run)
 
     execute(ctx, locked(lock_timeout, action))

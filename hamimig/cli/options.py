@@ -165,3 +165,25 @@ def mig_uuid(value: str | None, flag: str = "--mig-uuid") -> str | None:
     from hamimig.engine import validate
 
     return None if value is None else validate.nonempty(value, flag)
+
+
+def duration(text: str, flag: str) -> int:
+    """A duration option (`90s`, `30m`, `1h30m`, or whole seconds), in whole seconds."""
+    from hamimig.durations import DurationError, parse_duration
+
+    try:
+        return parse_duration(text)
+    except DurationError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def instant(text: str, flag: str) -> float:
+    """An RFC 3339 time with its offset (`2026-12-01T10:00:00Z`), in seconds since the epoch."""
+    from hamimig.durations import parse_time
+
+    parsed = parse_time(text)
+    if parsed is None:
+        raise UsageError(
+            f"{flag}: {text!r} is not an RFC 3339 time with an offset (2026-12-01T10:00:00Z)"
+        )
+    return parsed

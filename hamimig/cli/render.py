@@ -302,6 +302,8 @@ def _actions(console: Console, result: ActionReport) -> None:
         console.print(table)
     for skipped in result.skipped:
         console.print(f"skipped GPU {skipped.index} ({skipped.uuid}): {skipped.reason}")
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
     if result.failed:

@@ -132,6 +132,31 @@ def mig_mode(
     execute(ctx, action)
 
 
+@app.command("clock")
+def clock(
+    ctx: typer.Context,
+    advance: Annotated[
+        str | None,
+        typer.Option(metavar="DURATION", help="Move the clock forward: 90s, 30m, 2h, 1h30m."),
+    ] = None,
+    set_to: Annotated[
+        str | None,
+        typer.Option("--set", metavar="TIME", help="Set the clock: 2026-12-01T10:00:00Z."),
+    ] = None,
+) -> None:
+    """Read or move the node's clock (idle ages, timestamps) without waiting."""
+    from hamimig.reports import simulator
+
+    def action(node: Node) -> SimView:
+        if advance is not None and set_to is not None:
+            raise UsageError("--advance and --set exclude each other: give one")
+        seconds = None if advance is None else options.duration(advance, "--advance")
+        moment = None if set_to is None else options.instant(set_to, "--set")
+        return simulator.sim_clock(_sim(node), seconds, moment)
+
+    execute(ctx, action)
+
+
 @fault_app.command(
     "add",
     epilog="NVML functions the simulator implements: " + ", ".join(SIMULATED_NVML) + ".",

@@ -21,7 +21,7 @@ from functools import partial
 from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action
-from hamimig.engine.states import Creating, StateName, check_transition
+from hamimig.engine.states import Creating, StateName, check_transition, idle_since_after
 from hamimig.engine.steps import (
     Forgettable,
     Handout,
@@ -65,11 +65,13 @@ def set_state(node: Node, record: Record, target: RecordState, **changes: object
     """Write `record` in state `target`, if the transition table allows the move."""
     current: StateName = record.state
     check_transition(current, target, record.mig_uuid)
+    now = node.clock()
+    changes.setdefault("idle_since", idle_since_after(record, target, now))
     updated = dataclasses.replace(
         record,
         state=target,
         managed=True,
-        updated_at=node.clock(),
+        updated_at=now,
         **changes,  # type: ignore[arg-type]
     )
     node.records().write(updated)
@@ -518,6 +520,7 @@ def _record_pair(node: Node, target: Target) -> Applied:
         gpu_index=gpu.index,
         error=None,
         cdi_device=cdi_name or base.cdi_device,
+        idle_since=idle_since_after(record, state, now),
     )
     node.records().write(written)
     if record is not None:
@@ -673,6 +676,7 @@ _HANDLERS: dict[ActionKind, Callable[[Node, Target], Applied]] = {
     ActionKind.RELEASE_IDLE: _release,
     ActionKind.RECLAIM: _destroy,
     ActionKind.RETRY_DESTROY: _destroy,
+    ActionKind.EVICT_IDLE: _destroy,
     ActionKind.FINISH_RECLAIM: _finish,
     ActionKind.DROP_MISSING: _finish,
     ActionKind.FINISH_INTENT: _finish_intent,

@@ -12,17 +12,33 @@ from hamimig.engine import validate
 from hamimig.engine.executor import apply, execute, tidy_finished
 from hamimig.engine.facts import (
     Durable,
+    LiveCheck,
     Liveness,
     cdi_device_for,
     check_record,
     has_processes,
     load_for_mutation,
 )
+from hamimig.engine.idle_policy import (
+    Candidate,
+    IdlePolicy,
+    decide,
+    idle_age_of,
+    idle_records,
+    seen_after,
+)
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import NOTHING_CHANGED, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after
 from hamimig.engine.recovery import plan_queued_removals
-from hamimig.engine.requests import AllIdle, ByUuid, ReclaimTarget, ReleaseTarget, Window
+from hamimig.engine.requests import (
+    AllIdle,
+    ByUuid,
+    IdleOlderThan,
+    ReclaimTarget,
+    ReleaseTarget,
+    Window,
+)
 from hamimig.engine.results import (
     ActionReport,
     InstanceView,
@@ -40,7 +56,7 @@ from hamimig.errors import (
     UnverifiableError,
     UsageError,
 )
-from hamimig.hw.types import Gpu, GpuInstance, Placement
+from hamimig.hw.types import Gpu, GpuInstance, MigHardware, Placement
 from hamimig.store.records import Owner, Record, RecordState
 from hamimig.vocabulary import ActionKind
 
@@ -143,7 +159,9 @@ def _reclaim_targets(node: Node, durable: Durable, target: ReclaimTarget) -> lis
     return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
-def _targets_on_gpu(node: Node, durable: Durable, target: Window | AllIdle) -> list[Managed]:
+def _targets_on_gpu(
+    node: Node, durable: Durable, target: Window | AllIdle | IdleOlderThan
+) -> list[Managed]:
     hw = node.hardware()
     gpu = resolve_gpu(hw, target.gpu)
     layout = hw.layout(gpu.index)
@@ -151,11 +169,26 @@ def _targets_on_gpu(node: Node, durable: Durable, target: Window | AllIdle) -> l
     records = durable.on_gpu(gpu.uuid)
     if isinstance(target, AllIdle):
         chosen = [r for r in records if r.state in _DESTROYABLE]
+    elif isinstance(target, IdleOlderThan):
+        chosen = _idle_older_than(node, records, target.seconds)
     else:
         slices = validate.slice_count(hw.profiles(gpu.index))
         window = validate.reclaim_window(target.placement, slices)
         chosen = _window_targets(window, records, layout, names)
     return [_verified(r, layout, names, gpu) for r in chosen]
+
+
+def _idle_older_than(node: Node, records: list[Record], seconds: int) -> list[Record]:
+    """Idle records idle longer than `seconds` by the idle policy's clock. The idle-seen file
+    is only read: a record HAMi wrote that no policy pass has seen unheld has no age yet."""
+    seen, _ = node.idle_seen().load()
+    now = node.now()
+    chosen = []
+    for record in idle_records(records):
+        since = idle_age_of(record, seen).since
+        if since is not None and now - since > seconds:
+            chosen.append(record)
+    return chosen
 
 
 def _verified(
@@ -234,10 +267,31 @@ def _blocker(gi: GpuInstance, records: list[Record], names: dict[int, str]) -> s
 
 def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None) -> ActionReport:
     """One pass: with pods, release instances whose pods are gone; retry queued CDI removals;
-    make specs current; retry destroying Error instances."""
+    make specs current; retry destroying Error instances; then, with pods, apply the idle
+    policy."""
     with node.lock():
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
-        plan = plan_reconcile(node, durable, None if source is None else source.load(node))
+        pods = None if source is None else source.load(node)
+        plan = plan_reconcile(node, durable, pods)
+        notes: list[str] = []
+        policy = IdlePolicy.of(node.config())
+        if policy.enabled and pods is None:
+            notes.append(
+                f"idle policy ({policy}) not applied: it needs a pod list, since HAMi's plugin "
+                "may have handed an Idle instance to a pod after hamimig last wrote its record"
+            )
+        elif policy.enabled:
+            assert pods is not None
+            seen = plan_idle_policy(plan, node, durable, pods, policy)
+            if seen is not None and not dry_run:
+                try:
+                    node.idle_seen().save(seen)
+                except (OSError, HamimigError) as exc:
+                    why = exc.message if isinstance(exc, HamimigError) else exc.strerror or exc
+                    notes.append(
+                        f"the idle policy could not note when it first saw HAMi's own Idle "
+                        f"records ({why}); their idle clocks start at a later pass"
+                    )
         done = execute(node, plan, dry_run)
         if done.actions and not dry_run:
             tidy_finished(node, durable)
@@ -247,6 +301,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         failed=done.failed,
         exit_code=done.exit_code,
         warnings=durable.warnings + tuple(plan.warnings),
+        notes=tuple(notes),
     )
 
 
@@ -426,3 +481,108 @@ def _plan_destroy_retries(plan: Plan, node: Node, durable: Durable) -> None:
             continue
         reason = f"{record.state.value} since {record.updated_at}: {record.error or 'retry'}"
         plan.add(ActionKind.RETRY_DESTROY, target, reason)
+
+
+# --------------------------------------------------------------------------------------------
+# the idle policy (reconcile, with pods)
+
+
+def plan_idle_policy(
+    plan: Plan, node: Node, durable: Durable, pods: PodSnapshot, policy: IdlePolicy
+) -> dict[str, str] | None:
+    """Add the idle policy's evictions to `plan`, after its other steps. Returns the idle-seen
+    map to save when it changed (None: as it is).
+
+    Every Idle record is checked against its GPU's layout and for processes, and a pod's
+    annotation naming it or reserving its slot keeps it: none of those is evicted or counted.
+    """
+    hw = node.hardware()
+    now = node.now()
+    seen, problem = node.idle_seen().load()
+    if problem is not None:
+        reason = f"{problem.reason}; the idle clocks of HAMi's own records start again"
+        plan.warnings.append(Warning_(problem.file, reason))
+    holds = _pod_holds(pods)
+    in_flight = [(i.gpu_uuid, i.placement) for i in durable.intents]
+    joining: dict[str, int] = {}
+    for step in plan.steps:
+        if step.kind is ActionKind.RELEASE_IDLE and isinstance(step.target, Managed):
+            gpu_uuid = step.target.record.gpu_uuid
+            joining[gpu_uuid] = joining.get(gpu_uuid, 0) + 1
+    by_gpu: dict[str, list[Record]] = {}
+    for record in idle_records(durable.records.values()):
+        by_gpu.setdefault(record.gpu_uuid, []).append(record)
+    looked: list[tuple[Gpu, list[Record], dict[str, LiveCheck]]] = []
+    kept: dict[str, str | None] = {}
+    for gpu_uuid in sorted(by_gpu):
+        try:
+            gpu = hw.gpu_by_uuid(gpu_uuid)
+            layout = hw.layout(gpu.index)
+        except HamimigError as exc:
+            plan.failures.append(f"idle policy: GPU {gpu_uuid}: {exc.message}")
+            continue
+        names = _names(node, gpu, layout)
+        lives = {r.mig_uuid: check_record(r, layout, names) for r in by_gpu[gpu_uuid]}
+        for r in by_gpu[gpu_uuid]:
+            kept[r.mig_uuid] = _kept_because(hw, r, lives[r.mig_uuid], holds, in_flight)
+        looked.append((gpu, by_gpu[gpu_uuid], lives))
+    # A pod or a process holding one of HAMi's records stops its clock; in flight does not.
+    unheld = {u for u, why in kept.items() if why is None or why == _IN_FLIGHT}
+    new_seen = seen_after(seen, durable.records.values(), unheld, node.clock())
+    evicted: set[str] = set()
+    for gpu, records, lives in looked:
+        candidates = [Candidate(r, idle_age_of(r, new_seen), kept[r.mig_uuid]) for r in records]
+        for decision in decide(policy, now, gpu.index, candidates, joining.get(gpu.uuid, 0)):
+            record = decision.candidate.record
+            reason = f"idle policy: {decision.reason}"
+            if decision.evict:
+                target = Managed(record, lives[record.mig_uuid], gpu.index)
+                plan.add(ActionKind.EVICT_IDLE, target, reason)
+                evicted.add(record.mig_uuid)
+            else:
+                at = Where(record.mig_uuid, gpu.uuid, record.placement)
+                plan.add(ActionKind.SKIP, at, reason)
+    # A spec about to go with its instance is not worth rewriting first.
+    plan.steps = [
+        s for s in plan.steps if not (s.kind is ActionKind.REPAIR_CDI and s.mig_uuid in evicted)
+    ]
+    return new_seen if new_seen != seen or problem is not None else None
+
+
+_IN_FLIGHT = "an allocation is in flight on its slices"
+
+
+def _pod_holds(pods: PodSnapshot) -> dict[object, str]:
+    """What the pods that hold allocations name: MIG UUIDs (the plugin handed the instance
+    out) and GPU slots without a runtime identity yet (the scheduler reserved the slot, and the
+    plugin will reuse the Idle instance there)."""
+    holds: dict[object, str] = {}
+    for pod in holding_pods(pods):
+        for alloc in pod.allocations:
+            if alloc.mig_uuid is not None:
+                holds[alloc.mig_uuid] = f"pod {pod.key}'s allocation annotation names it"
+            else:
+                holds[(alloc.gpu_uuid, alloc.placement)] = (
+                    f"pod {pod.key}'s allocation annotation reserves its slot"
+                )
+    return holds
+
+
+def _kept_because(
+    hw: MigHardware,
+    record: Record,
+    live: LiveCheck,
+    holds: dict[object, str],
+    in_flight: list[tuple[str, Placement]],
+) -> str | None:
+    """Why the policy must leave an Idle instance alone (None: it may go)."""
+    held = holds.get(record.mig_uuid) or holds.get((record.gpu_uuid, record.placement))
+    if held is not None:
+        return held
+    if live.status is not Liveness.COMPLETE:
+        return f"it does not match the hardware ({live.detail}): run 'hamimig recover'"
+    if has_processes(hw, record.mig_uuid):
+        return BUSY
+    if any(g == record.gpu_uuid and p.overlaps(record.placement) for g, p in in_flight):
+        return _IN_FLIGHT
+    return None

@@ -6,14 +6,15 @@ Hardware is opened lazily and once per command, so read-only commands that never
 
 from __future__ import annotations
 
-import datetime
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hamimig.config import Config, load_config
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
+from hamimig.durations import to_rfc3339
 from hamimig.errors import UsageError
 from hamimig.hw.devnodes import DEFAULT_CAPABILITIES, DEFAULT_PROC_DEVICES
 from hamimig.hw.minors import DEFAULT_MIG_MINORS
@@ -27,6 +28,7 @@ from hamimig.store.cdi import CdiStore
 from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters
 from hamimig.store.files import FileOp, check_usable_dir, no_faults
+from hamimig.store.idle_seen import IdleSeen
 from hamimig.store.intents import IntentStore
 from hamimig.store.lock import NodeLock
 from hamimig.store.queue import RemovalQueue
@@ -36,10 +38,6 @@ SYSTEM_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 """Where runtimes read CDI specs, and so where the node's NVIDIA spec is looked for."""
 
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]{8,64}$")
-
-
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -52,11 +50,33 @@ class Node:
     sim: Path | None = None
     node_name: str | None = None
     lock_timeout: float = 60.0
-    clock: Callable[[], str] = utc_now
+    clock_source: Callable[[], float] | None = None
+    """Seconds since the epoch; None: the host's clock, or a simulated node's own."""
     _hw: NvmlHardware | None = field(default=None, repr=False)
     _config: Config | None = field(default=None, repr=False)
     cache: dict[str, object] = field(default_factory=dict, repr=False)
     """What one command reads once and asks for several times (the CDI directory scan)."""
+
+    def now(self) -> float:
+        """This node's time: a simulated node's clock runs at the host's pace from wherever
+        `sim clock` set it, read once per command (a command is one moment to the policy)."""
+        if self.clock_source is not None:
+            return self.clock_source()
+        return time.time() + self.clock_offset()
+
+    def clock_offset(self) -> float:
+        """How far this node's clock is from the host's (0 unless it is simulated)."""
+        if self.sim is None or self.clock_source is not None:
+            return 0.0
+        cached = self.cache.get("clock-offset")
+        if not isinstance(cached, float):
+            cached = SimBackend(self.sim).store.read().clock_offset
+            self.cache["clock-offset"] = cached
+        return cached
+
+    def clock(self) -> str:
+        """`now()` as the RFC 3339 UTC text every file of hamimig's carries."""
+        return to_rfc3339(self.now())
 
     def config(self) -> Config:
         if self._config is None:
@@ -116,6 +136,10 @@ class Node:
     def counters(self) -> Counters:
         """Lifecycle event counters (`counters.json` in the state directory)."""
         return Counters(self.state_dir)
+
+    def idle_seen(self) -> IdleSeen:
+        """When the idle policy first saw each of HAMi's own Idle records."""
+        return IdleSeen(self.state_dir, self.file_op())
 
     def check_dirs(self) -> None:
         """Refuse (exit 2) a state or CDI directory that hamimig could not write.

@@ -9,6 +9,7 @@ writes during the wait, and judging a fresh allocation by an older pod list rele
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -81,6 +82,11 @@ class PodSource:
         else:
             return None
         verify_node(node, snapshot)
+        offset = node.clock_offset()
+        if offset and snapshot.taken_at:
+            # A list is as old as the host says; records carry the node's time (a simulated
+            # node's clock may run ahead), and `changed_after` compares the two.
+            snapshot = dataclasses.replace(snapshot, taken_at=snapshot.taken_at + offset)
         return snapshot
 
 

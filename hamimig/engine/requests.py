@@ -16,6 +16,7 @@ __all__ = [
     "ByPod",
     "ByUuid",
     "GpuRef",
+    "IdleOlderThan",
     "Owner",
     "PlacementSpec",
     "ReclaimTarget",
@@ -77,5 +78,14 @@ class AllIdle:
     gpu: GpuRef
 
 
+@dataclass(frozen=True)
+class IdleOlderThan:
+    """The Idle instances of one GPU idle longer than `seconds` (by the idle policy's clock;
+    an instance whose idle age is not known yet is not older than anything)."""
+
+    gpu: GpuRef
+    seconds: int
+
+
 ReleaseTarget = ByPod | ByUuid
-ReclaimTarget = ByUuid | Window | AllIdle
+ReclaimTarget = ByUuid | Window | AllIdle | IdleOlderThan

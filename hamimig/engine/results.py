@@ -209,6 +209,8 @@ class ActionReport:
     exit_code: int = 0
     skipped: tuple[SkippedGpu, ...] = ()
     warnings: tuple[Warning_, ...] = ()
+    notes: tuple[str, ...] = ()
+    """What the pass left out and why (the idle policy without a pod list)."""
 
     def to_json(self) -> Json:
         out: Json = {
@@ -218,6 +220,8 @@ class ActionReport:
         }
         if self.skipped:
             out["skippedGPUs"] = [s.to_json() for s in self.skipped]
+        if self.notes:
+            out["notes"] = list(self.notes)
         if self.warnings:
             out["warnings"] = [w.to_json() for w in self.warnings]
         if self.failed:

@@ -6,8 +6,13 @@ the intent journal rather than in a record, so Creating -> Active is the record'
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hamimig.errors import HamimigError
 from hamimig.vocabulary import State
+
+if TYPE_CHECKING:
+    from hamimig.store.records import Record
 
 Creating = State.CREATING
 StateName = State | None
@@ -50,3 +55,16 @@ def check_transition(current: StateName, target: StateName, what: str) -> None:
 
 def _name(state: StateName) -> str:
     return "(none)" if state is None else state.value
+
+
+def idle_since_after(record: Record | None, target: State, now: str) -> str | None:
+    """The idle policy's clock across a transition: it starts when an instance enters Idle from
+    anything else (a release, recovery's restore from Active, an adoption), keeps running while
+    it stays Idle (a second `recover` must not make an instance look freshly released), and
+    stops on every other state. A record from before the clock existed counts from its last
+    update, which is when it became Idle as far as anyone can know."""
+    if target is not State.IDLE:
+        return None
+    if record is not None and record.state is State.IDLE:
+        return record.idle_since or record.updated_at or now
+    return now

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hamimig.config import Config
+from hamimig.config import IDLE_TTL, MAX_IDLE, Config
+from hamimig.durations import exact_duration
 from hamimig.engine.node import Node
 from hamimig.engine.results import Json
 
@@ -62,6 +63,8 @@ def show_config(node: Node) -> ConfigView:
             _allowlist(cfg),
             source("devices.nvidia.migProfileAllowlist"),
         ),
+        Setting(IDLE_TTL, exact_duration(cfg.idle_ttl) if cfg.idle_ttl else None, source(IDLE_TTL)),
+        Setting(MAX_IDLE, cfg.max_idle_per_gpu, source(MAX_IDLE)),
         Setting("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
         Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
         Setting("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),

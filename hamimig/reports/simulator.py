@@ -71,3 +71,7 @@ def sim_fault_add(
 
 def sim_fault_clear(path: Path | None) -> SimView:
     return _view(admin.sim_fault_clear(path))
+
+
+def sim_clock(path: Path | None, advance: int | None, set_to: float | None) -> SimView:
+    return _view(admin.sim_clock(path, advance, set_to))

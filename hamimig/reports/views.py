@@ -6,10 +6,12 @@ the camelCase JSON shapes docs/formats.md fixes. They build on the lifecycle's r
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from hamimig.durations import to_rfc3339
 from hamimig.hw.types import MigMode, Placement
 from hamimig.sim.files import NodeFiles
 
@@ -147,6 +149,10 @@ class SimView:
         doc = self.state.to_json()
         for key in ("gpus", "faults", "calls", "driverVersion"):
             out[key] = doc[key]
+        out["clock"] = {
+            "now": to_rfc3339(time.time() + self.state.clock_offset),
+            "offsetSeconds": self.state.clock_offset,
+        }
         return out
 
 

@@ -8,14 +8,17 @@ it did; hamimig/reports/simulator.py turns that into the `sim` commands' view.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hamimig.durations import format_duration, to_rfc3339
 from hamimig.errors import ConflictError, UsageError
 from hamimig.hw.types import Placement, legal_placement, parse_placement
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
 from hamimig.sim.ops import MAX_SIM_GPUS
 from hamimig.sim.state import (
+    MAX_CLOCK_OFFSET,
     NodeState,
     SimNvmlFailure,
     SimStore,
@@ -203,3 +206,21 @@ def sim_fault_clear(path: Path | None) -> Change:
         count = len(state.faults)
         state.faults = []
     return Change(store, f"{count} fault(s) cleared")
+
+
+def sim_clock(path: Path | None, advance: int | None, set_to: float | None) -> Change:
+    """Move the node's clock (never back past the host's by more than a century): `advance`
+    seconds forward, or to the instant `set_to`; neither only reads it."""
+    store = _store(path)
+    with store.edit() as state:
+        offset = state.clock_offset
+        if advance is not None:
+            offset += advance
+        elif set_to is not None:
+            offset = set_to - time.time()
+        if abs(offset) > MAX_CLOCK_OFFSET:
+            raise UsageError("the simulated clock cannot be more than a century from this host's")
+        state.clock_offset = offset
+    now = to_rfc3339(time.time() + offset)
+    ahead = "ahead of" if offset >= 0 else "behind"
+    return Change(store, f"simulated time {now} ({format_duration(abs(offset))} {ahead} this host)")

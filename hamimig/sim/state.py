@@ -214,9 +214,12 @@ class NodeState:
     faults: list[SimFault] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
     """NVML calls counted so far, by function name (merged in from every process)."""
+    clock_offset: float = 0.0
+    """Seconds the node's clock runs ahead of the host's (`sim clock`), so that tests of
+    anything that depends on time move it instead of sleeping."""
 
     def to_json(self) -> Document:
-        return {
+        doc: Document = {
             "kind": "HamimigSimNode",
             "version": SCHEMA_VERSION,
             "driverVersion": self.driver_version,
@@ -224,6 +227,9 @@ class NodeState:
             "faults": [f.to_json() for f in self.faults],
             "calls": dict(self.calls),
         }
+        if self.clock_offset:
+            doc["clockOffsetSeconds"] = self.clock_offset
+        return doc
 
     @classmethod
     def from_json(cls, doc: Document) -> NodeState:
@@ -233,7 +239,19 @@ class NodeState:
             gpus=[SimGpu.from_json(g) for g in doc["gpus"]],
             faults=[SimFault.from_json(f) for f in doc["faults"]],
             calls={str(k): int(v) for k, v in doc["calls"].items()},
+            clock_offset=_offset(doc.get("clockOffsetSeconds", 0.0)),
         )
+
+
+def _offset(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"clockOffsetSeconds must be a number, not {value!r}")
+    if not -MAX_CLOCK_OFFSET <= value <= MAX_CLOCK_OFFSET:
+        raise ValueError(f"clockOffsetSeconds {value!r} is more than a century away")
+    return float(value)
+
+
+MAX_CLOCK_OFFSET = 100 * 366 * 86400.0
 
 
 class SimNvmlFailure(Exception):

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hamimig.durations import parse_time
 from hamimig.hw.types import Placement
 from hamimig.store._fields import (
     RecordError as RecordError,  # re-exported: callers catch it from here
@@ -113,6 +114,9 @@ class Record:
     managed: bool = True
     gpu_index: int | None = None
     """The GPU's NVML index when last verified: a hint only (indexes change across reboots)."""
+    idle_since: str | None = None
+    """When the instance last entered Idle (the idle policy's clock); None outside Idle, and
+    in records written before hamimig kept it (their age counts from `updated_at`)."""
 
 
 def record_name(mig_uuid: str) -> str:
@@ -149,6 +153,9 @@ def encode_record(r: Record) -> bytes:
             "gpuIndex": r.gpu_index,
         },
     }
+    if r.idle_since is not None:
+        # Only while Idle: readers of schema 1 that predate it ignore the key.
+        doc["hamimig"]["idleSince"] = r.idle_since
     data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
     decode_record(record_name(r.mig_uuid), data)
     return data
@@ -215,7 +222,17 @@ def _with_hamimig_fields(base: Record, ext: Any) -> Record:
         gpu_index=None
         if ext.get("gpuIndex") is None
         else uint_field(ext["gpuIndex"], "hamimig.gpuIndex"),
+        idle_since=_time_field(ext.get("idleSince"), "hamimig.idleSince"),
     )
+
+
+def _time_field(value: Any, field: str) -> str | None:
+    """An RFC 3339 time with its offset, or absent: the idle policy destroys instances by it,
+    so a value it cannot read is refused, never taken as "idle forever" or "just now"."""
+    text = opt_str(value, field)
+    if text is not None and parse_time(text) is None:
+        raise RecordError(f"{field} {text!r} is not an RFC 3339 time with an offset")
+    return text
 
 
 def _check_name_matches(name: str, record: Record) -> None:

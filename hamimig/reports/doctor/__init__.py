@@ -50,6 +50,7 @@ from hamimig.reports.doctor.state import (
     check_counters,
     check_durable,
     check_file_modes,
+    check_idle_seen,
     check_state_dir,
 )
 from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, why
@@ -92,7 +93,13 @@ def run_checks(
     checks += state_checks
     durable: Durable | None = None
     if state == "usable":
-        stores = (node.records(), node.intents(), node.queue(), node.counters())
+        stores = (
+            node.records(),
+            node.intents(),
+            node.queue(),
+            node.counters(),
+            node.idle_seen(),
+        )
         checks += guarded("state-files", lambda: check_file_modes(stores))
         try:
             durable = load_durable(node)
@@ -108,6 +115,7 @@ def run_checks(
         else:
             checks += check_durable(durable)
         checks += guarded("counters", lambda: [check_counters(node.counters())])
+        checks += guarded("idle-seen", lambda: [check_idle_seen(node.idle_seen())])
     elif state == "missing":  # nothing recorded yet: every spec of ours is then an orphan
         durable = Durable(records={}, intents=(), removals=(), problems=())
         none = "none (no state directory yet)"

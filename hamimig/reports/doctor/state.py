@@ -25,6 +25,7 @@ from hamimig.reports.doctor.verdicts import (
 from hamimig.reports.views import Check
 from hamimig.store.counters import Counters
 from hamimig.store.files import StoreFiles
+from hamimig.store.idle_seen import IdleSeen
 from hamimig.store.lock import NodeLock
 from hamimig.store.records import STATE_DIR_MODE, RecordState
 
@@ -200,3 +201,17 @@ def check_counters(counters: Counters) -> Check:
         )
     total = sum(n for by_label in values.values.values() for n in by_label.values())
     return ok("counters", f"{total} lifecycle event(s) counted")
+
+
+def check_idle_seen(seen: IdleSeen) -> Check:
+    """When the idle policy first saw HAMi's own Idle records: an unreadable file only restarts
+    those clocks (the policy then waits longer), so it is a warning."""
+    times, problem = seen.load()
+    if problem is not None:
+        return warn(
+            "idle-seen",
+            f"{problem.file}: {problem.reason}; the idle policy restarts the clocks of HAMi's "
+            "own records",
+            f"move {problem.file} away: the next reconcile with pods writes it again",
+        )
+    return ok("idle-seen", f"{len(times)} record(s) written by HAMi have an idle clock")

@@ -1,0 +1,100 @@
+"""Durations as operators write them (`90s`, `30m`, `2h`, `1h30m`, or plain seconds) and as
+hamimig prints them (`3h12m`), and RFC 3339 times.
+
+One grammar serves the idle policy's `idleTTL`, `reclaim --idle-older-than` and time windows
+of later commands, so that a value that works in one place works in all. It is a strict subset
+of Go's `time.ParseDuration` (whole numbers of hours, minutes and seconds, in that order), so a
+value copied from a Helm chart means the same here; fractions, `ms` and signs are refused rather
+than rounded, because a policy that destroys instances must not guess what its operator meant.
+This module imports nothing of hamimig, so that the config and every layer can use it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+MAX_SECONDS = 10 * 366 * 24 * 3600
+"""Ten years: longer is a typo (and would overflow the arithmetic of times), not a policy."""
+
+_UNITS = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+_SECONDS = re.compile(r"^\d+$")
+
+
+class DurationError(ValueError):
+    """Text that is not a duration; the message says what is accepted."""
+
+
+GRAMMAR = "a duration like 90s, 30m, 2h or 1h30m, or whole seconds"
+
+
+def parse_duration(text: str) -> int:
+    """Whole seconds of a duration in the grammar above; raises `DurationError`."""
+    value = text.strip()
+    if not value.isascii():
+        raise DurationError(f"{text!r} is not {GRAMMAR}")
+    if _SECONDS.match(value):
+        seconds = int(value[:12])  # a longer string is over the limit anyway
+        if len(value) > 12:
+            seconds = MAX_SECONDS + 1
+    else:
+        match = _UNITS.match(value)
+        if not value or match is None:
+            raise DurationError(f"{text!r} is not {GRAMMAR}")
+        parts = {k: v for k, v in match.groupdict().items() if v is not None}
+        if any(len(v) > 12 for v in parts.values()):
+            raise DurationError(f"{text!r} is longer than ten years")
+        seconds = (
+            int(parts.get("h", 0)) * 3600 + int(parts.get("m", 0)) * 60 + int(parts.get("s", 0))
+        )
+    if seconds > MAX_SECONDS:
+        raise DurationError(f"{text!r} is longer than ten years")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """`3h12m`, `45m10s`, `9s`, `2d3h`: the two largest units, rounded down to whole seconds
+    (so a printed age never overstates how long an instance has been idle)."""
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    shown = parts[:2]
+    if len(shown) == 2 and shown[1][0] == 0:
+        shown = shown[:1]
+    return "".join(f"{n}{unit}" for n, unit in shown)
+
+
+def exact_duration(seconds: int) -> str:
+    """`1h30m5s`: every unit, in the grammar `parse_duration` reads back to the same value."""
+    hours, rest = divmod(max(0, seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    text = "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n)
+    return text or "0s"
+
+
+def to_rfc3339(epoch: float) -> str:
+    """UTC with milliseconds, the form every timestamp in hamimig's files has."""
+    moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def parse_time(text: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time with an offset (`Z` or `+00:00`), or None
+    when `text` is not one: a time without a zone could be any of 24 instants."""
+    value = text.strip()
+    if not value or not value.isascii() or len(value) > 40:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None or "T" not in value.upper():
+        return None
+    try:
+        return parsed.timestamp()
+    except (OverflowError, OSError, ValueError):
+        return None

@@ -1,0 +1,69 @@
+"""When the idle policy first saw each of HAMi's own Idle records (`idle-seen.json`).
+
+A record hamimig writes carries `idleSince`; a record HAMi's device plugin wrote has no
+`"hamimig"` key, and hamimig never rewrites it just to start a clock (HAMi must keep reading it
+as it wrote it). Its idle age therefore counts from the first policy pass that saw it unheld,
+kept here by MIG UUID. Losing the file only restarts those clocks: the policy then waits
+longer before it reclaims, never shorter. The name does not start with `hami-owned-`, so HAMi's
+record loader never reads it.
+
+Format (version 1): `{"version": 1, "seen": {"MIG-…": "2026-12-01T10:00:00.000+00:00"}}`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hamimig.durations import parse_time
+from hamimig.store._fields import RecordError, json_object, mig_uuid_field
+from hamimig.store.files import Problem, SingleFile, check_dir
+from hamimig.store.records import STATE_DIR_MODE
+
+IDLE_SEEN_NAME = "idle-seen.json"
+IDLE_SEEN_VERSION = 1
+IDLE_SEEN_MODE = 0o600
+
+
+def decode_idle_seen(data: bytes) -> dict[str, str]:
+    doc = json_object(data, "idle-seen file")
+    version = doc.get("version")
+    if isinstance(version, bool) or version != IDLE_SEEN_VERSION:
+        raise RecordError(f"unsupported idle-seen version {version!r} (this hamimig reads 1)")
+    raw = doc.get("seen")
+    if not isinstance(raw, dict):
+        raise RecordError("seen must be an object from MIG UUID to time")
+    seen: dict[str, str] = {}
+    for key, value in raw.items():
+        mig_uuid = mig_uuid_field(key, "seen key")
+        if not isinstance(value, str) or parse_time(value) is None:
+            raise RecordError(f"seen.{mig_uuid} must be an RFC 3339 time with an offset")
+        seen[mig_uuid] = value
+    return seen
+
+
+def encode_idle_seen(seen: dict[str, str]) -> bytes:
+    doc = {"version": IDLE_SEEN_VERSION, "seen": {k: seen[k] for k in sorted(seen)}}
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+class IdleSeen(SingleFile):
+    """The idle-seen file in the state directory."""
+
+    store = "idle-seen"
+    file_name = IDLE_SEEN_NAME
+    file_mode = IDLE_SEEN_MODE
+    dir_mode = STATE_DIR_MODE
+
+    def load(self) -> tuple[dict[str, str], Problem | None]:
+        """First-seen times by MIG UUID; an unusable file reads as empty, with its Problem."""
+        if not check_dir(self.directory):
+            return {}, None
+        loaded = self.read_file(IDLE_SEEN_NAME, decode_idle_seen)
+        if isinstance(loaded, Problem):
+            return {}, loaded
+        return loaded or {}, None
+
+    def save(self, seen: dict[str, str]) -> None:
+        """Replace the file atomically (0600). Bookkeeping like the counters (losing a write
+        only restarts clocks), so it has no fault hook of its own."""
+        self.write_named(None, IDLE_SEEN_NAME, encode_idle_seen(seen))
