@@ -113,22 +113,23 @@ def _parse_bool_env(text: str, name: str) -> bool:
 
 def _idle_ttl(value: Any, where: str) -> int:
     """A duration string or whole seconds; 0 is off. YAML gives ints for `3600`, strings for
-    `1h`; a bool or a float is refused (`1.5` is not whole seconds)."""
+    `1h`; a bool or a float is refused (`1.5` is not whole seconds). `where` names the
+    setting: the file and key, or the environment variable."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise UsageError(f"{where}: {IDLE_TTL} must be a duration (90s, 30m, 1h30m) or seconds")
+        raise UsageError(f"{where} must be a duration (90s, 30m, 1h30m) or seconds")
     try:
         return parse_duration(str(value))
     except DurationError as exc:
-        raise UsageError(f"{where}: {IDLE_TTL}: {exc}") from None
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def _max_idle(value: Any, where: str) -> int:
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip()[:6])
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UsageError(f"{where}: {MAX_IDLE} must be a whole number of at least 0")
+        raise UsageError(f"{where} must be a whole number of at least 0")
     if value > MAX_IDLE_LIMIT:
-        raise UsageError(f"{where}: {MAX_IDLE} must be at most {MAX_IDLE_LIMIT}, not {value}")
+        raise UsageError(f"{where} must be at most {MAX_IDLE_LIMIT}, not {value}")
     return value
 
 
@@ -212,13 +213,13 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         values["cdi.baseSpec"] = cdi["baseSpec"]
         sources["cdi.baseSpec"] = source
     if "idleTTL" in nvidia:
-        values[IDLE_TTL] = _idle_ttl(nvidia["idleTTL"], source)
+        values[IDLE_TTL] = _idle_ttl(nvidia["idleTTL"], f"{source}: {IDLE_TTL}")
         sources[IDLE_TTL] = source
     if "maxIdleInstancesPerGPU" in nvidia and nvidia["maxIdleInstancesPerGPU"] is not None:
         # YAML's `~` (null) reads as "absent": no cap, as when the key is left out.
         if isinstance(nvidia["maxIdleInstancesPerGPU"], str):
             raise UsageError(f"{source}: {MAX_IDLE} must be a whole number, not a string")
-        values[MAX_IDLE] = _max_idle(nvidia["maxIdleInstancesPerGPU"], source)
+        values[MAX_IDLE] = _max_idle(nvidia["maxIdleInstancesPerGPU"], f"{source}: {MAX_IDLE}")
         sources[MAX_IDLE] = source
     allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)
     if "migProfileAllowlist" in nvidia:
