@@ -554,17 +554,17 @@ _IN_FLIGHT = "an allocation is in flight on its slices"
 
 def _pod_holds(pods: PodSnapshot) -> dict[object, str]:
     """What the pods that hold allocations name: MIG UUIDs (the plugin handed the instance
-    out) and GPU slots without a runtime identity yet (the scheduler reserved the slot, and the
-    plugin will reuse the Idle instance there)."""
+    out) and GPU slots (every entry has one; without a runtime identity yet, the scheduler
+    reserved the slot and the plugin will reuse the Idle instance there)."""
     holds: dict[object, str] = {}
     for pod in holding_pods(pods):
         for alloc in pod.allocations:
+            slot = (alloc.gpu_uuid, alloc.placement)
             if alloc.mig_uuid is not None:
                 holds[alloc.mig_uuid] = f"pod {pod.key}'s allocation annotation names it"
+                holds.setdefault(slot, f"pod {pod.key}'s allocation annotation names its slot")
             else:
-                holds[(alloc.gpu_uuid, alloc.placement)] = (
-                    f"pod {pod.key}'s allocation annotation reserves its slot"
-                )
+                holds[slot] = f"pod {pod.key}'s allocation annotation reserves its slot"
     return holds
 
 
