@@ -8,6 +8,7 @@ silently change what recovery is allowed to claim.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,13 @@ def _idle_ttl(value: Any, where: str) -> int:
 
 
 def _max_idle(value: Any, where: str) -> int:
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        value = int(value.strip()[:6])
+    if isinstance(value, str):
+        text = value.strip()
+        if not (text.isascii() and text.isdigit()):
+            raise UsageError(f"{where} must be a whole number of at least 0, not {value!r}")
+        if len(text) > 12:
+            raise UsageError(f"{where} must be at most {MAX_IDLE_LIMIT}, not {text}")
+        value = int(text)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UsageError(f"{where} must be a whole number of at least 0")
     if value > MAX_IDLE_LIMIT:
@@ -165,6 +171,31 @@ def _allowlist(value: Any, source: str) -> tuple[AllowlistEntry, ...]:
     return tuple(entries)
 
 
+_DECIMAL = re.compile(r"^[-+]?(0|[1-9][0-9]*)$")
+
+
+def _loader(yaml: Any) -> Any:
+    """PyYAML's safe loader, except that only plain decimal integers are integers.
+
+    YAML 1.1 also reads `1:30` as 90 (base 60), `010` as 8 and `0x10` as 16; an operator who
+    writes `idleTTL: 1:30` means an hour and a half, not 90 seconds, and a policy that destroys
+    instances must not guess. Every other integer form stays text, which the settings then
+    refuse or read in their own grammar (`010` as a duration is ten seconds).
+    """
+
+    class Strict(yaml.SafeLoader):  # type: ignore[misc]
+        pass
+
+    def integer(loader: Any, node: Any) -> Any:
+        text = loader.construct_scalar(node)
+        if _DECIMAL.match(text):
+            return int(text)
+        return text
+
+    Strict.add_constructor("tag:yaml.org,2002:int", integer)
+    return Strict
+
+
 def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     env = os.environ if environ is None else environ
     sources: dict[str, str] = {}
@@ -182,7 +213,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         import yaml
 
         try:
-            raw = yaml.safe_load(text)
+            raw = yaml.load(text, Loader=_loader(yaml))  # a SafeLoader: no Python objects
         except yaml.YAMLError as exc:
             first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
             raise UsageError(f"{source}: not valid YAML: {first}") from None
@@ -212,13 +243,18 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
             raise UsageError(f"{source}: cdi.baseSpec {problem}")
         values["cdi.baseSpec"] = cdi["baseSpec"]
         sources["cdi.baseSpec"] = source
-    if "idleTTL" in nvidia:
+    if "idleTTL" in nvidia and nvidia["idleTTL"] is not None:
+        # YAML's `~` (null) reads as "absent", as for the cap: no limit.
         values[IDLE_TTL] = _idle_ttl(nvidia["idleTTL"], f"{source}: {IDLE_TTL}")
         sources[IDLE_TTL] = source
     if "maxIdleInstancesPerGPU" in nvidia and nvidia["maxIdleInstancesPerGPU"] is not None:
         # YAML's `~` (null) reads as "absent": no cap, as when the key is left out.
-        if isinstance(nvidia["maxIdleInstancesPerGPU"], str):
-            raise UsageError(f"{source}: {MAX_IDLE} must be a whole number, not a string")
+        given = nvidia["maxIdleInstancesPerGPU"]
+        if isinstance(given, str):
+            # A string here is a quoted value or a form YAML 1.1 reads in another base (010).
+            raise UsageError(
+                f"{source}: {MAX_IDLE} must be a plain decimal whole number, not {given!r}"
+            )
         values[MAX_IDLE] = _max_idle(nvidia["maxIdleInstancesPerGPU"], f"{source}: {MAX_IDLE}")
         sources[MAX_IDLE] = source
     allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)

@@ -34,15 +34,14 @@ def parse_duration(text: str) -> int:
     if not value.isascii():
         raise DurationError(f"{text!r} is not {GRAMMAR}")
     if _SECONDS.match(value):
-        seconds = int(value[:12])  # a longer string is over the limit anyway
-        if len(value) > 12:
-            seconds = MAX_SECONDS + 1
+        # Leading zeros are fine (`0090` is 90); past 30 digits it is over the limit anyway.
+        seconds = int(value) if len(value) <= 30 else MAX_SECONDS + 1
     else:
         match = _UNITS.match(value)
         if not value or match is None:
             raise DurationError(f"{text!r} is not {GRAMMAR}")
         parts = {k: v for k, v in match.groupdict().items() if v is not None}
-        if any(len(v) > 12 for v in parts.values()):
+        if any(len(v) > 30 for v in parts.values()):
             raise DurationError(f"{text!r} is longer than ten years")
         seconds = (
             int(parts.get("h", 0)) * 3600 + int(parts.get("m", 0)) * 60 + int(parts.get("s", 0))

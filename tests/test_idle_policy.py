@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,12 +111,14 @@ def test_config_show_names_the_settings_and_their_sources(
 
     keys = ("devices.nvidia.idleTTL", "devices.nvidia.maxIdleInstancesPerGPU")
     shown = settings(cli)
-    assert [shown[k] for k in keys] == [(None, "default"), (None, "default")]
+    assert [shown[k] for k in keys] == [("off", "default"), (None, "default")]
     filed = policy(cli, "1h30m", 4)
     shown = settings(filed)
     assert [shown[k] for k in keys] == [("1h30m", str(filed.config)), (4, str(filed.config))]
     assert settings(policy(cli, "3600"))["devices.nvidia.idleTTL"][0] == "1h"
-    assert settings(policy(cli, "0"))["devices.nvidia.idleTTL"][0] is None  # 0 is off
+    assert settings(policy(cli, "0"))["devices.nvidia.idleTTL"][0] == "off"
+    assert settings(policy(cli, "~"))["devices.nvidia.idleTTL"] == ("off", "default")
+    assert settings(policy(cli, "0090"))["devices.nvidia.idleTTL"][0] == "1m30s"
     monkeypatch.setenv("HAMIMIG_IDLE_TTL", "90s")
     monkeypatch.setenv("HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU", "0")
     shown = settings(filed)
@@ -135,7 +139,12 @@ def test_config_show_names_the_settings_and_their_sources(
         ("idleTTL: -60", "'-60' is not a duration"),
         ("maxIdleInstancesPerGPU: -1", "must be a whole number of at least 0"),
         ("maxIdleInstancesPerGPU: 2.0", "must be a whole number"),
-        ("maxIdleInstancesPerGPU: '2'", "not a string"),
+        ("maxIdleInstancesPerGPU: '2'", "plain decimal whole number, not '2'"),
+        ("maxIdleInstancesPerGPU: 010", "plain decimal whole number, not '010'"),
+        ("maxIdleInstancesPerGPU: 0x3", "plain decimal whole number, not '0x3'"),
+        ("idleTTL: 1:30", "'1:30' is not a duration"),
+        ("idleTTL: 0x10", "'0x10' is not a duration"),
+        ("idleTTL: 1_000", "'1_000' is not a duration"),
         ("maxIdleInstancesPerGPU: yes", "must be a whole number"),
         ("maxIdleInstancesPerGPU: 100000", "at most 1000"),
         ("idleTtl: 1h", "unknown key 'devices.nvidia.idleTtl'"),
@@ -156,6 +165,7 @@ def test_bad_policy_settings_exit_2_naming_them(cli: Cli, text: str, needle: str
         ("HAMIMIG_IDLE_TTL", "soon", "is not a duration"),
         ("HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU", "-3", "must be a whole number"),
         ("HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU", "four", "must be a whole number"),
+        ("HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU", "1234567", "at most 1000, not 1234567"),
     ],
 )
 def test_bad_policy_environment_exits_2_naming_it(
@@ -599,6 +609,10 @@ def test_reclaim_idle_older_than_takes_only_the_older_idle_instances(cli: Cli) -
     hami_record(cli, inst)  # never seen by a policy pass: no age, never "older"
     dry = ok(cli.json("reclaim", "--gpu", "0", "--idle-older-than", "1h", "--dry-run"))
     assert [i["migUUID"] for i in dry["reclaimed"]] == [old]
+    assert dry["notes"] == [
+        "1 Idle instance(s) on this GPU have no idle age yet (records HAMi wrote get one at the "
+        "first 'hamimig reconcile' with pods that sees them unheld); kept"
+    ]
     assert old in listed(cli)
     done = ok(cli.json("reclaim", "--gpu", "0", "--idle-older-than", "5m"))
     assert [i["migUUID"] for i in done["reclaimed"]] == [old, young]
@@ -622,3 +636,74 @@ def test_reclaim_idle_older_than_usage_errors(cli: Cli, args: list[str], needle:
     before = tree(cli.state_dir, cli.cdi_dir)
     assert needle in refused(cli.json("reclaim", *args), 2, "usage")
     assert tree(cli.state_dir, cli.cdi_dir) == before
+
+
+# ----- the pod list must be current ----------------------------------------------------------
+
+
+def test_a_record_changed_after_the_pod_list_is_kept(cli: Cli, pods_file: PodsFile) -> None:
+    """HAMi's plugin hands an Idle instance out without writing its record, so only a pod list
+    taken after the record's last change can show who holds it."""
+    pods = pods_file()
+    past = time.time() - 60
+    os.utime(pods, (past, past))
+    mig = idle(cli, "ns/a", "1g.10gb")
+    report = reconcile(policy(cli, cap=0), pods)
+    assert evicted(report) == []  # kept, so not counted toward the cap: no line for it
+    assert state_of(cli, mig) == "Idle"
+    path = record_path(cli, mig)
+    doc = json.loads(path.read_text())
+    doc["hamimig"]["idleSince"] = "2020-01-01T00:00:00.000+00:00"
+    path.write_text(json.dumps(doc))
+    report = reconcile(policy(cli, "1h"), pods)
+    assert evicted(report) == []
+    (skip,) = actions(report, "skip")
+    assert "> idleTTL 1h, but changed after the pod snapshot" in skip["reason"]
+    assert evicted(reconcile(policy(cli, cap=0), pods_file())) == [mig]
+
+
+def test_a_stale_pod_list_skips_the_policy_with_a_note(cli: Cli, pods_file: PodsFile) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb")
+    advance(cli, "2h")
+    pods = pods_file()
+    past = time.time() - 600
+    os.utime(pods, (past, past))
+    report = reconcile(policy(cli, "1h", 0), pods)
+    assert evicted(report) == []
+    (note,) = report["notes"]
+    assert "not applied: the pod list from" in note and "was taken 10m" in note
+    assert state_of(cli, mig) == "Idle"
+
+
+def test_a_release_whose_slot_a_pod_reserves_does_not_count(cli: Cli, pods_file: PodsFile) -> None:
+    cached = idle(cli, "ns/a", "1g.10gb", "0")
+    advance(cli, "1m")
+    gone = allocated(cli, "ns/b", "1g.10gb", "1")
+    inst = next(i for i in instances(cli) if i["migUUID"] == gone)
+    planned = entry(inst, migUUID=None, gpuInstanceID=None, computeInstanceID=None)
+    advance(cli, "1m")
+    report = reconcile(
+        policy(cli, cap=1), pods_file(kube_pod("ns/next", [planned], phase="Pending"))
+    )
+    assert [a["migUUID"] for a in actions(report, "release-idle")] == [gone]
+    assert evicted(report) == []
+    assert listed(cli) == {cached, gone}
+
+
+def test_an_idle_record_whose_gpu_is_gone_is_left_to_recover(cli: Cli, pods_file: PodsFile) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb")
+    path = record_path(cli, mig)
+    doc = json.loads(path.read_text())
+    doc["parentGPUUUID"] = "GPU-00000000-0000-0000-0000-000000000000"
+    path.write_text(json.dumps(doc))
+    advance(cli, "2h")
+    assert ok(policy(cli, "1h", 0).json("reconcile", "--pods", pods_file()))["actions"] == []
+
+
+def test_the_environment_cap_reads_the_whole_number(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU", "0000001")
+    doc = ok(cli.json("config", "show"))
+    values = {s["key"]: s["value"] for s in doc["settings"]}
+    assert values["devices.nvidia.maxIdleInstancesPerGPU"] == 1

@@ -154,7 +154,8 @@ def reconcile(
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """One pass: release instances whose pods are gone (with pods), retry queued CDI
-    removals and the destruction of Error instances."""
+    removals and the destruction of Error instances; with pods, apply the idle policy
+    (idleTTL, maxIdleInstancesPerGPU)."""
     from hamimig.engine import maintenance
 
     def action(node: Node) -> Result:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hamimig.durations import format_duration
 from hamimig.engine import validate
 from hamimig.engine.executor import apply, execute, tidy_finished
 from hamimig.engine.facts import (
@@ -131,7 +132,8 @@ def reclaim(node: Node, target: ReclaimTarget, dry_run: bool) -> Reclaim:
     """Destroy Idle (or Error) instances; never Active, never anything without a record."""
     with node.lock():
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
-        targets = _reclaim_targets(node, durable, target)
+        notes: list[str] = []
+        targets = _reclaim_targets(node, durable, target, notes)
         busy = [t for t in targets if _busy(node, t)]
         if isinstance(target, ByUuid) and busy:
             raise ConflictError(
@@ -142,25 +144,31 @@ def reclaim(node: Node, target: ReclaimTarget, dry_run: bool) -> Reclaim:
         views = tuple(record_view(t.record, t.gpu_index) for t in kept)
         if dry_run:
             return Reclaim(
-                dry_run=True, reclaimed=views, skipped=skipped, warnings=durable.warnings
+                dry_run=True,
+                reclaimed=views,
+                notes=tuple(notes),
+                skipped=skipped,
+                warnings=durable.warnings,
             )
         steps = [Step(ActionKind.RECLAIM, t, "requested") for t in kept]
-        notes = [note for step in steps if (note := apply(node, step).note)]
+        notes += [note for step in steps if (note := apply(node, step).note)]
         tidy_finished(node, durable)
         return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes), skipped=skipped)
 
 
-def _reclaim_targets(node: Node, durable: Durable, target: ReclaimTarget) -> list[Managed]:
+def _reclaim_targets(
+    node: Node, durable: Durable, target: ReclaimTarget, notes: list[str]
+) -> list[Managed]:
     """The verified instances a reclaim request names, oldest first."""
     if isinstance(target, ByUuid):
         targets = _targets_by_uuid(node, durable, target.mig_uuid)
     else:
-        targets = _targets_on_gpu(node, durable, target)
+        targets = _targets_on_gpu(node, durable, target, notes)
     return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
 def _targets_on_gpu(
-    node: Node, durable: Durable, target: Window | AllIdle | IdleOlderThan
+    node: Node, durable: Durable, target: Window | AllIdle | IdleOlderThan, notes: list[str]
 ) -> list[Managed]:
     hw = node.hardware()
     gpu = resolve_gpu(hw, target.gpu)
@@ -170,7 +178,7 @@ def _targets_on_gpu(
     if isinstance(target, AllIdle):
         chosen = [r for r in records if r.state in _DESTROYABLE]
     elif isinstance(target, IdleOlderThan):
-        chosen = _idle_older_than(node, records, target.seconds)
+        chosen = _idle_older_than(node, records, target.seconds, notes)
     else:
         slices = validate.slice_count(hw.profiles(gpu.index))
         window = validate.reclaim_window(target.placement, slices)
@@ -178,16 +186,25 @@ def _targets_on_gpu(
     return [_verified(r, layout, names, gpu) for r in chosen]
 
 
-def _idle_older_than(node: Node, records: list[Record], seconds: int) -> list[Record]:
+def _idle_older_than(
+    node: Node, records: list[Record], seconds: int, notes: list[str]
+) -> list[Record]:
     """Idle records idle longer than `seconds` by the idle policy's clock. The idle-seen file
     is only read: a record HAMi wrote that no policy pass has seen unheld has no age yet."""
     seen, _ = node.idle_seen().load()
     now = node.now()
-    chosen = []
+    chosen, unknown = [], 0
     for record in idle_records(records):
         since = idle_age_of(record, seen).since
-        if since is not None and now - since > seconds:
+        if since is None:
+            unknown += 1
+        elif now - since > seconds:
             chosen.append(record)
+    if unknown:
+        notes.append(
+            f"{unknown} Idle instance(s) on this GPU have no idle age yet (records HAMi wrote "
+            "get one at the first 'hamimig reconcile' with pods that sees them unheld); kept"
+        )
     return chosen
 
 
@@ -282,7 +299,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
             )
         elif policy.enabled:
             assert pods is not None
-            seen = plan_idle_policy(plan, node, durable, pods, policy)
+            seen = plan_idle_policy(plan, node, durable, pods, policy, notes)
             if seen is not None and not dry_run:
                 try:
                     node.idle_seen().save(seen)
@@ -487,17 +504,36 @@ def _plan_destroy_retries(plan: Plan, node: Node, durable: Durable) -> None:
 # the idle policy (reconcile, with pods)
 
 
+MAX_POD_LIST_AGE = 300
+"""Seconds: an older pod list may miss a pod that HAMi's plugin handed an Idle instance to, and
+that hand-out changes no record, so nothing else would show it."""
+
+
 def plan_idle_policy(
-    plan: Plan, node: Node, durable: Durable, pods: PodSnapshot, policy: IdlePolicy
+    plan: Plan,
+    node: Node,
+    durable: Durable,
+    pods: PodSnapshot,
+    policy: IdlePolicy,
+    notes: list[str],
 ) -> dict[str, str] | None:
     """Add the idle policy's evictions to `plan`, after its other steps. Returns the idle-seen
-    map to save when it changed (None: as it is).
+    map to save when it changed (None: as it is); says in `notes` why it did nothing at all.
 
     Every Idle record is checked against its GPU's layout and for processes, and a pod's
     annotation naming it or reserving its slot keeps it: none of those is evicted or counted.
     """
     hw = node.hardware()
     now = node.now()
+    age = now - pods.taken_at
+    if pods.taken_at <= 0 or age > MAX_POD_LIST_AGE:
+        taken = "at an unknown time" if pods.taken_at <= 0 else f"{format_duration(age)} ago"
+        notes.append(
+            f"idle policy ({policy}) not applied: the pod list from {pods.source} was taken "
+            f"{taken}; an Idle instance HAMi's plugin has handed out since would not show "
+            f"(at most {format_duration(MAX_POD_LIST_AGE)} old)"
+        )
+        return None
     seen, problem = node.idle_seen().load()
     if problem is not None:
         reason = f"{problem.reason}; the idle clocks of HAMi's own records start again"
@@ -507,8 +543,10 @@ def plan_idle_policy(
     joining: dict[str, int] = {}
     for step in plan.steps:
         if step.kind is ActionKind.RELEASE_IDLE and isinstance(step.target, Managed):
-            gpu_uuid = step.target.record.gpu_uuid
-            joining[gpu_uuid] = joining.get(gpu_uuid, 0) + 1
+            released = step.target.record
+            if released.mig_uuid in holds or (released.gpu_uuid, released.placement) in holds:
+                continue  # a pod holds it after all: it will not be waiting for anyone
+            joining[released.gpu_uuid] = joining.get(released.gpu_uuid, 0) + 1
     by_gpu: dict[str, list[Record]] = {}
     for record in idle_records(durable.records.values()):
         by_gpu.setdefault(record.gpu_uuid, []).append(record)
@@ -517,14 +555,17 @@ def plan_idle_policy(
     for gpu_uuid in sorted(by_gpu):
         try:
             gpu = hw.gpu_by_uuid(gpu_uuid)
+        except HamimigError:
+            continue  # its GPU is gone: recover's business, as for the spec refresh
+        try:
             layout = hw.layout(gpu.index)
         except HamimigError as exc:
-            plan.failures.append(f"idle policy: GPU {gpu_uuid}: {exc.message}")
+            plan.failures.append(f"idle policy: GPU {gpu.index}: {exc.message}")
             continue
         names = _names(node, gpu, layout)
         lives = {r.mig_uuid: check_record(r, layout, names) for r in by_gpu[gpu_uuid]}
         for r in by_gpu[gpu_uuid]:
-            kept[r.mig_uuid] = _kept_because(hw, r, lives[r.mig_uuid], holds, in_flight)
+            kept[r.mig_uuid] = _kept_because(hw, r, lives[r.mig_uuid], holds, in_flight, pods)
         looked.append((gpu, by_gpu[gpu_uuid], lives))
     # A pod or a process holding one of HAMi's records stops its clock; in flight does not.
     unheld = {u for u, why in kept.items() if why is None or why == _IN_FLIGHT}
@@ -574,11 +615,15 @@ def _kept_because(
     live: LiveCheck,
     holds: dict[object, str],
     in_flight: list[tuple[str, Placement]],
+    pods: PodSnapshot,
 ) -> str | None:
     """Why the policy must leave an Idle instance alone (None: it may go)."""
     held = holds.get(record.mig_uuid) or holds.get((record.gpu_uuid, record.placement))
     if held is not None:
         return held
+    newer = changed_after(record, pods)
+    if newer:
+        return newer.removesuffix("; left as it is")
     if live.status is not Liveness.COMPLETE:
         return f"it does not match the hardware ({live.detail}): run 'hamimig recover'"
     if has_processes(hw, record.mig_uuid):

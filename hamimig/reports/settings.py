@@ -63,7 +63,9 @@ def show_config(node: Node) -> ConfigView:
             _allowlist(cfg),
             source("devices.nvidia.migProfileAllowlist"),
         ),
-        Setting(IDLE_TTL, exact_duration(cfg.idle_ttl) if cfg.idle_ttl else None, source(IDLE_TTL)),
+        Setting(
+            IDLE_TTL, exact_duration(cfg.idle_ttl) if cfg.idle_ttl else "off", source(IDLE_TTL)
+        ),
         Setting(MAX_IDLE, cfg.max_idle_per_gpu, source(MAX_IDLE)),
         Setting("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
         Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),

@@ -244,10 +244,12 @@ class NodeState:
 
 
 def _offset(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"clockOffsetSeconds must be a number, not {value!r}")
-    if not -MAX_CLOCK_OFFSET <= value <= MAX_CLOCK_OFFSET:
-        raise ValueError(f"clockOffsetSeconds {value!r} is more than a century away")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not -MAX_CLOCK_OFFSET <= value <= MAX_CLOCK_OFFSET  # NaN fails this too
+    ):
+        raise UsageError(f"clockOffsetSeconds must be seconds within a century, not {value!r}")
     return float(value)
 
 

@@ -27,7 +27,7 @@ IDLE_SEEN_MODE = 0o600
 def decode_idle_seen(data: bytes) -> dict[str, str]:
     doc = json_object(data, "idle-seen file")
     version = doc.get("version")
-    if isinstance(version, bool) or version != IDLE_SEEN_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != IDLE_SEEN_VERSION:
         raise RecordError(f"unsupported idle-seen version {version!r} (this hamimig reads 1)")
     raw = doc.get("seen")
     if not isinstance(raw, dict):

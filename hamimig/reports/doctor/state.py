@@ -214,4 +214,4 @@ def check_idle_seen(seen: IdleSeen) -> Check:
             "own records",
             f"move {problem.file} away: the next reconcile with pods writes it again",
         )
-    return ok("idle-seen", f"{len(times)} record(s) written by HAMi have an idle clock")
+    return ok("idle-seen", f"{len(times)} first sighting(s) of HAMi's own Idle records")
