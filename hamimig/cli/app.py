@@ -43,7 +43,7 @@ class _Boundary(typer.core.TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> int:
-        argv = list(sys.argv[1:] if args is None else args)
+        argv = hoist_globals(self, list(sys.argv[1:] if args is None else args))
         status = _guarded(
             lambda: super(_Boundary, self).main(
                 args=argv, prog_name=prog_name or "hamimig", standalone_mode=False, **extra
@@ -53,6 +53,72 @@ class _Boundary(typer.core.TyperGroup):
         if standalone_mode:
             sys.exit(status)
         return status
+
+
+_NOT_HOISTED = ("--help", "--version")
+
+
+def hoist_globals(root: Any, argv: list[str]) -> list[str]:
+    """Move the global options (`--sim`, `--state-dir`, `--cdi-dir`, `--config`, `--node`,
+    `-o/--output`) found after a command name to the front, in their order, as kubectl takes
+    its flags anywhere: `hamimig list -o json`, `hamimig sim fault add ... -o json`. Given
+    twice, the last one wins, as on the root.
+
+    The walk follows the command tree, so a value of a command's own option (`--pod -o`) is
+    never taken for a global, and nothing after `--` moves. No command has an option of the
+    same name as a global one (a test checks that), so nothing is taken away from a command.
+    """
+    globals_: dict[str, bool] = {}  # option string -> takes a value
+    for param in _options(root):
+        if not set(param.opts) & set(_NOT_HOISTED):
+            for opt in param.opts:
+                globals_[opt] = not param.is_flag
+    front: list[str] = []
+    rest: list[str] = []
+    command: Any = root
+    i, at_root, first = 0, True, len(argv)
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest += argv[i:]
+            break
+        name, eq, _ = arg.partition("=")
+        short = arg[:2] if arg.startswith("-") and not arg.startswith("--") else None
+        if name in globals_ or (short in globals_ and short != arg and globals_[short]):
+            taken = [arg]
+            if name in globals_ and globals_[name] and not eq and i + 1 < len(argv):
+                taken.append(argv[i + 1])
+                i += 1
+            (front if not at_root else rest).extend(taken)
+            i += 1
+            continue
+        if arg.startswith("-"):
+            rest.append(arg)
+            if _takes_value(command, name) and not eq and i + 1 < len(argv):
+                rest.append(argv[i + 1])
+                i += 1
+            i += 1
+            continue
+        if at_root:
+            first = len(rest)  # where the command name starts: hoisted options go before it
+        rest.append(arg)
+        sub = getattr(command, "commands", {}).get(arg)
+        if sub is not None:
+            command, at_root = sub, False
+        i += 1
+    return rest[:first] + front + rest[first:]
+
+
+def _options(command: Any) -> list[Any]:
+    """A command's options (not its arguments), as the command-line parser knows them."""
+    return [p for p in getattr(command, "params", ()) if p.param_type_name == "option"]
+
+
+def _takes_value(command: Any, opt: str) -> bool:
+    for param in _options(command):
+        if opt in param.opts or opt in param.secondary_opts:
+            return not param.is_flag and not param.count
+    return False
 
 
 app = typer.Typer(

@@ -274,6 +274,10 @@ def man_page(root: Cmd) -> str:
             "instance. Every command works on a simulated node with --sim PATH."
         ),
         ".SH GLOBAL OPTIONS",
+        _roff(
+            "They may also follow the command name, as kubectl's flags do; given twice, the "
+            "last one wins."
+        ),
     ]
     out += _man_options(root.options)
     out.append(".SH COMMANDS")
