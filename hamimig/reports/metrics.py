@@ -199,4 +199,8 @@ def export(node: Node, textfile: Path | None) -> Metrics:
         return Metrics(path=None, series=series, text=text, warnings=warnings)
     _check_textfile(textfile)
     atomic_write(textfile.parent, textfile.name, text.encode("utf-8"), TEXTFILE_MODE)
+    if not textfile.name.endswith(".prom"):
+        # Written as asked, but the collector would never read it: say so.
+        ignored = "node-exporter's textfile collector reads only *.prom files; name it hamimig.prom"
+        warnings = (*warnings, Warning_(file=str(textfile), reason=ignored))
     return Metrics(path=str(textfile), series=series, text=text, warnings=warnings)
