@@ -6,9 +6,9 @@ _hamimig() {
         --action) COMPREPLY=($(compgen -W "raise crash-before crash-after" -- "$cur")); return;;
         --model) COMPREPLY=($(compgen -W "A100-SXM4-40GB A100-SXM4-80GB H100-SXM5-80GB H200-SXM5-141GB B200-180GB" -- "$cur")); return;;
         --op) COMPREPLY=($(compgen -W "nvmlInit nvmlShutdown nvmlSystemGetDriverVersion nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByUUID nvmlDeviceGetIndex nvmlDeviceGetUUID nvmlDeviceGetName nvmlDeviceGetMinorNumber nvmlDeviceGetMigMode nvmlDeviceGetComputeRunningProcesses nvmlDeviceGetGpuInstanceProfileInfo nvmlDeviceGetGpuInstanceProfileInfoById nvmlDeviceGetGpuInstancePossiblePlacements nvmlDeviceGetGpuInstanceRemainingCapacity nvmlDeviceCreateGpuInstanceWithPlacement nvmlDeviceGetGpuInstances nvmlDeviceGetGpuInstanceById nvmlGpuInstanceGetInfo nvmlGpuInstanceDestroy nvmlGpuInstanceGetComputeInstanceProfileInfo nvmlGpuInstanceCreateComputeInstance nvmlGpuInstanceGetComputeInstances nvmlGpuInstanceGetComputeInstanceById nvmlComputeInstanceGetInfo nvmlComputeInstanceDestroy nvmlDeviceGetMaxMigDeviceCount nvmlDeviceGetMigDeviceHandleByIndex nvmlDeviceIsMigDeviceHandle nvmlDeviceGetGpuInstanceId nvmlDeviceGetComputeInstanceId nvmlDeviceGetDeviceHandleFromMigDeviceHandle record.write record.remove cdi.write cdi.remove intent.write intent.remove queue.write" -- "$cur")); return;;
-        --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return;;
+        --output) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return;;
         --state) COMPREPLY=($(compgen -W "Creating Active Idle Reclaiming Error Unmanaged OrphanGI Missing" -- "$cur")); return;;
-        -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return;;
+        -o) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return;;
         --action|--advance|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--idle-older-than|--intent|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--set|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
     esac
     for ((i=1; i<COMP_CWORD; i++)); do
@@ -21,19 +21,19 @@ _hamimig() {
     case "$path" in
         "") words="--state-dir --cdi-dir --config --sim --node --output -o --version -h --help adopt allocate config demo doctor forget list metrics profiles reclaim reconcile recover release show sim";;
         "adopt") words="--pods --kube --assume-no-pods --gpu --exclusive-owner --dry-run --lock-timeout -h --help";;
-        "allocate") words="--pod --gpu --profile --placement --pod-uid --container-index --device-index --lock-timeout -h --help";;
+        "allocate") words="--pod --gpu --profile --placement --pod-uid --container-index --device-index --dry-run --lock-timeout -h --help";;
         "config") words="-h --help show";;
         "config show") words="-h --help";;
         "demo") words="--step --keep -h --help";;
         "doctor") words="--pods --kube -h --help";;
         "forget") words="--intent --dry-run --lock-timeout -h --help";;
-        "list") words="--gpu --state -h --help";;
+        "list") words="--gpu --state --pod --profile --no-headers -h --help";;
         "metrics") words="--textfile -h --help";;
         "profiles") words="--gpu -h --help";;
         "reclaim") words="--mig-uuid --gpu --placement --all-idle --idle-older-than --dry-run --lock-timeout -h --help";;
         "reconcile") words="--pods --kube --dry-run --lock-timeout -h --help";;
         "recover") words="--pods --kube --assume-no-pods --adopt --dry-run --lock-timeout -h --help";;
-        "release") words="--pod --mig-uuid --lock-timeout -h --help";;
+        "release") words="--pod --mig-uuid --dry-run --lock-timeout -h --help";;
         "show") words="-h --help";;
         "sim") words="-h --help busy clock create fault init mig-mode reset show";;
         "sim busy") words="--mig-uuid --gi-only --clear -h --help";;

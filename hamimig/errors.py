@@ -7,6 +7,9 @@ Messages are one line and name what is wrong.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Protocol
+
 from hamimig.vocabulary import Setting
 
 
@@ -21,6 +24,15 @@ class HamimigError(Exception):
         self.message = message
         self.setting = setting
         """The node-wide input that is wrong, when one is (the CLI says which flag sets it)."""
+
+    def detail(self) -> dict[str, Any]:
+        """Structured fields the JSON error object carries beside `code` and `message`; most
+        errors have none, so their JSON is only those two."""
+        return {}
+
+
+class SupportsJson(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
 
 
 class UsageError(HamimigError):
@@ -47,6 +59,17 @@ class ConflictError(HamimigError):
 
     exit_code = 3
     code = "conflict"
+
+    def __init__(self, message: str, blockers: Sequence[SupportsJson] = ()) -> None:
+        super().__init__(message)
+        self.blockers = tuple(blockers)
+        """What is in the way, per placement (`engine.results.Blocked`), for a refusal that a
+        placement's instances make; empty for the other conflicts."""
+
+    def detail(self) -> dict[str, Any]:
+        if not self.blockers:
+            return {}
+        return {"blockers": [b.to_json() for b in self.blockers]}
 
 
 class HardwareError(HamimigError):

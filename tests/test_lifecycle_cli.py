@@ -122,7 +122,11 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
     mig = inst["migUUID"]
     gpu0 = gpus(cli)[0]
     assert mig.startswith("MIG-")
+    assert inst["createdAt"] and inst["updatedAt"] == inst["createdAt"]
     assert inst == {
+        "createdAt": inst["createdAt"],
+        "updatedAt": inst["updatedAt"],
+        "idleSince": None,
         "migUUID": mig,
         "gpuUUID": gpu0["uuid"],
         "gpuIndex": 0,

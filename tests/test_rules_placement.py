@@ -502,7 +502,7 @@ VERIFIED = LiveCheck(Liveness.COMPLETE, "verified")
 
 def test_a_blocker_without_a_record_and_with_a_ci_is_unmanaged() -> None:
     blocker = Blocker(_gi(cis=(ComputeInstance(0, mig(7)),)), None, None)
-    assert blocker.describe(NAMES) == "GI 7 (1g.10gb at 2:1) is Unmanaged"
+    assert blocker.describe(NAMES) == f"GI 7 (1g.10gb at 2:1) is Unmanaged ({mig(7)})"
 
 
 def test_a_blocker_without_a_record_or_a_ci_is_an_orphan_gi() -> None:

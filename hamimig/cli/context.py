@@ -28,8 +28,11 @@ def globals_of(ctx: typer.Context) -> Globals:
     return obj
 
 
-def execute(ctx: typer.Context, action: Callable[[Node], Result]) -> None:
-    """Run one engine call and render its result or its failure with the contract exit code."""
+def execute(ctx: typer.Context, action: Callable[[Node], Result], headers: bool = True) -> None:
+    """Run one engine call and render its result or its failure with the contract exit code.
+
+    `headers=False` (`list --no-headers`) leaves a table's title and header row out. A table
+    reads the node's clock (`Node.now`, a simulated node's own) only when it shows ages."""
     from hamimig.cli import render  # output machinery loads only when there is output
 
     g = globals_of(ctx)
@@ -45,6 +48,6 @@ def execute(ctx: typer.Context, action: Callable[[Node], Result]) -> None:
         io_error = HardwareError(f"I/O error: {exc}")
         render.error(io_error, g.output)
         raise typer.Exit(io_error.exit_code) from None
-    render.emit(result, g.output)
+    render.emit(result, g.output, headers=headers, clock=g.node.now)
     if result.exit_code:  # a pass that reports what it did and what still failed
         raise typer.Exit(result.exit_code)

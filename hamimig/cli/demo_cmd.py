@@ -29,7 +29,7 @@ def demo(
     from hamimig.cli import render
     from hamimig.reports.demo import prepare_keep, transcript
 
-    narrate = globals_of(ctx).output == "table"
+    narrate = globals_of(ctx).output in ("table", "wide")
 
     def show(s: DemoStep) -> None:
         if narrate:

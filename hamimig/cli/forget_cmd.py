@@ -39,7 +39,7 @@ def forget(
         target = ByUuid(mig_uuid) if mig_uuid is not None else ByIntent(intent or "")
         return forgetting.forget(node, target, dry_run)
 
-    execute(ctx, locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action, dry_run))
 
 
 def register(app: typer.Typer) -> None:

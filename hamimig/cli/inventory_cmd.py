@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,28 +11,53 @@ from hamimig.cli.context import execute
 from hamimig.cli.options import GpuFilter
 from hamimig.vocabulary import State
 
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.results import Result
+
 
 def list_(
     ctx: typer.Context,
     gpu: GpuFilter = None,
     state: Annotated[
-        State | None,
+        list[State] | None,
         typer.Option(
             case_sensitive=False,
             metavar="STATE",
-            help="Only instances in this state: " + ", ".join(s.value for s in State) + ".",
+            help="Only instances in this state (repeat for any of several): "
+            + ", ".join(s.value for s in State)
+            + ".",
         ),
     ] = None,
+    pod: Annotated[
+        str | None,
+        typer.Option("--pod", metavar="NAMESPACE/NAME", help="Only the instances this pod holds."),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", metavar="PROFILE", help="Only this GI profile (1g.10gb)."),
+    ] = None,
+    no_headers: Annotated[
+        bool,
+        typer.Option(
+            "--no-headers", help="Tables without title, header row or borders: one instance a line."
+        ),
+    ] = False,
 ) -> None:
-    """Every MIG instance on the node: records joined with the live layout."""
+    """Every MIG instance on the node: records joined with the live layout.
+
+    Filters combine: an instance is listed when it passes all of them."""
     from hamimig.reports import inventory
 
-    execute(
-        ctx,
-        lambda node: inventory.list_instances(
-            node, None if gpu is None else options.gpu_ref(gpu), state
-        ),
-    )
+    def run(node: Node) -> Result:
+        wanted = inventory.ListFilter(
+            states=frozenset(state or ()),
+            pod=None if pod is None else options.pod_ref(pod),
+            profile=profile,
+        )
+        return inventory.list_instances(node, None if gpu is None else options.gpu_ref(gpu), wanted)
+
+    execute(ctx, run, headers=not no_headers)
 
 
 def profiles(ctx: typer.Context, gpu: GpuFilter = None) -> None:

@@ -43,6 +43,7 @@ def allocate(
     device_index: Annotated[
         int, typer.Option(metavar="N", help="Device index in the container.")
     ] = 0,
+    dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Reuse an exact Idle match, else reclaim only the Idle instances in the way and create."""
@@ -56,9 +57,9 @@ def allocate(
             profile=profile,
             placement=options.placement(placement),
         )
-        return allocation.allocate(node, request)
+        return allocation.allocate(node, request, dry_run)
 
-    execute(ctx, locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action, dry_run))
 
 
 def release(
@@ -68,6 +69,7 @@ def release(
         typer.Option(metavar="NS/NAME", help="Release every instance of NAMESPACE/NAME."),
     ] = None,
     mig_uuid: MigUuid = None,
+    dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Confirmed release: Active -> Idle; the GI/CI and CDI spec stay for reuse."""
@@ -86,9 +88,9 @@ def release(
         else:
             assert pod is not None
             target = ByPod(*options.pod_ref(pod))
-        return maintenance.release(node, target)
+        return maintenance.release(node, target, dry_run)
 
-    execute(ctx, locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action, dry_run))
 
 
 def reclaim(
@@ -143,7 +145,7 @@ def reclaim(
                 target = AllIdle(ref) if window is None else Window(ref, window)
         return maintenance.reclaim(node, target, dry_run)
 
-    execute(ctx, locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action, dry_run))
 
 
 def reconcile(
@@ -162,7 +164,7 @@ def reconcile(
         source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False)
         return maintenance.reconcile(node, dry_run, source)
 
-    execute(ctx, locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action, dry_run))
 
 
 def show(

@@ -33,9 +33,11 @@ SETTING_FLAGS = {
 
 
 class Output(str, enum.Enum):
-    """`-o/--output`: how a result is printed."""
+    """`-o/--output`: how a result is printed. `wide` is a table with more columns where a
+    result shows instances (list, release, reclaim), and the plain table everywhere else."""
 
     TABLE = "table"
+    WIDE = "wide"
     JSON = "json"
     YAML = "yaml"
 
@@ -75,14 +77,26 @@ MigUuid = Annotated[
 ]
 
 
-def locked(timeout: float, action: Callable[[Node], Result]) -> Callable[[Node], Result]:
-    """Wrap a mutating command: its lock wait, and directories checked before any hardware."""
+def locked(
+    timeout: float, action: Callable[[Node], Result], dry_run: bool = False
+) -> Callable[[Node], Result]:
+    """Wrap a mutating command: its lock wait, and directories checked before any hardware.
+
+    A dry run takes no lock (the engine plans on a snapshot without it, and creates neither
+    the state directory nor the lock file) and the node is marked read-only, so a step it
+    tried to apply would fail before changing anything. `--lock-timeout` is still checked
+    and the directories still judged: a dry run refuses what the real run would refuse.
+    """
 
     def run(node: Node) -> Result:
         from hamimig.engine import validate
 
-        node.lock_timeout = validate.timeout(timeout, "--lock-timeout")
+        timeout_s = validate.timeout(timeout, "--lock-timeout")
         node.check_dirs()
+        if dry_run:
+            node.read_only = True
+        else:
+            node.lock_timeout = timeout_s
         return action(node)
 
     return run

@@ -47,7 +47,7 @@ def recover(
         assert source is not None
         return recovery.recover(node, source, adopt, dry_run)
 
-    execute(ctx, locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action, dry_run))
 
 
 def adopt(
@@ -81,7 +81,7 @@ def adopt(
                 "this node: --exclusive-owner or devices.nvidia.adoptExistingMIGInstances: true"
             ) from err
 
-    execute(ctx, locked(lock_timeout, action))
+    execute(ctx, locked(lock_timeout, action, dry_run))
 
 
 def register(app: typer.Typer) -> None:

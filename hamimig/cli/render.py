@@ -129,21 +129,49 @@ def one_line(message: str) -> str:
 
 @_tolerates_closed_output
 def error(err: HamimigError, fmt: str) -> None:
-    """A failure: one JSON/YAML object on stdout, or one line on stderr."""
+    """A failure: one JSON/YAML object on stdout (with the error's structured `detail`, such
+    as a conflict's `blockers`), or one line on stderr."""
     message = one_line(printable(err.message))
     if err.setting is not None:
         from hamimig.cli.options import SETTING_FLAGS
 
         message += f" ({err.setting.value}: {SETTING_FLAGS[err.setting]})"
     if fmt in ("json", "yaml"):
-        _dump({"kind": "Error", "error": {"code": err.code, "message": message}}, fmt)
+        body: dict[str, Any] = {"code": err.code, "message": message, **err.detail()}
+        _dump({"kind": "Error", "error": body}, fmt)
     else:
         text(f"hamimig: error: {message}", err=True)
 
 
+class Look:
+    """How a table is drawn: `-o wide` (instance tables gain columns; every other table is as
+    `-o table` draws it), `--no-headers`, and the node's clock, read once and only when a table
+    shows ages (None: ages show as `-`)."""
+
+    def __init__(
+        self, wide: bool = False, headers: bool = True, clock: Callable[[], float] | None = None
+    ) -> None:
+        self.wide = wide
+        self.headers = headers
+        self._clock = clock
+        self._now: float | None = None
+
+    def now(self) -> float | None:
+        if self._now is None and self._clock is not None:
+            self._now = self._clock()
+        return self._now
+
+
 @_tolerates_closed_output
-def emit(result: Result, fmt: str) -> None:
-    """A result as JSON, YAML, or the table registered for its kind in `_TABLES`."""
+def emit(
+    result: Result,
+    fmt: str,
+    *,
+    headers: bool = True,
+    clock: Callable[[], float] | None = None,
+) -> None:
+    """A result as JSON, YAML, or the table registered for its kind in `_TABLES` (`table`, or
+    `wide`: see `Look`)."""
     if fmt in ("json", "yaml"):
         _dump(result.to_json(), fmt)
         return
@@ -151,7 +179,7 @@ def emit(result: Result, fmt: str) -> None:
     if table is None:  # a result without a table of its own still shows everything it has
         _console().print_json(json.dumps(result.to_json()))
         return
-    table(result)
+    table(result, Look(wide=fmt == "wide", headers=headers, clock=clock))
 
 
 @_tolerates_closed_output
@@ -197,7 +225,14 @@ def _metrics(result: Metrics) -> None:
         text(f"warning: {warning.file}: {warning.reason}", err=True)
 
 
-def _console() -> Console:
+_PIPED_WIDTH = 250
+_UNBOUNDED = 10_000
+"""A width no line reaches: a table this wide is drawn at its natural width, never cut."""
+
+
+def _console(width: int | None = None, piped_width: int = _PIPED_WIDTH) -> Console:
+    """A console `width` wide; without one, the terminal's (or COLUMNS), and `piped_width`
+    when piped or captured without COLUMNS."""
     from rich.console import Console
 
     class PipeConsole(Console):
@@ -206,72 +241,164 @@ def _console() -> Console:
             self.quiet = True
             raise BrokenPipeError(errno.EPIPE, "standard output is closed")
 
-    console = PipeConsole(highlight=False, soft_wrap=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
+    console = PipeConsole(highlight=False, soft_wrap=False, width=width)
+    if width is None and not console.is_terminal and "COLUMNS" not in os.environ:
         # Piped or captured: never truncate what scripts may grep (COLUMNS still wins).
-        console = PipeConsole(highlight=False, soft_wrap=False, width=250)
+        console = PipeConsole(highlight=False, soft_wrap=False, width=piped_width)
     return console
 
 
-def _owner(inst: InstanceView) -> str:
+def _owner(inst: InstanceView, slot: bool = False) -> str:
+    """`ns/pod`, or `ns/pod[container/device]` with `slot`."""
     if inst.owner is None:
         return "-"
+    if slot:
+        return str(inst.owner)
     return f"{inst.owner.namespace}/{inst.owner.name}"
 
 
-def _instance_table(title: str, instances: tuple[InstanceView, ...]) -> Any:
-    from rich.table import Table
+def _age(inst: InstanceView, now: float | None) -> str:
+    """`5m`, `3h12m`, `2d`, like kubectl's AGE (see `InstanceView.since`); `-` when unknown."""
+    from hamimig.durations import format_duration, parse_time
 
-    table = Table(title=title, title_justify="left", header_style="bold")
-    for column in ("GPU", "MIG UUID", "PROFILE", "PLACEMENT", "GI", "CI", "STATE", "OWNER"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("CDI", no_wrap=True, overflow="ellipsis", max_width=18)
+    since = inst.since()
+    start = None if since is None else parse_time(since)
+    if start is None or now is None:
+        return "-"
+    return format_duration(now - start)
+
+
+def _processes(inst: InstanceView) -> str:
+    """Whether processes run on the MIG device (NVML says whether, not how many)."""
+    return "-" if inst.processes is None else ("yes" if inst.processes else "none")
+
+
+_PLAIN = Look()
+
+
+def _instance_rows(
+    instances: tuple[InstanceView, ...], look: Look, age: bool
+) -> tuple[list[str], list[list[str]]]:
+    """The instance table's column names and plain cells (see `_instance_table`)."""
+    names = ["GPU", "MIG UUID", "PROFILE", "PLACEMENT", "GI", "CI", "STATE", "OWNER"]
+    if look.wide:
+        names += ["AGE", "POD UID", "PROCESSES", "CDI DEVICE"]
+    else:
+        names += ["CDI", "AGE"] if age else ["CDI"]
+    pods = [(i.owner.namespace, i.owner.name) for i in instances if i.owner is not None]
+    now = look.now() if age or look.wide else None
+    rows: list[list[str]] = []
     for inst in instances:
-        style = STATE_STYLE.get(inst.state, "")
-        table.add_row(
+        busy = "" if look.wide or not inst.processes else " (busy)" if look.headers else "(busy)"
+        shared = inst.owner is not None and pods.count((inst.owner.namespace, inst.owner.name)) > 1
+        cells = [
             str(inst.gpu_index),
             inst.mig_uuid or "-",
             inst.profile,
             str(inst.placement),
             "-" if inst.gpu_instance_id is None else str(inst.gpu_instance_id),
             "-" if inst.compute_instance_id is None else str(inst.compute_instance_id),
-            (f"[{style}]{inst.state.value}[/]" if style else inst.state.value)
-            + (" (busy)" if inst.processes else ""),
-            _owner(inst),
-            inst.cdi_device.rsplit("=", 1)[-1][:16] if inst.cdi_device else "-",
-        )
+            inst.state.value + busy,
+            _owner(inst, slot=look.wide or shared),
+        ]
+        if look.wide:
+            uid = inst.owner.uid if inst.owner is not None else None
+            cells += [_age(inst, now), uid or "-", _processes(inst), inst.cdi_device or "-"]
+        else:
+            cells.append(inst.cdi_device.rsplit("=", 1)[-1][:16] if inst.cdi_device else "-")
+            if age:
+                cells.append(_age(inst, now))
+        rows.append(cells)
+    return names, rows
+
+
+def _instance_table(
+    title: str, instances: tuple[InstanceView, ...], look: Look = _PLAIN, age: bool = False
+) -> Any:
+    """The instance table (`list`, `release`, `reclaim`, demo steps), with AGE when `age`.
+
+    The owner shows its container and device index (`ns/pod[0/1]`) where one pod holds several
+    of `instances`. `-o wide` is laid out like kubectl's (no rules) and adds AGE, the pod UID,
+    whether processes run and the whole CDI device, folded onto more lines where the width runs
+    out; it always shows the owner's index."""
+    from rich.table import Table
+
+    names, rows = _instance_rows(instances, look, age)
+    table = Table(title=title or None, title_justify="left", header_style="bold")
+    if look.wide:
+        table.box = None
+        table.pad_edge = False
+    for name in names:
+        if name == "CDI DEVICE":
+            table.add_column(name, overflow="fold")
+        elif name == "CDI":
+            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=18)
+        else:
+            table.add_column(name, no_wrap=True)
+    state = names.index("STATE")
+    for inst, cells in zip(instances, rows, strict=True):
+        shown = [_escape(c) for c in cells]
+        style = STATE_STYLE.get(inst.state, "")
+        if style:
+            rest = cells[state][len(inst.state.value) :]
+            shown[state] = f"[{style}]{inst.state.value}[/]{rest}"
+        table.add_row(*shown)
     return table
 
 
-def _instances(console: Console, title: str, instances: tuple[InstanceView, ...]) -> None:
+def _plain_rows(instances: tuple[InstanceView, ...], look: Look, age: bool) -> str:
+    """`list --no-headers`: one instance a line, columns two spaces apart, every cell one word,
+    nothing cut, no colours and no trailing spaces (for awk and cut)."""
+    _, rows = _instance_rows(instances, look, age)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _table_console(look: Look) -> Console:
+    """`-o wide` piped without COLUMNS is drawn at its natural width: never folded."""
+    return _console(piped_width=_UNBOUNDED if look.wide else _PIPED_WIDTH)
+
+
+def _instances(
+    console: Console, title: str, instances: tuple[InstanceView, ...], look: Look = _PLAIN
+) -> None:
     if not instances:
         console.print(f"{title}: none")
         return
-    console.print(_instance_table(title, instances))
+    console.print(_instance_table(title, instances, look))
 
 
 def _allocation(console: Console, result: Allocation) -> None:
     inst = result.instance
     how = "already held" if result.outcome is Outcome.UNCHANGED else result.outcome.value
+    if result.dry_run and result.outcome is not Outcome.UNCHANGED:
+        how = "would reuse" if result.outcome is Outcome.REUSED else "would create"
+    what = inst.mig_uuid or "a new instance"
+    dry = " (dry run: nothing changed)" if result.dry_run else ""
     console.print(
-        f"{how}: {inst.mig_uuid} ({inst.profile} at {inst.placement} on GPU {inst.gpu_index}) "
-        f"for {_owner(inst)}"
+        f"{how}: {what} ({inst.profile} at {inst.placement} on GPU {inst.gpu_index}) "
+        f"for {_owner(inst)}{dry}"
     )
     if result.reclaimed:
-        console.print("reclaimed to make room: " + ", ".join(result.reclaimed))
+        first = "would reclaim first" if result.dry_run else "reclaimed to make room"
+        console.print(f"{first}: " + ", ".join(result.reclaimed))
     if inst.cdi_device:
         console.print(f"CDI device: {inst.cdi_device}")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
 
-def _release(console: Console, result: Release) -> None:
-    _instances(console, "released (now Idle)", result.released)
+def _release(console: Console, result: Release, look: Look) -> None:
+    title = "would release (dry run): these go Idle" if result.dry_run else "released (now Idle)"
+    _instances(console, title, result.released, look)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
 
-def _reclaim(console: Console, result: Reclaim) -> None:
+def _reclaim(console: Console, result: Reclaim, look: Look) -> None:
     title = "would reclaim (dry run)" if result.dry_run else "reclaimed"
-    _instances(console, title, result.reclaimed)
+    _instances(console, title, result.reclaimed, look)
     for skipped in result.skipped:
         console.print(f"skipped {skipped.mig_uuid}: {skipped.reason}")
     for note in result.notes:
@@ -351,8 +478,16 @@ def _detail(console: Console, result: InstanceDetail) -> None:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
 
-def _instance_list(console: Console, result: InstanceList) -> None:
-    table = _instance_table("MIG instances", result.instances)
+def _instance_list(console: Console, result: InstanceList, look: Look) -> None:
+    if not look.headers:  # rows only, on stdout; the rest goes to stderr
+        if result.instances:
+            text(_plain_rows(result.instances, look, age=True))
+        else:
+            text("no MIG instances", err=True)
+        for warning in result.warnings:
+            text(f"warning: {warning.file}: {warning.reason}", err=True)
+        return
+    table = _instance_table("MIG instances", result.instances, look, age=True)
     if result.instances:
         console.print(table)
     else:
@@ -538,11 +673,21 @@ def _forget(console: Console, result: Forget) -> None:
         console.print("the hardware was not touched: see 'hamimig list'")
 
 
-def _on_console(draw: Callable[[Console, _R], None]) -> Callable[[_R], None]:
-    """A table drawn on a fresh console (made only when a table is drawn: rich loads late)."""
+def _on_console(draw: Callable[[Console, _R], None]) -> Callable[[_R, Look], None]:
+    """A table drawn on a fresh console (made only when a table is drawn: rich loads late);
+    `-o wide` draws it as `-o table` does."""
 
-    def render(result: _R) -> None:
+    def render(result: _R, look: Look) -> None:
         draw(_console(), result)
+
+    return render
+
+
+def _with_look(draw: Callable[[Console, _R, Look], None]) -> Callable[[_R, Look], None]:
+    """A table that `-o wide` or `--no-headers` changes, on a console fit for it."""
+
+    def render(result: _R, look: Look) -> None:
+        draw(_table_console(look), result, look)
 
     return render
 
@@ -550,20 +695,21 @@ def _on_console(draw: Callable[[Console, _R], None]) -> Callable[[_R], None]:
 # How a table shows each kind of result: the one registry `emit` dispatches through. Kinds whose
 # modules load only for their own command (config, demo, recover and adopt) are spelled out
 # rather than imported, so that other commands never pay for them.
-_TABLES: dict[str, Callable[[Any], None]] = {
-    InstanceList.kind: _on_console(_instance_list),
+_TABLES: dict[str, Callable[[Any, Look], None]] = {
+    InstanceList.kind: _with_look(_instance_list),
     ProfileList.kind: _on_console(_profile_list),
     InstanceDetail.kind: _on_console(_detail),
     SimView.kind: _on_console(_sim_view),
     Allocation.kind: _on_console(_allocation),
-    Release.kind: _on_console(_release),
-    Reclaim.kind: _on_console(_reclaim),
+    Release.kind: _with_look(_release),
+    Reclaim.kind: _with_look(_reclaim),
     ActionReport.kind: _on_console(_actions),
     "Recovery": _on_console(_actions),
     "Adoption": _on_console(_actions),
     DoctorReport.kind: _on_console(_doctor),
     Forget.kind: _on_console(_forget),
-    Metrics.kind: _metrics,  # plain text: the exposition must reach stdout verbatim
+    # plain text: the exposition must reach stdout verbatim
+    Metrics.kind: lambda result, look: _metrics(result),
     "Config": _on_console(_config),
     "DemoTranscript": _on_console(_demo_summary),
 }

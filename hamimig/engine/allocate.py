@@ -3,6 +3,8 @@ reclaim only the Idle instances in the way and create."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hamimig.engine.executor import DestroyFailed, apply, tidy_finished
 from hamimig.engine.facts import (
     Durable,
@@ -14,31 +16,89 @@ from hamimig.engine.facts import (
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, held_by, plan_create, reuse_candidates
 from hamimig.engine.requests import AllocateRequest
-from hamimig.engine.results import Allocation, Warning_, record_view
+from hamimig.engine.results import (
+    Allocation,
+    Blocked,
+    BlockingInstance,
+    InstanceView,
+    Warning_,
+    record_view,
+)
 from hamimig.engine.steps import Handout, Managed, NewInstance, Step
 from hamimig.errors import ConflictError, UnverifiableError, UsageError
 from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
 from hamimig.store.records import Record, RecordState
-from hamimig.vocabulary import ActionKind, Outcome
+from hamimig.vocabulary import ActionKind, Outcome, State
 
 
-def allocate(node: Node, request: AllocateRequest) -> Allocation:
+def allocate(node: Node, request: AllocateRequest, dry_run: bool = False) -> Allocation:
+    """Plan (`plan_allocation`), then apply the steps; a dry run plans the same steps on a
+    snapshot read without the node lock and reports them, changing nothing."""
     gpu_ref = request.gpu
     start, size = request.placement if request.placement is not None else (None, None)
-    with node.lock():
-        durable = load_for_mutation(node, tidy=True)
+    with node.lock_unless(dry_run):
+        durable = load_for_mutation(node, tidy=True, dry_run=dry_run)
         held = held_by(durable.records, request.owner)
         if held is not None:
-            return _idempotent(node, held, gpu_ref, request, start, size)
-        if not reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
-            _require_base(node)  # nothing to reuse: a new spec, refused before any NVML call
-        handout = _plan_reuse(node, durable, gpu_ref, request, start, size)
-        if handout is not None:
-            result = _hand_out(node, handout)
+            same = _idempotent(node, held, gpu_ref, request, start, size)
+            return dataclasses.replace(same, dry_run=dry_run, warnings=durable.warnings)
+        steps = plan_allocation(node, durable, request)
+        if dry_run:
+            return _preview(node, steps, durable)
+        if steps[-1].kind is ActionKind.REUSE:
+            result = _hand_out(node, steps[-1])
         else:
-            result = _create(node, _plan_creation(node, durable, request, start, size))
+            result = _create(node, steps)
         tidy_finished(node, durable)
         return result
+
+
+def plan_allocation(node: Node, durable: Durable, request: AllocateRequest) -> list[Step]:
+    """The steps of an allocation whose slot holds nothing yet: one `reuse` of an exact Idle
+    match, or the `reclaim`s of the Idle (or Error) instances in the way, then `create`.
+    Refuses (raises) what the request may not have; reads, never changes."""
+    gpu_ref = request.gpu
+    start, size = request.placement if request.placement is not None else (None, None)
+    if not reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
+        _require_base(node)  # nothing to reuse: a new spec, refused before any NVML call
+    handout = _plan_reuse(node, durable, gpu_ref, request, start, size)
+    if handout is not None:
+        return [handout]
+    return _plan_creation(node, durable, request, start, size)
+
+
+def _preview(node: Node, steps: list[Step], durable: Durable) -> Allocation:
+    """A dry run's result: the instance as the run would report it, where that is known
+    before it runs (a new instance has no MIG UUID, GI, CI or CDI device yet)."""
+    last = steps[-1]
+    if isinstance(last.target, Handout):
+        handout = last.target
+        cdi = node.cdi()
+        name = handout.record.cdi_device
+        if cdi is not None and handout.spec is not None:
+            name = cdi.qualified_name(handout.record.mig_uuid)
+        record = dataclasses.replace(
+            handout.record, state=RecordState.ACTIVE, owner=handout.owner, cdi_device=name
+        )
+        view = record_view(record, handout.device.gpu_index)
+        return Allocation(view, Outcome.REUSED, dry_run=True, warnings=durable.warnings)
+    create = last.target
+    assert isinstance(create, NewInstance)
+    view = InstanceView(
+        mig_uuid=None,
+        gpu_uuid=create.gpu.uuid,
+        gpu_index=create.gpu.index,
+        profile=create.profile.name,
+        placement=create.placement,
+        gpu_instance_id=None,
+        compute_instance_id=None,
+        state=State.CREATING,
+        owner=create.owner,
+    )
+    reclaimed = tuple(step.mig_uuid or "" for step in steps[:-1])
+    return Allocation(
+        view, Outcome.CREATED, reclaimed=reclaimed, dry_run=True, warnings=durable.warnings
+    )
 
 
 def _idempotent(
@@ -246,9 +306,17 @@ def _create(node: Node, steps: list[Step]) -> Allocation:
             assert isinstance(step.target, Managed)
             record = step.target.record
             if record.state is RecordState.ERROR:
+                blocker = BlockingInstance(
+                    record.mig_uuid,
+                    record.gpu_instance_id,
+                    record.profile,
+                    record.placement,
+                    State.ERROR,
+                )
                 raise ConflictError(
                     f"placement {create.placement} is blocked by Error instance "
-                    f"{record.mig_uuid} that still cannot be destroyed: {exc.message}"
+                    f"{record.mig_uuid} that still cannot be destroyed: {exc.message}",
+                    blockers=(Blocked(create.placement, (blocker,)),),
                 ) from None
             raise
         if step.target is create:

@@ -334,6 +334,8 @@ def apply(node: Node, step: Step) -> Applied:
     """
     if not step.changes:
         return Applied()
+    if node.read_only:  # a dry run only reports its plan; reaching here is a bug
+        raise HamimigError(f"a dry run tried to apply {step.kind.value} (a bug); nothing changed")
     return _HANDLERS[step.kind](node, step.target)
 
 

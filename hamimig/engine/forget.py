@@ -71,7 +71,7 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
     uuid = parse_mig_uuid(target.mig_uuid) if isinstance(target, ByUuid) else None
     ident = parse_intent_id(node, target.intent_id) if isinstance(target, ByIntent) else None
-    with node.lock():
+    with node.lock_unless(dry_run):
         # Like every mutating command, never on a node others can forge records on (a dry run
         # reports it). Unreadable records do not matter here: forgetting one is the point.
         from hamimig.engine.safety import refuse_if_unsafe

@@ -1,7 +1,8 @@
 """`release`, `reclaim` and `reconcile`: moving instances to Idle, destroying Idle and Error
 instances on request, and the retry pass for what failed before.
 
-Each is a planner over one snapshot taken under the node lock; `executor` applies its steps.
+Each is a planner over one snapshot taken under the node lock (a dry run's without it);
+`executor` applies its steps.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from hamimig.engine.idle_policy import (
     seen_after,
 )
 from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.plans import NOTHING_CHANGED, holding_pods, owned_by
+from hamimig.engine.plans import NOTHING_CHANGED, blocking_instance, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after
 from hamimig.engine.recovery import plan_queued_removals
 from hamimig.engine.requests import (
@@ -42,6 +43,8 @@ from hamimig.engine.requests import (
 )
 from hamimig.engine.results import (
     ActionReport,
+    Blocked,
+    BlockingInstance,
     InstanceView,
     Reclaim,
     Release,
@@ -77,15 +80,22 @@ def _index_hint(record: Record) -> int:
 # release
 
 
-def release(node: Node, target: ReleaseTarget) -> Release:
-    """Confirmed pod release: Active -> Idle. The GI/CI and CDI spec stay for reuse."""
-    with node.lock():
-        durable = load_for_mutation(node, tidy=True)
+def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release:
+    """Confirmed pod release: Active -> Idle. The GI/CI and CDI spec stay for reuse.
+
+    A dry run plans the same steps without the lock and shows each instance as it would be
+    (Idle, no owner)."""
+    with node.lock_unless(dry_run):
+        durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         if isinstance(target, ByUuid):
             record = durable.records.get(target.mig_uuid)
             if record is not None and record.state is RecordState.IDLE:
-                return Release(released=(record_view(record, _index_hint(record)),))  # already
+                view = record_view(record, _index_hint(record))  # already released
+                return Release(released=(view,), dry_run=dry_run, warnings=durable.warnings)
         steps = plan_release(durable, target)
+        if dry_run:
+            would = tuple(_would_be_idle(step) for step in steps)
+            return Release(released=would, dry_run=True, warnings=durable.warnings)
         released: list[InstanceView] = []
         for step in steps:
             idle = apply(node, step).record
@@ -93,6 +103,12 @@ def release(node: Node, target: ReleaseTarget) -> Release:
             released.append(record_view(idle, _index_hint(idle)))
         tidy_finished(node, durable)
         return Release(released=tuple(released))
+
+
+def _would_be_idle(step: Step) -> InstanceView:
+    assert isinstance(step.target, Managed)
+    record = step.target.record
+    return record_view(record, _index_hint(record), state=RecordState.IDLE)
 
 
 def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
@@ -129,8 +145,9 @@ def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
 
 
 def reclaim(node: Node, target: ReclaimTarget, dry_run: bool) -> Reclaim:
-    """Destroy Idle (or Error) instances; never Active, never anything without a record."""
-    with node.lock():
+    """Destroy Idle (or Error) instances; never Active, never anything without a record.
+    A dry run reads without the node lock."""
+    with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         notes: list[str] = []
         targets = _reclaim_targets(node, durable, target, notes)
@@ -264,18 +281,18 @@ def _window_targets(
     ]
     if blocked:
         raise ConflictError(
-            f"slices {window} hold instances hamimig never reclaims: " + "; ".join(blocked)
+            f"slices {window} hold instances hamimig never reclaims: "
+            + "; ".join(b.describe() for b in blocked),
+            blockers=(Blocked(window, tuple(blocked)),),
         )
     return chosen
 
 
-def _blocker(gi: GpuInstance, records: list[Record], names: dict[int, str]) -> str:
+def _blocker(gi: GpuInstance, records: list[Record], names: dict[int, str]) -> BlockingInstance:
     record = next(
         (r for r in records if r.gpu_instance_id == gi.id and r.placement == gi.placement), None
     )
-    what = record.state.value if record else ("Unmanaged" if gi.compute_instances else "OrphanGI")
-    name = names.get(gi.profile_id, str(gi.profile_id))
-    return f"GI {gi.id} ({name} at {gi.placement}) is {what}"
+    return blocking_instance(gi, record, names)
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,8 +302,8 @@ def _blocker(gi: GpuInstance, records: list[Record], names: dict[int, str]) -> s
 def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None) -> ActionReport:
     """One pass: with pods, release instances whose pods are gone; retry queued CDI removals;
     make specs current; retry destroying Error instances; then, with pods, apply the idle
-    policy."""
-    with node.lock():
+    policy. A dry run reads without the node lock."""
+    with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         pods = None if source is None else source.load(node)
         plan = plan_reconcile(node, durable, pods)

@@ -6,16 +6,18 @@ Hardware is opened lazily and once per command, so read-only commands that never
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hamimig.config import Config, load_config
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.durations import to_rfc3339
-from hamimig.errors import UsageError
+from hamimig.errors import HamimigError, UsageError
 from hamimig.hw.devnodes import DEFAULT_CAPABILITIES, DEFAULT_PROC_DEVICES
 from hamimig.hw.minors import DEFAULT_MIG_MINORS
 from hamimig.hw.nvml import NvmlHardware, bindings
@@ -50,6 +52,9 @@ class Node:
     sim: Path | None = None
     node_name: str | None = None
     lock_timeout: float = 60.0
+    read_only: bool = False
+    """A dry run: the node lock is never taken and the executor applies no step (a bug that
+    tried would exit 1 before writing anything)."""
     clock_source: Callable[[], float] | None = None
     """Seconds since the epoch; None: the host's clock, or a simulated node's own."""
     _hw: NvmlHardware | None = field(default=None, repr=False)
@@ -154,7 +159,19 @@ class Node:
             check_usable_dir(self.cdi_dir, "CDI directory", self.cdi_dir == DEFAULT_CDI_DIR)
 
     def lock(self) -> NodeLock:
+        if self.read_only:
+            raise HamimigError("a dry run asked for the node lock (a bug); nothing was changed")
         return NodeLock(self.state_dir, self.lock_timeout)
+
+    def lock_unless(self, dry_run: bool) -> AbstractContextManager[object]:
+        """The node lock for a run that changes the node; nothing for a dry run.
+
+        A dry run only reads, like `list`: it plans on a snapshot without waiting for the lock
+        and without creating the state directory or the lock file, so it never blocks a real run
+        and leaves every directory byte for byte as it was. While another command runs it may
+        see that command's work half done; it reports, and changes nothing either way.
+        """
+        return contextlib.nullcontext() if dry_run else self.lock()
 
     def hardware(self) -> MigHardware:
         """Open NVML (or the simulated node) on first use; closed by `close()`."""

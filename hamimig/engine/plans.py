@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hamimig.engine.facts import LiveCheck, Liveness, check_record
+from hamimig.engine.results import Blocked, BlockingInstance
 from hamimig.errors import ConflictError, UnverifiableError
 from hamimig.hw.types import GpuInstance, Placement
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
+from hamimig.vocabulary import State
 
 if TYPE_CHECKING:
     from hamimig.pods.model import Pod
@@ -110,15 +112,28 @@ class Blocker:
     check: LiveCheck | None
     busy: bool = False
 
+    def view(self, names: dict[int, str]) -> BlockingInstance:
+        return blocking_instance(self.gi, self.record, names, self.busy)
+
     def describe(self, names: dict[int, str]) -> str:
-        name = names.get(self.gi.profile_id, f"profile {self.gi.profile_id}")
-        what = f"GI {self.gi.id} ({name} at {self.gi.placement})"
-        if self.record is None:
-            kind = "OrphanGI" if not self.gi.compute_instances else "Unmanaged"
-            return f"{what} is {kind}"
-        state = self.record.state.value
-        busy = ", busy: processes run on it" if self.busy else ""
-        return f"{what} is {state} ({self.record.mig_uuid}{busy})"
+        return self.view(names).describe()
+
+
+def blocking_instance(
+    gi: GpuInstance, record: Record | None, names: dict[int, str], busy: bool = False
+) -> BlockingInstance:
+    """How a refusal names a live GI in the way: by its record, else Unmanaged (with the MIG
+    UUID of its compute instance) or OrphanGI (no compute instance, so no MIG UUID)."""
+    profile = names.get(gi.profile_id) or f"profile {gi.profile_id}"
+    if record is None:
+        cis = gi.compute_instances
+        state = State.UNMANAGED if cis else State.ORPHAN_GI
+        mig_uuid = cis[0].mig_uuid if cis else None
+        return BlockingInstance(mig_uuid, gi.id, profile, gi.placement, state)
+    owner = record.owner if record.state is RecordState.ACTIVE else None
+    return BlockingInstance(
+        record.mig_uuid, gi.id, profile, gi.placement, record.state, owner, busy
+    )
 
 
 @dataclass(frozen=True)
@@ -226,6 +241,9 @@ def plan_create(
             reason=reason,
         )
 
+    def blocked(p: Placement, refused: list[Blocker]) -> Blocked:
+        return Blocked(p, tuple(b.view(names) for b in refused))
+
     if requested is not None:
         bs = blockers(requested)
         refused = hard(bs)
@@ -233,20 +251,25 @@ def plan_create(
             raise ConflictError(
                 f"placement {requested} is blocked: "
                 + "; ".join(b.describe(names) for b in refused)
-                + " (hamimig never reclaims these)"
+                + " (hamimig never reclaims these)",
+                blockers=(blocked(requested, refused),),
             )
         return plan_for(requested, bs, "requested placement")
 
     scored: list[tuple[int, int, Placement, list[Blocker]]] = []
+    in_the_way: list[Blocked] = []
     for p in placements:
         bs = blockers(p)
-        if hard(bs):
+        refused = hard(bs)
+        if refused:
+            in_the_way.append(blocked(p, refused))
             continue
         scored.append((len(bs), p.start, p, bs))
     if not scored:
         raise ConflictError(
             "no placement for this profile is free of Active, Unmanaged, busy or in-flight "
-            "instances"
+            "instances: " + "; ".join(b.brief() for b in in_the_way),
+            blockers=in_the_way,
         )
     scored.sort(key=lambda t: (t[0], t[1]))
     count, _, p, bs = scored[0]

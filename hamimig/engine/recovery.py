@@ -676,8 +676,9 @@ def _run(
     make_plan: Callable[[Durable, PodSnapshot | None], Plan],
 ) -> ActionReport:
     """Under the node lock: load the records, then the pods (never older than the records
-    they judge), plan and verify everything, then execute (or only report)."""
-    with node.lock():
+    they judge), plan and verify everything, then execute (or only report: a dry run takes
+    no lock)."""
+    with node.lock_unless(dry_run):
         durable = load_for_mutation(node, dry_run=dry_run)
         plan = make_plan(durable, source.load(node))
         plan.check()

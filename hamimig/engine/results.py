@@ -63,6 +63,19 @@ class InstanceView:
     """Whether processes run on the MIG device. None when nobody asked (no live MIG device,
     or a command that does not look) or NVML could not say (`list` and `show` ask every live
     device; commands that act treat "could not say" as busy)."""
+    created_at: str | None = None
+    updated_at: str | None = None
+    idle_since: str | None = None
+    """The record's (or intent's) RFC 3339 times, as written; None when there is none (an
+    Unmanaged instance, a record HAMi wrote, `idle_since` outside Idle)."""
+
+    def since(self) -> str | None:
+        """When this instance's age (`list`'s AGE) counts from: an Idle instance's idle age
+        (from `idleSince`, else the record's last update, as the idle policy counts), else
+        its creation; None when unknown."""
+        if self.state is State.IDLE:
+            return self.idle_since or self.updated_at or self.created_at
+        return self.created_at or self.updated_at
 
     def to_json(self) -> Json:
         return {
@@ -78,17 +91,92 @@ class InstanceView:
             "cdiDevice": self.cdi_device,
             "error": self.error,
             "processes": self.processes,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+            "idleSince": self.idle_since,
         }
 
 
 @dataclass(frozen=True)
+class BlockingInstance:
+    """One instance in the way of a placement that hamimig may not take (a conflict's
+    `error.blockers`): Active, Unmanaged, OrphanGI (no MIG UUID), or busy Idle/Error."""
+
+    mig_uuid: str | None
+    gpu_instance_id: int
+    profile: str
+    placement: Placement
+    state: State
+    owner: Owner | None = None
+    """As in the Instance object: the record's owner while Active, else None."""
+    busy: bool = False
+
+    def to_json(self) -> Json:
+        return {
+            "migUUID": self.mig_uuid,
+            "gpuInstanceID": self.gpu_instance_id,
+            "profile": self.profile,
+            "placement": placement_json(self.placement),
+            "state": self.state.value,
+            "owner": self.owner.to_json() if self.owner else None,
+            "busy": self.busy,
+        }
+
+    def describe(self) -> str:
+        """In full: `GI 3 (2g.20gb at 0:2) is Active (MIG-…) held by ns/pod`."""
+        what = f"GI {self.gpu_instance_id} ({self.profile} at {self.placement}) is "
+        what += self.state.value
+        if self.mig_uuid is not None:
+            busy = ", busy: processes run on it" if self.busy else ""
+            what += f" ({self.mig_uuid}{busy})"
+        if self.owner is not None:
+            what += f" held by {self.owner.namespace}/{self.owner.name}"
+        return what
+
+    def brief(self) -> str:
+        """Briefly: `MIG-… (Active, ns/pod)`, `MIG-… (Idle, busy)`, `GI 3 (OrphanGI)`."""
+        name = self.mig_uuid or f"GI {self.gpu_instance_id}"
+        why = [self.state.value]
+        if self.owner is not None:
+            why.append(f"{self.owner.namespace}/{self.owner.name}")
+        if self.busy:
+            why.append("busy")
+        return f"{name} ({', '.join(why)})"
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A candidate placement and the instances that block it (`error.blockers` entries)."""
+
+    placement: Placement
+    instances: tuple[BlockingInstance, ...]
+
+    def to_json(self) -> Json:
+        return {
+            "placement": placement_json(self.placement),
+            "instances": [i.to_json() for i in self.instances],
+        }
+
+    def brief(self) -> str:
+        """`placement 0:4 is blocked by MIG-… (Active, ns/pod), GI 3 (OrphanGI)`."""
+        return f"placement {self.placement} is blocked by " + ", ".join(
+            i.brief() for i in self.instances
+        )
+
+
+@dataclass(frozen=True)
 class Allocation:
+    """`allocate`; in a dry run, what it would do: `instance` is the Idle instance it would
+    hand out (shown Active for the new owner) or the one it would create (Creating, with no
+    MIG UUID, GI, CI or CDI device yet), `reclaimed` the instances it would destroy first."""
+
     kind: ClassVar[str] = "Allocation"
     exit_code: ClassVar[int] = 0
     instance: InstanceView
     outcome: Outcome
     reclaimed: tuple[str, ...] = ()
     warnings: tuple[Warning_, ...] = ()
+    dry_run: bool = False
 
     @property
     def created(self) -> bool:
@@ -101,6 +189,7 @@ class Allocation:
     def to_json(self) -> Json:
         out: Json = {
             "kind": self.kind,
+            "dryRun": self.dry_run,
             "instance": self.instance.to_json(),
             "created": self.created,
             "reused": self.reused,
@@ -113,12 +202,23 @@ class Allocation:
 
 @dataclass(frozen=True)
 class Release:
+    """`release`; in a dry run, the instances that would go Idle (shown as they would be)."""
+
     kind: ClassVar[str] = "Release"
     exit_code: ClassVar[int] = 0
     released: tuple[InstanceView, ...]
+    dry_run: bool = False
+    warnings: tuple[Warning_, ...] = ()
 
     def to_json(self) -> Json:
-        return {"kind": self.kind, "released": [i.to_json() for i in self.released]}
+        out: Json = {
+            "kind": self.kind,
+            "dryRun": self.dry_run,
+            "released": [i.to_json() for i in self.released],
+        }
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
+        return out
 
 
 @dataclass(frozen=True)
@@ -306,4 +406,7 @@ def record_view(
         owner=record.owner if shown is State.ACTIVE else None,
         cdi_device=record.cdi_device,
         error=error if error is not None else record.error,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        idle_since=record.idle_since if shown is State.IDLE else None,
     )

@@ -52,6 +52,7 @@ def _intent_view(intent: Intent, gpu_index: int, gi: GpuInstance | None) -> Inst
         state=State.CREATING,
         owner=intent.owner,
         error=f"allocation in flight or interrupted (intent {intent.id})",
+        created_at=intent.created_at,
     )
 
 
@@ -186,9 +187,35 @@ def _warnings(node: Node, durable: Durable) -> tuple[Warning_, ...]:
     return unreadable + tuple(node_problems(node, durable.records))
 
 
+@dataclass(frozen=True)
+class ListFilter:
+    """`list`'s filters besides `--gpu`, combined with AND; an empty one keeps everything.
+
+    `states` keeps instances in any of those states (the repeatable `--state`), `pod` those
+    whose owner is that pod (`NAMESPACE`, `NAME`: only Active and Creating instances have one),
+    `profile` those of that GI profile, by name. A filter that matches nothing is not an error.
+    """
+
+    states: frozenset[State] = frozenset()
+    pod: tuple[str, str] | None = None
+    profile: str | None = None
+
+    def keeps(self, view: InstanceView) -> bool:
+        if self.states and view.state not in self.states:
+            return False
+        if self.pod is not None and (
+            view.owner is None or (view.owner.namespace, view.owner.name) != self.pod
+        ):
+            return False
+        return self.profile is None or view.profile == self.profile
+
+
 def list_instances(
-    node: Node, gpu_ref: int | str | None = None, wanted: State | None = None
+    node: Node,
+    gpu_ref: int | str | None = None,
+    wanted: State | ListFilter | None = None,
 ) -> InstanceList:
+    """Every instance (of one GPU with `gpu_ref`), kept by `wanted`: a state or a filter."""
     hw = node.hardware()
     durable = load_durable(node)
     gpus = _gpus(hw, gpu_ref)
@@ -231,8 +258,10 @@ def list_instances(
         if intent.id in seen_intents or (intent.gpu_uuid not in shown and gpu_ref is not None):
             continue
         instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
+    if isinstance(wanted, State):
+        wanted = ListFilter(states=frozenset((wanted,)))
     if wanted is not None:
-        instances = [i for i in instances if i.state is wanted]
+        instances = [i for i in instances if wanted.keeps(i)]
     return InstanceList(
         instances=tuple(instances), gpus=tuple(views), warnings=_warnings(node, durable)
     )
