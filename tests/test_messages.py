@@ -3,8 +3,12 @@ setting that would silently do nothing is called out."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
+from hamimig.cli.app import app
 from tests.support.cli import Cli, idle, ok, refused
 
 
@@ -32,3 +36,18 @@ def test_reclaim_names_the_options_that_conflict(cli: Cli) -> None:
     mig = idle(cli, "ns/a", "1g.10gb")
     message = refused(cli.json("reclaim", "--mig-uuid", mig, "--gpu", "1"), 2, "usage")
     assert "--mig-uuid and --gpu exclude each other" in message
+
+
+def test_config_show_names_the_real_source_of_each_global_option(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HAMIMIG_CDI_DIR", str(cli.cdi_dir))
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    argv = ["--sim", str(cli.sim), "--state-dir", str(cli.state_dir), "-o", "json"]
+    ran = cli.runner.invoke(app, [*argv, "config", "show"], catch_exceptions=False)
+    settings = {s["key"]: (s["value"], s["source"]) for s in json.loads(ran.stdout)["settings"]}
+    assert settings["stateDir"] == (str(cli.state_dir), "option --state-dir")
+    assert settings["cdiDir"] == (str(cli.cdi_dir), "env HAMIMIG_CDI_DIR")
+    assert settings["sim"] == (str(cli.sim), "option --sim")
+    assert settings["node"] == (None, "default")
+    assert settings["config"][1] in ("default", "env HAMIMIG_CONFIG")

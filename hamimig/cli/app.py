@@ -214,9 +214,25 @@ def root(
             config_path=Path(config),
             sim=None if sim is None else Path(sim),
             node_name=node,
+            setting_sources={
+                name: _source_of(ctx, name)
+                for name in ("state_dir", "cdi_dir", "config", "sim", "node", "output")
+            },
         ),
         output=output.value,
     )
+
+
+def _source_of(ctx: typer.Context, name: str) -> str:
+    """Where a global option's value came from, in `config show`'s words."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    source = ctx.get_parameter_source(name)
+    kind = "" if source is None else source.name
+    if kind == "COMMANDLINE":
+        return f"option {param.opts[-1] if param.opts[-1].startswith('--') else param.opts[0]}"
+    if kind == "ENVIRONMENT" and isinstance(param.envvar, str):
+        return f"env {param.envvar}"
+    return "default"
 
 
 def _refuse_empty(ctx: typer.Context, name: str, value: str | None) -> None:

@@ -55,6 +55,9 @@ class Node:
     read_only: bool = False
     """A dry run: the node lock is never taken and the executor applies no step (a bug that
     tried would exit 1 before writing anything)."""
+    setting_sources: dict[str, str] = field(default_factory=dict)
+    """Where each of the fields above came from (`config show`): "default", "env VAR" or
+    "option --flag", by field name (`state_dir`, `cdi_dir`, `config`, `sim`, `node`)."""
     clock_source: Callable[[], float] | None = None
     """Seconds since the epoch; None: the host's clock, or a simulated node's own."""
     _hw: NvmlHardware | None = field(default=None, repr=False)

@@ -52,6 +52,10 @@ def show_config(node: Node) -> ConfigView:
     def source(key: str) -> str:
         return cfg.sources.get(key, "default")
 
+    def origin(name: str) -> str:
+        """A global option: the command line, the environment, or the default."""
+        return node.setting_sources.get(name, "default")
+
     settings = (
         Setting(
             "devices.nvidia.adoptExistingMIGInstances",
@@ -71,9 +75,10 @@ def show_config(node: Node) -> ConfigView:
         Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
         Setting("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),
         Setting("cdi.baseSpec", cfg.cdi_base_spec, source("cdi.baseSpec")),
-        Setting("stateDir", str(node.state_dir), "option --state-dir / HAMIMIG_STATE_DIR"),
-        Setting("cdiDir", str(node.cdi_dir), "option --cdi-dir / HAMIMIG_CDI_DIR"),
-        Setting("sim", str(node.sim) if node.sim else None, "option --sim / HAMIMIG_SIM"),
-        Setting("node", node.node_name, "option --node / NODE_NAME"),
+        Setting("stateDir", str(node.state_dir), origin("state_dir")),
+        Setting("cdiDir", str(node.cdi_dir), origin("cdi_dir")),
+        Setting("config", str(node.config_path), origin("config")),
+        Setting("sim", str(node.sim) if node.sim else None, origin("sim")),
+        Setting("node", node.node_name, origin("node")),
     )
     return ConfigView(path=str(node.config_path), settings=settings)
