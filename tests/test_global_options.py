@@ -92,3 +92,15 @@ def test_no_command_has_an_option_named_like_a_global_one() -> None:
 
     walk(root, "hamimig")
     assert seen > 20
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["list", "-o"], ["release", "--pod", "ns/a", "--node"], ["sim", "show", "--node"]],
+)
+def test_a_global_option_without_its_value_is_named(cli: Cli, args: list[str]) -> None:
+    ran = run(cli, *args)
+    assert ran.exit_code == 2
+    assert f"option {args[-1]} needs a value" in ran.stderr
+    as_json = cli.runner.invoke(app, args, env={"HAMIMIG_OUTPUT": "json"})
+    assert json.loads(as_json.stdout)["error"]["message"] == f"option {args[-1]} needs a value"

@@ -43,10 +43,13 @@ class _Boundary(typer.core.TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> int:
-        argv = hoist_globals(self, list(sys.argv[1:] if args is None else args))
+        argv = list(sys.argv[1:] if args is None else args)
         status = _guarded(
             lambda: super(_Boundary, self).main(
-                args=argv, prog_name=prog_name or "hamimig", standalone_mode=False, **extra
+                args=hoist_globals(self, argv),
+                prog_name=prog_name or "hamimig",
+                standalone_mode=False,
+                **extra,
             ),
             argv,
         )
@@ -86,7 +89,10 @@ def hoist_globals(root: Any, argv: list[str]) -> list[str]:
         short = arg[:2] if arg.startswith("-") and not arg.startswith("--") else None
         if name in globals_ or (short in globals_ and short != arg and globals_[short]):
             taken = [arg]
-            if name in globals_ and globals_[name] and not eq and i + 1 < len(argv):
+            if name in globals_ and globals_[name] and not eq:
+                if i + 1 == len(argv):
+                    # Moved to the front it would take the command name for its value.
+                    raise UsageError(f"option {arg} needs a value")
                 taken.append(argv[i + 1])
                 i += 1
             (front if not at_root else rest).extend(taken)

@@ -19,7 +19,13 @@ def forget(
     ctx: typer.Context,
     mig_uuid: Annotated[
         str | None,
-        typer.Argument(metavar="MIG_UUID", help="The instance whose record to drop."),
+        typer.Argument(
+            metavar="MIG_UUID",
+            help=(
+                "The instance whose record to drop: its MIG UUID, a unique prefix of it (MIG- "
+                "and at least 8 hex digits) or its CDI device name."
+            ),
+        ),
     ] = None,
     intent: Annotated[
         str | None,

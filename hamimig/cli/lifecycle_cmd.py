@@ -169,9 +169,19 @@ def reconcile(
 
 def show(
     ctx: typer.Context,
-    mig_uuid: Annotated[str, typer.Argument(metavar="MIG_UUID", help="The instance.")],
+    mig_uuid: Annotated[
+        str,
+        typer.Argument(
+            metavar="MIG_UUID",
+            help=(
+                "The instance: its MIG UUID, a unique prefix of it, or its CDI device name "
+                "(mig-<sha256> or KIND=mig-<sha256>)."
+            ),
+        ),
+    ],
 ) -> None:
-    """One instance: record, live identity, CDI spec, owner."""
+    """One instance: record, live identity, CDI spec, owner (with the pod UID), times, and
+    whether processes run on it."""
     from hamimig.engine import validate
     from hamimig.reports import inventory
 

@@ -73,7 +73,15 @@ GpuOrNone = Annotated[
     str | None, typer.Option("--gpu", metavar="GPU", help="NVML index or GPU UUID.")
 ]
 MigUuid = Annotated[
-    str | None, typer.Option("--mig-uuid", metavar="MIG_UUID", help="One instance, by MIG UUID.")
+    str | None,
+    typer.Option(
+        "--mig-uuid",
+        metavar="MIG_UUID",
+        help=(
+            "One instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex "
+            "digits) or its CDI device name (mig-<sha256> or KIND=mig-<sha256>)."
+        ),
+    ),
 ]
 
 

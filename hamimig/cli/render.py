@@ -54,6 +54,18 @@ STATE_STYLE = {
     State.ORPHAN_GI: "red",
     State.MISSING: "red",
 }
+STATE_GLYPH = {
+    State.ACTIVE: "A",
+    State.IDLE: "I",
+    State.CREATING: "C",
+    State.RECLAIMING: "R",
+    State.ERROR: "E",
+    State.UNMANAGED: "U",
+    State.ORPHAN_GI: "O",
+    State.MISSING: "M",
+}
+"""The letter that marks each state on the slice map, where colour alone would not tell them
+apart (NO_COLOR, a monochrome terminal, a screenshot in a ticket)."""
 
 
 _P = ParamSpec("_P")
@@ -198,7 +210,7 @@ def demo_step(step: DemoStep) -> None:
         f"destroy calls: {step.destructions})[/]"
     )
     if step.instances:
-        console.print(_instance_table("", step.instances))
+        console.print(_instance_table(console, step.instances))
 
 
 def _demo_summary(console: Console, result: DemoTranscript) -> None:
@@ -275,6 +287,101 @@ def _processes(inst: InstanceView) -> str:
 
 _PLAIN = Look()
 
+_FOLD_FLOOR = {"OWNER": 20, "CDI DEVICE": 20, "REASON": 30}
+"""Columns that wrap (folded mid-word where a word is longer than the column, never cut), and
+the width below which a layout would rather drop another column than squeeze them further."""
+_INSTANCE_DROPS = (("CDI", "CDI DEVICE"), ("GI", "CI"), ("POD UID",), ("PROCESSES",), ("AGE",))
+"""What an instance table leaves out, in this order, where the console is too narrow; GPU, MIG
+UUID (shortened), PROFILE, PLACEMENT, STATE and OWNER always stay."""
+_ACTION_DROPS = (("GPU",), ("PLACEMENT",))
+"""What the action table leaves out where the console is too narrow: ACTION, MIG UUID
+(shortened) and REASON always stay."""
+_UUID = "MIG UUID"
+_PREFIX_HEX = 8
+"""Hex digits a shortened MIG UUID keeps at least: as many as a command that changes something
+wants of a prefix (a prefix unique today must not name another instance tomorrow)."""
+
+
+def _short_uuids(uuids: list[str]) -> list[str]:
+    """`uuids` cut to the shortest prefix unique among them, with `…` for what was left out.
+
+    A prefix keeps at least `_PREFIX_HEX` hex digits after `MIG-` (and an old-style `GPU-`),
+    never ends on a dash, and is the same length on every row; `-` (no MIG device) stays."""
+    known = sorted({u for u in uuids if u != "-"})
+    if not known:
+        return uuids
+
+    def unique(length: int) -> bool:
+        return len({u[:length] for u in known}) == len(known)
+
+    def usable(uuid: str) -> int:
+        """The length of the prefix of `uuid` that holds `_PREFIX_HEX` hex digits."""
+        head = len("MIG-") + (len("GPU-") if uuid.startswith("MIG-GPU-") else 0)
+        digits = 0
+        for n, c in enumerate(uuid[head:], start=head + 1):
+            digits += c in "0123456789abcdefABCDEF"
+            if digits == _PREFIX_HEX:
+                return n
+        return len(uuid)
+
+    length = max(usable(u) for u in known)
+    while not unique(length) or any(u[length - 1 : length] == "-" for u in known):
+        length += 1
+        if length >= max(len(u) for u in known):
+            return uuids
+    return [u if u == "-" or len(u) <= length else u[:length] + "…" for u in uuids]
+
+
+def _fit(
+    width: int, boxed: bool, columns: dict[str, list[str]], drops: tuple[tuple[str, ...], ...]
+) -> dict[str, list[str]]:
+    """The columns (name: plain cells, in order) a table shows on a console `width` wide.
+
+    The first layout that fits wins: every column with whole MIG UUIDs, then without each group
+    of `drops` in turn; then the same with MIG UUIDs shortened (`_short_uuids`); else the
+    narrowest of them. A column in `_FOLD_FLOOR` counts as wide as its floor (it wraps); any
+    other as wide as its widest cell or header (it never wraps). `boxed`: rich's default box
+    (a rule between columns and at both edges); else kubectl's look (two spaces apart)."""
+    from rich.cells import cell_len
+
+    def needed(shown: dict[str, list[str]]) -> int:
+        total = 0
+        for name, cells in shown.items():
+            natural = max([cell_len(name), *(cell_len(c) for c in cells)])
+            total += min(natural, _FOLD_FLOOR[name]) if name in _FOLD_FLOOR else natural
+        n = len(shown)
+        return total + (3 * n + 1 if boxed else 2 * (n - 1))
+
+    shortened = dict(columns)
+    if _UUID in columns:
+        shortened[_UUID] = _short_uuids(columns[_UUID])
+    shown = columns
+    for candidate in (columns, shortened):
+        shown = dict(candidate)
+        for group in ((), *drops):
+            shown = {name: cells for name, cells in shown.items() if name not in group}
+            if needed(shown) <= width:
+                return shown
+    return shown
+
+
+def _titled(console: Console, title: str, table: Any) -> None:
+    """`table` under its title, the title printed as lines of its own (`_wrapped`): rich would
+    pad it with spaces to the table's width."""
+    if title:
+        _wrapped(console, title, "table.title")
+    console.print(table)
+
+
+def _wrapped(console: Console, plain: str, style: str = "") -> None:
+    """`plain` (not markup) wrapped to the console's width, long words folded, and without the
+    space rich leaves at the end of each line it breaks."""
+    from rich.text import Text
+
+    for line in Text(plain, style=style).wrap(console, console.width, overflow="fold"):
+        line.rstrip()
+        console.print(line)
+
 
 def _instance_rows(
     instances: tuple[InstanceView, ...], look: Look, age: bool
@@ -313,35 +420,44 @@ def _instance_rows(
 
 
 def _instance_table(
-    title: str, instances: tuple[InstanceView, ...], look: Look = _PLAIN, age: bool = False
+    console: Console, instances: tuple[InstanceView, ...], look: Look = _PLAIN, age: bool = False
 ) -> Any:
     """The instance table (`list`, `release`, `reclaim`, demo steps), with AGE when `age`.
 
     The owner shows its container and device index (`ns/pod[0/1]`) where one pod holds several
     of `instances`. `-o wide` is laid out like kubectl's (no rules) and adds AGE, the pod UID,
     whether processes run and the whole CDI device, folded onto more lines where the width runs
-    out; it always shows the owner's index."""
+    out; it always shows the owner's index. Where `console` is too narrow for every column the
+    table leaves some out and shortens MIG UUIDs (see `_fit`); the owner wraps, never cut."""
     from rich.table import Table
 
     names, rows = _instance_rows(instances, look, age)
-    table = Table(title=title or None, title_justify="left", header_style="bold")
+    columns = _fit(
+        console.width,
+        not look.wide,
+        {name: [row[i] for row in rows] for i, name in enumerate(names)},
+        _INSTANCE_DROPS,
+    )
+    table = Table(header_style="bold")
     if look.wide:
         table.box = None
         table.pad_edge = False
-    for name in names:
-        if name == "CDI DEVICE":
+    for name in columns:
+        if name in _FOLD_FLOOR:
             table.add_column(name, overflow="fold")
         elif name == "CDI":
             table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=18)
         else:
             table.add_column(name, no_wrap=True)
-    state = names.index("STATE")
-    for inst, cells in zip(instances, rows, strict=True):
-        shown = [_escape(c) for c in cells]
-        style = STATE_STYLE.get(inst.state, "")
-        if style:
-            rest = cells[state][len(inst.state.value) :]
-            shown[state] = f"[{style}]{inst.state.value}[/]{rest}"
+    for r, inst in enumerate(instances):
+        shown = []
+        for name, cells in columns.items():
+            cell = _escape(cells[r])
+            style = STATE_STYLE.get(inst.state, "")
+            if name == "STATE" and style:
+                rest = cells[r][len(inst.state.value) :]
+                cell = f"[{style}]{inst.state.value}[/]{rest}"
+            shown.append(cell)
         table.add_row(*shown)
     return table
 
@@ -366,7 +482,7 @@ def _instances(
     if not instances:
         console.print(f"{title}: none")
         return
-    console.print(_instance_table(title, instances, look))
+    _titled(console, title, _instance_table(console, instances, look))
 
 
 def _allocation(console: Console, result: Allocation) -> None:
@@ -414,19 +530,28 @@ def _actions(console: Console, result: ActionReport) -> None:
     if not result.actions:
         console.print(f"{title}: nothing to do")
     else:
-        table = Table(title=title, title_justify="left", header_style="bold")
-        for column in ("ACTION", "MIG UUID", "GPU", "PLACEMENT"):
-            table.add_column(column, no_wrap=True)
-        table.add_column("REASON", min_width=30)
-        for a in result.actions:
-            table.add_row(
-                a.action,
-                a.mig_uuid or "-",
-                (a.gpu_uuid or "-")[:12],
-                str(a.placement) if a.placement else "-",
-                a.reason,
-            )
-        console.print(table)
+        acts = result.actions
+        columns = _fit(
+            console.width,
+            True,
+            {
+                "ACTION": [a.action for a in acts],
+                _UUID: [a.mig_uuid or "-" for a in acts],
+                "GPU": [(a.gpu_uuid or "-")[:12] for a in acts],
+                "PLACEMENT": [str(a.placement) if a.placement else "-" for a in acts],
+                "REASON": [a.reason for a in acts],
+            },
+            _ACTION_DROPS,
+        )
+        table = Table(header_style="bold")
+        for column in columns:
+            if column in _FOLD_FLOOR:  # REASON wraps, never cut
+                table.add_column(column, overflow="fold")
+            else:
+                table.add_column(column, no_wrap=True)
+        for r in range(len(acts)):
+            table.add_row(*(_escape(cells[r]) for cells in columns.values()))
+        _titled(console, title, table)
     for skipped in result.skipped:
         console.print(f"skipped GPU {skipped.index} ({skipped.uuid}): {skipped.reason}")
     for note in result.notes:
@@ -440,13 +565,13 @@ def _actions(console: Console, result: ActionReport) -> None:
 def _config(console: Console, result: ConfigView) -> None:
     from rich.table import Table
 
-    table = Table(title=f"configuration ({result.path})", title_justify="left", header_style="bold")
+    table = Table(header_style="bold")
     for column in ("SETTING", "VALUE", "SOURCE"):
         table.add_column(column)
     for s in result.settings:
         value = json.dumps(s.value) if not isinstance(s.value, str) else s.value
         table.add_row(s.key, value, s.source)
-    console.print(table)
+    _titled(console, f"configuration ({result.path})", table)
 
 
 def _detail(console: Console, result: InstanceDetail) -> None:
@@ -487,22 +612,21 @@ def _instance_list(console: Console, result: InstanceList, look: Look) -> None:
         for warning in result.warnings:
             text(f"warning: {warning.file}: {warning.reason}", err=True)
         return
-    table = _instance_table("MIG instances", result.instances, look, age=True)
     if result.instances:
-        console.print(table)
+        _titled(console, "MIG instances", _instance_table(console, result.instances, look, True))
     else:
         console.print("no MIG instances")
     if console.is_terminal:
+        mapped: list[InstanceView] = []
         for gpu in result.gpus:
+            on_gpu = [i for i in result.instances if i.gpu_index == gpu.index]
             console.print(
-                _slice_map(
-                    gpu.index,
-                    gpu.model,
-                    gpu.memory_slices,
-                    gpu.mig_mode.value,
-                    [i for i in result.instances if i.gpu_index == gpu.index],
-                )
+                _slice_map(gpu.index, gpu.model, gpu.memory_slices, gpu.mig_mode.value, on_gpu)
             )
+            if gpu.mig_mode.value == "enabled":
+                mapped += on_gpu
+        if any(gpu.mig_mode.value == "enabled" for gpu in result.gpus):
+            _wrapped(console, _slice_legend(mapped))
     else:
         for gpu in result.gpus:
             console.print(f"GPU {gpu.index} {gpu.uuid} {gpu.model} MIG {gpu.mig_mode.value}")
@@ -513,35 +637,55 @@ def _instance_list(console: Console, result: InstanceList, look: Look) -> None:
 def _slice_map(
     index: int, model: str, slices: int, mig_mode: str, instances: list[InstanceView]
 ) -> str:
-    """One line per GPU: each memory slice shows the GI occupying it, `·` when free."""
+    """Three lines per GPU under its title: the memory slices' numbers; the GI occupying each
+    slice (`GI4` on its first slice, `…` on the others, `·` when free); and the state of that
+    GI as a letter (`STATE_GLYPH`), so that the map reads the same without colour (NO_COLOR).
+    `_slice_legend` explains the glyphs."""
     cells: list[str] = []
+    states: list[str] = []
     width = 7
     for s in range(slices):
         owner = next((i for i in instances if i.placement.start <= s < i.placement.end), None)
         if owner is None:
             cells.append("[dim]" + "·".center(width) + "[/]")
+            states.append(" " * width)
             continue
         label = f"GI{owner.gpu_instance_id}" if s == owner.placement.start else "…"
         style = STATE_STYLE.get(owner.state, "")
         cells.append(f"[{style}]{label.center(width)}[/]")
-    header = "".join(str(s).center(width) for s in range(slices))
-    title = f"[bold]GPU {index}[/] {model} (MIG {mig_mode})"
+        pad = " " * ((width - 1) // 2)  # outside the markup: the line's end can be stripped
+        states.append(f"{pad}[{style}]{STATE_GLYPH[owner.state]}[/]{pad}")
+    header = " ".join(str(s).center(width) for s in range(slices))  # under each cell
+    title = f"[bold]GPU {index}[/] {_escape(model)} (MIG {mig_mode})"
     if mig_mode != "enabled":
         return title
-    return f"{title}\n  slice {header}\n        {'|'.join(cells)}"
+    lines = [title, f"  memory slice {header.rstrip()}", f"{'':15}{'|'.join(cells)}"]
+    if instances:
+        lines.append(f"  {'state':13}{' '.join(states).rstrip()}")
+    return "\n".join(lines)
+
+
+def _slice_legend(instances: list[InstanceView]) -> str:
+    """The slice maps' key: what a cell shows, and the letter of each state on the maps."""
+    shown = [s for s in State if any(i.state is s for i in instances)]
+    states = ", ".join(f"{STATE_GLYPH[s]}={s.value}" for s in shown)  # a pair never wraps
+    return "legend: GI<n>=GPU instance n starts here, …=it goes on, ·=free" + (
+        f"; state: {states}" if states else ""
+    )
 
 
 def _profile_list(console: Console, result: ProfileList) -> None:
     from rich.table import Table
 
     for gpu in result.gpus:
-        table = Table(
-            title=f"GPU {gpu.index}  {gpu.model}  {gpu.uuid}",
-            title_justify="left",
-            header_style="bold",
-        )
-        for column in ("PROFILE", "ID", "SLICES", "MEMORY MiB", "MAX", "PLACEMENTS (start:size)"):
-            table.add_column(column)
+        table = Table(header_style="bold")
+        table.add_column("PROFILE", no_wrap=True)
+        table.add_column("ID", no_wrap=True)
+        # `3g.40gb` takes 3 of the GPU's compute slices but 4 of its memory slices (`0:4`).
+        table.add_column("COMPUTE SLICES")
+        table.add_column("MEMORY MiB")
+        table.add_column("MAX", no_wrap=True)
+        table.add_column("MEMORY SLICES (placement start:size)")
         for p in gpu.profiles:
             table.add_row(
                 p.name,
@@ -551,7 +695,7 @@ def _profile_list(console: Console, result: ProfileList) -> None:
                 str(p.max_instances),
                 " ".join(str(pl) for pl in p.placements),
             )
-        console.print(table)
+        _titled(console, f"GPU {gpu.index}  {gpu.model}  {gpu.uuid}", table)
 
 
 def _sim_view(console: Console, result: SimView) -> None:
@@ -560,7 +704,7 @@ def _sim_view(console: Console, result: SimView) -> None:
     if result.message:  # a change: say what happened; `sim show` prints the whole node
         console.print(result.message)
         return
-    table = Table(title=f"simulated node {result.path}", title_justify="left", header_style="bold")
+    table = Table(header_style="bold")
     for column in (
         "GPU",
         "MODEL",
@@ -598,7 +742,7 @@ def _sim_view(console: Console, result: SimView) -> None:
                     "-" if ci is None else ci.mig_uuid,
                     ", ".join(busy) or "-",
                 )
-    console.print(table)
+    _titled(console, f"simulated node {result.path}", table)
     for fault in result.state.faults:
         gpu_text = "" if fault.gpu is None else f" on GPU {fault.gpu}"
         console.print(
@@ -621,7 +765,7 @@ def _doctor(console: Console, result: DoctorReport) -> None:
     from rich.table import Table
 
     where = f"simulated node {result.sim}" if result.sim else "this node"
-    table = Table(title=f"doctor: {where}", title_justify="left", header_style="bold")
+    table = Table(header_style="bold")
     table.add_column("CHECK", no_wrap=True)
     table.add_column("STATUS", no_wrap=True)
     table.add_column("DETAIL")
@@ -634,7 +778,7 @@ def _doctor(console: Console, result: DoctorReport) -> None:
             _escape(check.message),
             _escape(check.hint) if check.hint else "-",
         )
-    console.print(table)
+    _titled(console, f"doctor: {where}", table)
     counts = {s: result.count(s) for s in CheckStatus}
     summary = f"{counts[CheckStatus.OK]} ok, {counts[CheckStatus.WARN]} warn, "
     summary += f"{counts[CheckStatus.FAIL]} fail"

@@ -19,10 +19,15 @@ result says it was unreadable and why.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 
 from hamimig.engine.executor import apply
+from hamimig.engine.lookup import (
+    FULL_MIG_UUID,
+    check_reference,
+    is_reference,
+    resolve_instance,
+)
 from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
 from hamimig.engine.results import Forget, Forgotten
@@ -38,10 +43,9 @@ from hamimig.store.intents import Intent
 from hamimig.store.records import Record, RecordState
 from hamimig.vocabulary import ActionKind
 
-_HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
 # still hold), matched whole: the UUID becomes part of the file names this command removes.
-_MIG_UUID = re.compile(rf"MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/\d{{1,3}}/\d{{1,3}})")
+_MIG_UUID = FULL_MIG_UUID
 
 
 def parse_mig_uuid(text: str) -> str:
@@ -69,14 +73,22 @@ def parse_intent_id(node: Node, text: str) -> str:
 
 def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
-    uuid = parse_mig_uuid(target.mig_uuid) if isinstance(target, ByUuid) else None
+    text = target.mig_uuid if isinstance(target, ByUuid) else None
+    if text is not None:
+        check_reference(text, mutating=True)
+    # A prefix or CDI device name is resolved under the lock; anything else must be a MIG UUID.
+    uuid = text if text is None or is_reference(text) else parse_mig_uuid(text)
     ident = parse_intent_id(node, target.intent_id) if isinstance(target, ByIntent) else None
     with node.lock_unless(dry_run):
         # Like every mutating command, never on a node others can forge records on (a dry run
         # reports it). Unreadable records do not matter here: forgetting one is the point.
         from hamimig.engine.safety import refuse_if_unsafe
 
-        warnings = refuse_if_unsafe(node, node.records().load()[0], dry_run)
+        records = node.records().load()[0]
+        warnings = refuse_if_unsafe(node, records, dry_run)
+        if uuid is not None and is_reference(uuid):
+            intents = node.intents().load()[0]
+            uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
         if uuid is not None:
             item, step = plan_forget_record(node, uuid)
         else:

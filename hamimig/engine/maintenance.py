@@ -29,6 +29,7 @@ from hamimig.engine.idle_policy import (
     idle_records,
     seen_after,
 )
+from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import NOTHING_CHANGED, blocking_instance, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after
@@ -72,6 +73,13 @@ BUSY = "busy: processes run on it"
 _DESTROYABLE = (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
 
 
+def _resolved(node: Node, target: ByUuid, durable: Durable) -> ByUuid:
+    """The instance a MIG UUID, a prefix of one or its CDI device name names (see `lookup`);
+    called under the node lock, after the durable state is loaded."""
+    mig_uuid = resolve_instance(node, target.mig_uuid, True, durable.records, durable.intents)
+    return target if mig_uuid == target.mig_uuid else ByUuid(mig_uuid)
+
+
 def _index_hint(record: Record) -> int:
     return record.gpu_index if record.gpu_index is not None else -1
 
@@ -85,9 +93,12 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
 
     A dry run plans the same steps without the lock and shows each instance as it would be
     (Idle, no owner)."""
+    if isinstance(target, ByUuid):
+        check_reference(target.mig_uuid, mutating=True)
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         if isinstance(target, ByUuid):
+            target = _resolved(node, target, durable)
             record = durable.records.get(target.mig_uuid)
             if record is not None and record.state is RecordState.IDLE:
                 view = record_view(record, _index_hint(record))  # already released
@@ -147,8 +158,12 @@ def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
 def reclaim(node: Node, target: ReclaimTarget, dry_run: bool) -> Reclaim:
     """Destroy Idle (or Error) instances; never Active, never anything without a record.
     A dry run reads without the node lock."""
+    if isinstance(target, ByUuid):
+        check_reference(target.mig_uuid, mutating=True)
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
+        if isinstance(target, ByUuid):
+            target = _resolved(node, target, durable)
         notes: list[str] = []
         targets = _reclaim_targets(node, durable, target, notes)
         busy = [t for t in targets if _busy(node, t)]

@@ -10,10 +10,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from hamimig.engine.facts import Durable, Liveness, check_record, load_durable, processes_on
+from hamimig.engine.lookup import resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.results import InstanceView, Warning_, record_view
 from hamimig.errors import NotFoundError, UsageError
-from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
+from hamimig.hw.types import Gpu, GpuInstance, MigDevice, MigHardware, MigMode
 from hamimig.reports.views import (
     GpuProfiles,
     GpuView,
@@ -268,9 +269,11 @@ def list_instances(
 
 
 def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
-    """One instance by MIG UUID: managed (record), unmanaged (live only) or missing."""
+    """One instance by MIG UUID (or a unique prefix of one, or its CDI device name: see
+    `engine.lookup`): managed (record), unmanaged (live only) or missing."""
     hw = node.hardware()
     durable = load_durable(node)
+    mig_uuid = resolve_instance(node, mig_uuid, False, durable.records, durable.intents)
     record = durable.records.get(mig_uuid)
     live = hw.mig_device(mig_uuid)
     cdi = node.cdi()
@@ -283,6 +286,14 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         return InstanceDetail(
             instance=view,
             record=str(node.records().path_of(mig_uuid)),
+            cdi_spec=cdi_path,
+            warnings=_warnings(node, durable),
+        )
+    intent = next((i for i in durable.intents if i.mig_uuid == mig_uuid), None)
+    if intent is not None:  # an allocation in flight or interrupted, as `list` shows it
+        return InstanceDetail(
+            instance=_in_flight(hw, intent, live),
+            record=None,
             cdi_spec=cdi_path,
             warnings=_warnings(node, durable),
         )
@@ -302,6 +313,23 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
     )
     return InstanceDetail(
         instance=view, record=None, cdi_spec=cdi_path, warnings=_warnings(node, durable)
+    )
+
+
+def _in_flight(hw: MigHardware, intent: Intent, live: MigDevice | None) -> InstanceView:
+    """An intent that names a MIG UUID and has no record yet: Creating, as `list` shows it."""
+    if live is None:
+        try:
+            index = hw.gpu_by_uuid(intent.gpu_uuid).index
+        except UsageError:
+            index = -1
+        return _intent_view(intent, index, None)
+    view = _intent_view(intent, live.gpu_index, None)
+    return dataclasses.replace(
+        view,
+        gpu_instance_id=live.gpu_instance_id,
+        compute_instance_id=live.compute_instance_id,
+        processes=processes_on(hw, intent.mig_uuid or live.mig_uuid),
     )
 
 

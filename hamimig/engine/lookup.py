@@ -1,0 +1,168 @@
+"""Finding an instance from what an operator types: a MIG UUID, a unique prefix of one, or the
+CDI device name (`mig-<sha256>`, or `kind=mig-<sha256>` as a runtime resolves it).
+
+A full MIG UUID is taken as it is, known to the node or not, so every command answers it
+exactly as before; only the other forms are looked up, among every MIG UUID the node knows:
+its usable records, the live MIG devices (Unmanaged ones too) and the intents that name one.
+Mutating commands resolve under the node lock, after loading the durable state, and need at
+least `MIN_MUTATING_DIGITS` hex digits after `MIG-`: a prefix that happens to be unique today
+must not act on another instance tomorrow through a script that kept it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from hamimig.engine.node import Node
+from hamimig.errors import NotFoundError, UsageError
+from hamimig.hw.types import MigMode
+from hamimig.store.cdi import device_name
+from hamimig.store.intents import Intent
+from hamimig.store.records import Record
+
+MIN_MUTATING_DIGITS = 8
+"""Hex digits after `MIG-` a prefix needs on a command that changes something."""
+SHOWN_CANDIDATES = 5
+"""How many candidates an ambiguous prefix names before `and N more`."""
+
+_HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+FULL_MIG_UUID = re.compile(rf"MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/\d{{1,3}}/\d{{1,3}})")
+"""The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci>), whole."""
+_PREFIX = "MIG-"
+_DEVICE = re.compile(r"mig-[0-9a-f]{64}")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def is_reference(text: str) -> bool:
+    """Whether `text` is one of the forms looked up (a prefix or a CDI device name) rather
+    than a full MIG UUID or something else, which commands take as they always did."""
+    if FULL_MIG_UUID.fullmatch(text):
+        return False
+    return text.startswith(_PREFIX) or _is_device(text)
+
+
+def prefix_digits(text: str) -> int:
+    """The hex digits of a `MIG-` prefix after `MIG-` (and an old-style `GPU-`)."""
+    rest = text.removeprefix(_PREFIX)
+    if rest.startswith("GPU-") or "GPU-".startswith(rest):
+        rest = rest[4:]
+    return sum(1 for c in rest.split("/", 1)[0] if c in _HEX)
+
+
+_TEMPLATE = "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh"
+_OLD_TAIL = re.compile(r"/(?:\d{1,3}(?:/\d{0,3})?)?")
+
+
+def _fits(text: str, template: str) -> bool:
+    """Whether `text` begins `template`, where `h` stands for a hex digit."""
+    return len(text) <= len(template) and all(
+        c in _HEX if t == "h" else c == t for c, t in zip(text, template, strict=False)
+    )
+
+
+def could_begin(text: str) -> bool:
+    """Whether `text` is the beginning of some MIG UUID of either form the driver prints."""
+    if not text.startswith(_PREFIX):
+        return False
+    rest = text.removeprefix(_PREFIX)
+    if _fits(rest, _TEMPLATE):
+        return True
+    old = "GPU-" + _TEMPLATE
+    if not _fits(rest[: len(old)], old):
+        return False
+    return len(rest) <= len(old) or _OLD_TAIL.fullmatch(rest[len(old) :]) is not None
+
+
+def check_reference(text: str, mutating: bool) -> None:
+    """Refuse (exit 2) a form that could never resolve for this command, before any lock."""
+    if not is_reference(text):
+        return
+    if _is_device(text):
+        _device_part(text.rpartition("=")[2], text)
+    elif mutating and not could_begin(text):
+        raise UsageError(
+            f"invalid MIG UUID {text}: use MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx as "
+            f"nvidia-smi -L prints it, or a prefix of one with at least {MIN_MUTATING_DIGITS} "
+            "hex digits after 'MIG-'"
+        )
+    elif mutating and prefix_digits(text) < MIN_MUTATING_DIGITS:
+        raise UsageError(
+            f"MIG UUID prefix {text} is too short for a command that changes something: give "
+            f"at least {MIN_MUTATING_DIGITS} hex digits after 'MIG-', or the whole MIG UUID"
+        )
+
+
+def _is_device(text: str) -> bool:
+    return "=" in text or text.startswith("mig-")
+
+
+def _device_part(name: str, text: str) -> str:
+    lowered = name.lower()
+    if not _DEVICE.fullmatch(lowered):
+        raise UsageError(
+            f"invalid CDI device name {text!r}: use mig-<sha256 of the MIG UUID> (64 hex "
+            "digits), optionally with its kind (KIND=mig-...), as the CDI spec names it"
+        )
+    return lowered
+
+
+def candidates(node: Node, records: Mapping[str, Record], intents: Iterable[Intent]) -> set[str]:
+    """Every MIG UUID the node knows: usable records, live MIG devices, intents naming one."""
+    known = set(records)
+    known.update(i.mig_uuid for i in intents if i.mig_uuid)
+    hw = node.hardware()
+    for index in range(hw.gpu_count()):
+        if hw.gpu(index).mig_mode is not MigMode.ENABLED:
+            continue
+        for gi in hw.layout(index):
+            known.update(ci.mig_uuid for ci in gi.compute_instances)
+    return known
+
+
+def resolve_instance(
+    node: Node,
+    text: str,
+    mutating: bool,
+    records: Mapping[str, Record],
+    intents: Iterable[Intent],
+) -> str:
+    """The MIG UUID `text` names. A full MIG UUID (or any text that is no prefix or CDI
+    device name) comes back unchanged, so an unknown one is the caller's "not found" as
+    before; a prefix or device name that matches nothing is exit 6, more than one exit 2."""
+    if not is_reference(text):
+        return text
+    known = candidates(node, records, intents)
+    if text in known:
+        return text  # a UUID of a form the pattern does not know, named whole
+    check_reference(text, mutating)
+    if _is_device(text):
+        kind, _, name = text.rpartition("=")
+        wanted = _device_part(name, text)
+        if kind:
+            mine = node.config().cdi_kind
+            if kind != mine:
+                raise UsageError(
+                    f"CDI device {text!r} is of kind {kind!r}, not this node's {mine!r} "
+                    "(cdi.kind): it names no instance hamimig manages"
+                )
+        matches = sorted(u for u in known if device_name(u) == wanted)
+        what = f"CDI device {text}"
+    else:
+        folded = text.casefold()
+        matches = sorted(u for u in known if u.casefold().startswith(folded))
+        what = f"MIG UUID prefix {text}"
+    if not matches:
+        raise NotFoundError(
+            f"no MIG instance matches {what} on this node (no record, live MIG device or "
+            "intent names one)"
+        )
+    if len(matches) > 1:
+        shown = ", ".join(matches[:SHOWN_CANDIDATES])
+        more = len(matches) - SHOWN_CANDIDATES
+        rest = f" and {more} more" if more > 0 else ""
+        raise UsageError(
+            f"{what} is ambiguous: it matches {len(matches)} instances ({shown}{rest}); "
+            "give more of the MIG UUID"
+        )
+    return matches[0]

@@ -1,0 +1,278 @@
+"""Tables in an 80-column terminal: `list` (and `-o wide`), `recover` and `reconcile` keep the
+columns that matter, shorten MIG UUIDs to unique prefixes, wrap owners and reasons rather than
+cut them, and never draw a line wider than the terminal; `profiles` names compute and memory
+slices; the slice map has a legend and reads without colour. All through the CLI."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hamimig.cli.render import _short_uuids
+from tests.support.cli import Cli, allocated, idle, ok, sim_create
+from tests.support.pods import PodsFile
+
+WIDTH = 80
+LONG_OWNER = "team-a/a-very-long-pod-name-for-training-0"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*(?:3[0-9]|9[0-7]|38;)[0-9;]*m")
+
+
+def _node(cli: Cli) -> dict[str, str]:
+    """Two Active instances (one with a long owner), an Idle one, an Unmanaged one on GPU 1."""
+    return {
+        "short": allocated(cli, "ns/a", "1g.10gb", "0"),
+        "long": allocated(cli, LONG_OWNER, "2g.20gb", "2"),
+        "idle": idle(cli, "team-b/old", "1g.10gb", "4"),
+        "unmanaged": sim_create(cli, "3g.40gb", "4", gpu="1")["migUUID"],
+    }
+
+
+def _narrow(monkeypatch: pytest.MonkeyPatch, terminal: bool, no_color: bool = False) -> None:
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    if terminal:
+        monkeypatch.setenv("FORCE_COLOR", "1")  # rich then takes the output for a terminal
+    else:
+        monkeypatch.delenv("FORCE_COLOR", raising=False)
+    if no_color:
+        monkeypatch.setenv("NO_COLOR", "1")
+
+
+def _lines(cli: Cli, *args: str, output: str | None = None) -> list[str]:
+    ran = cli(*args, output=output)
+    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
+    lines = [_ANSI.sub("", line) for line in ran.stdout.splitlines()]
+    too_wide = [line for line in lines if len(line) > WIDTH]
+    assert not too_wide, "\n".join(lines)
+    return lines
+
+
+def _boxed(lines: list[str], first: str) -> list[dict[str, str]]:
+    """The rows of the boxed table whose header starts with column `first`, each physical line's
+    fragments of a cell joined (a wrapped cell continues on lines whose first cell is empty)."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"┃ {first} "))
+    while lines[start - 1].startswith("┃"):  # a header wrapped over lines
+        start -= 1
+    parts: list[list[str]] = []
+    while lines[start].startswith("┃"):
+        cells = [c.strip() for c in lines[start].split("┃")[1:-1]]
+        parts = parts or [[] for _ in cells]
+        for part, cell in zip(parts, cells, strict=True):
+            part.extend([cell] if cell else [])
+        start += 1
+    header = [" ".join(part) for part in parts]
+    rows: list[dict[str, list[str]]] = []
+    for line in lines[start:]:
+        if line.startswith("└"):
+            break
+        if not line.startswith("│"):
+            continue
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells[0] or not rows:
+            rows.append({name: [] for name in header})
+        for name, cell in zip(header, cells, strict=True):
+            if cell:
+                rows[-1][name].append(cell)
+    return [{name: "".join(parts) for name, parts in row.items()} for row in rows]
+
+
+def _assert_unique_prefixes(shown: list[str], uuids: list[str]) -> None:
+    for cell in shown:
+        if cell == "-":
+            continue
+        prefix = cell.removesuffix("…")
+        assert len(prefix) >= len("MIG-") + 8, cell
+        matches = [u for u in uuids if u.startswith(prefix)]
+        assert len(matches) == 1, (cell, uuids)
+        assert cell.endswith("…") or cell in uuids, cell
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["columns", "terminal"])
+def test_list_keeps_what_matters_at_80_columns(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    migs = _node(cli)
+    _narrow(monkeypatch, terminal)
+    lines = _lines(cli, "list")
+    rows = _boxed(lines, "GPU")
+    assert list(rows[0]) == ["GPU", "MIG UUID", "PROFILE", "PLACEMENT", "STATE", "OWNER"]
+    assert len(rows) == len(migs)
+    # Each MIG UUID is a prefix naming exactly one instance, and cut only after the prefix.
+    shown = [row["MIG UUID"] for row in rows]
+    assert all(cell.endswith("…") for cell in shown), shown
+    _assert_unique_prefixes(shown, list(migs.values()))
+    # The owner wraps, never cut.
+    assert sorted(row["OWNER"] for row in rows) == sorted(["-", "-", "ns/a", LONG_OWNER])
+    assert sorted(row["STATE"] for row in rows) == ["Active", "Active", "Idle", "Unmanaged"]
+    assert "MIG instances" in lines
+    assert lines[0] == "MIG instances"  # the title: no padding
+    assert all(line == line.rstrip() for line in lines if line.startswith("GPU "))
+
+
+def test_wide_list_at_80_columns_drops_extras_before_the_owner(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migs = _node(cli)
+    _narrow(monkeypatch, terminal=False)
+    lines = _lines(cli, "list", output="wide")
+    assert lines[0] == "MIG instances"
+    header = lines[1].split()
+    assert header[:6] == ["GPU", "MIG", "UUID", "PROFILE", "PLACEMENT", "STATE"]
+    assert "OWNER" in header and "CDI" not in header and "GI" not in header
+    # The whole owner (with its slot, as -o wide always shows it) is there, maybe over lines.
+    owner = lines[1].index("OWNER")  # kubectl's look: each column starts under its name
+    text = "".join(line[owner:].split(" ")[0] for line in lines[2:])
+    assert f"{LONG_OWNER}[0/0]" in text
+    shown = [line.split()[1] for line in lines[2:] if line[:1].isdigit()]
+    assert len(shown) == len(migs)
+    _assert_unique_prefixes(shown, list(migs.values()))
+
+
+def test_piped_without_columns_keeps_every_column_whole(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migs = _node(cli)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    ran = cli("list")
+    assert ran.exit_code == 0, ran.stderr
+    rows = _boxed(ran.stdout.splitlines(), "GPU")
+    assert list(rows[0]) == [
+        "GPU",
+        "MIG UUID",
+        "PROFILE",
+        "PLACEMENT",
+        "GI",
+        "CI",
+        "STATE",
+        "OWNER",
+        "CDI",
+        "AGE",
+    ]
+    assert sorted(row["MIG UUID"] for row in rows) == sorted(migs.values())
+    assert all(len(line.split("│")) in (1, 12) for line in ran.stdout.splitlines()[3:-3])
+
+
+def test_recover_keeps_action_and_reason_at_80_columns(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migs = _node(cli)
+    plan = ok(cli.json("recover", "--assume-no-pods", "--dry-run"))["actions"]
+    _narrow(monkeypatch, terminal=True)
+    lines = _lines(cli, "recover", "--assume-no-pods", "--dry-run")
+    assert lines[0] == "recovery (dry run: nothing changed)"
+    rows = _boxed(lines, "ACTION")
+    assert {"ACTION", "MIG UUID", "REASON"} <= set(rows[0])
+    assert [row["ACTION"] for row in rows] == [a["action"] for a in plan]
+    # Every reason is there whole, wrapped over lines (compared without the spaces it wraps at).
+    for row, action in zip(rows, plan, strict=True):
+        assert _unspaced(row["REASON"]) == _unspaced(action["reason"]), row
+    _assert_unique_prefixes([row["MIG UUID"] for row in rows], list(migs.values()))
+
+
+def _unspaced(text: str) -> str:
+    return text.replace(" ", "")
+
+
+def test_reconcile_at_80_columns(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, pods_file: PodsFile
+) -> None:
+    migs = _node(cli)
+    pods = pods_file()  # no pods: the Active instances' pods are gone
+    plan = ok(cli.json("reconcile", "--pods", pods, "--dry-run"))["actions"]
+    assert plan
+    _narrow(monkeypatch, terminal=False)
+    lines = _lines(cli, "reconcile", "--pods", pods, "--dry-run")
+    assert lines[0] == "reconcile (dry run: nothing changed)"
+    rows = _boxed(lines, "ACTION")
+    assert {"ACTION", "MIG UUID", "REASON"} <= set(rows[0])
+    for row, action in zip(rows, plan, strict=True):
+        assert _unspaced(row["REASON"]) == _unspaced(action["reason"]), row
+    _assert_unique_prefixes([row["MIG UUID"] for row in rows], list(migs.values()))
+
+
+def test_profiles_names_compute_and_memory_slices(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _narrow(monkeypatch, terminal=True)
+    lines = _lines(cli, "profiles")
+    text = "\n".join(lines)
+    assert "COMPUTE SLICES" in text and "MEMORY SLICES" in text and "start:size" in text
+    titles = [line for line in lines if line.startswith("GPU ")]
+    assert len(titles) == 2
+    assert all(line == line.rstrip() for line in titles)
+    # 3g.40gb: 3 compute slices, placed on 4 memory slices; each column says which it counts.
+    rows = _boxed(lines, "PROFILE")
+    assert list(rows[0]) == [
+        "PROFILE",
+        "ID",
+        "COMPUTE SLICES",
+        "MEMORY MiB",
+        "MAX",
+        "MEMORY SLICES (placement start:size)",
+    ]
+    three = next(row for row in rows if row["PROFILE"] == "3g.40gb")
+    assert three["COMPUTE SLICES"] == "3"
+    assert three["MEMORY SLICES (placement start:size)"].split() == ["0:4", "4:4"]
+
+
+def test_slice_map_reads_without_colour(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    _node(cli)
+    _narrow(monkeypatch, terminal=True, no_color=True)
+    ran = cli("list")
+    assert ran.exit_code == 0, ran.stderr
+    assert not _COLOUR.search(ran.stdout), ran.stdout
+    lines = _lines(cli, "list")
+    legend = "\n".join(lines[next(i for i, x in enumerate(lines) if x.startswith("legend:")) :])
+    for words in ("GI<n>=GPU instance", "…=it goes on", "·=free"):
+        assert words in legend, legend
+    for state in ("A=Active", "I=Idle", "U=Unmanaged"):
+        assert state in legend, legend
+    assert "Error" not in legend  # only the states on the maps
+    # Under each slice the state's letter: GPU 0 holds 1g (0), 2g (2-3), Idle 1g (4); GPU 1 a 3g.
+    states = [line.split()[1:] for line in lines if line.startswith("  state")]
+    assert states == [["A", "A", "A", "I"], ["U", "U", "U", "U"]]
+    slices = next(line for line in lines if line.startswith("  memory slice"))
+    cells = lines[lines.index(slices) + 1]
+    state_row = lines[lines.index(slices) + 2]
+    # The letters stand under their cells: the first GI's label and its state share a column.
+    assert state_row.index("A") == cells.index("GI") + 1
+
+
+def test_title_lines_have_no_trailing_spaces(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    _node(cli)
+    _narrow(monkeypatch, terminal=False)
+    titles = {
+        ("list",): "MIG instances",
+        ("recover", "--assume-no-pods", "--dry-run"): "recovery (dry run: nothing changed)",
+        ("doctor",): f"doctor: simulated node {cli.sim}",  # long: wrapped over lines
+        ("sim", "show"): f"simulated node {cli.sim}",
+        ("profiles", "--gpu", "0"): "GPU 0  NVIDIA H100 80GB HBM3  GPU-",
+    }
+    for args, title in titles.items():
+        lines = _lines(cli, *args)
+        above = lines[: next(i for i, line in enumerate(lines) if line.startswith("┏"))]
+        assert above, (args, lines)
+        assert all(line == line.rstrip() for line in above), (args, above)
+        assert " ".join(above).replace(" ", "").startswith(_unspaced(title)), (args, above)
+
+
+def test_short_uuids_are_unique_prefixes() -> None:
+    uuids = [
+        "MIG-aaaaaaaa-1111-4000-8000-000000000000",
+        "MIG-aaaaaaaa-2222-4000-8000-000000000000",
+        "MIG-bbbbbbbb-1111-4000-8000-000000000000",
+        "-",
+    ]
+    # Long enough to tell the first two apart, never ending on a dash, the same on every row.
+    assert _short_uuids(uuids) == [
+        "MIG-aaaaaaaa-1…",
+        "MIG-aaaaaaaa-2…",
+        "MIG-bbbbbbbb-1…",
+        "-",
+    ]
+    old = ["MIG-GPU-12345678-1234-1234-1234-123456789abc/1/0"]
+    assert _short_uuids(old) == ["MIG-GPU-12345678…"]  # 8 hex digits after MIG-GPU-
+    assert _short_uuids(["-"]) == ["-"]
