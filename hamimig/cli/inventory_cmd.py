@@ -9,6 +9,7 @@ import typer
 from hamimig.cli import options
 from hamimig.cli.context import execute
 from hamimig.cli.options import GpuFilter
+from hamimig.errors import UsageError
 from hamimig.vocabulary import State
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ def list_(
     from hamimig.reports import inventory
 
     def run(node: Node) -> Result:
+        if profile is not None and not profile.strip():
+            raise UsageError("--profile must not be empty")
         wanted = inventory.ListFilter(
             states=frozenset(state or ()),
             pod=None if pod is None else options.pod_ref(pod),

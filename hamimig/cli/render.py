@@ -396,7 +396,9 @@ def _instance_rows(
     now = look.now() if age or look.wide else None
     rows: list[list[str]] = []
     for inst in instances:
-        busy = "" if look.wide or not inst.processes else " (busy)" if look.headers else "(busy)"
+        # STATE stays one plain word without headers (awk '$7=="Active"'); `-o wide` has a
+        # PROCESSES column for that.
+        busy = "" if look.wide or not look.headers or not inst.processes else " (busy)"
         shared = inst.owner is not None and pods.count((inst.owner.namespace, inst.owner.name)) > 1
         cells = [
             str(inst.gpu_index),

@@ -7,6 +7,7 @@ Each is a planner over one snapshot taken under the node lock (a dry run's witho
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from hamimig.durations import format_duration
@@ -62,8 +63,9 @@ from hamimig.errors import (
     UsageError,
 )
 from hamimig.hw.types import Gpu, GpuInstance, MigHardware, Placement
+from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
-from hamimig.vocabulary import ActionKind
+from hamimig.vocabulary import ActionKind, State
 
 if TYPE_CHECKING:
     from hamimig.pods.model import Pod
@@ -105,7 +107,8 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
                 return Release(released=(view,), dry_run=dry_run, warnings=durable.warnings)
         steps = plan_release(durable, target)
         if dry_run:
-            would = tuple(_would_be_idle(step) for step in steps)
+            now = node.clock()
+            would = tuple(_would_be_idle(step, now) for step in steps)
             return Release(released=would, dry_run=True, warnings=durable.warnings)
         released: list[InstanceView] = []
         for step in steps:
@@ -116,9 +119,10 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
         return Release(released=tuple(released))
 
 
-def _would_be_idle(step: Step) -> InstanceView:
+def _would_be_idle(step: Step, now: str) -> InstanceView:
+    """The instance as the release would leave it: Idle, no owner, its idle clock started."""
     assert isinstance(step.target, Managed)
-    record = step.target.record
+    record = dataclasses.replace(step.target.record, owner=None, idle_since=now)
     return record_view(record, _index_hint(record), state=RecordState.IDLE)
 
 
@@ -214,7 +218,8 @@ def _targets_on_gpu(
     else:
         slices = validate.slice_count(hw.profiles(gpu.index))
         window = validate.reclaim_window(target.placement, slices)
-        chosen = _window_targets(window, records, layout, names)
+        in_flight = [i for i in durable.intents if i.gpu_uuid == gpu.uuid]
+        chosen = _window_targets(window, records, layout, names, in_flight)
     return [_verified(r, layout, names, gpu) for r in chosen]
 
 
@@ -284,13 +289,17 @@ def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Manage
 
 
 def _window_targets(
-    window: Placement, records: list[Record], layout: tuple[GpuInstance, ...], names: dict[int, str]
+    window: Placement,
+    records: list[Record],
+    layout: tuple[GpuInstance, ...],
+    names: dict[int, str],
+    in_flight: list[Intent],
 ) -> list[Record]:
     """Idle/Error records overlapping the window; refuse if anything else is live there."""
     chosen = [r for r in records if r.placement.overlaps(window) and r.state in _DESTROYABLE]
     owned = {(r.gpu_instance_id, r.placement) for r in chosen}
     blocked = [
-        _blocker(gi, records, names)
+        _blocker(gi, records, names, in_flight)
         for gi in layout
         if gi.placement.overlaps(window) and (gi.id, gi.placement) not in owned
     ]
@@ -303,11 +312,18 @@ def _window_targets(
     return chosen
 
 
-def _blocker(gi: GpuInstance, records: list[Record], names: dict[int, str]) -> BlockingInstance:
+def _blocker(
+    gi: GpuInstance, records: list[Record], names: dict[int, str], in_flight: list[Intent]
+) -> BlockingInstance:
     record = next(
         (r for r in records if r.gpu_instance_id == gi.id and r.placement == gi.placement), None
     )
-    return blocking_instance(gi, record, names)
+    found = blocking_instance(gi, record, names)
+    intent = next((i for i in in_flight if i.placement == gi.placement), None)
+    if record is None and intent is not None:
+        # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
+        return dataclasses.replace(found, state=State.CREATING, owner=intent.owner)
+    return found
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ becomes a warning, never a failure.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ from hamimig.engine.facts import Durable, Liveness, check_record, load_durable, 
 from hamimig.engine.lookup import resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.results import InstanceView, Warning_, record_view
-from hamimig.errors import NotFoundError, UsageError
+from hamimig.errors import HamimigError, NotFoundError, UsageError
 from hamimig.hw.types import Gpu, GpuInstance, MigDevice, MigHardware, MigMode
 from hamimig.reports.views import (
     GpuProfiles,
@@ -261,11 +262,29 @@ def list_instances(
         instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
     if isinstance(wanted, State):
         wanted = ListFilter(states=frozenset((wanted,)))
+    if wanted is not None and wanted.profile is not None:
+        _check_profile(hw, gpus, instances, wanted.profile)
     if wanted is not None:
         instances = [i for i in instances if wanted.keeps(i)]
     return InstanceList(
         instances=tuple(instances), gpus=tuple(views), warnings=_warnings(node, durable)
     )
+
+
+def _check_profile(
+    hw: MigHardware, gpus: list[Gpu], instances: list[InstanceView], profile: str
+) -> None:
+    """A profile filter naming nothing these GPUs offer is a typo (or an unset variable), not
+    "no instances": a script would read the empty answer as "none left"."""
+    known = {i.profile for i in instances}
+    for gpu in gpus:
+        if gpu.mig_mode is MigMode.UNSUPPORTED:
+            continue
+        with contextlib.suppress(HamimigError):
+            known |= {p.name for p in hw.profiles(gpu.index)}
+    if profile not in known:
+        offered = ", ".join(sorted(known)) or "none"
+        raise UsageError(f"unknown profile {profile!r}: this node's GPUs offer {offered}")
 
 
 def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:

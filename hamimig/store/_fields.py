@@ -101,3 +101,31 @@ def uuid_digest(mig_uuid: str) -> str:
     """sha256 hex of a MIG UUID: HAMi names records, specs and CDI devices by it (old-style
     UUIDs contain `/`, which no file or device name may)."""
     return hashlib.sha256(mig_uuid.encode("utf-8")).hexdigest()
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
+_UID = re.compile(r"[!-~]{1,128}")  # printable ASCII, no space: what any API server issues
+
+
+def k8s_label_field(value: Any, field: str) -> str:
+    """A namespace as Kubernetes spells it (a DNS-1123 label): anything else in a record was
+    not written by hamimig or HAMi, and would break one-line output and `awk` fields."""
+    text = nonempty_str(value, field)
+    if len(text) > 63 or not _DNS_LABEL.fullmatch(text):
+        raise RecordError(f"{field} {text!r} is not a Kubernetes namespace")
+    return text
+
+
+def k8s_subdomain_field(value: Any, field: str) -> str:
+    """A pod name as Kubernetes spells it (a DNS-1123 subdomain)."""
+    text = nonempty_str(value, field)
+    if len(text) > 253 or not all(_DNS_LABEL.fullmatch(part) for part in text.split(".")):
+        raise RecordError(f"{field} {text!r} is not a Kubernetes pod name")
+    return text
+
+
+def uid_field(value: Any, field: str) -> str | None:
+    text = opt_str(value, field)
+    if text and not _UID.fullmatch(text):
+        raise RecordError(f"{field} {text!r} is not a pod UID")
+    return text or None

@@ -26,11 +26,14 @@ from hamimig.store._fields import (
 )
 from hamimig.store._fields import (
     json_object,
+    k8s_label_field,
+    k8s_subdomain_field,
     mig_uuid_field,
     nonempty_str,
     opt_str,
     placement_field,
     placement_json,
+    uid_field,
     uint_field,
     uuid_digest,
 )
@@ -80,13 +83,10 @@ class Owner:
         """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
         if not isinstance(d, dict):
             raise RecordError("owner must be an object")
-        uid = d.get("uid")
-        if uid is not None and not isinstance(uid, str):
-            raise RecordError("owner.uid must be a string or null")
         return cls(
-            namespace=nonempty_str(d.get("namespace"), "owner.namespace"),
-            name=nonempty_str(d.get("name"), "owner.name"),
-            uid=uid or None,
+            namespace=k8s_label_field(d.get("namespace"), "owner.namespace"),
+            name=k8s_subdomain_field(d.get("name"), "owner.name"),
+            uid=uid_field(d.get("uid"), "owner.uid"),
             container_index=uint_field(d.get("containerIndex", 0), "owner.containerIndex"),
             device_index=uint_field(d.get("deviceIndex", 0), "owner.deviceIndex"),
         )
