@@ -1,4 +1,19 @@
 # bash completion for hamimig, generated from the CLI by scripts/gen-docs.py: do not edit
+_hamimig_records() {
+    # One value a line from the ownership records (hamimig __complete: no NVML, no lock);
+    # the state directory is the one the command line names, else HAMIMIG_STATE_DIR's.
+    local i v statedir=()
+    for ((i=1; i<COMP_CWORD; i++)); do
+        case "${COMP_WORDS[i]}" in
+            --state-dir)
+                v="${COMP_WORDS[i+1]}"
+                [[ "$v" == "=" ]] && v="${COMP_WORDS[i+2]}"
+                statedir=(--state-dir "${v/#\~/$HOME}");;
+            --state-dir=*) statedir=("${COMP_WORDS[i]}");;
+        esac
+    done
+    "${COMP_WORDS[0]}" "${statedir[@]}" __complete "$1" 2>/dev/null
+}
 _hamimig() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" w i
@@ -9,6 +24,8 @@ _hamimig() {
         --output) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return;;
         --state) COMPREPLY=($(compgen -W "Creating Active Idle Reclaiming Error Unmanaged OrphanGI Missing" -- "$cur")); return;;
         -o) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return;;
+        --mig-uuid) COMPREPLY=($(compgen -W "$(_hamimig_records mig-uuids)" -- "$cur")); return;;
+        --profile) COMPREPLY=($(compgen -W "1g.10gb 1g.10gb+me 1g.18gb 1g.18gb+me 1g.20gb 1g.23gb 1g.23gb+me 1g.35gb 1g.45gb 1g.5gb 1g.5gb+me 2g.10gb 2g.20gb 2g.35gb 2g.45gb 3g.20gb 3g.40gb 3g.71gb 3g.90gb 4g.20gb 4g.40gb 4g.71gb 4g.90gb 7g.141gb 7g.180gb 7g.40gb 7g.80gb $(_hamimig_records profiles)" -- "$cur")); return;;
         --action|--advance|--cdi-dir|--config|--container-index|--count|--device-index|--error|--gpu|--idle-older-than|--intent|--keep|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--set|--sim|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
     esac
     for ((i=1; i<COMP_CWORD; i++)); do
@@ -46,6 +63,10 @@ _hamimig() {
         "sim mig-mode") words="--gpu --enable --disable --pending -h --help";;
         "sim reset") words="--gpu -h --help";;
         "sim show") words="-h --help";;
+    esac
+    case "$path" in
+        "forget"|"show")
+            [[ "$cur" == -* ]] || words="$words $(_hamimig_records mig-uuids)";;
     esac
     COMPREPLY=($(compgen -W "$words" -- "$cur"))
 }

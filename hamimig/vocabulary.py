@@ -70,11 +70,17 @@ class ActionKind(str, enum.Enum):
 
 
 class Outcome(str, enum.Enum):
-    """What an allocation did: made a new instance, handed out an Idle one, or found the slot
-    already holding its instance (nothing changed)."""
+    """What a command did to one instance it reports (`outcome` in its Instance object; in a
+    dry run, what it would do): allocate made a new one, handed out an Idle one, or found the
+    slot already holding its instance; release moved it to Idle; reclaim destroyed it; forget
+    dropped its record. `unchanged`: nothing changed (the slot already held it, it was
+    already released)."""
 
     CREATED = "created"
     REUSED = "reused"
+    RELEASED = "released"
+    RECLAIMED = "reclaimed"
+    FORGOTTEN = "forgotten"
     UNCHANGED = "unchanged"
 
 

@@ -80,7 +80,15 @@ def test_forget_drops_record_and_spec_and_leaves_the_instance_unmanaged(cli: Cli
     ran = cli.json("forget", uuid)
 
     assert ran.exit_code == 0, ran.stdout + ran.stderr
-    assert ran.json() == {
+    [instance] = ran.json().pop("instances")  # the record's instance, outcome forgotten
+    assert (instance["migUUID"], instance["state"], instance["outcome"]) == (
+        uuid,
+        "Idle",
+        "forgotten",
+    )
+    forgotten = ran.json()
+    del forgotten["instances"]
+    assert forgotten == {
         "kind": "Forget",
         "dryRun": False,
         "forgotten": [
@@ -109,8 +117,10 @@ def test_forget_table_output_is_one_line_per_thing(cli: Cli) -> None:
     ran = cli("forget", uuid)
     assert ran.exit_code == 0
     lines = ran.stdout.splitlines()
-    assert lines[0] == f"forgot {uuid} (Idle): its record and CDI spec"
-    assert lines[1:] == ["the hardware was not touched: see 'hamimig list'"]
+    # The instance table (OUTCOME forgotten), then one line per dropped file.
+    assert lines[0].startswith("forgotten (ownership dropped")
+    assert lines[-2] == f"forgot {uuid} (Idle): its record and CDI spec"
+    assert lines[-1:] == ["the hardware was not touched: see 'hamimig list'"]
 
 
 def test_forget_dry_run_changes_nothing(cli: Cli) -> None:
@@ -121,7 +131,9 @@ def test_forget_dry_run_changes_nothing(cli: Cli) -> None:
     assert ran.json()["dryRun"] is True
     assert ran.json()["forgotten"][0]["cdiSpec"] == str(cli.cdi_dir / spec_file_name(uuid))
     assert tree(cli.state_dir, cli.cdi_dir) == before
-    assert cli("forget", uuid, "--dry-run").stdout.startswith(f"would forget {uuid} (Idle)")
+    table = cli("forget", uuid, "--dry-run").stdout.splitlines()
+    assert table[0] == "would forget (dry run: nothing changed)"
+    assert table[-1].startswith(f"would forget {uuid} (Idle)")
 
 
 def test_forget_refuses_an_active_record(cli: Cli) -> None:
@@ -339,7 +351,8 @@ def test_forget_intent_dry_run_keeps_it(cli: Cli) -> None:
     path = _intent(cli, "keep1", Placement(3, 1))
     ran = cli("forget", "--intent", "keep1", "--dry-run")
     assert ran.exit_code == 0
-    assert ran.stdout.splitlines() == ["would forget intent keep1"]
+    assert ran.stdout.splitlines()[-1] == "would forget intent keep1"
+    assert "forgotten" in ran.stdout  # the intent's allocation in the table, as Creating
     assert path.exists()
 
 

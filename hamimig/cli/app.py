@@ -14,6 +14,7 @@ import typer
 
 from hamimig import __version__
 from hamimig.cli import (
+    complete_cmd,
     config_cmd,
     demo_cmd,
     doctor_cmd,
@@ -44,6 +45,12 @@ class _Boundary(typer.core.TyperGroup):
         **extra: Any,
     ) -> int:
         argv = list(sys.argv[1:] if args is None else args)
+        valued = {o for p in _options(self) if not p.is_flag for o in p.opts}
+        answered = complete_cmd.answer(argv, valued)  # shell completion, before any parsing
+        if answered is not None:
+            if standalone_mode:
+                sys.exit(answered)
+            return answered
         status = _guarded(
             lambda: super(_Boundary, self).main(
                 args=hoist_globals(self, argv),
@@ -185,11 +192,21 @@ def root(
     ] = None,
     node: Annotated[
         str | None,
-        typer.Option(envvar="NODE_NAME", help="This node's Kubernetes name; filters pod lists."),
+        typer.Option(
+            envvar="NODE_NAME",
+            metavar="NAME",
+            help="This node's Kubernetes name; filters pod lists.",
+        ),
     ] = None,
     output: Annotated[
         Output,
-        typer.Option("--output", "-o", envvar="HAMIMIG_OUTPUT", help="How results are printed."),
+        typer.Option(
+            "--output",
+            "-o",
+            envvar="HAMIMIG_OUTPUT",
+            metavar="FORMAT",
+            help="How results are printed: " + ", ".join(o.value for o in Output) + ".",
+        ),
     ] = Output.TABLE,
     version: Annotated[
         bool,

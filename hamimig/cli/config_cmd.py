@@ -11,7 +11,9 @@ app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True, rich_
 
 @app.command("show")
 def show(ctx: typer.Context) -> None:
-    """Every setting's effective value and where it came from (file, environment, default)."""
+    """Every setting's effective value and where it came from.
+
+    The source of each: the config file, the environment or the default."""
     from hamimig.reports.settings import show_config
 
     execute(ctx, show_config)

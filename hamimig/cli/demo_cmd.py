@@ -22,10 +22,14 @@ def demo(
     step: Annotated[bool, typer.Option("--step", help="Wait for Enter between steps.")] = False,
     keep: Annotated[
         Path | None,
-        typer.Option(help="Build the demo node in this (empty) directory and keep it."),
+        typer.Option(
+            metavar="PATH", help="Build the demo node in this (empty) directory and keep it."
+        ),
     ] = None,
 ) -> None:
-    """Run the whole lifecycle on a temporary simulated H100 node and narrate it."""
+    """Narrate the whole lifecycle on a temporary simulated node.
+
+    The node is a simulated H100, built in a temporary directory (or in --keep PATH)."""
     from hamimig.cli import render
     from hamimig.reports.demo import prepare_keep, transcript
 

@@ -19,8 +19,9 @@ def doctor(
     pods: PodsFile = None,
     kube: Kube = False,
 ) -> None:
-    """Check NVML, MIG modes, the state and CDI directories, records, specs and queues.
+    """Health checks: NVML, MIG modes, directories, records, specs.
 
+    It checks NVML, MIG modes, the state and CDI directories, records, specs and queues.
     Each check is ok, warn or fail with a one-line fix. Exits 0 when nothing fails; otherwise 4
     when a failing check is a hardware or I/O failure, else 5 (state that cannot be trusted).
     Changes nothing and takes no lock. The recovery checks run recover's own planner; with

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hamimig.cli.context import execute
-from hamimig.cli.options import DryRun, LockTimeout, locked
+from hamimig.cli.options import ArgumentsCommand, DryRun, LockTimeout, locked
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
@@ -34,8 +34,10 @@ def forget(
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """Drop one record and its CDI spec, or one intent, when recovery refuses; the hardware is
-    untouched (a live instance then shows as Unmanaged and recover preserves it)."""
+    """Drop one record (and its CDI spec) or one intent.
+
+    For when recovery refuses; the hardware is untouched (a live instance then shows as
+    Unmanaged and recover preserves it)."""
     from hamimig.engine import forget as forgetting
     from hamimig.engine.requests import ByIntent, ByUuid
 
@@ -49,4 +51,4 @@ def forget(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("forget")(forget)
+    app.command("forget", cls=ArgumentsCommand)(forget)

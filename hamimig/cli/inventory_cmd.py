@@ -32,11 +32,11 @@ def list_(
     ] = None,
     pod: Annotated[
         str | None,
-        typer.Option("--pod", metavar="NAMESPACE/NAME", help="Only the instances this pod holds."),
+        typer.Option("--pod", metavar=options.POD, help="Only the instances this pod holds."),
     ] = None,
     profile: Annotated[
         str | None,
-        typer.Option("--profile", metavar="PROFILE", help="Only this GI profile (1g.10gb)."),
+        typer.Option("--profile", metavar=options.PROFILE, help="Only this GI profile (1g.10gb)."),
     ] = None,
     no_headers: Annotated[
         bool,
@@ -45,8 +45,9 @@ def list_(
         ),
     ] = False,
 ) -> None:
-    """Every MIG instance on the node: records joined with the live layout.
+    """Every MIG instance: records joined with the live layout.
 
+    Each with its owner, state, CDI device and age, on every GPU of the node.
     Filters combine: an instance is listed when it passes all of them."""
     from hamimig.reports import inventory
 
@@ -64,7 +65,9 @@ def list_(
 
 
 def profiles(ctx: typer.Context, gpu: GpuFilter = None) -> None:
-    """GI profiles and legal placements per GPU (like nvidia-smi mig -lgip -lgipp)."""
+    """GI profiles and legal placements per GPU.
+
+    What nvidia-smi mig -lgip -lgipp shows, with the memory and compute slices of each."""
     from hamimig.reports import inventory
 
     execute(

@@ -28,13 +28,18 @@ if TYPE_CHECKING:
 def allocate(
     ctx: typer.Context,
     pod: Annotated[
-        str, typer.Option(metavar="NS/NAME", help="The requesting pod, NAMESPACE/NAME.")
+        str, typer.Option(metavar=options.POD, help="The requesting pod: namespace/name.")
     ],
     gpu: Gpu,
-    profile: Annotated[str, typer.Option(metavar="NAME", help="GI profile, e.g. 1g.10gb.")],
+    profile: Annotated[
+        str, typer.Option(metavar=options.PROFILE, help="GI profile, e.g. 1g.10gb.")
+    ],
     placement: Annotated[
         str | None,
-        typer.Option(metavar="START[:SIZE]", help="Memory slices; chosen when omitted."),
+        typer.Option(
+            metavar=options.PLACEMENT,
+            help="Memory slices: START or START:SIZE; chosen when omitted.",
+        ),
     ] = None,
     pod_uid: Annotated[str | None, typer.Option(metavar="UID", help="The pod's UID.")] = None,
     container_index: Annotated[
@@ -46,7 +51,10 @@ def allocate(
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """Reuse an exact Idle match, else reclaim only the Idle instances in the way and create."""
+    """Reuse an exact Idle match, else make room and create one.
+
+    Making room reclaims only the Idle instances in the way; Active, Unmanaged and OrphanGI
+    instances are never touched (exit 3)."""
     from hamimig.engine import allocate as allocation
     from hamimig.engine.requests import AllocateRequest
 
@@ -66,13 +74,15 @@ def release(
     ctx: typer.Context,
     pod: Annotated[
         str | None,
-        typer.Option(metavar="NS/NAME", help="Release every instance of NAMESPACE/NAME."),
+        typer.Option(metavar=options.POD, help="Release every instance of this pod."),
     ] = None,
     mig_uuid: MigUuid = None,
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """Confirmed release: Active -> Idle; the GI/CI and CDI spec stay for reuse."""
+    """Confirmed release: Active -> Idle, kept for reuse.
+
+    The GI/CI and the CDI spec stay; the next matching request reuses them."""
     from hamimig.engine import maintenance
     from hamimig.engine.requests import ByPod, ByUuid, ReleaseTarget
 
@@ -98,7 +108,10 @@ def reclaim(
     mig_uuid: MigUuid = None,
     gpu: GpuOrNone = None,
     placement: Annotated[
-        str | None, typer.Option(metavar="START[:SIZE]", help="Memory slices on --gpu.")
+        str | None,
+        typer.Option(
+            metavar=options.PLACEMENT, help="Memory slices on --gpu: START or START:SIZE."
+        ),
     ] = None,
     all_idle: Annotated[
         bool, typer.Option("--all-idle", help="Every Idle (and Error) instance on --gpu.")
@@ -113,7 +126,9 @@ def reclaim(
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """Destroy Idle (or Error) instances; never Active, never unmanaged ones."""
+    """Destroy Idle or Error instances; never Active or unmanaged.
+
+    One by --mig-uuid, or on --gpu those in a placement, all of them, or those idle too long."""
     from hamimig.engine import maintenance
     from hamimig.engine.requests import AllIdle, ByUuid, IdleOlderThan, ReclaimTarget, Window
 
@@ -155,9 +170,11 @@ def reconcile(
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """One pass: release instances whose pods are gone (with pods), retry queued CDI
-    removals and the destruction of Error instances; with pods, apply the idle policy
-    (idleTTL, maxIdleInstancesPerGPU)."""
+    """One maintenance pass: releases, retries, the idle policy.
+
+    Release instances whose pods are gone (with pods), retry queued CDI removals and the
+    destruction of Error instances; with pods, apply the idle policy (idleTTL,
+    maxIdleInstancesPerGPU)."""
     from hamimig.engine import maintenance
 
     def action(node: Node) -> Result:
@@ -180,8 +197,10 @@ def show(
         ),
     ],
 ) -> None:
-    """One instance: record, live identity, CDI spec, owner (with the pod UID), times, and
-    whether processes run on it."""
+    """One instance: record, live identity, CDI spec and owner.
+
+    With the pod UID, the created, updated and idle-since times, and whether processes run on
+    it."""
     from hamimig.engine import validate
     from hamimig.reports import inventory
 
@@ -191,7 +210,7 @@ def show(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("show")(show)
+    app.command("show", cls=options.ArgumentsCommand)(show)
     app.command("allocate")(allocate)
     app.command("release")(release)
     app.command("reclaim")(reclaim)

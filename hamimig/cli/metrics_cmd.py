@@ -29,8 +29,10 @@ def metrics(
         ),
     ] = None,
 ) -> None:
-    """Prometheus metrics: HAMi-compatible instance info, instances per GPU and state, and
-    lifecycle counters (creations, reuses, reclaims, failures) kept in the state directory."""
+    """Prometheus metrics, for node-exporter's textfile collector.
+
+    HAMi-compatible instance info, instances per GPU and state, and lifecycle counters
+    (creations, reuses, reclaims, failures) kept in the state directory."""
     from hamimig.reports import metrics as metrics_report
 
     def action(node: Node) -> Result:

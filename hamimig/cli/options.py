@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -30,6 +30,32 @@ SETTING_FLAGS = {
     Setting.SIMULATED_NODE: "--sim PATH or HAMIMIG_SIM",
 }
 """How the CLI sets each node-wide input that a lower layer may find wrong."""
+
+
+class ArgumentsCommand(typer.core.TyperCommand):
+    """A command with positional arguments, whose help names them as options name their values:
+    `hamimig show [OPTIONS] MIG_UUID`, not `{MIG_UUID}`, and `MIG_UUID` in the Arguments list,
+    not `MIG_UUID <str>`."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments: list[tuple[str, str]] = []
+        opts: list[tuple[str, str]] = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                arguments.append((param.metavar or record[0], record[1]))
+            else:
+                opts.append(record)
+        for title, rows in (("Arguments", arguments), ("Options", opts)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
 
 class Output(str, enum.Enum):
@@ -83,6 +109,12 @@ MigUuid = Annotated[
         ),
     ),
 ]
+PLACEMENT = "PLACEMENT"
+"""The metavariable of every `--placement`: START or START:SIZE, in memory slices."""
+POD = "NS/NAME"
+"""The metavariable of every `--pod`: the pod's namespace and name."""
+PROFILE = "PROFILE"
+"""The metavariable of every `--profile`: a GI profile name such as 1g.10gb."""
 
 
 def locked(

@@ -39,7 +39,10 @@ def recover(
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """Startup recovery: restore what pods hold, reconcile records, keep unknown instances."""
+    """Startup recovery: restore what pods hold, reconcile records.
+
+    Instances without a record are kept, unless adoption is enabled (--adopt); anything that
+    cannot be verified exits 5 and changes nothing."""
     from hamimig.engine import recovery
 
     def action(node: Node) -> Result:
@@ -66,7 +69,9 @@ def adopt(
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """Claim unmarked complete GI/CI pairs as Idle (needs the adoption opt-in)."""
+    """Claim unmarked complete GI/CI pairs as Idle (needs opt-in).
+
+    The opt-in: --exclusive-owner or devices.nvidia.adoptExistingMIGInstances: true."""
     from hamimig.engine import recovery
 
     def action(node: Node) -> Result:

@@ -66,6 +66,16 @@ STATE_GLYPH = {
 }
 """The letter that marks each state on the slice map, where colour alone would not tell them
 apart (NO_COLOR, a monochrome terminal, a screenshot in a ticket)."""
+OUTCOME_STYLE = {
+    Outcome.CREATED: "bold green",
+    Outcome.REUSED: "bold green",
+    Outcome.RELEASED: "cyan",
+    Outcome.RECLAIMED: "bold yellow",
+    Outcome.FORGOTTEN: "bold yellow",
+    Outcome.UNCHANGED: "dim",
+}
+_GONE = (Outcome.RECLAIMED, Outcome.FORGOTTEN)
+"""Outcomes after which the instance's last state no longer holds: its STATE is dimmed."""
 
 
 _P = ParamSpec("_P")
@@ -388,6 +398,9 @@ def _instance_rows(
 ) -> tuple[list[str], list[list[str]]]:
     """The instance table's column names and plain cells (see `_instance_table`)."""
     names = ["GPU", "MIG UUID", "PROFILE", "PLACEMENT", "GI", "CI", "STATE", "OWNER"]
+    outcomes = any(i.outcome is not None for i in instances)
+    if outcomes:  # the results of allocate, release, reclaim and forget
+        names.insert(names.index("STATE") + 1, "OUTCOME")
     if look.wide:
         names += ["AGE", "POD UID", "PROCESSES", "CDI DEVICE"]
     else:
@@ -410,6 +423,8 @@ def _instance_rows(
             inst.state.value + busy,
             _owner(inst, slot=look.wide or shared),
         ]
+        if outcomes:
+            cells.insert(names.index("OUTCOME"), inst.outcome.value if inst.outcome else "-")
         if look.wide:
             uid = inst.owner.uid if inst.owner is not None else None
             cells += [_age(inst, now), uid or "-", _processes(inst), inst.cdi_device or "-"]
@@ -455,7 +470,10 @@ def _instance_table(
         shown = []
         for name, cells in columns.items():
             cell = _escape(cells[r])
-            style = STATE_STYLE.get(inst.state, "")
+            # An instance reclaimed or forgotten is no longer what its last state says: dimmed.
+            style = "dim" if inst.outcome in _GONE else STATE_STYLE.get(inst.state, "")
+            if name == "OUTCOME" and inst.outcome is not None:
+                cell = f"[{OUTCOME_STYLE[inst.outcome]}]{cell}[/]"
             if name == "STATE" and style:
                 rest = cells[r][len(inst.state.value) :]
                 cell = f"[{style}]{inst.state.value}[/]{rest}"
@@ -487,7 +505,8 @@ def _instances(
     _titled(console, title, _instance_table(console, instances, look))
 
 
-def _allocation(console: Console, result: Allocation) -> None:
+def _allocation(console: Console, result: Allocation, look: Look) -> None:
+    """The sentence, then the instance table (its OUTCOME: created, reused or unchanged)."""
     inst = result.instance
     how = "already held" if result.outcome is Outcome.UNCHANGED else result.outcome.value
     if result.dry_run and result.outcome is not Outcome.UNCHANGED:
@@ -498,6 +517,7 @@ def _allocation(console: Console, result: Allocation) -> None:
         f"{how}: {what} ({inst.profile} at {inst.placement} on GPU {inst.gpu_index}) "
         f"for {_owner(inst)}{dry}"
     )
+    _instances(console, "", result.instances, look)
     if result.reclaimed:
         first = "would reclaim first" if result.dry_run else "reclaimed to make room"
         console.print(f"{first}: " + ", ".join(result.reclaimed))
@@ -509,13 +529,19 @@ def _allocation(console: Console, result: Allocation) -> None:
 
 def _release(console: Console, result: Release, look: Look) -> None:
     title = "would release (dry run): these go Idle" if result.dry_run else "released (now Idle)"
+    if result.released and all(i.outcome is Outcome.UNCHANGED for i in result.released):
+        title = "already released (Idle): nothing changed"
     _instances(console, title, result.released, look)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
 
 def _reclaim(console: Console, result: Reclaim, look: Look) -> None:
-    title = "would reclaim (dry run)" if result.dry_run else "reclaimed"
+    title = (
+        "would reclaim (dry run: nothing changed)"
+        if result.dry_run
+        else "reclaimed (destroyed: no longer on the node)"
+    )
     _instances(console, title, result.reclaimed, look)
     for skipped in result.skipped:
         console.print(f"skipped {skipped.mig_uuid}: {skipped.reason}")
@@ -530,14 +556,16 @@ def _actions(console: Console, result: ActionReport) -> None:
 
     title = f"{result.kind.lower()}{' (dry run: nothing changed)' if result.dry_run else ''}"
     if not result.actions:
-        console.print(f"{title}: nothing to do")
+        console.print(f"{title}: nothing to change")
     else:
         acts = result.actions
+        yes = "would" if result.dry_run else "yes"
         columns = _fit(
             console.width,
             True,
             {
                 "ACTION": [a.action for a in acts],
+                "CHANGED": [yes if a.changed else "no" for a in acts],
                 _UUID: [a.mig_uuid or "-" for a in acts],
                 "GPU": [(a.gpu_uuid or "-")[:12] for a in acts],
                 "PLACEMENT": [str(a.placement) if a.placement else "-" for a in acts],
@@ -554,6 +582,7 @@ def _actions(console: Console, result: ActionReport) -> None:
         for r in range(len(acts)):
             table.add_row(*(_escape(cells[r]) for cells in columns.values()))
         _titled(console, title, table)
+        _wrapped(console, action_summary(result))
     for skipped in result.skipped:
         console.print(f"skipped GPU {skipped.index} ({skipped.uuid}): {skipped.reason}")
     for note in result.notes:
@@ -562,6 +591,39 @@ def _actions(console: Console, result: ActionReport) -> None:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
     if result.failed:
         console.print(f"[bold red]failed:[/] {result.failed}")
+
+
+_DONE_WORDS = {"restore-idle": "restored Idle", "restore-active": "restored Active"}
+"""How the summary names a restore that changed something (in a real run)."""
+
+
+def action_summary(result: ActionReport) -> str:
+    """One line under the action table: the actions counted by what they did (a restore that
+    changed nothing is `verified`), how many changed something and the files written or
+    removed; `nothing to change` when no action changed anything.
+
+    `summary: 4 verified, 1 restored Idle, 1 preserve-unmanaged; 1 changed, 1 file changed`
+    """
+    counts: dict[str, int] = {}
+    for a in result.actions:
+        if a.verified:
+            word = "verified"
+        elif a.changed and not result.dry_run:
+            word = _DONE_WORDS.get(a.action, a.action)
+        else:
+            word = a.action
+        counts[word] = counts.get(word, 0) + 1
+    parts = ", ".join(f"{n} {word}" for word, n in counts.items())
+    changed, files = result.changed, result.files_changed
+    if not changed:
+        tail = "nothing to change"
+        if not result.dry_run:
+            tail += f" (0 changed, {files} files changed)"
+    elif result.dry_run:
+        tail = f"{changed} would change (dry run: nothing changed)"
+    else:
+        tail = f"{changed} changed, {files} file{'' if files == 1 else 's'} changed"
+    return f"summary: {parts}; {tail}"
 
 
 def _config(console: Console, result: ConfigView) -> None:
@@ -592,7 +654,11 @@ def _detail(console: Console, result: InstanceDetail) -> None:
         ("placement", str(inst.placement)),
         ("GI / CI", f"{inst.gpu_instance_id} / {inst.compute_instance_id}"),
         ("owner", "-" if inst.owner is None else str(inst.owner)),
-        ("processes", "-" if inst.processes is None else ("yes" if inst.processes else "none")),
+        ("pod UID", _escape((inst.owner.uid if inst.owner is not None else None) or "-")),
+        ("processes", _processes(inst)),
+        ("created", inst.created_at or "-"),
+        ("updated", inst.updated_at or "-"),
+        ("idle since", inst.idle_since or "-"),
         ("CDI device", inst.cdi_device or "-"),
         ("CDI spec", result.cdi_spec or "-"),
         ("record", result.record or "-"),
@@ -799,9 +865,17 @@ def _escape(text: str) -> str:
     return rich_escape(text)
 
 
-def _forget(console: Console, result: Forget) -> None:
-    """One short line per dropped file (the JSON has the paths)."""
+def _forget(console: Console, result: Forget, look: Look) -> None:
+    """The instance table of what was forgotten (OUTCOME `forgotten`), then one short line per
+    dropped file (the JSON has the paths)."""
     verb = "would forget" if result.dry_run else "forgot"
+    if result.instances:
+        title = (
+            "would forget (dry run: nothing changed)"
+            if result.dry_run
+            else "forgotten (ownership dropped; a live instance is now Unmanaged)"
+        )
+        _instances(console, title, result.instances, look)
     for item in result.forgotten:
         if item.intent is not None:
             line = f"{verb} intent {item.intent}"
@@ -846,14 +920,14 @@ _TABLES: dict[str, Callable[[Any, Look], None]] = {
     ProfileList.kind: _on_console(_profile_list),
     InstanceDetail.kind: _on_console(_detail),
     SimView.kind: _on_console(_sim_view),
-    Allocation.kind: _on_console(_allocation),
+    Allocation.kind: _with_look(_allocation),
     Release.kind: _with_look(_release),
     Reclaim.kind: _with_look(_reclaim),
     ActionReport.kind: _on_console(_actions),
     "Recovery": _on_console(_actions),
     "Adoption": _on_console(_actions),
     DoctorReport.kind: _on_console(_doctor),
-    Forget.kind: _on_console(_forget),
+    Forget.kind: _with_look(_forget),
     # plain text: the exposition must reach stdout verbatim
     Metrics.kind: lambda result, look: _metrics(result),
     "Config": _on_console(_config),

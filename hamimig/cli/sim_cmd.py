@@ -46,9 +46,13 @@ def init(
             metavar="MODEL", help="The GPU board: " + ", ".join(m.value for m in SimModel) + "."
         ),
     ],
-    count: Annotated[int, typer.Option(help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")] = 1,
+    count: Annotated[
+        int, typer.Option(metavar="N", help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")
+    ] = 1,
 ) -> None:
-    """Create the simulated node: COUNT GPUs of MODEL, MIG enabled, no instances."""
+    """Create the simulated node: N GPUs of MODEL, MIG enabled.
+
+    The GPUs start with no instances."""
     from hamimig.reports import simulator
 
     def action(node: Node) -> SimView:
@@ -61,7 +65,7 @@ def init(
 
 @app.command("show")
 def show(ctx: typer.Context) -> None:
-    """GPUs, live GI/CI layout, busy marks, faults and NVML call counts."""
+    """GPUs, GI/CI layout, busy marks, faults and NVML call counts."""
     from hamimig.reports import simulator
 
     execute(ctx, lambda node: simulator.sim_show(_sim(node)))
@@ -71,11 +75,16 @@ def show(ctx: typer.Context) -> None:
 def create(
     ctx: typer.Context,
     gpu: Gpu,
-    profile: Annotated[str, typer.Option(metavar="NAME", help="Profile, e.g. 1g.10gb.")],
-    placement: Annotated[str, typer.Option(metavar="START[:SIZE]", help="Memory slices.")],
+    profile: Annotated[str, typer.Option(metavar=options.PROFILE, help="Profile, e.g. 1g.10gb.")],
+    placement: Annotated[
+        str,
+        typer.Option(metavar=options.PLACEMENT, help="Memory slices: START or START:SIZE."),
+    ],
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
 ) -> None:
-    """Make an instance behind hamimig's back (an external or leftover instance)."""
+    """Make an instance behind hamimig's back.
+
+    As an external tool or a leftover from before would: no record, no CDI spec."""
     from hamimig.reports import simulator
 
     execute(ctx, lambda node: simulator.sim_create(_sim(node), gpu, profile, placement, no_ci))
@@ -84,7 +93,9 @@ def create(
 @app.command("busy")
 def busy(
     ctx: typer.Context,
-    mig_uuid: Annotated[str, typer.Option("--mig-uuid", help="The instance.")],
+    mig_uuid: Annotated[
+        str, typer.Option("--mig-uuid", metavar="MIG_UUID", help="The instance's full MIG UUID.")
+    ],
     gi_only: Annotated[
         bool, typer.Option("--gi-only", help="Only the GI is held (a monitoring client).")
     ] = False,
@@ -144,7 +155,9 @@ def clock(
         typer.Option("--set", metavar="TIME", help="Set the clock: 2026-12-01T10:00:00Z."),
     ] = None,
 ) -> None:
-    """Read or move the node's clock (idle ages, timestamps) without waiting."""
+    """Read or move the node's clock without waiting.
+
+    The clock that idle ages and timestamps on this simulated node follow."""
     from hamimig.reports import simulator
 
     def action(node: Node) -> SimView:
@@ -174,16 +187,29 @@ def fault_add(
     ],
     error: Annotated[
         str | None,
-        typer.Option(help="NVML error name (IN_USE, UNKNOWN, ...) or errno name (EIO, ...)."),
+        typer.Option(
+            metavar="ERROR",
+            help="An NVML error name (IN_USE, UNKNOWN and the like) or an errno name (EIO).",
+        ),
     ] = None,
     action: Annotated[
-        FaultAction, typer.Option(help="What the fault does when it fires.")
+        FaultAction,
+        typer.Option(
+            metavar="ACTION",
+            help="What the fault does when it fires: "
+            + ", ".join(a.value for a in FaultAction)
+            + ".",
+        ),
     ] = FaultAction.RAISE,
-    times: Annotated[int, typer.Option(help="Fire on this many matching calls.")] = 1,
-    skip: Annotated[int, typer.Option(help="Let this many matching calls pass first.")] = 0,
+    times: Annotated[int, typer.Option(metavar="N", help="Fire on this many matching calls.")] = 1,
+    skip: Annotated[
+        int, typer.Option(metavar="N", help="Let this many matching calls pass first.")
+    ] = 0,
     gpu: GpuFilter = None,
 ) -> None:
-    """Inject a fault: the matching call fails, or the process dies before or after it."""
+    """Inject a fault: a matching call fails or the process dies.
+
+    The process dies before or after the call with --action crash-before or crash-after."""
     from hamimig.reports import simulator
 
     def add(node: Node) -> SimView:

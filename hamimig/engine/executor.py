@@ -324,6 +324,8 @@ class Applied:
 
     record: Record | None = None
     note: str | None = None
+    changed: bool = True
+    """False: the step found everything as it should be and wrote nothing (a second run)."""
 
 
 def apply(node: Node, step: Step) -> Applied:
@@ -345,6 +347,9 @@ class Executed:
 
     actions: tuple[Action, ...]
     failures: tuple[str, ...]
+    files_changed: int = 0
+    """Files the steps wrote or removed: per step, each store it touched (its record, intent,
+    CDI spec, the removal queue) counts once."""
 
     @property
     def failed(self) -> str | None:
@@ -361,24 +366,50 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
     is reported on its step but does not fail the command."""
     actions: list[Action] = []
     failures = list(plan.failures)
+    files = 0
     for step in plan.steps:
         if dry_run:
-            actions.append(step.report())
+            actions.append(step.report(changed=would_change(node, step)))
             continue
+        before = len(node.file_ops)
         try:
             applied = apply(node, step)
         except StepFailed as exc:
             if not (tolerate_tracked and exc.tracked):
                 failures.append(exc.message)
-            actions.append(step.report(f"failed: {exc.message}"))
+            touched = _files_touched(node, before)
+            files += touched
+            actions.append(step.report(f"failed: {exc.message}", changed=touched > 0))
             continue
         except (HamimigError, OSError) as exc:
             why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
             failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
-            actions.append(step.report(f"failed: {why}"))
+            touched = _files_touched(node, before)
+            files += touched
+            actions.append(step.report(f"failed: {why}", changed=touched > 0))
             continue
-        actions.append(step.report(applied.note))
-    return Executed(tuple(actions), tuple(failures))
+        files += _files_touched(node, before)
+        actions.append(step.report(applied.note, changed=step.changes and applied.changed))
+    return Executed(tuple(actions), tuple(failures), files)
+
+
+def _files_touched(node: Node, since: int) -> int:
+    """The files one step wrote or removed: the stores its file operations name (`record`,
+    `intent`, `cdi`, `queue`), each once, since a step concerns one instance."""
+    return len({op.value.split(".", 1)[0] for op in node.file_ops[since:]})
+
+
+def would_change(node: Node, step: Step) -> bool:
+    """Whether applying `step` would change anything: not a step that only reports, nor one
+    whose instance is already as the step would leave it (a second run's restores)."""
+    if not step.changes:
+        return False
+    target = step.target
+    if step.kind is ActionKind.RESTORE_IDLE and isinstance(target, Managed):
+        return not _idle_as_recorded(node, target.record)
+    if isinstance(target, Pair):
+        return not _pair_as_recorded(node, target)
+    return True
 
 
 def tidy_finished(node: Node, durable: Durable) -> None:
@@ -493,15 +524,9 @@ def _record_pair(node: Node, target: Target) -> Applied:
     record, gpu, gi, ci = target.record, target.gpu, target.gi, target.ci
     state = RecordState.IDLE if target.owner is None else RecordState.ACTIVE
     cdi_name = _cdi_name(node, ci.mig_uuid)
-    if (
-        record is not None
-        and record.managed
-        and record.state is state
-        and record.owner == target.owner
-        and record.gpu_index == gpu.index
-        and (cdi_name is None or cdi_name == record.cdi_device)
-    ):
-        return Applied(record)  # already as it should be: a second run changes nothing
+    if record is not None and _pair_as_recorded(node, target):
+        # already as it should be: a second run changes nothing
+        return Applied(record, changed=False)
     now = node.clock()
     base = record or Record(
         mig_uuid=ci.mig_uuid,
@@ -530,6 +555,30 @@ def _record_pair(node: Node, target: Target) -> Applied:
     return Applied(written, _write_adopted_spec(node, gpu, gi.id, ci.id, ci.mig_uuid))
 
 
+def _pair_as_recorded(node: Node, target: Pair) -> bool:
+    """Whether a pair's record already says what recording it would write."""
+    record = target.record
+    state = RecordState.IDLE if target.owner is None else RecordState.ACTIVE
+    cdi_name = _cdi_name(node, target.ci.mig_uuid)
+    return (
+        record is not None
+        and record.managed
+        and record.state is state
+        and record.owner == target.owner
+        and record.gpu_index == target.gpu.index
+        and (cdi_name is None or cdi_name == record.cdi_device)
+    )
+
+
+def _idle_as_recorded(node: Node, record: Record) -> bool:
+    """Whether restoring `record` Idle would leave it as it is (a record HAMi wrote stays as
+    HAMi wrote it)."""
+    cdi_name = _cdi_name(node, record.mig_uuid)
+    return record.state is RecordState.IDLE and (
+        not record.managed or cdi_name is None or cdi_name == record.cdi_device
+    )
+
+
 def _write_adopted_spec(node: Node, gpu: Gpu, gi: int, ci: int, mig_uuid: str) -> str | None:
     """When no spec can be composed (no NVIDIA spec, no nvidia-caps major) the adoption still
     stands and this says why there is no spec: the instance is never handed out without one,
@@ -550,10 +599,8 @@ def _restore_idle(node: Node, target: Target) -> Applied:
     assert isinstance(target, Managed)
     record = target.record
     cdi_name = _cdi_name(node, record.mig_uuid)
-    if record.state is RecordState.IDLE and (
-        not record.managed or cdi_name is None or cdi_name == record.cdi_device
-    ):
-        return Applied(record)  # nothing to change (a record HAMi wrote stays as HAMi wrote it)
+    if _idle_as_recorded(node, record):
+        return Applied(record, changed=False)  # nothing to change
     idle = set_state(
         node,
         record,

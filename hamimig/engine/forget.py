@@ -30,7 +30,7 @@ from hamimig.engine.lookup import (
 )
 from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
-from hamimig.engine.results import Forget, Forgotten
+from hamimig.engine.results import Forget, Forgotten, InstanceView, record_view
 from hamimig.engine.steps import Forgettable, Step
 from hamimig.errors import (
     ConflictError,
@@ -41,7 +41,7 @@ from hamimig.errors import (
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent
 from hamimig.store.records import Record, RecordState
-from hamimig.vocabulary import ActionKind
+from hamimig.vocabulary import ActionKind, Outcome, State
 
 # The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
 # still hold), matched whole: the UUID becomes part of the file names this command removes.
@@ -199,6 +199,7 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
         state=None if target.record is None else target.record.state.value,
         unreadable=target.unreadable,
+        instance=None if target.record is None else _record_instance(target.record),
     )
     state = None if target.record is None else target.record.state
     forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
@@ -206,8 +207,31 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     return item, step
 
 
+def _record_instance(record: Record) -> InstanceView:
+    """The instance as its record said, before it was forgotten."""
+    index = record.gpu_index if record.gpu_index is not None else -1
+    return record_view(record, index).with_outcome(Outcome.FORGOTTEN)
+
+
 # --------------------------------------------------------------------------------------------
 # Intents
+
+
+def _intent_instance(intent: Intent) -> InstanceView:
+    """The allocation an intent journaled, as `list` shows it (Creating)."""
+    return InstanceView(
+        mig_uuid=intent.mig_uuid,
+        gpu_uuid=intent.gpu_uuid,
+        gpu_index=intent.gpu_index,
+        profile=intent.profile,
+        placement=intent.placement,
+        gpu_instance_id=intent.gpu_instance_id,
+        compute_instance_id=intent.compute_instance_id,
+        state=State.CREATING,
+        owner=intent.owner,
+        created_at=intent.created_at,
+        outcome=Outcome.FORGOTTEN,
+    )
 
 
 def plan_forget_intent(node: Node, intent_id: str) -> tuple[Forgotten, Step]:
@@ -223,5 +247,6 @@ def plan_forget_intent(node: Node, intent_id: str) -> tuple[Forgotten, Step]:
         intent=intent_id,
         intent_file=str(path),
         unreadable=None if problem is None else problem.reason,
+        instance=None if intent is None else _intent_instance(intent),
     )
     return item, Step(ActionKind.FORGET_INTENT, Forgettable(intent_id=intent_id), "forget")

@@ -65,7 +65,7 @@ from hamimig.errors import (
 from hamimig.hw.types import Gpu, GpuInstance, MigHardware, Placement
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
-from hamimig.vocabulary import ActionKind, State
+from hamimig.vocabulary import ActionKind, Outcome, State
 
 if TYPE_CHECKING:
     from hamimig.pods.model import Pod
@@ -104,6 +104,7 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
             record = durable.records.get(target.mig_uuid)
             if record is not None and record.state is RecordState.IDLE:
                 view = record_view(record, _index_hint(record))  # already released
+                view = view.with_outcome(Outcome.UNCHANGED)
                 return Release(released=(view,), dry_run=dry_run, warnings=durable.warnings)
         steps = plan_release(durable, target)
         if dry_run:
@@ -114,7 +115,7 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
         for step in steps:
             idle = apply(node, step).record
             assert idle is not None
-            released.append(record_view(idle, _index_hint(idle)))
+            released.append(record_view(idle, _index_hint(idle)).with_outcome(Outcome.RELEASED))
         tidy_finished(node, durable)
         return Release(released=tuple(released))
 
@@ -123,7 +124,8 @@ def _would_be_idle(step: Step, now: str) -> InstanceView:
     """The instance as the release would leave it: Idle, no owner, its idle clock started."""
     assert isinstance(step.target, Managed)
     record = dataclasses.replace(step.target.record, owner=None, idle_since=now)
-    return record_view(record, _index_hint(record), state=RecordState.IDLE)
+    view = record_view(record, _index_hint(record), state=RecordState.IDLE)
+    return view.with_outcome(Outcome.RELEASED)
 
 
 def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
@@ -177,7 +179,9 @@ def reclaim(node: Node, target: ReclaimTarget, dry_run: bool) -> Reclaim:
             )
         skipped = tuple(SkippedInstance(t.record.mig_uuid, BUSY) for t in busy)
         kept = [t for t in targets if t not in busy]
-        views = tuple(record_view(t.record, t.gpu_index) for t in kept)
+        views = tuple(
+            record_view(t.record, t.gpu_index).with_outcome(Outcome.RECLAIMED) for t in kept
+        )
         if dry_run:
             return Reclaim(
                 dry_run=True,
@@ -367,6 +371,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         exit_code=done.exit_code,
         warnings=durable.warnings + tuple(plan.warnings),
         notes=tuple(notes),
+        files_changed=done.files_changed,
     )
 
 

@@ -35,6 +35,7 @@ from hamimig.store.intents import IntentStore
 from hamimig.store.lock import NodeLock
 from hamimig.store.queue import RemovalQueue
 from hamimig.store.records import RecordStore
+from hamimig.vocabulary import FileOpName
 
 SYSTEM_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 """Where runtimes read CDI specs, and so where the node's NVIDIA spec is looked for."""
@@ -64,6 +65,8 @@ class Node:
     _config: Config | None = field(default=None, repr=False)
     cache: dict[str, object] = field(default_factory=dict, repr=False)
     """What one command reads once and asks for several times (the CDI directory scan)."""
+    file_ops: list[FileOpName] = field(default_factory=list, repr=False)
+    """The durable-state file operations this command completed, in order (see `file_op`)."""
 
     def now(self) -> float:
         """This node's time: a simulated node's clock runs at the host's pace from wherever
@@ -92,10 +95,16 @@ class Node:
         return self._config
 
     def file_op(self) -> FileOp:
-        """On a simulated node, durable-state file operations honour the simulator's faults."""
-        if self.sim is None:
-            return no_faults
-        return SimBackend(self.sim).file_op
+        """On a simulated node, durable-state file operations honour the simulator's faults.
+        Every operation that completes is noted in `file_ops` (what a step changed on disk)."""
+        inner = no_faults if self.sim is None else SimBackend(self.sim).file_op
+        done = self.file_ops
+
+        def noted(op: FileOpName, perform: Callable[[], None]) -> None:
+            inner(op, perform)
+            done.append(op)
+
+        return noted
 
     def records(self) -> RecordStore:
         return RecordStore(self.state_dir, self.file_op())

@@ -690,4 +690,5 @@ def _run(
         exit_code=done.exit_code,
         skipped=tuple(plan.skipped),
         warnings=durable.warnings + tuple(plan.warnings),
+        files_changed=done.files_changed,
     )

@@ -9,12 +9,13 @@ hamimig/reports/views.py.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from hamimig.hw.types import Placement
 from hamimig.store.records import Owner, Record
-from hamimig.vocabulary import Outcome, State
+from hamimig.vocabulary import ActionKind, Outcome, State
 
 if TYPE_CHECKING:
     pass
@@ -68,6 +69,10 @@ class InstanceView:
     idle_since: str | None = None
     """The record's (or intent's) RFC 3339 times, as written; None when there is none (an
     Unmanaged instance, a record HAMi wrote, `idle_since` outside Idle)."""
+    outcome: Outcome | None = None
+    """What the command that reports it did to it (allocate, release, reclaim, forget; in a dry
+    run what it would do); None in the reports that only look (`list`, `show`), whose Instance
+    objects have no `outcome` key. `state` stays the last state the instance had."""
 
     def since(self) -> str | None:
         """When this instance's age (`list`'s AGE) counts from: an Idle instance's idle age
@@ -78,7 +83,7 @@ class InstanceView:
         return self.created_at or self.updated_at
 
     def to_json(self) -> Json:
-        return {
+        out: Json = {
             "migUUID": self.mig_uuid,
             "gpuUUID": self.gpu_uuid,
             "gpuIndex": self.gpu_index,
@@ -95,6 +100,12 @@ class InstanceView:
             "updatedAt": self.updated_at,
             "idleSince": self.idle_since,
         }
+        if self.outcome is not None:
+            out["outcome"] = self.outcome.value
+        return out
+
+    def with_outcome(self, outcome: Outcome) -> InstanceView:
+        return dataclasses.replace(self, outcome=outcome)
 
 
 @dataclass(frozen=True)
@@ -186,11 +197,16 @@ class Allocation:
     def reused(self) -> bool:
         return self.outcome is Outcome.REUSED
 
+    @property
+    def instances(self) -> tuple[InstanceView, ...]:
+        """The instance table's rows: the allocated instance, with its outcome."""
+        return (self.instance.with_outcome(self.outcome),)
+
     def to_json(self) -> Json:
         out: Json = {
             "kind": self.kind,
             "dryRun": self.dry_run,
-            "instance": self.instance.to_json(),
+            "instance": self.instances[0].to_json(),
             "created": self.created,
             "reused": self.reused,
             "reclaimed": list(self.reclaimed),
@@ -256,6 +272,9 @@ class Reclaim:
         return out
 
 
+_RESTORES = (ActionKind.RESTORE_IDLE.value, ActionKind.RESTORE_ACTIVE.value)
+
+
 @dataclass(frozen=True)
 class Action:
     """One step of recover, adopt or reconcile, with the reason it was (or would be) taken."""
@@ -265,6 +284,10 @@ class Action:
     gpu_uuid: str | None
     placement: Placement | None
     reason: str
+    changed: bool = False
+    """Whether the step changed anything (a file written or removed, the hardware changed); in a
+    dry run, whether it would. A verified instance that stays as it is, a preserve or a skip
+    changes nothing."""
 
     def to_json(self) -> Json:
         return {
@@ -273,7 +296,13 @@ class Action:
             "gpuUUID": self.gpu_uuid,
             "placement": placement_json(self.placement) if self.placement else None,
             "reason": self.reason,
+            "changed": self.changed,
         }
+
+    @property
+    def verified(self) -> bool:
+        """A restore that found the instance already as its record says: verified, unchanged."""
+        return not self.changed and self.action in _RESTORES
 
 
 @dataclass(frozen=True)
@@ -311,12 +340,36 @@ class ActionReport:
     warnings: tuple[Warning_, ...] = ()
     notes: tuple[str, ...] = ()
     """What the pass left out and why (the idle policy without a pod list)."""
+    files_changed: int = 0
+    """The files the pass wrote or removed (records, intents, CDI specs, the removal queue),
+    counted once per step that touched them; 0 in a dry run."""
+
+    @property
+    def changed(self) -> int:
+        """How many actions changed something (in a dry run: would)."""
+        return sum(a.changed for a in self.actions)
+
+    def by_action(self) -> dict[str, int]:
+        """How many actions of each kind, in the order they first appear."""
+        counts: dict[str, int] = {}
+        for a in self.actions:
+            counts[a.action] = counts.get(a.action, 0) + 1
+        return counts
+
+    def summary_json(self) -> Json:
+        return {
+            "changed": self.changed,
+            "unchanged": len(self.actions) - self.changed,
+            "filesChanged": self.files_changed,
+            "byAction": self.by_action(),
+        }
 
     def to_json(self) -> Json:
         out: Json = {
             "kind": self.kind,
             "dryRun": self.dry_run,
             "actions": [a.to_json() for a in self.actions],
+            "summary": self.summary_json(),
         }
         if self.skipped:
             out["skippedGPUs"] = [s.to_json() for s in self.skipped]
@@ -354,6 +407,9 @@ class Forgotten:
     state: str | None = None
     unreadable: str | None = None
     note: str | None = None
+    instance: InstanceView | None = None
+    """The forgotten instance as its record (or intent) said, outcome `forgotten`; None when
+    the file could not be read."""
 
     def to_json(self) -> Json:
         out: Json = (
@@ -378,11 +434,17 @@ class Forget:
     forgotten: tuple[Forgotten, ...]
     warnings: tuple[Warning_, ...] = ()
 
+    @property
+    def instances(self) -> tuple[InstanceView, ...]:
+        """The instances of the files that could be read (outcome `forgotten`)."""
+        return tuple(f.instance for f in self.forgotten if f.instance is not None)
+
     def to_json(self) -> Json:
         out: Json = {
             "kind": self.kind,
             "dryRun": self.dry_run,
             "forgotten": [f.to_json() for f in self.forgotten],
+            "instances": [i.to_json() for i in self.instances],
         }
         if self.warnings:
             out["warnings"] = [w.to_json() for w in self.warnings]

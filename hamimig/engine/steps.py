@@ -184,9 +184,9 @@ class Step:
         """Whether applying it changes anything (a step on a `Where` only reports)."""
         return not isinstance(self.target, Where)
 
-    def report(self, outcome: str | None = None) -> Action:
+    def report(self, outcome: str | None = None, changed: bool = False) -> Action:
         reason = self.reason if not outcome else f"{self.reason}; {outcome}"
-        return Action(self.kind.value, *self.target.where, reason)
+        return Action(self.kind.value, *self.target.where, reason, changed=changed)
 
 
 @dataclass

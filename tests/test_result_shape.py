@@ -1,0 +1,310 @@
+"""One result shape: allocate, release, reclaim and forget report the instances they acted on
+with their last `state` and an `outcome`; recover, adopt and reconcile say per action whether
+it changed anything and end with a summary; every JSON key that was there before stays."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.support.cli import (
+    ADOPT_CONFIG,
+    Cli,
+    allocate,
+    allocate_args,
+    allocated,
+    configured,
+    idle,
+    ok,
+    sim_create,
+)
+
+INSTANCE_KEYS = {
+    "migUUID",
+    "gpuUUID",
+    "gpuIndex",
+    "profile",
+    "placement",
+    "gpuInstanceID",
+    "computeInstanceID",
+    "state",
+    "owner",
+    "cdiDevice",
+    "error",
+    "processes",
+    "createdAt",
+    "updatedAt",
+    "idleSince",
+}
+"""The Instance object's keys before `outcome` was added."""
+
+
+def _outcomes(instances: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [(i["migUUID"], i["state"], i["outcome"]) for i in instances]
+
+
+def _row(stdout: str, mig: str) -> list[str]:
+    """The cells of the table row naming `mig`."""
+    [line] = [line for line in stdout.splitlines() if mig in line and line.startswith("│")]
+    return [cell.strip() for cell in line.strip("│ ").split("│")]
+
+
+def _header(stdout: str) -> list[str]:
+    [line] = [line for line in stdout.splitlines() if "MIG UUID" in line or "ACTION" in line]
+    return [cell.strip() for cell in line.strip("┃ ").split("┃")]
+
+
+def _cell(stdout: str, mig: str, column: str) -> str:
+    return _row(stdout, mig)[_header(stdout).index(column)]
+
+
+def _summary(stdout: str) -> tuple[set[str], str]:
+    """The action table's last line: its counts, and what it says changed."""
+    last = stdout.splitlines()[-1]
+    assert last.startswith("summary: "), stdout
+    counts, tail = last.removeprefix("summary: ").split("; ", 1)
+    return set(counts.split(", ")), tail
+
+
+# ---------------------------------------------------------------------------------------------
+# allocate, release, reclaim, forget: the outcome of each instance
+
+
+def test_allocate_reports_created_then_unchanged_then_reused(cli: Cli) -> None:
+    first = allocate(cli, "ns/a", "1g.10gb", "0")
+    mig = first["instance"]["migUUID"]
+    assert (first["instance"]["state"], first["instance"]["outcome"]) == ("Active", "created")
+    again = allocate(cli, "ns/a", "1g.10gb", "0")
+    assert (again["instance"]["outcome"], again["created"], again["reused"]) == (
+        "unchanged",
+        False,
+        False,
+    )
+    ok(cli.json("release", "--mig-uuid", mig))
+    reused = allocate(cli, "ns/b", "1g.10gb", "0")
+    assert (reused["instance"]["migUUID"], reused["instance"]["outcome"]) == (mig, "reused")
+    assert reused["reused"] is True
+
+
+def test_release_reports_released_and_an_idle_one_unchanged(cli: Cli) -> None:
+    mig = allocated(cli, "ns/a", "1g.10gb", "0")
+    released = ok(cli.json("release", "--pod", "ns/a"))["released"]
+    assert _outcomes(released) == [(mig, "Idle", "released")]
+    again = ok(cli.json("release", "--mig-uuid", mig))["released"]
+    assert _outcomes(again) == [(mig, "Idle", "unchanged")]
+    table = cli("release", "--mig-uuid", mig).stdout
+    assert table.splitlines()[0] == "already released (Idle): nothing changed"
+    assert _cell(table, mig, "OUTCOME") == "unchanged"
+
+
+def test_reclaim_reports_the_last_state_and_reclaimed(cli: Cli) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    reclaimed = ok(cli.json("reclaim", "--mig-uuid", mig))["reclaimed"]
+    assert _outcomes(reclaimed) == [(mig, "Idle", "reclaimed")]
+
+
+def test_a_reclaimed_table_no_longer_reads_as_a_live_idle_instance(cli: Cli) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    ran = cli("reclaim", "--gpu", "0", "--all-idle")
+    assert ran.exit_code == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "reclaimed (destroyed: no longer on the node)"
+    assert "OUTCOME" in _header(ran.stdout)
+    assert _cell(ran.stdout, mig, "OUTCOME") == "reclaimed"
+    assert _cell(ran.stdout, mig, "STATE") == "Idle"  # the last state it had
+    assert mig not in cli("list").stdout
+
+
+def test_forget_reports_the_instance_forgotten_beside_its_files(cli: Cli) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    data = ok(cli.json("forget", mig))
+    assert data["forgotten"][0]["migUUID"] == mig  # the existing shape, unchanged
+    assert _outcomes(data["instances"]) == [(mig, "Idle", "forgotten")]
+    assert set(data["instances"][0]) == INSTANCE_KEYS | {"outcome"}
+
+
+def test_the_four_commands_print_one_instance_table_with_an_outcome(cli: Cli) -> None:
+    ran = cli(*allocate_args("ns/a", "1g.10gb", "0"))
+    assert ran.exit_code == 0, ran.stderr
+    mig = ran.stdout.split()[1]
+    assert ran.stdout.startswith(f"created: {mig} ")  # the sentence stays
+    assert _cell(ran.stdout, mig, "OUTCOME") == "created"
+    released = cli("release", "--pod", "ns/a").stdout
+    assert _cell(released, mig, "OUTCOME") == "released"
+    forgotten = cli("forget", mig).stdout
+    assert _cell(forgotten, mig, "OUTCOME") == "forgotten"
+    headers = {tuple(_header(out)) for out in (ran.stdout, released, forgotten)}
+    assert len(headers) == 1, headers  # the same columns
+
+
+# ---------------------------------------------------------------------------------------------
+# Dry runs: the outcome each would have, and the title says so
+
+
+def test_dry_runs_report_the_outcome_they_would_have(cli: Cli) -> None:
+    create = ok(cli.json(*allocate_args("ns/a", "1g.10gb", "0"), "--dry-run"))
+    assert (create["dryRun"], create["instance"]["outcome"]) == (True, "created")
+    mig = allocated(cli, "ns/a", "1g.10gb", "0")
+    release = ok(cli.json("release", "--pod", "ns/a", "--dry-run"))
+    assert _outcomes(release["released"]) == [(mig, "Idle", "released")]
+    ok(cli.json("release", "--pod", "ns/a"))
+    reuse = ok(cli.json(*allocate_args("ns/b", "1g.10gb", "0"), "--dry-run"))
+    assert (reuse["instance"]["migUUID"], reuse["instance"]["outcome"]) == (mig, "reused")
+    reclaim = ok(cli.json("reclaim", "--gpu", "0", "--all-idle", "--dry-run"))
+    assert _outcomes(reclaim["reclaimed"]) == [(mig, "Idle", "reclaimed")]
+    forget = ok(cli.json("forget", mig, "--dry-run"))
+    assert _outcomes(forget["instances"]) == [(mig, "Idle", "forgotten")]
+    # Nothing happened: the instance is still there, Idle.
+    assert ok(cli.json("show", mig))["state"] == "Idle"
+
+
+def test_dry_run_tables_say_dry_run_and_the_outcome(cli: Cli) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    reclaim = cli("reclaim", "--gpu", "0", "--all-idle", "--dry-run").stdout
+    assert reclaim.splitlines()[0] == "would reclaim (dry run: nothing changed)"
+    assert _cell(reclaim, mig, "OUTCOME") == "reclaimed"
+    forget = cli("forget", mig, "--dry-run").stdout
+    assert forget.splitlines()[0] == "would forget (dry run: nothing changed)"
+    assert _cell(forget, mig, "OUTCOME") == "forgotten"
+    reuse = cli(*allocate_args("ns/b", "1g.10gb", "0"), "--dry-run").stdout
+    assert "(dry run: nothing changed)" in reuse.splitlines()[0]
+    assert _cell(reuse, mig, "OUTCOME") == "reused"
+
+
+# ---------------------------------------------------------------------------------------------
+# recover, adopt, reconcile: what changed, and a summary
+
+
+def test_recover_twice_the_second_says_nothing_to_change(cli: Cli) -> None:
+    mig = allocated(cli, "ns/a", "1g.10gb", "0")  # Active, and no pod holds it
+    first = ok(cli.json("--node", "n", "recover", "--assume-no-pods"))
+    assert [(a["action"], a["migUUID"], a["changed"]) for a in first["actions"]] == [
+        ("restore-idle", mig, True)
+    ]
+    assert first["summary"] == {
+        "changed": 1,
+        "unchanged": 0,
+        "filesChanged": 1,  # the record
+        "byAction": {"restore-idle": 1},
+    }
+    second = ok(cli.json("--node", "n", "recover", "--assume-no-pods"))
+    assert [a["changed"] for a in second["actions"]] == [False]
+    assert second["summary"]["changed"] == 0
+    assert second["summary"]["filesChanged"] == 0
+    table = cli("--node", "n", "recover", "--assume-no-pods").stdout
+    assert _cell(table, mig, "CHANGED") == "no"
+    assert table.splitlines()[-1] == (
+        "summary: 1 verified; nothing to change (0 changed, 0 files changed)"
+    )
+
+
+def test_recover_table_says_per_row_what_changed(cli: Cli) -> None:
+    mig = allocated(cli, "ns/a", "1g.10gb", "0")
+    kept = idle(cli, "ns/b", "1g.10gb", "1")
+    unmanaged = sim_create(cli, "1g.10gb", "5")["migUUID"]
+    dry = cli("--node", "n", "recover", "--assume-no-pods", "--dry-run").stdout
+    assert dry.splitlines()[0] == "recovery (dry run: nothing changed)"
+    assert _cell(dry, mig, "CHANGED") == "would"
+    assert _cell(dry, kept, "CHANGED") == "no"
+    # The counts come in the order the actions do (records by MIG UUID: random here).
+    assert _summary(dry) == (
+        {"1 restore-idle", "1 verified", "1 preserve-unmanaged"},
+        "1 would change (dry run: nothing changed)",
+    )
+    ran = cli("--node", "n", "recover", "--assume-no-pods").stdout
+    assert _cell(ran, mig, "CHANGED") == "yes"
+    assert _cell(ran, kept, "CHANGED") == "no"
+    assert _cell(ran, unmanaged, "CHANGED") == "no"
+    assert _summary(ran) == (
+        {"1 restored Idle", "1 verified", "1 preserve-unmanaged"},
+        "1 changed, 1 file changed",
+    )
+
+
+def test_adopt_says_what_it_claimed_then_nothing_to_change(cli: Cli) -> None:
+    node = configured(cli, ADOPT_CONFIG)
+    pair = sim_create(node, "1g.10gb", "3")["migUUID"]
+    first = ok(node.json("adopt", "--assume-no-pods"))
+    assert [(a["action"], a["migUUID"], a["changed"]) for a in first["actions"]] == [
+        ("adopt-idle", pair, True)
+    ]
+    assert first["summary"]["changed"] == 1
+    assert first["summary"]["filesChanged"] == 2  # its record and its CDI spec
+    second = node("adopt", "--assume-no-pods")
+    assert second.exit_code == 0, second.stderr
+    assert second.stdout.splitlines()[0] == "adoption: nothing to change"
+    assert ok(node.json("adopt", "--assume-no-pods"))["summary"]["changed"] == 0
+
+
+def test_reconcile_shares_the_action_table(cli: Cli) -> None:
+    data = ok(cli.json("reconcile"))
+    assert data["summary"] == {"changed": 0, "unchanged": 0, "filesChanged": 0, "byAction": {}}
+    assert cli("reconcile").stdout.splitlines() == ["reconcile: nothing to change"]
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON: additive only
+
+
+def test_every_result_keeps_its_keys_and_only_gains_the_new_ones(cli: Cli) -> None:
+    node = configured(cli, ADOPT_CONFIG)
+    alloc = ok(node.json(*allocate_args("ns/a", "1g.10gb", "0")))
+    mig = alloc["instance"]["migUUID"]
+    assert set(alloc) == {"kind", "dryRun", "instance", "created", "reused", "reclaimed"}
+    assert set(alloc["instance"]) - INSTANCE_KEYS == {"outcome"}
+    assert set(alloc["instance"]) >= INSTANCE_KEYS
+
+    release = ok(node.json("release", "--pod", "ns/a"))
+    assert set(release) == {"kind", "dryRun", "released"}
+    assert set(release["released"][0]) == INSTANCE_KEYS | {"outcome"}
+
+    other = idle(node, "ns/b", "1g.10gb", "1")
+    reclaim = ok(node.json("reclaim", "--mig-uuid", other))
+    assert set(reclaim) == {"kind", "dryRun", "reclaimed", "skipped"}
+    assert set(reclaim["reclaimed"][0]) == INSTANCE_KEYS | {"outcome"}
+
+    forget = ok(node.json("forget", mig))
+    assert set(forget) - {"instances"} == {"kind", "dryRun", "forgotten"}
+    assert set(forget["forgotten"][0]) == {"migUUID", "state", "record", "cdiSpec", "unreadable"}
+
+    sim_create(node, "1g.10gb", "5")
+    for args in (
+        ("--node", "n", "recover", "--assume-no-pods"),
+        ("adopt", "--assume-no-pods"),
+        ("reconcile",),
+    ):
+        report = ok(node.json(*args))
+        assert set(report) - {"summary"} <= {"kind", "dryRun", "actions", "notes", "skippedGPUs"}
+        assert {"kind", "dryRun", "actions", "summary"} <= set(report)
+        for action in report["actions"]:
+            old = {"action", "migUUID", "gpuUUID", "placement", "reason"}
+            assert set(action) == old | {"changed"}
+
+    # `list` and `show` look, and act on nothing: their Instance objects have no outcome.
+    listed = ok(node.json("list"))["instances"]
+    assert listed and all(set(i) == INSTANCE_KEYS for i in listed)
+
+
+# ---------------------------------------------------------------------------------------------
+# show
+
+
+def test_show_table_has_the_pod_uid_times_and_processes(cli: Cli) -> None:
+    uid = "0f0e0d0c-1111-2222-3333-444455556666"
+    args = [*allocate_args("ns/a", "1g.10gb", "0"), "--pod-uid", uid]
+    mig = ok(cli.json(*args))["instance"]["migUUID"]
+    data = ok(cli.json("show", mig))
+    rows = dict(
+        re.split(r"\s{2,}", line.strip(), maxsplit=1)
+        for line in cli("show", mig).stdout.splitlines()
+        if line.strip()
+    )
+    assert rows["pod UID"] == uid
+    assert rows["created"] == data["createdAt"]
+    assert rows["updated"] == data["updatedAt"]
+    assert rows["idle since"] == "-"
+    assert rows["processes"] == "none"
+    ok(cli.json("release", "--mig-uuid", mig))
+    shown = cli("show", mig).stdout
+    idle_since = ok(cli.json("show", mig))["idleSince"]
+    assert idle_since and f"idle since  {idle_since}" in shown
