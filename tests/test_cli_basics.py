@@ -166,3 +166,20 @@ def test_every_command_has_help() -> None:
         result = runner.invoke(app, [*args, "--help"])
         assert result.exit_code == 0, args
         assert "Usage:" in result.stdout
+
+
+def test_help_loads_neither_the_renderer_nor_the_engine() -> None:
+    """`--help` is the cheapest call there is: the output machinery and the lifecycle core
+    load only for a command that runs (the check for undecodable arguments included)."""
+    script = (
+        "import sys\n"
+        "from hamimig.cli.app import run\n"
+        "status = run(['--help'])\n"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('hamimig.engine', "
+        "'hamimig.cli.render', 'hamimig.reports', 'hamimig.store')))\n"
+        "print(status, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "0 []"

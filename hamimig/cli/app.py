@@ -336,11 +336,12 @@ def _guarded(invoke: Callable[[], Any], argv: list[str]) -> int:
 def _undecodable(argv: list[str]) -> UsageError | None:
     """Arguments that were not UTF-8 arrive with lone surrogates (surrogateescape); no name,
     path or UUID hamimig accepts can contain one, and they would fail later, mid-command."""
-    from hamimig.cli.render import printable
-    from hamimig.engine.validate import has_surrogates
-
     for position, arg in enumerate(argv, start=1):
-        if has_surrogates(arg):
+        try:
+            arg.encode("utf-8")  # fails on exactly the lone surrogates; costs no import
+        except UnicodeEncodeError:
+            from hamimig.cli.render import printable  # output machinery only for output
+
             return UsageError(f"argument {position} '{printable(arg)}' is not valid UTF-8")
     return None
 
