@@ -14,7 +14,7 @@ from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
 from hamimig.errors import HardwareError, NvmlError, UnverifiableError
 from hamimig.hw.devnodes import capability_nodes
-from hamimig.hw.types import GpuInstance, MigDevice, MigHardware
+from hamimig.hw.types import Gpu, GpuInstance, MigDevice, MigHardware
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent
@@ -83,6 +83,16 @@ def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> 
     )
     kept = tuple(i for i in durable.intents if i not in finished)
     return dataclasses.replace(durable, intents=kept, finished=finished)
+
+
+BUSY = "busy: processes run on it"
+"""Why a command leaves an instance alone that processes run on (or that NVML cannot show idle)."""
+
+
+def profile_names(node: Node, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> dict[int, str]:
+    """The profile name of each GI's profile ID on `gpu`, as record checks compare them."""
+    hw = node.hardware()
+    return {gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout}
 
 
 def processes_on(hw: MigHardware, mig_uuid: str) -> bool | None:
