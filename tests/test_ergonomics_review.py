@@ -6,6 +6,9 @@ owner that Kubernetes could not have named is refused in records and in pod list
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from tests.support.cli import Cli, allocated, fault, instances, ok, refused, run_hamimig, sim
 from tests.support.pods import PodsFile, kube_pod
@@ -80,3 +83,60 @@ def test_a_pod_list_with_a_name_kubernetes_could_not_issue_is_refused(
     pods = pods_file(kube_pod("ns/Trainer_0"))
     message = refused(cli.json("recover", "--pods", pods), 2, "usage")
     assert "metadata.name 'Trainer_0' is not a Kubernetes pod name" in message
+
+
+def test_below_80_columns_prefixes_stay_whole_and_owners_readable(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(2):
+        allocated(cli, f"default/p{n}", "1g.10gb")
+    allocated(cli, "team-a/a-very-long-pod-name-0", "1g.10gb")
+    for width in (60, 70):
+        monkeypatch.setenv("COLUMNS", str(width))
+        for ran in (cli("list"), cli("release", "--pod", "default/p0", "--dry-run")):
+            lines = ran.stdout.splitlines()
+            assert all(len(line) <= width for line in lines), ran.stdout
+            shown = re.findall(r"MIG-[0-9a-f-]+", ran.stdout)
+            assert shown and all(len(s.replace("-", "")) >= 3 + 8 for s in shown)
+            every = [i["migUUID"] for i in instances(cli)]
+            for prefix in shown:  # each one unique among the instances, shortened or whole
+                assert sum(m.startswith(prefix.rstrip("…")) for m in every) == 1
+        listed = cli("list").stdout
+        assert "default/p0" in listed
+        # The long owner wraps (folded at the column's edge) but is never cut.
+        folded = "".join(line.split()[-1] for line in listed.splitlines() if line.strip())
+        assert "team-a/a-very-long-pod-name-0" in folded
+
+
+def test_a_release_shortened_in_its_table_names_the_whole_uuid(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mig = allocated(cli, "ns/a", "1g.10gb")
+    monkeypatch.setenv("COLUMNS", "80")
+    ran = cli("release", "--mig-uuid", mig[:12])
+    assert ran.exit_code == 0
+    assert f"released {mig}" in ran.stdout
+
+
+def test_forget_by_prefix_is_refused_while_a_record_cannot_be_read(cli: Cli) -> None:
+    mig = allocated(cli, "ns/a", "1g.10gb")
+    ok(cli.json("release", "--mig-uuid", mig))
+    bad = cli.state_dir / f"hami-owned-mig-{'0' * 64}.json"
+    bad.write_text("{broken")
+    bad.chmod(0o600)
+    message = refused(cli.json("forget", mig[:12], "--dry-run"), 5, "unverifiable")
+    assert "cannot be read" in message and "give the whole MIG UUID" in message
+    ok(cli.json("forget", mig, "--dry-run"))  # the whole UUID still works
+
+
+def test_a_mig_uuid_in_capitals_names_the_instance(cli: Cli) -> None:
+    mig = allocated(cli, "ns/a", "1g.10gb")
+    assert ok(cli.json("show", mig.upper()))["migUUID"] == mig
+    (released,) = ok(cli.json("release", "--mig-uuid", mig.upper(), "--dry-run"))["released"]
+    assert released["migUUID"] == mig
+
+
+def test_empty_parts_of_a_reference_are_refused(cli: Cli) -> None:
+    allocated(cli, "ns/a", "1g.10gb")
+    assert "names no digits" in refused(cli.json("show", "MIG-"), 2, "usage")
+    assert "empty kind" in refused(cli.json("show", "=mig-" + "0" * 64), 2, "usage")

@@ -51,9 +51,11 @@ def test_show_by_prefix_by_device_name_and_by_qualified_name(cli: Cli) -> None:
     made = allocate(cli, "ns/p", "1g.10gb", "2", "0", "--pod-uid", uid)["instance"]
     a = made["migUUID"]
     assert made["cdiDevice"] == f"k8s.device-plugin.nvidia.com/dynamic-mig=mig-{_sha(a)}"
-    for text in (a, a[:12], "MIG-", f"mig-{_sha(a)}", made["cdiDevice"]):
+    for text in (a, a[:12], a[:5], f"mig-{_sha(a)}", made["cdiDevice"]):
         shown = ok(cli.json("show", text))
         assert (shown["kind"], shown["migUUID"], shown["state"]) == ("Instance", a, "Active")
+    # `MIG-` alone names no digit: an empty variable, never "the only instance there is".
+    assert "names no digits" in refused(cli.json("show", "MIG-"), 2, "usage")
     shown = ok(cli.json("show", a[:10]))
     assert shown["owner"]["uid"] == uid
     assert shown["createdAt"] and shown["updatedAt"]
@@ -87,16 +89,16 @@ def test_show_by_prefix_finds_an_allocation_in_flight(cli: Cli) -> None:
     assert shown["gpuIndex"] == 0
 
 
-def test_an_ambiguous_prefix_names_the_candidates(cli: Cli) -> None:
+def test_an_ambiguous_prefix_names_the_candidates(cli: Cli, crafted: None) -> None:
     a = allocated(cli, "ns/a", "1g.10gb", "0")
     b = allocated(cli, "ns/b", "1g.10gb", "1")
-    message = refused(cli.json("show", "MIG-"), 2, "usage")
+    message = refused(cli.json("show", "MIG-d"), 2, "usage")
     assert "ambiguous" in message and a in message and b in message
 
 
-def test_an_ambiguous_prefix_names_at_most_five_candidates(cli: Cli) -> None:
+def test_an_ambiguous_prefix_names_at_most_five_candidates(cli: Cli, crafted: None) -> None:
     made = sorted(sim_create(cli, "1g.10gb", str(start))["migUUID"] for start in range(7))
-    message = refused(cli.json("show", "MIG-"), 2, "usage")
+    message = refused(cli.json("show", "MIG-dead"), 2, "usage")
     assert "matches 7 instances" in message
     assert all(u in message for u in made[:5]) and "and 2 more" in message
     assert not any(u in message for u in made[5:])

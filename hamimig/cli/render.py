@@ -303,6 +303,11 @@ the width below which a layout would rather drop another column than squeeze the
 _INSTANCE_DROPS = (("CDI", "CDI DEVICE"), ("GI", "CI"), ("POD UID",), ("PROCESSES",), ("AGE",))
 """What an instance table leaves out, in this order, where the console is too narrow; GPU, MIG
 UUID (shortened), PROFILE, PLACEMENT, STATE and OWNER always stay."""
+_NARROW = 80
+"""Below this width tables may lose their rules and, last, columns kept at 80."""
+_LAST_RESORT = (("PLACEMENT",), ("PROFILE",))
+"""Below 80 columns, when even the kept columns do not fit without rules: then these go too
+(`show` names them), so that MIG UUID prefixes stay unique and the owner readable."""
 _ACTION_DROPS = (("GPU",), ("PLACEMENT",))
 """What the action table leaves out where the console is too narrow: ACTION, MIG UUID
 (shortened) and REASON always stay."""
@@ -343,36 +348,48 @@ def _short_uuids(uuids: list[str]) -> list[str]:
 
 
 def _fit(
-    width: int, boxed: bool, columns: dict[str, list[str]], drops: tuple[tuple[str, ...], ...]
-) -> dict[str, list[str]]:
+    width: int,
+    boxed: bool,
+    columns: dict[str, list[str]],
+    drops: tuple[tuple[str, ...], ...],
+    last_resort: tuple[tuple[str, ...], ...] = (),
+) -> tuple[dict[str, list[str]], bool]:
     """The columns (name: plain cells, in order) a table shows on a console `width` wide.
 
     The first layout that fits wins: every column with whole MIG UUIDs, then without each group
-    of `drops` in turn; then the same with MIG UUIDs shortened (`_short_uuids`); else the
-    narrowest of them. A column in `_FOLD_FLOOR` counts as wide as its floor (it wraps); any
+    of `drops` in turn; then the same with MIG UUIDs shortened (`_short_uuids`); then both
+    again without rules (kubectl's look); then, shortened and without rules, also without the
+    groups of `last_resort`; else the narrowest of them. Returns the columns and whether the
+    table has rules. A column in `_FOLD_FLOOR` counts as wide as its floor (it wraps); any
     other as wide as its widest cell or header (it never wraps). `boxed`: rich's default box
     (a rule between columns and at both edges); else kubectl's look (two spaces apart)."""
     from rich.cells import cell_len
 
-    def needed(shown: dict[str, list[str]]) -> int:
+    def needed_as(shown: dict[str, list[str]], ruled: bool) -> int:
         total = 0
         for name, cells in shown.items():
             natural = max([cell_len(name), *(cell_len(c) for c in cells)])
             total += min(natural, _FOLD_FLOOR[name]) if name in _FOLD_FLOOR else natural
         n = len(shown)
-        return total + (3 * n + 1 if boxed else 2 * (n - 1))
+        return total + (3 * n + 1 if ruled else 2 * (n - 1))
 
     shortened = dict(columns)
     if _UUID in columns:
         shortened[_UUID] = _short_uuids(columns[_UUID])
-    shown = columns
-    for candidate in (columns, shortened):
+    passes = [(boxed, columns, drops), (boxed, shortened, drops)]
+    if not boxed or width < _NARROW:
+        # Without rules, then without what is kept at 80 columns: only where it must be.
+        if boxed:
+            passes += [(False, columns, drops), (False, shortened, drops)]
+        passes.append((False, shortened, (*drops, *last_resort)))
+    shown, ruled = columns, boxed
+    for ruled, candidate, groups in passes:
         shown = dict(candidate)
-        for group in ((), *drops):
+        for group in ((), *groups):
             shown = {name: cells for name, cells in shown.items() if name not in group}
-            if needed(shown) <= width:
-                return shown
-    return shown
+            if needed_as(shown, ruled) <= width:
+                return shown, ruled
+    return shown, ruled  # the narrowest: its folding columns give the rest
 
 
 def _titled(console: Console, title: str, table: Any) -> None:
@@ -446,17 +463,19 @@ def _instance_table(
     whether processes run and the whole CDI device, folded onto more lines where the width runs
     out; it always shows the owner's index. Where `console` is too narrow for every column the
     table leaves some out and shortens MIG UUIDs (see `_fit`); the owner wraps, never cut."""
+    from rich.cells import cell_len
     from rich.table import Table
 
     names, rows = _instance_rows(instances, look, age)
-    columns = _fit(
+    columns, ruled = _fit(
         console.width,
         not look.wide,
         {name: [row[i] for row in rows] for i, name in enumerate(names)},
         _INSTANCE_DROPS,
+        _LAST_RESORT,
     )
     table = Table(header_style="bold")
-    if look.wide:
+    if not ruled:
         table.box = None
         table.pad_edge = False
     for name in columns:
@@ -464,6 +483,9 @@ def _instance_table(
             table.add_column(name, overflow="fold")
         elif name == "CDI":
             table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=18)
+        elif name == _UUID:  # a prefix is never cut further: it would stop being unique
+            widest = max(cell_len(c) for c in [name, *columns[name]])
+            table.add_column(name, no_wrap=True, min_width=widest)
         else:
             table.add_column(name, no_wrap=True)
     for r, inst in enumerate(instances):
@@ -479,6 +501,8 @@ def _instance_table(
                 cell = f"[{style}]{inst.state.value}[/]{rest}"
             shown.append(cell)
         table.add_row(*shown)
+    shortened = _UUID in columns and columns[_UUID] != [i.mig_uuid or "-" for i in instances]
+    setattr(table, "shortened", shortened)  # noqa: B010 (read back by `_instances`)
     return table
 
 
@@ -497,12 +521,24 @@ def _table_console(look: Look) -> Console:
 
 
 def _instances(
-    console: Console, title: str, instances: tuple[InstanceView, ...], look: Look = _PLAIN
+    console: Console,
+    title: str,
+    instances: tuple[InstanceView, ...],
+    look: Look = _PLAIN,
+    acted: str = "",
 ) -> None:
+    """The instance table under `title`. With `acted` (a verb), a table too narrow for whole
+    MIG UUIDs is followed by the ones acted on, whole, so that a prefix given on the command
+    line is never all the operator sees of what was changed."""
     if not instances:
         console.print(f"{title}: none")
         return
-    _titled(console, title, _instance_table(console, instances, look))
+    table = _instance_table(console, instances, look)
+    _titled(console, title, table)
+    if acted and getattr(table, "shortened", False):
+        for inst in instances:
+            if inst.mig_uuid:
+                _wrapped(console, f"{acted} {inst.mig_uuid}")
 
 
 def _allocation(console: Console, result: Allocation, look: Look) -> None:
@@ -531,7 +567,9 @@ def _release(console: Console, result: Release, look: Look) -> None:
     title = "would release (dry run): these go Idle" if result.dry_run else "released (now Idle)"
     if result.released and all(i.outcome is Outcome.UNCHANGED for i in result.released):
         title = "already released (Idle): nothing changed"
-    _instances(console, title, result.released, look)
+    _instances(
+        console, title, result.released, look, "would release" if result.dry_run else "released"
+    )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
@@ -542,7 +580,9 @@ def _reclaim(console: Console, result: Reclaim, look: Look) -> None:
         if result.dry_run
         else "reclaimed (destroyed: no longer on the node)"
     )
-    _instances(console, title, result.reclaimed, look)
+    _instances(
+        console, title, result.reclaimed, look, "would reclaim" if result.dry_run else "reclaimed"
+    )
     for skipped in result.skipped:
         console.print(f"skipped {skipped.mig_uuid}: {skipped.reason}")
     for note in result.notes:
@@ -558,9 +598,11 @@ def _actions(console: Console, result: ActionReport) -> None:
     if not result.actions:
         console.print(f"{title}: nothing to change")
     else:
+        from rich.cells import cell_len
+
         acts = result.actions
         yes = "would" if result.dry_run else "yes"
-        columns = _fit(
+        columns, ruled = _fit(
             console.width,
             True,
             {
@@ -574,9 +616,15 @@ def _actions(console: Console, result: ActionReport) -> None:
             _ACTION_DROPS,
         )
         table = Table(header_style="bold")
+        if not ruled:
+            table.box = None
+            table.pad_edge = False
         for column in columns:
             if column in _FOLD_FLOOR:  # REASON wraps, never cut
                 table.add_column(column, overflow="fold")
+            elif column == _UUID:
+                widest = max(cell_len(c) for c in [column, *columns[column]])
+                table.add_column(column, no_wrap=True, min_width=widest)
             else:
                 table.add_column(column, no_wrap=True)
         for r in range(len(acts)):

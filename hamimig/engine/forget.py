@@ -84,9 +84,17 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
         # reports it). Unreadable records do not matter here: forgetting one is the point.
         from hamimig.engine.safety import refuse_if_unsafe
 
-        records = node.records().load()[0]
+        records, unreadable = node.records().load()
         warnings = refuse_if_unsafe(node, records, dry_run)
         if uuid is not None and is_reference(uuid):
+            if unreadable:
+                # An unreadable record may be the one the prefix names: resolving among the
+                # readable ones could drop the wrong instance's record.
+                raise UnverifiableError(
+                    f"{len(unreadable)} record(s) cannot be read ({unreadable[0].file}), so a "
+                    f"prefix or device name may name one of them: give the whole MIG UUID; "
+                    "nothing was changed"
+                )
             intents = node.intents().load()[0]
             uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
         if uuid is not None:

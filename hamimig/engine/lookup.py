@@ -35,10 +35,11 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def is_reference(text: str) -> bool:
-    """Whether `text` is one of the forms looked up (a prefix or a CDI device name) rather
-    than a full MIG UUID or something else, which commands take as they always did."""
+    """Whether `text` is one of the forms looked up (a prefix, a CDI device name, or a full MIG
+    UUID written in capitals, which drivers never print) rather than a full MIG UUID as drivers
+    print it or something else, which commands take as they always did."""
     if FULL_MIG_UUID.fullmatch(text):
-        return False
+        return text != text.lower().replace("mig-gpu-", "MIG-GPU-").replace("mig-", "MIG-", 1)
     return text.startswith(_PREFIX) or _is_device(text)
 
 
@@ -79,7 +80,15 @@ def check_reference(text: str, mutating: bool) -> None:
     if not is_reference(text):
         return
     if _is_device(text):
-        _device_part(text.rpartition("=")[2], text)
+        kind, eq, name = text.rpartition("=")
+        if eq and not kind:
+            raise UsageError(f"CDI device {text!r} has an empty kind: give KIND=mig-<sha256>")
+        _device_part(name, text)
+    elif not mutating and prefix_digits(text) < 1:
+        raise UsageError(
+            f"MIG UUID prefix {text!r} names no digits: give at least the first hex digits "
+            "after 'MIG-' (an empty variable?)"
+        )
     elif mutating and not could_begin(text):
         raise UsageError(
             f"invalid MIG UUID {text}: use MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx as "
