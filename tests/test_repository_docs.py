@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,3 +107,14 @@ def test_no_file_refers_to_documents_outside_the_repository() -> None:
             words = [w for w in _OUTSIDE if (w in line if w.endswith(".md") else w in line.lower())]
             found += [f"{path.relative_to(ROOT)}:{number}: {word}" for word in words]
     assert found == []
+
+
+def test_the_runbook_blocks_are_the_ones_scripts_runbook_regenerates() -> None:
+    """`python scripts/runbook.py` rewrites the Runbook's examples from real runs; its check
+    fails when a README edit moved, added or dropped one of them."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "runbook.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -692,7 +692,7 @@ def _detail(console: Console, result: InstanceDetail) -> None:
     inst = result.instance
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold")  # paths and CDI names wrap whole, never cut
     style = STATE_STYLE.get(inst.state, "")
     rows = [
         ("MIG UUID", inst.mig_uuid or "-"),
