@@ -22,7 +22,7 @@ def test_no_headers_keeps_state_one_word_when_busy(cli: Cli) -> None:
     (line,) = ran.stdout.splitlines()
     assert line.split()[6] == "Active"
     wide = cli("-o", "wide", "list", "--no-headers")
-    assert "Active" in wide.stdout.split() and "yes" in wide.stdout.split()
+    assert "Active" in wide.stdout.split() and "1" in wide.stdout.split()  # one process
 
 
 def test_a_profile_filter_naming_nothing_the_node_offers_is_refused(cli: Cli) -> None:
@@ -140,3 +140,18 @@ def test_empty_parts_of_a_reference_are_refused(cli: Cli) -> None:
     allocated(cli, "ns/a", "1g.10gb")
     assert "names no digits" in refused(cli.json("show", "MIG-"), 2, "usage")
     assert "empty kind" in refused(cli.json("show", "=mig-" + "0" * 64), 2, "usage")
+
+
+def test_wide_and_json_count_the_processes_on_an_instance(cli: Cli) -> None:
+    busy = allocated(cli, "ns/job", "1g.10gb")
+    calm = allocated(cli, "ns/calm", "1g.10gb")
+    sim(cli, "busy", "--mig-uuid", busy)
+    listed = {i["migUUID"]: i for i in instances(cli)}
+    assert (listed[busy]["processes"], listed[busy]["processCount"]) == (True, 1)
+    assert (listed[calm]["processes"], listed[calm]["processCount"]) == (False, 0)
+    rows = {
+        line.split()[1]: line.split()
+        for line in cli("-o", "wide", "list", "--no-headers").stdout.splitlines()
+    }
+    assert rows[busy][-2] == "1" and rows[calm][-2] == "none"
+    assert ok(cli.json("show", busy))["processCount"] == 1

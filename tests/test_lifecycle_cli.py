@@ -145,6 +145,7 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
         "cdiDevice": qualified(mig),
         "error": None,
         "processes": None,  # allocate does not ask (a new instance has none); list/show do
+        "processCount": None,
         "outcome": "created",
     }
     # Hardware: exactly one GI with one CI, at the placement, named by the MIG UUID.

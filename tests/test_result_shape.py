@@ -32,11 +32,13 @@ INSTANCE_KEYS = {
     "cdiDevice",
     "error",
     "processes",
+    "processCount",
     "createdAt",
     "updatedAt",
     "idleSince",
 }
-"""The Instance object's keys before `outcome` was added."""
+"""The Instance object's keys before `outcome` was added (with `processCount`, which came with
+the count of processes in `-o wide`)."""
 
 
 def _outcomes(instances: list[dict[str, Any]]) -> list[tuple[str, str, str]]:

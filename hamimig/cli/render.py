@@ -291,8 +291,12 @@ def _age(inst: InstanceView, now: float | None) -> str:
 
 
 def _processes(inst: InstanceView) -> str:
-    """Whether processes run on the MIG device (NVML says whether, not how many)."""
-    return "-" if inst.processes is None else ("yes" if inst.processes else "none")
+    """How many compute processes run on the MIG device (`-` when NVML could not say)."""
+    if inst.processes is None:
+        return "-"
+    if not inst.processes:
+        return "none"
+    return str(inst.process_count) if inst.process_count is not None else "yes"
 
 
 _PLAIN = Look()

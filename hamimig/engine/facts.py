@@ -104,6 +104,15 @@ def processes_on(hw: MigHardware, mig_uuid: str) -> bool | None:
         return None
 
 
+def process_count_on(hw: MigHardware, mig_uuid: str) -> int | None:
+    """How many compute processes run on a MIG device (`-o wide`, `show`); None when NVML
+    cannot say."""
+    try:
+        return hw.instance_process_count(mig_uuid)
+    except NvmlError:
+        return None
+
+
 def has_processes(hw: MigHardware, mig_uuid: str) -> bool:
     """Busy for every command that acts: an instance that cannot be shown idle (a failed
     query) is never handed out, restored Idle, adopted or destroyed."""

@@ -64,6 +64,8 @@ class InstanceView:
     """Whether processes run on the MIG device. None when nobody asked (no live MIG device,
     or a command that does not look) or NVML could not say (`list` and `show` ask every live
     device; commands that act treat "could not say" as busy)."""
+    process_count: int | None = None
+    """How many, when `processes` was asked for and NVML could say."""
     created_at: str | None = None
     updated_at: str | None = None
     idle_since: str | None = None
@@ -96,6 +98,7 @@ class InstanceView:
             "cdiDevice": self.cdi_device,
             "error": self.error,
             "processes": self.processes,
+            "processCount": self.process_count,
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
             "idleSince": self.idle_since,

@@ -498,16 +498,21 @@ class NvmlHardware:
         return bool(self._c("nvmlDeviceGetComputeRunningProcesses", self._handle(gpu)))
 
     def instance_has_processes(self, mig_uuid: str) -> bool:
-        """`nvidia-smi -i MIG-UUID --query-compute-apps=pid --format=csv`
+        """`nvidia-smi -i MIG-UUID --query-compute-apps=pid --format=csv`"""
+        return self.instance_process_count(mig_uuid) > 0
 
-        One call when `mig_device` has just read the instance back (its handle is kept).
+    def instance_process_count(self, mig_uuid: str) -> int:
+        """`nvidia-smi -i MIG-UUID --query-compute-apps=pid --format=csv,noheader | wc -l`
+
+        One call when `mig_device` has just read the instance back (its handle is kept); 0 for
+        an instance that is gone.
         """
         mig = self._mig_handles.get(mig_uuid)
         if mig is None:
             mig = self._try("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
         if mig is None:
-            return False
-        return bool(self._c("nvmlDeviceGetComputeRunningProcesses", mig))
+            return 0
+        return len(self._c("nvmlDeviceGetComputeRunningProcesses", mig))
 
     def capability_minors(self, gpu_minor: int, gi_id: int, ci_id: int) -> CapabilityMinors:
         """`grep gpu<minor>/gi<gi> /proc/driver/nvidia-caps/mig-minors`"""

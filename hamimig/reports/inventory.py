@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
-from hamimig.engine.facts import Durable, Liveness, check_record, load_durable, processes_on
+from hamimig.engine.facts import Durable, Liveness, check_record, load_durable, process_count_on
 from hamimig.engine.lookup import resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.results import InstanceView, Warning_, record_view
@@ -157,13 +157,20 @@ _LIVE_PAIR_STATES = frozenset(
 )
 
 
+def _with_count(hw: MigHardware, view: InstanceView, mig_uuid: str) -> InstanceView:
+    """`view` with `processes` and `processCount` of a live MIG device, from one NVML call."""
+    count = process_count_on(hw, mig_uuid)
+    busy = None if count is None else count > 0
+    return dataclasses.replace(view, processes=busy, process_count=count)
+
+
 def _with_processes(hw: MigHardware, view: InstanceView) -> InstanceView:
     """A live MIG device's view, with whether processes run on it (never for a GI alone)."""
     if view.mig_uuid is None or view.compute_instance_id is None:
         return view
     if view.state not in _LIVE_PAIR_STATES:
         return view
-    return dataclasses.replace(view, processes=processes_on(hw, view.mig_uuid))
+    return _with_count(hw, view, view.mig_uuid)
 
 
 def _unmanaged(
@@ -328,8 +335,8 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         gpu_instance_id=live.gpu_instance_id,
         compute_instance_id=live.compute_instance_id,
         state=State.UNMANAGED,
-        processes=processes_on(hw, mig_uuid),
     )
+    view = _with_count(hw, view, mig_uuid)
     return InstanceDetail(
         instance=view, record=None, cdi_spec=cdi_path, warnings=_warnings(node, durable)
     )
@@ -344,12 +351,12 @@ def _in_flight(hw: MigHardware, intent: Intent, live: MigDevice | None) -> Insta
             index = -1
         return _intent_view(intent, index, None)
     view = _intent_view(intent, live.gpu_index, None)
-    return dataclasses.replace(
+    view = dataclasses.replace(
         view,
         gpu_instance_id=live.gpu_instance_id,
         compute_instance_id=live.compute_instance_id,
-        processes=processes_on(hw, intent.mig_uuid or live.mig_uuid),
     )
+    return _with_count(hw, view, intent.mig_uuid or live.mig_uuid)
 
 
 def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
