@@ -396,6 +396,30 @@ def _fit(
     return shown, ruled  # the narrowest: its folding columns give the rest
 
 
+def _fitted_table(columns: dict[str, list[str]], ruled: bool) -> Any:
+    """An empty table with the columns `_fit` chose: folding ones wrap (owners, reasons, the
+    whole CDI device), CDI is cut to its short form, a MIG UUID (whole or a unique prefix) is
+    never cut further, the rest never wrap; without rules where `_fit` found it must be."""
+    from rich.cells import cell_len
+    from rich.table import Table
+
+    table = Table(header_style="bold")
+    if not ruled:
+        table.box = None
+        table.pad_edge = False
+    for name, cells in columns.items():
+        if name in _FOLD_FLOOR:
+            table.add_column(name, overflow="fold")
+        elif name == "CDI":
+            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=18)
+        elif name == _UUID:
+            widest = max(cell_len(c) for c in [name, *cells])
+            table.add_column(name, no_wrap=True, min_width=widest)
+        else:
+            table.add_column(name, no_wrap=True)
+    return table
+
+
 def _titled(console: Console, title: str, table: Any) -> None:
     """`table` under its title, the title printed as lines of its own (`_wrapped`): rich would
     pad it with spaces to the table's width."""
@@ -467,8 +491,6 @@ def _instance_table(
     whether processes run and the whole CDI device, folded onto more lines where the width runs
     out; it always shows the owner's index. Where `console` is too narrow for every column the
     table leaves some out and shortens MIG UUIDs (see `_fit`); the owner wraps, never cut."""
-    from rich.cells import cell_len
-    from rich.table import Table
 
     names, rows = _instance_rows(instances, look, age)
     columns, ruled = _fit(
@@ -478,20 +500,7 @@ def _instance_table(
         _INSTANCE_DROPS,
         _LAST_RESORT,
     )
-    table = Table(header_style="bold")
-    if not ruled:
-        table.box = None
-        table.pad_edge = False
-    for name in columns:
-        if name in _FOLD_FLOOR:
-            table.add_column(name, overflow="fold")
-        elif name == "CDI":
-            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=18)
-        elif name == _UUID:  # a prefix is never cut further: it would stop being unique
-            widest = max(cell_len(c) for c in [name, *columns[name]])
-            table.add_column(name, no_wrap=True, min_width=widest)
-        else:
-            table.add_column(name, no_wrap=True)
+    table = _fitted_table(columns, ruled)
     for r, inst in enumerate(instances):
         shown = []
         for name, cells in columns.items():
@@ -596,14 +605,11 @@ def _reclaim(console: Console, result: Reclaim, look: Look) -> None:
 
 
 def _actions(console: Console, result: ActionReport) -> None:
-    from rich.table import Table
 
     title = f"{result.kind.lower()}{' (dry run: nothing changed)' if result.dry_run else ''}"
     if not result.actions:
         console.print(f"{title}: nothing to change")
     else:
-        from rich.cells import cell_len
-
         acts = result.actions
         yes = "would" if result.dry_run else "yes"
         columns, ruled = _fit(
@@ -619,18 +625,7 @@ def _actions(console: Console, result: ActionReport) -> None:
             },
             _ACTION_DROPS,
         )
-        table = Table(header_style="bold")
-        if not ruled:
-            table.box = None
-            table.pad_edge = False
-        for column in columns:
-            if column in _FOLD_FLOOR:  # REASON wraps, never cut
-                table.add_column(column, overflow="fold")
-            elif column == _UUID:
-                widest = max(cell_len(c) for c in [column, *columns[column]])
-                table.add_column(column, no_wrap=True, min_width=widest)
-            else:
-                table.add_column(column, no_wrap=True)
+        table = _fitted_table(columns, ruled)
         for r in range(len(acts)):
             table.add_row(*(_escape(cells[r]) for cells in columns.values()))
         _titled(console, title, table)
