@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from hamimig.cli.app import app
 from tests.support.cli import Cli, allocated, fault, instances, ok, refused, run_hamimig, sim
 from tests.support.pods import PodsFile, kube_pod
 from tests.support.records import record_path
@@ -155,3 +156,22 @@ def test_wide_and_json_count_the_processes_on_an_instance(cli: Cli) -> None:
     }
     assert rows[busy][-2] == "1" and rows[calm][-2] == "none"
     assert ok(cli.json("show", busy))["processCount"] == 1
+
+
+def test_the_hidden_completion_command_never_takes_over_another_line(cli: Cli) -> None:
+    allocated(cli, "ns/a", "1g.10gb")
+    state = ["--state-dir", str(cli.state_dir)]
+    assert cli.runner.invoke(
+        app, [*state, "--version", "__complete", "mig-uuids"]
+    ).stdout.startswith("hamimig ")
+    after_dashes = cli.runner.invoke(app, [*state, "--", "__complete", "mig-uuids"])
+    assert after_dashes.exit_code == 2
+    words = cli.runner.invoke(app, [*state, "__complete", "mig-uuids"]).stdout.split()
+    assert len(words) == 1 and words[0].startswith("MIG-")
+
+
+def test_an_age_ahead_of_the_clock_is_shown_as_invalid(cli: Cli) -> None:
+    allocated(cli, "ns/a", "1g.10gb")
+    sim(cli, "clock", "--set", "2020-01-01T00:00:00Z")
+    (line,) = cli("list", "--no-headers").stdout.splitlines()
+    assert line.split()[-1] == "<invalid>"

@@ -40,10 +40,14 @@ def answer(argv: list[str], valued: Collection[str]) -> int | None:
     i = 0
     while i < len(argv):
         arg = argv[i]
+        if arg == "--" and not words:
+            return None  # after `--` a word is an argument, never the hidden command
         if arg == "--":
             words += argv[i + 1 :]
             break
         name, eq, value = arg.partition("=")
+        if not words and arg.startswith("-") and name != STATE_DIR and name not in valued:
+            return None  # `--version`, `-h` and the like come first: the line is theirs
         if name == STATE_DIR:
             if not eq:
                 value = argv[i + 1] if i + 1 < len(argv) else ""

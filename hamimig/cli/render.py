@@ -287,6 +287,8 @@ def _age(inst: InstanceView, now: float | None) -> str:
     start = None if since is None else parse_time(since)
     if start is None or now is None:
         return "-"
+    if start > now + 1:  # a timestamp ahead of this node's clock: a skew to see, not "0s"
+        return "<invalid>"
     return format_duration(now - start)
 
 
