@@ -61,6 +61,12 @@ class Node:
             raise SystemExit(f"setup failed: hamimig {' '.join(args)}: {done.stdout}{done.stderr}")
         return done.stdout
 
+    def allocate(self, pod: str, profile: str, placement: str, *extra: str) -> None:
+        self.quiet(
+            "allocate", "--pod", pod, "--gpu", "0", "--profile", profile,
+            "--placement", placement, *extra,
+        )  # fmt: skip
+
     def shown(self, *commands: str, columns: str = WIDTH) -> str:
         """`$ command`, what it printed (stdout, then stderr) and `[exit N]`, per command."""
         out: list[str] = []
@@ -107,52 +113,10 @@ def main_node() -> list[str]:
     node = Node("node")
     (node.dir / "sim").mkdir(parents=True)
     node.quiet("sim", "init", "--model", "H100-SXM5-80GB", "--count", "2")
-    node.quiet(
-        "allocate",
-        "--pod",
-        "team-a/train-1",
-        "--gpu",
-        "0",
-        "--profile",
-        "2g.20gb",
-        "--placement",
-        "0",
-    )
-    node.quiet(
-        "allocate",
-        "--pod",
-        "team-a/train-1",
-        "--device-index",
-        "1",
-        "--gpu",
-        "0",
-        "--profile",
-        "1g.10gb",
-        "--placement",
-        "6",
-    )
-    node.quiet(
-        "allocate",
-        "--pod",
-        "team-b/infer-1",
-        "--gpu",
-        "0",
-        "--profile",
-        "1g.10gb",
-        "--placement",
-        "2",
-    )
-    node.quiet(
-        "allocate",
-        "--pod",
-        "team-c/old-1",
-        "--gpu",
-        "0",
-        "--profile",
-        "1g.10gb",
-        "--placement",
-        "3",
-    )
+    node.allocate("team-a/train-1", "2g.20gb", "0")
+    node.allocate("team-a/train-1", "1g.10gb", "6", "--device-index", "1")
+    node.allocate("team-b/infer-1", "1g.10gb", "2")
+    node.allocate("team-c/old-1", "1g.10gb", "3")
     node.quiet("release", "--pod", "team-c/old-1")
     node.quiet("sim", "create", "--gpu", "1", "--profile", "3g.40gb", "--placement", "4")
     node.quiet("sim", "clock", "--advance", "25m")
@@ -195,17 +159,7 @@ def refusing_node() -> list[str]:
     node = Node("refusing")
     (node.dir / "sim").mkdir(parents=True)
     node.quiet("sim", "init", "--model", "H100-SXM5-80GB", "--count", "2")
-    node.quiet(
-        "allocate",
-        "--pod",
-        "team-c/old-1",
-        "--gpu",
-        "0",
-        "--profile",
-        "1g.10gb",
-        "--placement",
-        "3",
-    )
+    node.allocate("team-c/old-1", "1g.10gb", "3")
     old = uuid_of(node, "team-c/old-1")
     node.quiet("release", "--pod", "team-c/old-1")
     state = node.dir / "sim" / "node.json"

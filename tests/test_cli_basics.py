@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -139,19 +140,29 @@ def _strip_ansi(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
-def test_help_imports_neither_pynvml_yaml_nor_rich() -> None:
+def _loaded_by_help(prefixes: tuple[str, ...]) -> tuple[str, list[str]]:
+    """`hamimig --help` in a fresh interpreter: its output, and the modules it loaded whose
+    names start with one of `prefixes`."""
     script = (
         "import sys\n"
         "from hamimig.cli.app import run\n"
         "status = run(['--help'])\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pynvml', 'yaml', 'rich'))\n"
+        f"heavy = sorted(m for m in sys.modules if m.startswith({prefixes!r}))\n"
         "print(status, heavy)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
-    assert done.stdout.strip().splitlines()[-1] == "0 []"
-    assert "Commands" in done.stdout
+    status, _, heavy = done.stdout.strip().splitlines()[-1].partition(" ")
+    assert status == "0"
+    names: list[str] = ast.literal_eval(heavy)  # the list the script printed
+    return done.stdout, names
+
+
+def test_help_imports_neither_pynvml_yaml_nor_rich() -> None:
+    out, heavy = _loaded_by_help(("pynvml", "yaml", "rich"))
+    assert heavy == []
+    assert "Commands" in out
 
 
 def test_version(cli: Cli) -> None:
@@ -171,15 +182,5 @@ def test_every_command_has_help() -> None:
 def test_help_loads_neither_the_renderer_nor_the_engine() -> None:
     """`--help` is the cheapest call there is: the output machinery and the lifecycle core
     load only for a command that runs (the check for undecodable arguments included)."""
-    script = (
-        "import sys\n"
-        "from hamimig.cli.app import run\n"
-        "status = run(['--help'])\n"
-        "heavy = sorted(m for m in sys.modules if m.startswith(('hamimig.engine', "
-        "'hamimig.cli.render', 'hamimig.reports', 'hamimig.store')))\n"
-        "print(status, heavy)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
-    )
-    assert done.stdout.strip().splitlines()[-1] == "0 []"
+    prefixes = ("hamimig.engine", "hamimig.cli.render", "hamimig.reports", "hamimig.store")
+    assert _loaded_by_help(prefixes)[1] == []

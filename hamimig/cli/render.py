@@ -486,7 +486,14 @@ def _instance_rows(
 def _instance_table(
     console: Console, instances: tuple[InstanceView, ...], look: Look = _PLAIN, age: bool = False
 ) -> Any:
-    """The instance table (`list`, `release`, `reclaim`, demo steps), with AGE when `age`.
+    return _instance_table_fitted(console, instances, look, age)[0]
+
+
+def _instance_table_fitted(
+    console: Console, instances: tuple[InstanceView, ...], look: Look = _PLAIN, age: bool = False
+) -> tuple[Any, bool]:
+    """The instance table (`list`, `release`, `reclaim`, demo steps), with AGE when `age`, and
+    whether it shortened the MIG UUIDs to fit.
 
     The owner shows its container and device index (`ns/pod[0/1]`) where one pod holds several
     of `instances`. `-o wide` is laid out like kubectl's (no rules) and adds AGE, the pod UID,
@@ -517,8 +524,7 @@ def _instance_table(
             shown.append(cell)
         table.add_row(*shown)
     shortened = _UUID in columns and columns[_UUID] != [i.mig_uuid or "-" for i in instances]
-    setattr(table, "shortened", shortened)  # noqa: B010 (read back by `_instances`)
-    return table
+    return table, shortened
 
 
 def _plain_rows(instances: tuple[InstanceView, ...], look: Look, age: bool) -> str:
@@ -548,9 +554,9 @@ def _instances(
     if not instances:
         console.print(f"{title}: none")
         return
-    table = _instance_table(console, instances, look)
+    table, shortened = _instance_table_fitted(console, instances, look)
     _titled(console, title, table)
-    if acted and getattr(table, "shortened", False):
+    if acted and shortened:
         for inst in instances:
             if inst.mig_uuid:
                 _wrapped(console, f"{acted} {inst.mig_uuid}")
