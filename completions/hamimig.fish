@@ -32,13 +32,14 @@ function __hamimig_records
     end
     $tokens[1] $statedir __complete $argv[1] 2>/dev/null
 end
-set -g __hamimig_commands 'adopt' 'allocate' 'config' 'config show' 'demo' 'doctor' 'forget' 'list' 'metrics' 'profiles' 'reclaim' 'reconcile' 'recover' 'release' 'show' 'sim' 'sim busy' 'sim clock' 'sim create' 'sim fault' 'sim fault add' 'sim fault clear' 'sim init' 'sim mig-mode' 'sim reset' 'sim show'
+set -g __hamimig_commands 'adopt' 'allocate' 'config' 'config show' 'demo' 'doctor' 'events' 'forget' 'list' 'metrics' 'profiles' 'reclaim' 'reconcile' 'recover' 'release' 'show' 'sim' 'sim busy' 'sim clock' 'sim create' 'sim fault' 'sim fault add' 'sim fault clear' 'sim init' 'sim mig-mode' 'sim reset' 'sim show'
 complete -c hamimig -f
 complete -c hamimig -n "__hamimig_at ''" -a adopt -d 'Claim unmarked complete GI/CI pairs as Idle (needs opt-in).'
 complete -c hamimig -n "__hamimig_at ''" -a allocate -d 'Reuse an exact Idle match, else make room and create one.'
 complete -c hamimig -n "__hamimig_at ''" -a config -d 'Inspect the configuration.'
 complete -c hamimig -n "__hamimig_at ''" -a demo -d 'Narrate the whole lifecycle on a temporary simulated node.'
 complete -c hamimig -n "__hamimig_at ''" -a doctor -d 'Health checks: NVML, MIG modes, directories, records, specs.'
+complete -c hamimig -n "__hamimig_at ''" -a events -d 'Lifecycle events from the journal, oldest first.'
 complete -c hamimig -n "__hamimig_at ''" -a forget -d 'Drop one record (and its CDI spec) or one intent.'
 complete -c hamimig -n "__hamimig_at ''" -a list -d 'Every MIG instance: records joined with the live layout.'
 complete -c hamimig -n "__hamimig_at ''" -a metrics -d 'Prometheus metrics, for node-exporter\'s textfile collector.'
@@ -84,6 +85,12 @@ complete -c hamimig -n "__hamimig_at 'demo'" -s h -l help -d 'Show the help and 
 complete -c hamimig -n "__hamimig_at 'doctor'" -l pods -r -d 'Pods as \'kubectl get pods -o json|yaml\' prints them; \'-\' reads stdin.'
 complete -c hamimig -n "__hamimig_at 'doctor'" -l kube -d 'List this node\'s pods through the Kubernetes API.'
 complete -c hamimig -n "__hamimig_at 'doctor'" -s h -l help -d 'Show the help and exit.'
+complete -c hamimig -n "__hamimig_at 'events'" -l mig-uuid -x -a '(__hamimig_records mig-uuids)' -d 'Only this instance: its MIG UUID, a prefix of it or its CDI device name (mig-<sha256>); it may be long gone.'
+complete -c hamimig -n "__hamimig_at 'events'" -l pod -r -d 'Only events of this pod and of the instances it held (their reclaim too).'
+complete -c hamimig -n "__hamimig_at 'events'" -l gpu -r -d 'Only this GPU: NVML index or GPU UUID.'
+complete -c hamimig -n "__hamimig_at 'events'" -l since -r -d 'Only events this recent (90s, 30m, 2h, 1h30m) or since an RFC 3339 time.'
+complete -c hamimig -n "__hamimig_at 'events'" -l limit -r -d 'Only the newest N of the events that match.'
+complete -c hamimig -n "__hamimig_at 'events'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "__hamimig_at 'forget'" -a '(__hamimig_records mig-uuids)'
 complete -c hamimig -n "__hamimig_at 'forget'" -l intent -r -d 'Drop the intent <state-dir>/intent-ID.json.'
 complete -c hamimig -n "__hamimig_at 'forget'" -l dry-run -d 'Print the plan; change nothing.'
@@ -150,7 +157,7 @@ complete -c hamimig -n "__hamimig_at 'sim create'" -s h -l help -d 'Show the hel
 complete -c hamimig -n "__hamimig_at 'sim fault'" -a add -d 'Inject a fault: a matching call fails or the process dies.'
 complete -c hamimig -n "__hamimig_at 'sim fault'" -a clear -d 'Remove all faults.'
 complete -c hamimig -n "__hamimig_at 'sim fault'" -s h -l help -d 'Show the help and exit.'
-complete -c hamimig -n "__hamimig_at 'sim fault add'" -l op -x -a 'nvmlInit nvmlShutdown nvmlSystemGetDriverVersion nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByUUID nvmlDeviceGetIndex nvmlDeviceGetUUID nvmlDeviceGetName nvmlDeviceGetMinorNumber nvmlDeviceGetMigMode nvmlDeviceGetComputeRunningProcesses nvmlDeviceGetGpuInstanceProfileInfo nvmlDeviceGetGpuInstanceProfileInfoById nvmlDeviceGetGpuInstancePossiblePlacements nvmlDeviceGetGpuInstanceRemainingCapacity nvmlDeviceCreateGpuInstanceWithPlacement nvmlDeviceGetGpuInstances nvmlDeviceGetGpuInstanceById nvmlGpuInstanceGetInfo nvmlGpuInstanceDestroy nvmlGpuInstanceGetComputeInstanceProfileInfo nvmlGpuInstanceCreateComputeInstance nvmlGpuInstanceGetComputeInstances nvmlGpuInstanceGetComputeInstanceById nvmlComputeInstanceGetInfo nvmlComputeInstanceDestroy nvmlDeviceGetMaxMigDeviceCount nvmlDeviceGetMigDeviceHandleByIndex nvmlDeviceIsMigDeviceHandle nvmlDeviceGetGpuInstanceId nvmlDeviceGetComputeInstanceId nvmlDeviceGetDeviceHandleFromMigDeviceHandle record.write record.remove cdi.write cdi.remove intent.write intent.remove queue.write' -d 'A file operation (record.write, record.remove, cdi.write, cdi.remove, intent.write, intent.remove, queue.write) or an NVML function the simulator implements (listed below).'
+complete -c hamimig -n "__hamimig_at 'sim fault add'" -l op -x -a 'nvmlInit nvmlShutdown nvmlSystemGetDriverVersion nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByUUID nvmlDeviceGetIndex nvmlDeviceGetUUID nvmlDeviceGetName nvmlDeviceGetMinorNumber nvmlDeviceGetMigMode nvmlDeviceGetComputeRunningProcesses nvmlDeviceGetGpuInstanceProfileInfo nvmlDeviceGetGpuInstanceProfileInfoById nvmlDeviceGetGpuInstancePossiblePlacements nvmlDeviceGetGpuInstanceRemainingCapacity nvmlDeviceCreateGpuInstanceWithPlacement nvmlDeviceGetGpuInstances nvmlDeviceGetGpuInstanceById nvmlGpuInstanceGetInfo nvmlGpuInstanceDestroy nvmlGpuInstanceGetComputeInstanceProfileInfo nvmlGpuInstanceCreateComputeInstance nvmlGpuInstanceGetComputeInstances nvmlGpuInstanceGetComputeInstanceById nvmlComputeInstanceGetInfo nvmlComputeInstanceDestroy nvmlDeviceGetMaxMigDeviceCount nvmlDeviceGetMigDeviceHandleByIndex nvmlDeviceIsMigDeviceHandle nvmlDeviceGetGpuInstanceId nvmlDeviceGetComputeInstanceId nvmlDeviceGetDeviceHandleFromMigDeviceHandle record.write record.remove cdi.write cdi.remove intent.write intent.remove queue.write events.write' -d 'A file operation (record.write, record.remove, cdi.write, cdi.remove, intent.write, intent.remove, queue.write, events.write) or an NVML function the simulator implements (listed below).'
 complete -c hamimig -n "__hamimig_at 'sim fault add'" -l error -r -d 'An NVML error name (IN_USE, UNKNOWN and the like) or an errno name (EIO).'
 complete -c hamimig -n "__hamimig_at 'sim fault add'" -l action -x -a 'raise crash-before crash-after' -d 'What the fault does when it fires: raise, crash-before, crash-after.'
 complete -c hamimig -n "__hamimig_at 'sim fault add'" -l times -r -d 'Fire on this many matching calls.'

@@ -17,6 +17,7 @@ from hamimig.durations import DurationError, parse_duration
 from hamimig.errors import UsageError
 from hamimig.store.cdi import check_kind
 from hamimig.store.cdi_base import AUTO, check_setting
+from hamimig.store.events import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, MIN_MAX_BYTES
 from hamimig.store.files import read_input
 
 DEFAULT_CDI_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
@@ -47,6 +48,8 @@ class Config:
     """Seconds an instance may stay Idle before `reconcile` reclaims it (0: no limit)."""
     max_idle_per_gpu: int | None = None
     """How many Idle instances `reconcile` keeps per GPU (None: no limit)."""
+    events_max_bytes: int = DEFAULT_MAX_BYTES
+    """The size at which the event journal is rotated (one older file is kept)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def profile_allowed(self, model: str, profile: str) -> bool:
@@ -57,7 +60,7 @@ class Config:
 
 
 _KEYS: dict[str, tuple[str, ...]] = {
-    "": ("devices", "cdi"),
+    "": ("devices", "cdi", "events"),
     "devices": ("nvidia",),
     "devices.nvidia": (
         "adoptExistingMIGInstances",
@@ -66,6 +69,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
         "maxIdleInstancesPerGPU",
     ),
     "cdi": ("enabled", "kind", "annotations", "baseSpec"),
+    "events": ("maxBytes",),
 }
 
 ENV_OVERRIDES = {
@@ -76,10 +80,12 @@ ENV_OVERRIDES = {
     "HAMIMIG_CDI_BASE_SPEC": "cdi.baseSpec",
     "HAMIMIG_IDLE_TTL": "devices.nvidia.idleTTL",
     "HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU": "devices.nvidia.maxIdleInstancesPerGPU",
+    "HAMIMIG_EVENTS_MAX_BYTES": "events.maxBytes",
 }
 
 IDLE_TTL = "devices.nvidia.idleTTL"
 MAX_IDLE = "devices.nvidia.maxIdleInstancesPerGPU"
+EVENTS_MAX_BYTES = "events.maxBytes"
 MAX_IDLE_LIMIT = 1000
 """More Idle instances than any GPU can hold (7 at most today): a larger cap is a typo."""
 
@@ -137,6 +143,24 @@ def _max_idle(value: Any, where: str) -> int:
     if value > MAX_IDLE_LIMIT:
         raise UsageError(f"{where} must be at most {MAX_IDLE_LIMIT}, not {value}")
     return value
+
+
+_BYTES = re.compile(r"^([0-9]{1,13})(Ki|Mi|Gi)?$")
+_UNITS = {None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+
+
+def _byte_size(value: Any, where: str) -> int:
+    """Bytes, as a whole number or with a binary suffix (`16Mi`, `512Ki`, `1Gi`), the way
+    Kubernetes quantities write them; between 4Ki and 1Gi (a smaller journal would rotate away
+    the events an operator looks for, a larger one is a typo)."""
+    text = str(value).strip() if isinstance(value, (int, str)) else None
+    match = _BYTES.match(text) if text is not None and not isinstance(value, bool) else None
+    if match is None:
+        raise UsageError(f"{where} must be a size in bytes (16777216, 512Ki, 16Mi), not {value!r}")
+    size = int(match.group(1)) * _UNITS[match.group(2)]
+    if not MIN_MAX_BYTES <= size <= MAX_MAX_BYTES:
+        raise UsageError(f"{where} must be between 4Ki and 1Gi, not {text}")
+    return size
 
 
 def _allowlist(value: Any, source: str) -> tuple[AllowlistEntry, ...]:
@@ -221,6 +245,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     devices = _mapping(top.get("devices"), "devices", source)
     nvidia = _mapping(devices.get("nvidia"), "devices.nvidia", source)
     cdi = _mapping(top.get("cdi"), "cdi", source)
+    events = _mapping(top.get("events"), "events", source)
 
     values: dict[str, Any] = {}
     for key, container, field_name in (
@@ -257,6 +282,9 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
             )
         values[MAX_IDLE] = _max_idle(nvidia["maxIdleInstancesPerGPU"], f"{source}: {MAX_IDLE}")
         sources[MAX_IDLE] = source
+    if events.get("maxBytes") is not None:
+        values[EVENTS_MAX_BYTES] = _byte_size(events["maxBytes"], f"{source}: {EVENTS_MAX_BYTES}")
+        sources[EVENTS_MAX_BYTES] = source
     allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)
     if "migProfileAllowlist" in nvidia:
         sources["devices.nvidia.migProfileAllowlist"] = source
@@ -278,6 +306,8 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
                 values[key] = _idle_ttl(text_value, f"environment {var}")
             elif key == MAX_IDLE:
                 values[key] = _max_idle(text_value, f"environment {var}")
+            elif key == EVENTS_MAX_BYTES:
+                values[key] = _byte_size(text_value, f"environment {var}")
             else:
                 values[key] = _parse_bool_env(text_value, var)
             sources[key] = f"env {var}"
@@ -291,5 +321,6 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         cdi_base_spec=values.get("cdi.baseSpec", AUTO),
         idle_ttl=values.get(IDLE_TTL, 0),
         max_idle_per_gpu=values.get(MAX_IDLE),
+        events_max_bytes=values.get(EVENTS_MAX_BYTES, DEFAULT_MAX_BYTES),
         sources=sources,
     )

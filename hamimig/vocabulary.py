@@ -98,6 +98,16 @@ class FileOpName(str, enum.Enum):
     INTENT_WRITE = "intent.write"
     INTENT_REMOVE = "intent.remove"
     QUEUE_WRITE = "queue.write"
+    EVENTS_WRITE = "events.write"
+    """An append to the event journal: bookkeeping, never part of the durable state a crash
+    must leave consistent (a failed append is counted and the step it describes stands)."""
+
+
+DURABLE_FILE_OPS: tuple[FileOpName, ...] = tuple(
+    op for op in FileOpName if op is not FileOpName.EVENTS_WRITE
+)
+"""The operations on the durable state (records, specs, intents, the removal queue): the ones
+the crash-safety order is about."""
 
 
 class Setting(str, enum.Enum):

@@ -1,7 +1,8 @@
 """Regenerate the README's Runbook examples from real runs.
 
-Builds the runbook's simulated node (two H100s: team-a/train-1 holding a 2g.20gb, team-b/infer-1
-a 1g.10gb, one Idle 1g.10gb, an unmanaged 3g.40gb on GPU 1), runs every command the Runbook
+Builds the runbook's simulated node (two H100s: team-a/train-1 holding a 2g.20gb that reclaimed
+team-e/tmp-1's Idle 1g.10gb, team-b/infer-1 a 1g.10gb, one Idle 1g.10gb, an unmanaged 3g.40gb on
+GPU 1), runs every command the Runbook
 shows, in its order, at `COLUMNS=100` (one at 80), and writes what each printed, with its exit
 status, into the README's text blocks. A second node shows a record that no longer matches its
 hardware, for "When recovery refuses".
@@ -113,6 +114,9 @@ def main_node() -> list[str]:
     node = Node("node")
     (node.dir / "sim").mkdir(parents=True)
     node.quiet("sim", "init", "--model", "H100-SXM5-80GB", "--count", "2")
+    # A short job whose Idle slice team-a/train-1's request reclaims: `events` tells why it went.
+    node.allocate("team-e/tmp-1", "1g.10gb", "0")
+    node.quiet("release", "--pod", "team-e/tmp-1")
     node.allocate("team-a/train-1", "2g.20gb", "0")
     node.allocate("team-a/train-1", "1g.10gb", "6", "--device-index", "1")
     node.allocate("team-b/infer-1", "1g.10gb", "2")
@@ -136,6 +140,7 @@ def main_node() -> list[str]:
         ),
         node.shown(f"hamimig show {train}"),
         node.shown("hamimig profiles --gpu 0"),
+        node.shown("hamimig events --pod team-e/tmp-1", "hamimig events --limit 3"),
         node.shown("hamimig --node gpu-1 recover --pods pods.json --dry-run"),
         node.shown("hamimig --node gpu-1 recover --pods pods.json"),
         node.shown("hamimig --node gpu-1 recover --pods pods.json"),
@@ -186,6 +191,7 @@ FIRST = [
     r"hamimig list --no-headers --state Active --state Idle$",
     r"hamimig show MIG-",
     r"hamimig profiles --gpu 0$",
+    r"hamimig events --pod team-e/tmp-1$",
     r"hamimig --node gpu-1 recover --pods pods.json --dry-run$",
     r"hamimig --node gpu-1 recover --pods pods.json$",
     r"hamimig --node gpu-1 recover --pods pods.json$",

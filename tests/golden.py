@@ -41,7 +41,7 @@ _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)")
 _INTENT_FILE = re.compile(r"intent-[A-Za-z0-9_-]+")
 _SHORT_SHA = re.compile(r"\b[0-9a-f]{12}\b")  # shortened device names (doctor's check names)
 _INTENT_ID = re.compile(r"\b[0-9a-f]{32}\b")  # uuid4().hex: the ID inside intents and messages
-_SKIPPED_FILES = ("hamimig.lock", "counters.json")
+_SKIPPED_FILES = ("hamimig.lock", "counters.json", "events.jsonl", "events.jsonl.1")
 
 
 class Normaliser:

@@ -31,7 +31,7 @@ PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
 
 METAVARS = {
     # paths, files and times
-    *("PATH", "FILE|-", "SECONDS", "DURATION", "TIME"),
+    *("PATH", "FILE|-", "SECONDS", "DURATION", "TIME", "DURATION|TIME"),
     # what hamimig names
     *("NS/NAME", "GPU", "PLACEMENT", "PROFILE", "MIG_UUID", "NAME", "UID", "ID", "N"),
     # fixed lists

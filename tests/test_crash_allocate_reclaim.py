@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from hamimig.reports.simulator import sim_init
-from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS
+from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS
 from tests.support.cli import Cli, run_hamimig, sim
 from tests.support.crash import check_invariants, count_file_ops, counted, snapshot
 from tests.support.crash_scenarios import (
@@ -104,7 +104,7 @@ CRASH_CASES = _crash_cases()
 def test_the_crash_matrix_covers_every_step() -> None:
     assert len(CRASH_CASES) == 2 * (8 + 5 + 2 + 11 + 1 + 4) == 62
     ops = {scenario.steps[i][0] for scenario in SCENARIOS for i in scenario.crash_steps}
-    assert ops == set(MUTATING_NVML) | set(FILE_OPS)
+    assert ops == set(MUTATING_NVML) | set(DURABLE_OPS)
 
 
 @pytest.mark.parametrize(("scenario", "index", "action", "done"), CRASH_CASES)

@@ -54,7 +54,7 @@ import pytest
 
 from hamimig.hw.types import Placement
 from hamimig.reports.simulator import sim_create, sim_fault_add, sim_fault_clear, sim_init
-from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS, SimStore
+from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS, SimStore
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, Record, RecordState
 from tests import forked
@@ -852,10 +852,10 @@ def test_the_crash_matrices_cover_every_step() -> None:
     mutating = [c for c in PART1_CASES if c.done is not None]
     assert len(mutating) == 2 * (8 + 18 + 4 + 5 + 2 + 1) == 76
     ops = {c.op for c in mutating}
-    assert ops == set(MUTATING_NVML) | set(FILE_OPS)
+    assert ops == set(MUTATING_NVML) | set(DURABLE_OPS)
     assert len(PART1_CASES) - len(mutating) == 20 + 3
     assert len(PART2_CASES) == 2 * sum(RECOVER_STEPS.values()) == 52
-    assert {c.op for c in PART2_CASES} == (set(MUTATING_NVML) | set(FILE_OPS)) - {
+    assert {c.op for c in PART2_CASES} == (set(MUTATING_NVML) | set(DURABLE_OPS)) - {
         "nvmlDeviceCreateGpuInstanceWithPlacement",
         "nvmlGpuInstanceCreateComputeInstance",
         "intent.write",
@@ -886,7 +886,7 @@ def test_recover_after_a_crash_in_allocate_or_reclaim(lab: Lab, case: Case) -> N
             assert done == 0
         if case.op == "nvmlShutdown":
             assert done == len(kind.scenario.steps)
-        assert len(crashed.faults) == len(FILE_OPS)
+        assert len(crashed.faults) == len(DURABLE_OPS)
         sim_fault_clear(cli.sim)
     else:
         done = case.done

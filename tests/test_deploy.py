@@ -1,12 +1,18 @@
 """deploy/: every manifest loads into the official Kubernetes client's models,
 loses nothing on the way (a misspelt field would be dropped silently), and carries what the
-node needs: the commands, NODE_NAME from the downward API, the hostPath mounts and the RBAC.
+node needs: the commands, NODE_NAME from the downward API, the hostPath mounts and the RBAC;
+and the reconcile DaemonSet's loop writes the metrics textfile after every pass, failed or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import shlex
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +42,10 @@ HOST_PATHS = {
     "/proc/driver/nvidia": ("/host/proc/driver/nvidia", True),
 }
 """host path -> (mount path in the container, read-only)."""
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
+TEXTFILE = "/host/textfile/hamimig.prom"
+EXTRA_HOST_PATHS = {"reconcile-daemonset.yaml": {TEXTFILE_DIR: ("/host/textfile", False)}}
+"""Mounts one manifest has beyond HOST_PATHS: the DaemonSet writes node-exporter's textfile."""
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
@@ -129,14 +139,23 @@ def pod_specs() -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
     return out
 
 
-def hamimig_argv(container: dict[str, Any]) -> list[str]:
-    """The hamimig command line a container runs (directly, or inside its shell loop)."""
+def hamimig_argvs(container: dict[str, Any]) -> list[list[str]]:
+    """The hamimig command lines a container runs, in order (directly, or each line of its shell
+    loop that starts with `hamimig `, up to its `||`)."""
     argv = [*container.get("command", []), *container.get("args", [])]
     if argv[:2] == ["/bin/sh", "-c"]:
-        line = next(ln for ln in argv[2].splitlines() if "hamimig " in ln)
-        words = shlex.split(line.split("||")[0])
-        return words
-    return argv
+        lines = [ln.strip() for ln in argv[2].splitlines()]
+        return [shlex.split(ln.split("||")[0]) for ln in lines if ln.startswith("hamimig ")]
+    return [argv]
+
+
+def reconcile_loop() -> str:
+    """The shell script the reconcile DaemonSet's container runs."""
+    [daemonset] = by_file("reconcile-daemonset.yaml")
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["/bin/sh", "-c"]
+    [script] = container["args"]
+    return str(script)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,8 +210,9 @@ def test_commands_node_name_host_paths_and_privileges() -> None:
     found = {}
     for file, spec, containers in pod_specs():
         [container] = containers
-        argv = hamimig_argv(container)
-        found[file] = argv[1:]
+        argvs = hamimig_argvs(container)
+        assert all(argv[0] == "hamimig" for argv in argvs), file
+        found[file] = [argv[1:] for argv in argvs]
         assert container["image"] == IMAGE, file
         env = {e["name"]: e for e in container["env"]}
         assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -205,17 +225,37 @@ def test_commands_node_name_host_paths_and_privileges() -> None:
             volumes[m["name"]]: (m["mountPath"], m.get("readOnly", False))
             for m in container["volumeMounts"]
         }
-        assert mounts == HOST_PATHS, file
+        assert mounts == {**HOST_PATHS, **EXTRA_HOST_PATHS.get(file, {})}, file
         # runc refuses mount points inside /proc.
         assert not any(path.startswith("/proc/") for path, _ in mounts.values())
     assert found == {
-        PATCH: ["recover", "--kube"],
-        "reconcile-daemonset.yaml": ["reconcile", "--kube"],
-        "reconcile-cronjob.yaml": ["reconcile", "--kube"],
+        PATCH: [["recover", "--kube"]],
+        "reconcile-daemonset.yaml": [["reconcile", "--kube"], ["metrics", "--textfile", TEXTFILE]],
+        "reconcile-cronjob.yaml": [["reconcile", "--kube"]],
     }
 
 
-@pytest.mark.parametrize("argv", [["recover", "--kube"], ["reconcile", "--kube"]])
+def test_the_textfile_volume_is_node_exporters_directory_created_if_missing() -> None:
+    [daemonset] = by_file("reconcile-daemonset.yaml")
+    spec = daemonset["spec"]["template"]["spec"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "hamimig-textfile"]
+    assert volume == {
+        "name": "hamimig-textfile",
+        "hostPath": {"path": TEXTFILE_DIR, "type": "DirectoryOrCreate"},
+    }
+    [mount] = [
+        m for c in spec["containers"] for m in c["volumeMounts"] if m["name"] == volume["name"]
+    ]
+    assert mount["mountPath"] + "/hamimig.prom" == TEXTFILE
+    # The operator must point it at node-exporter's directory: the manifest says so.
+    text = (DEPLOY / "reconcile-daemonset.yaml").read_text()
+    assert "--collector.textfile.directory" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["recover", "--kube"], ["reconcile", "--kube"], ["metrics", "--textfile", TEXTFILE]],
+)
 def test_the_manifest_command_lines_are_valid_hamimig_invocations(argv: list[str]) -> None:
     # Click parses every option before it honours --help: an unknown option would exit 2.
     ran = CliRunner().invoke(app, [*argv, "--help"], catch_exceptions=False)
@@ -260,3 +300,84 @@ def test_rbac_grants_exactly_get_and_list_on_pods_and_get_on_nodes() -> None:
     assert ("ServiceAccount", account.metadata.name, account.metadata.namespace) in subjects
     # The init container runs with the device plugin pod's account: bound as well.
     assert ("ServiceAccount", "hami-device-plugin", "kube-system") in subjects
+
+
+# --- the reconcile loop, run by /bin/sh with a stand-in hamimig --------------------------------
+
+FAKE_HAMIMIG = """#!/bin/sh
+# Stand-in for hamimig: logs its arguments; reconcile always fails (exit 5); the first metrics
+# write fails (exit 1), later ones write the file; after the metrics write number $STOP_AFTER
+# it sends the loop (its parent) SIGTERM.
+echo "$*" >> "$CALLS"
+case "$1" in
+  reconcile) exit 5 ;;
+  metrics)
+    n=$(grep -c '^metrics' "$CALLS")
+    [ "$n" -eq 1 ] && exit 1
+    echo 'hamimig_pending_intents 0' > "$3"
+    echo wrote >> "$CALLS"
+    [ "$n" -eq "${STOP_AFTER:-0}" ] && kill -TERM "$PPID"
+    exit 0 ;;
+esac
+exit 2
+"""
+
+
+def _loop(tmp_path: Path, interval: int, stop_after: int) -> tuple[list[str], Path, dict[str, str]]:
+    """The DaemonSet's loop with its textfile under tmp_path and a stand-in hamimig on PATH."""
+    script = reconcile_loop()
+    # The metrics write and the trap's removal name the same file.
+    assert script.count(TEXTFILE) == 2
+    textfile = tmp_path / "textfile" / "hamimig.prom"
+    textfile.parent.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "hamimig"
+    fake.write_text(FAKE_HAMIMIG)
+    fake.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "CALLS": str(tmp_path / "calls"),
+        "RECONCILE_INTERVAL_SECONDS": str(interval),
+        "STOP_AFTER": str(stop_after),
+    }
+    return ["/bin/sh", "-c", script.replace(TEXTFILE, str(textfile))], textfile, env
+
+
+needs_sh = pytest.mark.skipif(not Path("/bin/sh").exists(), reason="needs a POSIX /bin/sh")
+
+
+@needs_sh
+def test_the_loop_writes_metrics_after_every_pass_and_survives_failures(tmp_path: Path) -> None:
+    argv, textfile, env = _loop(tmp_path, interval=0, stop_after=2)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr  # SIGTERM: the trap exits 0
+    calls = (tmp_path / "calls").read_text().splitlines()
+    metrics = f"metrics --textfile {textfile}"
+    # Reconcile failed both times; metrics was written anyway, and its first failure did not
+    # stop the loop.
+    assert calls == ["reconcile --kube", metrics, "reconcile --kube", metrics, "wrote"]
+    assert done.stderr.count("hamimig reconcile exited 5; next pass in 0s") == 2
+    assert done.stderr.count("hamimig metrics exited 1; hamimig.prom not updated") == 1
+    # Stopping removes the file: a node switched off on purpose exports no stale metrics.
+    assert not textfile.exists()
+
+
+@needs_sh
+def test_the_loop_stops_at_once_during_its_sleep(tmp_path: Path) -> None:
+    argv, textfile, env = _loop(tmp_path, interval=600, stop_after=0)
+    loop = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        calls = tmp_path / "calls"
+        while "metrics" not in (calls.read_text() if calls.exists() else ""):
+            assert time.monotonic() < deadline, "the loop never ran a pass"
+            assert loop.poll() is None, "the loop exited"
+            time.sleep(0.05)
+        loop.send_signal(signal.SIGTERM)
+        assert loop.wait(timeout=20) == 0  # not the 600 s sleep
+        assert not textfile.exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(loop.pid, signal.SIGKILL)  # the orphaned sleep, if any
+        loop.wait()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hamimig.hw.types import Placement
-from hamimig.sim.state import CRASH_EXIT_STATUS, FILE_OPS
+from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.lock import NodeLock
@@ -402,12 +402,14 @@ def _check_consistent(cli: Cli, uuid: str) -> None:
 @pytest.mark.slow
 def test_clean_forget_makes_exactly_the_enumerated_file_operations(cli: Cli) -> None:
     uuid = idle(cli, "ns/done", "1g.10gb", "0")
-    for op in FILE_OPS:
+    for op in DURABLE_OPS:
         cli("sim", "fault", "add", "--op", op, "--action", "raise", "--skip", str(COUNTING_SKIP))
     ran = run_hamimig(*cli.globals(), "forget", uuid)
     assert ran.returncode == 0, ran.stderr
     left = {f["op"]: f["skip"] for f in sim_state(cli.sim)["faults"]}
-    done = Counter({op: COUNTING_SKIP - left[op] for op in FILE_OPS if left[op] != COUNTING_SKIP})
+    done = Counter(
+        {op: COUNTING_SKIP - left[op] for op in DURABLE_OPS if left[op] != COUNTING_SKIP}
+    )
     assert done == Counter(op for op, _ in CRASH_STEPS)
 
 

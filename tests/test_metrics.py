@@ -24,9 +24,10 @@ from hamimig.store.files import TEMP_PREFIX
 from hamimig.store.records import LOADER_PREFIX, RecordStore
 from tests.support.cli import Cli, alloc, allocate, allocated, fault, ok, sim
 
-INFO = "hami_node_gpu_mig_instance_info"
+INFO = "hamimig_mig_instance_info"
 GAUGE = "hamimig_mig_instances"
-# HAMi's scheduler (cmd/scheduler/metrics.go, dynamic MIG) labels this family with exactly these.
+# HAMi's scheduler (cmd/scheduler/metrics.go, dynamic MIG) labels its
+# hami_node_gpu_mig_instance_info with exactly these; ours has the same ones plus `state`.
 HAMI_INFO_LABELS = {
     "node",
     "device_uuid",
@@ -37,6 +38,24 @@ HAMI_INFO_LABELS = {
     "compute_instance_id",
     "placement_start",
     "placement_size",
+}
+# Every family of the exposition, as the parser names them (counters without `_total`).
+FAMILIES = {
+    INFO,
+    GAUGE,
+    "hamimig_idle_instance_age_seconds",
+    "hamimig_mig_creations",
+    "hamimig_mig_reuses",
+    "hamimig_mig_reclaims",
+    "hamimig_mig_failures",
+    "hamimig_events_write_failures",
+    "hamimig_pending_intents",
+    "hamimig_pending_intent_max_age_seconds",
+    "hamimig_cdi_removal_queue_length",
+    "hamimig_unreadable_records",
+    "hamimig_last_reconcile_timestamp_seconds",
+    "hamimig_doctor_failed_checks",
+    "hamimig_doctor_warned_checks",
 }
 STATES = ["Creating", "Active", "Idle", "Reclaiming", "Error", "Unmanaged", "OrphanGI", "Missing"]
 ZERO = {
@@ -282,7 +301,8 @@ def test_textfile_is_replaced_atomically_and_parses(cli: Cli, tmp_path: Path) ->
     text = target.read_text()
     families = parse(text)
     assert data["series"] == sum(len(s) for s in families.values())
-    assert text.count("# TYPE ") == len(families) == 6
+    assert text.count("# TYPE ") == len(families) == len(FAMILIES)
+    assert set(families) == FAMILIES
 
     # The info series: HAMi's labels (plus state), one per realized instance, value 1.
     info = families[INFO]

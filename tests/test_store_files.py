@@ -26,6 +26,7 @@ from hamimig.reports.simulator import sim_fault_add, sim_init
 from hamimig.sim.state import FILE_OPS, SimStore, run_file_op
 from hamimig.store import files
 from hamimig.store.cdi import CdiDevice, CdiStore
+from hamimig.store.events import EventJournal
 from hamimig.store.files import (
     atomic_write,
     ensure_dir,
@@ -266,6 +267,7 @@ def test_every_durable_operation_goes_through_file_op(tmp_path: Path) -> None:
     intents.remove(intent.id)
     queue.add(MIG, "EIO", "2024-01-01T00:00:00Z")
     IdleSeen(state, hook).save({MIG: "2024-01-01T00:00:00Z"})  # bookkeeping: no hook
+    EventJournal(state, hook).append({"time": "2024-01-01T00:00:00Z", "action": "create"})
 
     assert hook.calls == [
         ("record.write", True),
@@ -275,6 +277,7 @@ def test_every_durable_operation_goes_through_file_op(tmp_path: Path) -> None:
         ("intent.write", True),
         ("intent.remove", True),
         ("queue.write", True),
+        ("events.write", True),
     ]
     assert {op for op, _ in hook.calls} == set(FILE_OPS)
 

@@ -18,6 +18,7 @@ from hamimig.cli import (
     config_cmd,
     demo_cmd,
     doctor_cmd,
+    events_cmd,
     forget_cmd,
     inventory_cmd,
     lifecycle_cmd,
@@ -283,6 +284,7 @@ doctor_cmd.register(app)
 metrics_cmd.register(app)
 demo_cmd.register(app)
 forget_cmd.register(app)
+events_cmd.register(app)
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(config_cmd.app, name="config")
 

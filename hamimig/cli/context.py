@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -28,6 +28,16 @@ def globals_of(ctx: typer.Context) -> Globals:
     return obj
 
 
+def command_name(ctx: typer.Context) -> str:
+    """The command as typed after the program name (`allocate`, `sim fault add`)."""
+    names: list[str] = []
+    current: Any = ctx  # typer's and click's Context alike
+    while current is not None and current.parent is not None:
+        names.append(current.info_name or "")
+        current = current.parent
+    return " ".join(reversed(names))
+
+
 def execute(ctx: typer.Context, action: Callable[[Node], Result], headers: bool = True) -> None:
     """Run one engine call and render its result or its failure with the contract exit code.
 
@@ -36,6 +46,7 @@ def execute(ctx: typer.Context, action: Callable[[Node], Result], headers: bool 
     from hamimig.cli import render  # output machinery loads only when there is output
 
     g = globals_of(ctx)
+    g.node.command = command_name(ctx)
     try:
         try:
             result = action(g.node)

@@ -31,8 +31,17 @@ def metrics(
 ) -> None:
     """Prometheus metrics, for node-exporter's textfile collector.
 
-    HAMi-compatible instance info, instances per GPU and state, and lifecycle counters
-    (creations, reuses, reclaims, failures) kept in the state directory."""
+    Instances: hamimig_mig_instance_info (HAMi's labels plus state; it joins HAMi's own
+    hami_node_gpu_mig_instance_info on mig_uuid), hamimig_mig_instances per GPU and state,
+    hamimig_idle_instance_age_seconds per Idle instance. Counters kept in the state directory:
+    hamimig_mig_creations_total, _reuses_total, _reclaims_total, hamimig_mig_failures_total{op},
+    hamimig_events_write_failures_total. Health: hamimig_pending_intents,
+    hamimig_pending_intent_max_age_seconds, hamimig_cdi_removal_queue_length,
+    hamimig_unreadable_records, hamimig_last_reconcile_timestamp_seconds (0 = never),
+    hamimig_doctor_failed_checks and hamimig_doctor_warned_checks (doctor's report, without
+    pods). Every family has its HELP and TYPE and, but for the per-instance ones, a sample
+    (0 when there is nothing). Takes no lock; like doctor, writes only its temp file probing
+    the CDI directory."""
     from hamimig.reports import metrics as metrics_report
 
     def action(node: Node) -> Result:

@@ -28,6 +28,7 @@ from hamimig.errors import HamimigError
 from hamimig.reports.views import (
     CheckStatus,
     DoctorReport,
+    EventList,
     InstanceDetail,
     InstanceList,
     Metrics,
@@ -948,6 +949,87 @@ def _forget(console: Console, result: Forget, look: Look) -> None:
         console.print("the hardware was not touched: see 'hamimig list'")
 
 
+_EVENT_DROPS = (
+    ("GPU UUID",),
+    ("PID",),
+    ("COMMAND",),
+    ("PLACEMENT",),
+    ("PROFILE",),
+    ("CDI",),
+    ("GPU",),
+    ("STATE",),
+)
+"""What the event table leaves out where the console is too narrow: TIME, ACTION, MIG UUID
+(shortened), POD and REASON always stay."""
+
+
+def _event_time(value: object, wide: bool) -> str:
+    """An event's time to the second (UTC, `Z`); `-o wide` shows it as the journal has it."""
+    from hamimig.durations import parse_time
+
+    text = str(value)
+    when = parse_time(text)
+    if wide or when is None:
+        return text
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _event_cell(event: dict[str, object], key: str) -> str:
+    value = event.get(key)
+    if value is None or value == "":
+        return "-"
+    if key == "placement" and isinstance(value, dict):
+        return f"{value.get('start')}:{value.get('size')}"
+    return str(value)
+
+
+def _event_reason(event: dict[str, object]) -> str:
+    reason = _event_cell(event, "reason")
+    if event.get("outcome") == "failed":
+        reason = (
+            f"FAILED: {event.get('error') or reason}"
+            if reason == "-"
+            else (f"{reason}; FAILED: {event.get('error', '')}")
+        )
+    if event.get("cdi") == "queued":  # a spec left behind: said even where CDI is left out
+        reason = f"{reason} (CDI spec removal queued)"
+    return reason
+
+
+def _events(console: Console, result: EventList, look: Look) -> None:
+    events = result.events
+    if not events:
+        where = f" in {result.path}" if result.path else ""
+        console.print(f"no events{where} match")
+    else:
+        columns: dict[str, list[str]] = {
+            "TIME": [_event_time(e.get("time"), look.wide) for e in events],
+            "ACTION": [_event_cell(e, "action") for e in events],
+            _UUID: [_event_cell(e, "migUUID") for e in events],
+            "GPU": [_event_cell(e, "gpuIndex") for e in events],
+            "PROFILE": [_event_cell(e, "profile") for e in events],
+            "PLACEMENT": [_event_cell(e, "placement") for e in events],
+            "POD": [_event_cell(e, "pod") for e in events],
+            "STATE": [_event_cell(e, "state") for e in events],
+            "CDI": [_event_cell(e, "cdi") for e in events],
+            "COMMAND": [_event_cell(e, "command") for e in events],
+            "REASON": [_event_reason(e) for e in events],
+        }
+        if look.wide:
+            columns["PID"] = [_event_cell(e, "pid") for e in events]
+            columns["GPU UUID"] = [_event_cell(e, "gpuUUID") for e in events]
+        shown, ruled = _fit(console.width, True, columns, _EVENT_DROPS)
+        table = _fitted_table(shown, ruled)
+        for r in range(len(events)):
+            table.add_row(*(_escape(cells[r]) for cells in shown.values()))
+        console.print(table)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {_escape(warning.file)}: {_escape(warning.reason)}")
+
+
 def _on_console(draw: Callable[[Console, _R], None]) -> Callable[[_R, Look], None]:
     """A table drawn on a fresh console (made only when a table is drawn: rich loads late);
     `-o wide` draws it as `-o table` does."""
@@ -983,6 +1065,7 @@ _TABLES: dict[str, Callable[[Any, Look], None]] = {
     "Adoption": _on_console(_actions),
     DoctorReport.kind: _on_console(_doctor),
     Forget.kind: _with_look(_forget),
+    EventList.kind: _with_look(_events),
     # plain text: the exposition must reach stdout verbatim
     Metrics.kind: lambda result, look: _metrics(result),
     "Config": _on_console(_config),

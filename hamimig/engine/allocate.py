@@ -257,8 +257,11 @@ def _plan_creation(
     if start is not None:
         requested = legal_placement(profile.name, profile.placements, start, size)
     plan = _placement_plan(node, durable, gpu, profile, requested)
+    owner = request.owner
+    # The reason names the request that forced the reclaim (the event journal keeps it).
+    why = f"blocks {plan.placement} for {profile.name} requested by {owner.namespace}/{owner.name}"
     reclaims = [
-        Step(ActionKind.RECLAIM, Managed(record, live, gpu.index), f"blocks {plan.placement}")
+        Step(ActionKind.RECLAIM, Managed(record, live, gpu.index), why)
         for record, live in plan.reclaim
     ]
     create = NewInstance(gpu, profile, plan.placement, request.owner)

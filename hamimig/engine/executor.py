@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
+from hamimig.engine.journal import log_step
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action
 from hamimig.engine.states import Creating, StateName, check_transition, idle_since_after
@@ -331,6 +332,9 @@ class Applied:
 def apply(node: Node, step: Step) -> Applied:
     """Carry out one planned step. A step on a `Where` only reports: it changes nothing.
 
+    Every step that changed something, and every step the hardware or the disk failed, is
+    logged to the event journal here, the one place all commands' changes pass through.
+
     Raises `StepFailed` (or `DestroyFailed`) when the hardware or disk refuses part of it,
     `HamimigError` or `OSError` when it could not be done at all.
     """
@@ -338,7 +342,21 @@ def apply(node: Node, step: Step) -> Applied:
         return Applied()
     if node.read_only:  # a dry run only reports its plan; reaching here is a bug
         raise HamimigError(f"a dry run tried to apply {step.kind.value} (a bug); nothing changed")
-    return _HANDLERS[step.kind](node, step.target)
+    before = len(node.file_ops)
+    try:
+        applied = _HANDLERS[step.kind](node, step.target)
+    except (HamimigError, OSError) as exc:
+        # A failure of the hardware or the disk is an event; a refusal (the placement turned
+        # out occupied, no spec can be composed) left nothing changed and, like every refused
+        # command, writes nothing.
+        if isinstance(exc, (HardwareError, OSError)):
+            why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+            left = exc.record if isinstance(exc, DestroyFailed) else None
+            log_step(node, step, node.file_ops[before:], left, error=why)
+        raise
+    if applied.changed:
+        log_step(node, step, node.file_ops[before:], applied.record, applied.note)
+    return applied
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from hamimig.errors import (
     UsageError,
 )
 from hamimig.hw.types import Gpu, GpuInstance, Placement
+from hamimig.store.counters import LAST_RECONCILE
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
 from hamimig.vocabulary import ActionKind, Outcome, State
@@ -329,7 +330,11 @@ def _blocker(
 def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None) -> ActionReport:
     """One pass: with pods, release instances whose pods are gone; retry queued CDI removals;
     make specs current; retry destroying Error instances; then, with pods, apply the idle
-    policy. A dry run reads without the node lock."""
+    policy. A dry run reads without the node lock.
+
+    A real pass that ran its plan to the end, failed steps and all, notes when it finished
+    (`counters.json`'s `lastReconcile`, `metrics`' `hamimig_last_reconcile_timestamp_seconds`);
+    a dry run or a pass refused before acting does not."""
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         pods = None if source is None else source.load(node)
@@ -356,6 +361,10 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         done = execute(node, plan, dry_run)
         if done.actions and not dry_run:
             tidy_finished(node, durable)
+        if not dry_run:
+            # The plan ran to its end (failed steps included: those are counted apart); a
+            # refusal raised before this point. Best effort, as counting is.
+            node.counters().note_timestamp(LAST_RECONCILE, int(node.now()))
     return ActionReport(
         dry_run=dry_run,
         actions=done.actions,

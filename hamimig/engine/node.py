@@ -29,6 +29,7 @@ from hamimig.sim.files import NodeFiles
 from hamimig.store.cdi import CdiStore
 from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters
+from hamimig.store.events import EventJournal
 from hamimig.store.files import FileOp, check_usable_dir, no_faults
 from hamimig.store.idle_seen import IdleSeen
 from hamimig.store.intents import IntentStore
@@ -67,6 +68,8 @@ class Node:
     """What one command reads once and asks for several times (the CDI directory scan)."""
     file_ops: list[FileOpName] = field(default_factory=list, repr=False)
     """The durable-state file operations this command completed, in order (see `file_op`)."""
+    command: str | None = None
+    """The hamimig command running (`allocate`, `reconcile`...), as the event journal names it."""
 
     def now(self) -> float:
         """This node's time: a simulated node's clock runs at the host's pace from wherever
@@ -94,10 +97,13 @@ class Node:
             self._config = load_config(self.config_path)
         return self._config
 
+    def _faults(self) -> FileOp:
+        return no_faults if self.sim is None else SimBackend(self.sim).file_op
+
     def file_op(self) -> FileOp:
         """On a simulated node, durable-state file operations honour the simulator's faults.
         Every operation that completes is noted in `file_ops` (what a step changed on disk)."""
-        inner = no_faults if self.sim is None else SimBackend(self.sim).file_op
+        inner = self._faults()
         done = self.file_ops
 
         def noted(op: FileOpName, perform: Callable[[], None]) -> None:
@@ -153,6 +159,11 @@ class Node:
     def counters(self) -> Counters:
         """Lifecycle event counters (`counters.json` in the state directory)."""
         return Counters(self.state_dir)
+
+    def events(self) -> EventJournal:
+        """The event journal (`events.jsonl`): its appends honour the simulator's faults but
+        are not noted in `file_ops`, since they are not part of what a step changed."""
+        return EventJournal(self.state_dir, self._faults())
 
     def idle_seen(self) -> IdleSeen:
         """When the idle policy first saw each of HAMi's own Idle records."""

@@ -1,54 +1,112 @@
-"""`metrics`: the node's MIG instances and lifecycle counters in Prometheus text format, for
-node-exporter's textfile collector (`--collector.textfile.directory`).
+"""`metrics`: the node's MIG instances, lifecycle counters and health in Prometheus text format,
+for node-exporter's textfile collector (`--collector.textfile.directory`).
 
-Three families:
+Every family is always present (HELP and TYPE, and zeros where a gauge has no data), so that no
+alert expression sees a series vanish; only the per-instance families have no sample when there
+is no instance. Values are whole numbers; ages and times are seconds, rounded down.
 
-- `hami_node_gpu_mig_instance_info` (gauge, always 1): one series per realized instance (a live
-  GI/CI pair with a MIG UUID), with the labels of HAMi's scheduler metric of the same name
-  (`node, device_uuid, device_index, mig_uuid, profile, gpu_instance_id, compute_instance_id,
-  placement_start, placement_size`, HAMi's `cmd/scheduler/metrics.go`) plus `state`. HAMi reports
-  only instances allocated to pods; here Idle, Error and Unmanaged instances appear too, told
-  apart by `state`, so `hami_node_gpu_mig_instance_info{state="Active"}` is the one to compare.
+Instances:
+
+- `hamimig_mig_instance_info` (gauge, always 1): one series per realized instance (a live GI/CI
+  pair with a MIG UUID), labelled `node, device_uuid, device_index, mig_uuid, profile,
+  gpu_instance_id, compute_instance_id, placement_start, placement_size` (the labels of HAMi's
+  scheduler metric `hami_node_gpu_mig_instance_info`, HAMi's `cmd/scheduler/metrics.go`) plus
+  `state`: Idle, Error and Unmanaged instances appear too, told apart by `state`.
+  It was `hami_node_gpu_mig_instance_info` before; it is renamed because HAMi's scheduler already
+  exports that name (its reservations, without `state`): the same name from the node, with
+  instances the scheduler never reserved, made `sum by (node)` count twice in every dashboard
+  built on HAMi's series. The two now join on `mig_uuid` without colliding, e.g. the Active
+  instances the scheduler does not know:
+  `hamimig_mig_instance_info{state="Active"} unless on (mig_uuid) hami_node_gpu_mig_instance_info`.
 - `hamimig_mig_instances{gpu_uuid, gpu_index, state}` (gauge): instances per GPU and state, every
   state docs/formats.md lists (every `hamimig.vocabulary.State`) for every MIG-capable GPU,
   zeros included, so that no series vanishes when its last instance goes.
-- `hamimig_mig_{creations,reuses,reclaims}_total` and `hamimig_mig_failures_total{op}`
-  (counters), read from `counters.json` in the state directory. The executor counts where it acts:
-  a creation when `allocate` created an instance, a reuse when it handed out an Idle one, a
-  reclaim whenever a managed (Idle, Error or Reclaiming) instance was destroyed (by `allocate`,
-  `reclaim`, `reconcile` or `recover`), a failure `op="allocate"` when an allocation failed after
-  touching the hardware and was rolled back, and `op="destroy"` when a destroy failed and left
-  the instance in Error. Counting is best-effort: `Counters.count` never fails an operation.
+- `hamimig_idle_instance_age_seconds` (gauge): one series per realized Idle instance, with exactly
+  the info series' labels (`state="Idle"`): seconds it has been Idle by the node's clock, as the
+  idle policy counts it (`idle_policy.idle_age_of`: `idleSince`; else, for hamimig's records, the
+  last update; for records HAMi wrote, when a `reconcile` pass with pods first saw it unheld, the
+  idle-seen file). An Idle instance with no known idle age (a record of HAMi's that no policy pass
+  has seen yet) has no series; one whose idle time lies in the future (a clock set back) reads 0.
+
+Lifecycle counters, read from `counters.json` in the state directory:
+
+- `hamimig_mig_{creations,reuses,reclaims}_total` and `hamimig_mig_failures_total{op}`. The
+  executor counts where it acts: a creation when `allocate` created an instance, a reuse when it
+  handed out an Idle one, a reclaim whenever a managed (Idle, Error or Reclaiming) instance was
+  destroyed (by `allocate`, `reclaim`, `reconcile` or `recover`), a failure `op="allocate"` when an
+  allocation failed after touching the hardware and was rolled back, and `op="destroy"` when a
+  destroy failed and left the instance in Error.
+- `hamimig_events_write_failures_total`: event journal appends that failed (`eventsWriteFailures`;
+  the lifecycle step they describe stood).
+
+Counting is best-effort: `Counters.count` never fails an operation.
+
+Health (gauges):
+
+- `hamimig_pending_intents`: intent journal entries on disk (allocations in flight or
+  interrupted; `recover` rolls those back), unreadable intent files included.
+- `hamimig_pending_intent_max_age_seconds`: age of the oldest readable pending intent by its
+  `createdAt` and the node's clock; 0 when there is none.
+- `hamimig_cdi_removal_queue_length`: entries in the CDI removal queue (spec removals that failed,
+  retried by `reconcile` and `recover`).
+- `hamimig_unreadable_records`: `hami-owned-*.json` record files the record loader refuses
+  (unreadable, invalid, duplicate or misnamed); mutating commands refuse the node while any is.
+- `hamimig_last_reconcile_timestamp_seconds`: Unix seconds (node's clock) when the last real
+  `reconcile` pass finished running its plan, failed steps included (`counters.json`'s
+  `lastReconcile`); never a dry run or a refused pass; 0 = never.
+- `hamimig_doctor_failed_checks`, `hamimig_doctor_warned_checks`: how many of `hamimig doctor`'s
+  checks fail and warn, from the very report `doctor` builds (without pods: the checks that
+  judge pod-held instances are skipped, as `doctor` without `--pods` skips them). Should the
+  report itself fail to build, the failed count is 1 (as doctor counts a section that raised as
+  one failing check), the warned count 0, and the export says why in a warning.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import stat
 from pathlib import Path
 
+from hamimig.durations import parse_time
+from hamimig.engine.facts import Durable, load_durable
+from hamimig.engine.idle_policy import idle_age_of
 from hamimig.engine.node import Node
 from hamimig.engine.results import InstanceView, Warning_
-from hamimig.errors import PathUnusable
+from hamimig.errors import HamimigError, PathUnusable
 from hamimig.hw.types import MigMode
+from hamimig.reports.doctor import run_checks
 from hamimig.reports.inventory import list_instances
-from hamimig.reports.views import InstanceList, Metrics
+from hamimig.reports.views import CheckStatus, InstanceList, Metrics
 from hamimig.store.counters import (
     CREATIONS,
+    EVENTS_WRITE_FAILURES,
     FAILURE_OPS,
     FAILURES,
+    LAST_RECONCILE,
     RECLAIMS,
     REUSES,
     CounterValues,
 )
 from hamimig.store.files import atomic_write, check_dir
+from hamimig.store.intents import IntentStore
+from hamimig.store.records import RecordStore
 from hamimig.vocabulary import State
 
 TEXTFILE_MODE = 0o644
 
-INFO = "hami_node_gpu_mig_instance_info"
+INFO = "hamimig_mig_instance_info"
 INSTANCES = "hamimig_mig_instances"
+IDLE_AGE = "hamimig_idle_instance_age_seconds"
+EVENTS_WRITE_FAILURES_TOTAL = "hamimig_events_write_failures_total"
+PENDING_INTENTS = "hamimig_pending_intents"
+PENDING_INTENT_MAX_AGE = "hamimig_pending_intent_max_age_seconds"
+CDI_REMOVAL_QUEUE = "hamimig_cdi_removal_queue_length"
+UNREADABLE_RECORDS = "hamimig_unreadable_records"
+LAST_RECONCILE_TIME = "hamimig_last_reconcile_timestamp_seconds"
+DOCTOR_FAILED = "hamimig_doctor_failed_checks"
+DOCTOR_WARNED = "hamimig_doctor_warned_checks"
 
 _COUNTER_HELP = {
     CREATIONS: "MIG instances created by hamimig allocate.",
@@ -106,31 +164,62 @@ def _realized(view: InstanceView) -> bool:
     )
 
 
+def _instance_labels(node_name: str, view: InstanceView) -> dict[str, str]:
+    """The info series' labels of one realized instance (HAMi's, plus `state`)."""
+    return {
+        "node": node_name,
+        "device_uuid": view.gpu_uuid,
+        "device_index": _index(view),
+        "mig_uuid": view.mig_uuid or "",
+        "profile": view.profile,
+        "gpu_instance_id": str(view.gpu_instance_id),
+        "compute_instance_id": str(view.compute_instance_id),
+        "placement_start": str(view.placement.start),
+        "placement_size": str(view.placement.size),
+        "state": view.state.value,
+    }
+
+
 def _info(out: _Exposition, node_name: str, inventory: InstanceList) -> None:
     out.family(
         INFO,
         "gauge",
-        "Realized MIG instance identity and placement (HAMi's labels plus state), by hamimig.",
+        "Realized MIG instance identity and placement (HAMi's labels plus state), by hamimig; "
+        "joins HAMi's hami_node_gpu_mig_instance_info on mig_uuid.",
     )
     for view in inventory.instances:
-        if not _realized(view):
+        if _realized(view):
+            out.sample(INFO, _instance_labels(node_name, view), 1)
+
+
+def _seconds(value: float) -> int:
+    """Whole seconds, rounded down, never negative (a time in the future reads 0)."""
+    return max(0, math.floor(value))
+
+
+def _idle_ages(
+    out: _Exposition,
+    node_name: str,
+    inventory: InstanceList,
+    durable: Durable,
+    seen: dict[str, str],
+    now: float,
+) -> None:
+    out.family(
+        IDLE_AGE,
+        "gauge",
+        "Seconds each Idle MIG instance has been Idle, by the node's clock, as the idle policy "
+        "counts it; no series while its idle age is unknown.",
+    )
+    for view in inventory.instances:
+        if view.state is not State.IDLE or not _realized(view):
             continue
-        out.sample(
-            INFO,
-            {
-                "node": node_name,
-                "device_uuid": view.gpu_uuid,
-                "device_index": _index(view),
-                "mig_uuid": view.mig_uuid or "",
-                "profile": view.profile,
-                "gpu_instance_id": str(view.gpu_instance_id),
-                "compute_instance_id": str(view.compute_instance_id),
-                "placement_start": str(view.placement.start),
-                "placement_size": str(view.placement.size),
-                "state": view.state.value,
-            },
-            1,
-        )
+        record = durable.records.get(view.mig_uuid or "")
+        if record is None:
+            continue
+        since = idle_age_of(record, seen).since
+        if since is not None:
+            out.sample(IDLE_AGE, _instance_labels(node_name, view), _seconds(now - since))
 
 
 def _per_state(out: _Exposition, inventory: InstanceList) -> None:
@@ -161,20 +250,95 @@ def _counters(out: _Exposition, values: CounterValues) -> None:
     for op in sorted(ops):
         if op:
             out.sample(metric, {"op": op}, values.get(FAILURES, op))
+    out.family(
+        EVENTS_WRITE_FAILURES_TOTAL,
+        "counter",
+        "Event journal appends that failed (the lifecycle step they describe stood).",
+    )
+    out.sample(EVENTS_WRITE_FAILURES_TOTAL, {}, values.get(EVENTS_WRITE_FAILURES))
+
+
+def _gauge(out: _Exposition, name: str, help_text: str, value: int) -> None:
+    out.family(name, "gauge", help_text)
+    out.sample(name, {}, value)
+
+
+def _durable_health(out: _Exposition, durable: Durable, values: CounterValues, now: float) -> None:
+    unreadable_intents = sum(1 for p in durable.problems if p.store == IntentStore.store)
+    _gauge(
+        out,
+        PENDING_INTENTS,
+        "Intent journal entries on disk: allocations in flight or interrupted "
+        "(hamimig recover rolls those back).",
+        len(durable.intents) + unreadable_intents,
+    )
+    created = [parse_time(i.created_at) for i in durable.intents]
+    ages = [now - t for t in created if t is not None]
+    _gauge(
+        out,
+        PENDING_INTENT_MAX_AGE,
+        "Age in seconds of the oldest pending intent, by the node's clock; 0 when none.",
+        _seconds(max(ages, default=0)),
+    )
+    _gauge(
+        out,
+        CDI_REMOVAL_QUEUE,
+        "Entries in the CDI removal queue (spec removals retried by reconcile and recover).",
+        len(durable.removals),
+    )
+    _gauge(
+        out,
+        UNREADABLE_RECORDS,
+        "Record files the record loader refuses (unreadable, invalid or duplicate); mutating "
+        "commands refuse the node while any is.",
+        sum(1 for p in durable.problems if p.store == RecordStore.store),
+    )
+    _gauge(
+        out,
+        LAST_RECONCILE_TIME,
+        "Unix time of the last hamimig reconcile pass that ran its plan to the end; 0 = never.",
+        values.timestamp(LAST_RECONCILE),
+    )
+
+
+def _doctor(out: _Exposition, node: Node) -> Warning_ | None:
+    """The doctor gauges, from the report `doctor` builds (no pods); a report that cannot be
+    built counts as one failing check, with a warning saying why."""
+    warning = None
+    try:
+        report = run_checks(node)
+        failed, warned = report.count(CheckStatus.FAIL), report.count(CheckStatus.WARN)
+    except Exception as exc:  # doctor reports every expected failure as a check: a bug
+        why = exc.message if isinstance(exc, HamimigError) else f"{type(exc).__name__}: {exc}"
+        reason = f"hamimig doctor's report could not be built ({why}); counted as 1 failed check"
+        warning = Warning_(file=str(node.state_dir), reason=reason)
+        failed, warned = 1, 0
+    _gauge(out, DOCTOR_FAILED, "How many of hamimig doctor's checks fail (without pods).", failed)
+    _gauge(out, DOCTOR_WARNED, "How many of hamimig doctor's checks warn (without pods).", warned)
+    return warning
 
 
 def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
     """The whole exposition text, its number of samples, and what could not be read."""
     inventory = list_instances(node)
+    durable = load_durable(node)
+    seen, seen_problem = node.idle_seen().load()
     counters = node.counters().load()
+    now = node.now()
     node_name = node.node_name or socket.gethostname()
     out = _Exposition()
     _info(out, node_name, inventory)
     _per_state(out, inventory)
+    _idle_ages(out, node_name, inventory, durable, seen, now)
     _counters(out, counters)
+    _durable_health(out, durable, counters, now)
+    doctor_warning = _doctor(out, node)
     warnings = list(inventory.warnings)
-    if counters.problem is not None:
-        warnings.append(Warning_(file=counters.problem.file, reason=counters.problem.reason))
+    for problem in (counters.problem, seen_problem):
+        if problem is not None:
+            warnings.append(Warning_(file=problem.file, reason=problem.reason))
+    if doctor_warning is not None:
+        warnings.append(doctor_warning)
     return out.text(), out.series, tuple(warnings)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hamimig.config import IDLE_TTL, MAX_IDLE, Config
+from hamimig.config import EVENTS_MAX_BYTES, IDLE_TTL, MAX_IDLE, Config
 from hamimig.durations import exact_duration
 from hamimig.engine.node import Node
 from hamimig.engine.results import Json
@@ -71,6 +71,7 @@ def show_config(node: Node) -> ConfigView:
             IDLE_TTL, exact_duration(cfg.idle_ttl) if cfg.idle_ttl else "off", source(IDLE_TTL)
         ),
         Setting(MAX_IDLE, cfg.max_idle_per_gpu, source(MAX_IDLE)),
+        Setting(EVENTS_MAX_BYTES, cfg.events_max_bytes, source(EVENTS_MAX_BYTES)),
         Setting("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
         Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
         Setting("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),

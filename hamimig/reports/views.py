@@ -238,3 +238,22 @@ class Metrics:
         if self.warnings:
             out["warnings"] = [w.to_json() for w in self.warnings]
         return out
+
+
+@dataclass(frozen=True)
+class EventList:
+    """`events`: lifecycle events from the journal, oldest first (docs/formats.md "Event
+    journal" gives the keys of each)."""
+
+    kind: ClassVar[str] = "EventList"
+    exit_code: ClassVar[int] = 0
+    events: tuple[dict[str, object], ...]
+    warnings: tuple[Warning_, ...] = ()
+    path: str | None = None
+    """The journal's file (tables say where to look when it is empty)."""
+
+    def to_json(self) -> Json:
+        out: Json = {"kind": self.kind, "events": [dict(e) for e in self.events]}
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
+        return out

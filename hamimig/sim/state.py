@@ -29,11 +29,13 @@ from typing import Any, cast
 from hamimig.errors import HardwareError, UsageError
 from hamimig.sim.files import NodeFiles, write_access, write_node_files
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
-from hamimig.vocabulary import FileOpName
+from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
 SCHEMA_VERSION = 1
 DRIVER_VERSION = "550.127.05"
 FILE_OPS: tuple[str, ...] = tuple(op.value for op in FileOpName)
+DURABLE_OPS: tuple[str, ...] = tuple(op.value for op in DURABLE_FILE_OPS)
+"""The file operations of the durable state (every file op but the event journal's append)."""
 FAULT_ACTIONS = ("raise", "crash-before", "crash-after")
 CRASH_EXIT_STATUS = 137
 

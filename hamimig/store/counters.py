@@ -5,8 +5,11 @@ CLI call is one) and every reboot of the tool: one small JSON file, replaced ato
 node lock that every mutating command already holds. The name does not start with `hami-owned-`,
 so HAMi's record loader never looks at it.
 
-Format (version 1): `{"version": 1, "counters": {"creations": 3, "failures": {"allocate": 1}}}`:
-a counter without labels is an integer, a labelled one an object from label value to integer.
+Format (version 1): `{"version": 1, "counters": {"creations": 3, "failures": {"allocate": 1}},
+"timestamps": {"lastReconcile": 1767225600}}`: a counter without labels is an integer, a labelled
+one an object from label value to integer; `timestamps` (optional; older versions ignore it) holds
+Unix seconds that are set, not counted (`lastReconcile`: the last `reconcile` pass that ran its
+plan to the end), kept apart so that no sum of the counters ever adds a time to them.
 
 Counting is bookkeeping, never part of an operation: a corrupt file reads as a Problem and zeros
 (Prometheus treats the drop as a counter reset), and the engine ignores a failed write.
@@ -38,6 +41,12 @@ FAILURES = "failures"
 FAILED_ALLOCATE = "allocate"
 FAILED_DESTROY = "destroy"
 FAILURE_OPS = (FAILED_ALLOCATE, FAILED_DESTROY)
+EVENTS_WRITE_FAILURES = "eventsWriteFailures"
+"""Event journal appends that failed (the lifecycle step they describe stood)."""
+
+# The times kept next to the counters (set, never counted): Unix seconds by the node's clock.
+LAST_RECONCILE = "lastReconcile"
+"""When the last real `reconcile` pass finished running its plan (absent: never)."""
 
 
 @dataclass(frozen=True)
@@ -46,12 +55,26 @@ class CounterValues:
 
     values: dict[str, dict[str, int]] = field(default_factory=dict)
     problem: Problem | None = None
+    timestamps: dict[str, int] = field(default_factory=dict)
+    """Name -> Unix seconds (`LAST_RECONCILE`); absent: never set."""
 
     def get(self, name: str, label: str | None = None) -> int:
         return self.values.get(name, {}).get(NO_LABEL if label is None else label, 0)
 
+    def timestamp(self, name: str) -> int:
+        """Unix seconds, 0 when never set."""
+        return self.timestamps.get(name, 0)
+
+
+_Stored = tuple[dict[str, dict[str, int]], dict[str, int]]
+
 
 def decode_counters(data: bytes) -> dict[str, dict[str, int]]:
+    return decode_stored(data)[0]
+
+
+def decode_stored(data: bytes) -> _Stored:
+    """The counters and the timestamps of a counters file."""
     doc = json_object(data, "counters file")
     version = doc.get("version")
     if isinstance(version, bool) or version != COUNTERS_VERSION:
@@ -67,10 +90,16 @@ def decode_counters(data: bytes) -> dict[str, dict[str, int]]:
             out[name] = {k: uint_field(v, f"counters.{name}.{k}") for k, v in value.items()}
         else:
             out[name] = {NO_LABEL: uint_field(value, f"counters.{name}")}
-    return out
+    raw_times = doc.get("timestamps", {})
+    if not isinstance(raw_times, dict):
+        raise RecordError("timestamps must be an object")
+    times = {k: uint_field(v, f"timestamps.{k}") for k, v in raw_times.items()}
+    return out, times
 
 
-def encode_counters(values: dict[str, dict[str, int]]) -> bytes:
+def encode_counters(
+    values: dict[str, dict[str, int]], timestamps: dict[str, int] | None = None
+) -> bytes:
     counters: dict[str, object] = {}
     for name in sorted(values):
         by_label = values[name]
@@ -78,7 +107,9 @@ def encode_counters(values: dict[str, dict[str, int]]) -> bytes:
             counters[name] = by_label[NO_LABEL]
         else:
             counters[name] = {k: by_label[k] for k in sorted(by_label)}
-    doc = {"version": COUNTERS_VERSION, "counters": counters}
+    doc: dict[str, object] = {"version": COUNTERS_VERSION, "counters": counters}
+    if timestamps:
+        doc["timestamps"] = {k: timestamps[k] for k in sorted(timestamps)}
     return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
 
@@ -95,10 +126,12 @@ class Counters(SingleFile):
         """The current counts; an absent file is all zeros, an unusable one zeros and a Problem."""
         if not check_dir(self.directory):
             return CounterValues()
-        loaded = self.read_file(COUNTERS_NAME, decode_counters)
+        loaded = self.read_file(COUNTERS_NAME, decode_stored)
         if isinstance(loaded, Problem):
             return CounterValues(problem=loaded)
-        return CounterValues(loaded or {})
+        if loaded is None:
+            return CounterValues()
+        return CounterValues(loaded[0], timestamps=loaded[1])
 
     def bump(self, name: str, label: str | None = None, n: int = 1) -> None:
         """Add `n` to one counter and write the file atomically (0600).
@@ -109,14 +142,29 @@ class Counters(SingleFile):
         """
         if not name or (label is not None and not label) or n < 0:
             raise ValueError(f"invalid counter {name!r}/{label!r} += {n}")
-        values = self.load().values
+        loaded = self.load()
+        values = loaded.values
         key = NO_LABEL if label is None else label
         by_label = values.setdefault(name, {})
         if by_label and (key == NO_LABEL) != (NO_LABEL in by_label):
             raise ValueError(f"counter {name!r} is used both with and without a label")
         by_label[key] = by_label.get(key, 0) + n
-        data = encode_counters(values)
+        data = encode_counters(values, loaded.timestamps)
         self.write_named(None, COUNTERS_NAME, data)
+
+    def set_timestamp(self, name: str, seconds: int) -> None:
+        """Set one timestamp (Unix seconds) and write the file atomically (0600), keeping the
+        counters; like `bump`, under the node lock, and raising when the write fails."""
+        if not name or seconds < 0:
+            raise ValueError(f"invalid timestamp {name!r} = {seconds}")
+        loaded = self.load()
+        times = {**loaded.timestamps, name: seconds}
+        self.write_named(None, COUNTERS_NAME, encode_counters(loaded.values, times))
+
+    def note_timestamp(self, name: str, seconds: int) -> None:
+        """`set_timestamp`, but never raising: bookkeeping never fails the pass it notes."""
+        with contextlib.suppress(OSError, ValueError, HamimigError):
+            self.set_timestamp(name, seconds)
 
     def count(self, name: str, label: str | None = None) -> None:
         """Count one lifecycle event, as `bump` does, but never raise: bookkeeping can neither

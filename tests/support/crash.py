@@ -16,7 +16,7 @@ from typing import Any
 from hamimig.hw.types import Placement
 from hamimig.reports.simulator import sim_fault_add
 from hamimig.sim.models import MODELS
-from hamimig.sim.state import FILE_OPS
+from hamimig.sim.state import DURABLE_OPS
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.queue import QUEUE_NAME, RemovalQueue
@@ -92,7 +92,7 @@ def snapshot(cli: Cli) -> Snapshot:
         n
         for n in state_files
         if not (n.startswith(("hami-owned-mig-", "intent-")) and n.endswith(".json"))
-        and n not in (QUEUE_NAME, "hamimig.lock", "counters.json")
+        and n not in (QUEUE_NAME, "hamimig.lock", "counters.json", "events.jsonl")
     ] == []
     assert sorted(n for n in state_files if n.startswith("hami-owned-")) == sorted(
         record_name(u) for u in records
@@ -194,7 +194,7 @@ def check_invariants(snap: Snapshot) -> None:
 
 def count_file_ops(cli: Cli, skip: frozenset[str] = frozenset()) -> None:
     """Arm a counting fault (see the module's docstring) on every file operation but `skip`."""
-    for op in FILE_OPS:
+    for op in DURABLE_OPS:
         if op not in skip:
             sim_fault_add(cli.sim, op, None, "raise", 1, COUNTING_SKIP, None)
 
@@ -207,7 +207,7 @@ def counted(before: Snapshot, after: Snapshot, skip: frozenset[str] = frozenset(
         if n:
             counts[op] = n
     remaining = {f["op"]: f["skip"] for f in after.faults}
-    for op in FILE_OPS:
+    for op in DURABLE_OPS:
         if op in skip:
             continue
         n = COUNTING_SKIP - remaining[op]

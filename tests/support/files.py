@@ -10,9 +10,10 @@ Two views, for two kinds of question:
   create it on a node that has none yet. For "these are the files here", where names matter and
   where a test plants links or directories of its own.
 
-`lifecycle_files(directory)` is `entries` without the metrics counters as well: they record
-what happened (a failed command counts its failure), so a test about the lifecycle's own files
-leaves them to tests/test_metrics.py.
+`lifecycle_files(directory)` is `entries` without the metrics counters and the event journal
+as well: they record what happened (a failed command counts its failure and logs its event), so
+a test about the lifecycle's own files leaves them to tests/test_metrics.py and
+tests/test_events.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 # The node lock and the metrics counters, by the names the README's table of files gives them.
 LOCK_NAME = "hamimig.lock"
 COUNTERS_NAME = "counters.json"
+EVENT_JOURNAL = ("events.jsonl", "events.jsonl.1")
+BOOKKEEPING = (COUNTERS_NAME, *EVENT_JOURNAL)
 
 
 def tree(*dirs: Path) -> dict[str, tuple[int, bytes]]:
@@ -59,5 +62,6 @@ def entries(directory: Path) -> dict[str, Any]:
 
 
 def lifecycle_files(directory: Path) -> dict[str, Any]:
-    """`entries` without the metrics counters (see the module's docstring)."""
-    return {name: e for name, e in entries(directory).items() if name != COUNTERS_NAME}
+    """`entries` without the metrics counters and the event journal (see the module's
+    docstring)."""
+    return {name: e for name, e in entries(directory).items() if name not in BOOKKEEPING}

@@ -1,0 +1,100 @@
+"""`events`: the event journal (why an instance appeared, moved or went), read-only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hamimig.cli import options
+from hamimig.cli.context import execute
+from hamimig.cli.options import GpuFilter
+from hamimig.errors import UsageError
+
+if TYPE_CHECKING:
+    from hamimig.engine.node import Node
+    from hamimig.engine.results import Result
+
+
+def events(
+    ctx: typer.Context,
+    mig_uuid: Annotated[
+        str | None,
+        typer.Option(
+            "--mig-uuid",
+            metavar="MIG_UUID",
+            help=(
+                "Only this instance: its MIG UUID, a prefix of it or its CDI device name "
+                "(mig-<sha256>); it may be long gone."
+            ),
+        ),
+    ] = None,
+    pod: Annotated[
+        str | None,
+        typer.Option(
+            "--pod",
+            metavar=options.POD,
+            help="Only events of this pod and of the instances it held (their reclaim too).",
+        ),
+    ] = None,
+    gpu: GpuFilter = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="DURATION|TIME",
+            help="Only events this recent (90s, 30m, 2h, 1h30m) or since an RFC 3339 time.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", metavar="N", help="Only the newest N of the events that match."),
+    ] = None,
+) -> None:
+    """Lifecycle events from the journal, oldest first.
+
+    Every change hamimig made to an instance: created, reused, released, reclaimed (and for
+    which request), destroyed, failed, restored, adopted, forgotten; its CDI spec written,
+    removed or queued. Read-only: takes no lock and needs no GPU. A GPU index matches the
+    index the event recorded (indexes can change across reboots; GPU UUIDs do not)."""
+    from hamimig.reports import events as journal
+
+    def run(node: Node) -> Result:
+        if limit is not None and not 0 <= limit <= journal.MAX_LIMIT:
+            raise UsageError(f"--limit must be between 0 and {journal.MAX_LIMIT}, not {limit}")
+        query = journal.EventQuery(
+            mig_uuid=_mig_uuid(mig_uuid),
+            pod=None if pod is None else "/".join(options.pod_ref(pod)),
+            gpu=None if gpu is None else options.gpu_ref(gpu),
+            since=None if since is None else _since(node, since),
+            limit=limit,
+        )
+        return journal.list_events(node, query)
+
+    execute(ctx, run)
+
+
+def _mig_uuid(text: str | None) -> str | None:
+    if text is not None and not text.strip():
+        raise UsageError("--mig-uuid must not be empty")
+    return text
+
+
+def _since(node: Node, text: str) -> float:
+    """`--since`: a duration back from the node's clock, or an RFC 3339 time."""
+    from hamimig.durations import DurationError, parse_duration, parse_time
+
+    when = parse_time(text)
+    if when is not None:
+        return when
+    try:
+        return node.now() - parse_duration(text)
+    except DurationError:
+        raise UsageError(
+            f"--since: {text!r} is neither a duration (90s, 30m, 2h, 1h30m) nor an RFC 3339 "
+            "time with an offset (2026-12-01T10:00:00Z)"
+        ) from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("events")(events)

@@ -1,0 +1,137 @@
+"""What the event journal says about one applied step: the executor's only way to log.
+
+`executor.apply` calls `log_step` after every step that changed something, or that failed
+after touching the node, so every lifecycle change from every command is logged in one place
+and in one shape. The event names the instance as the step saw it (MIG UUID, GPU, profile,
+placement, pod), the state it left the record in, what happened to its CDI spec, and why.
+
+Logging is bookkeeping: an event that cannot be appended is counted
+(`hamimig_events_write_failures_total`) and the step stands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from hamimig.engine.node import Node
+from hamimig.engine.steps import (
+    Forgettable,
+    Handout,
+    InFlight,
+    Managed,
+    NewInstance,
+    OrphanGi,
+    Pair,
+    Spec,
+    Step,
+)
+from hamimig.errors import HamimigError
+from hamimig.store.counters import EVENTS_WRITE_FAILURES
+from hamimig.store.events import Event
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import FileOpName
+
+DONE = "done"
+FAILED = "failed"
+
+
+def _pod(owner: Owner | None) -> str | None:
+    return None if owner is None else f"{owner.namespace}/{owner.name}"
+
+
+def _described(step: Step) -> tuple[int | None, str | None, Owner | None]:
+    """GPU index, profile and pod as the step's target names them."""
+    target = step.target
+    if isinstance(target, Managed):
+        return target.gpu_index, target.record.profile, target.record.owner
+    if isinstance(target, Handout):
+        return target.device.gpu_index, target.record.profile, target.owner
+    if isinstance(target, NewInstance):
+        return target.gpu.index, target.profile.name, target.owner
+    if isinstance(target, Pair):
+        return target.gpu.index, target.profile, target.owner
+    if isinstance(target, InFlight):
+        intent = target.intent
+        index = target.gpu_index if target.gpu_index is not None else intent.gpu_index
+        return index, intent.profile, intent.owner
+    if isinstance(target, OrphanGi):
+        return target.gpu.index, None, None
+    if isinstance(target, Forgettable | Spec):
+        return None, None, None
+    return None, None, None
+
+
+def _cdi(node: Node, mig_uuid: str | None, ops: list[FileOpName]) -> str | None:
+    """What the step did to the instance's CDI spec: written, removed, or its removal queued."""
+    if FileOpName.CDI_REMOVE in ops:
+        return "removed"
+    if FileOpName.CDI_WRITE in ops:
+        return "written"
+    if FileOpName.QUEUE_WRITE in ops and mig_uuid is not None:
+        with contextlib.suppress(HamimigError, OSError, ValueError):
+            entries, _ = node.queue().load()
+            if any(entry.mig_uuid == mig_uuid for entry in entries):
+                return "queued"
+    return None
+
+
+def build_event(
+    node: Node,
+    step: Step,
+    ops: list[FileOpName],
+    record: Record | None,
+    note: str | None = None,
+    error: str | None = None,
+) -> Event:
+    """The event for `step`, given the record it left (None: none, or gone) and its file ops."""
+    mig_uuid, gpu_uuid, placement = step.target.where
+    gpu_index, profile, owner = _described(step)
+    state: str | None = None
+    if record is not None:
+        mig_uuid = mig_uuid or record.mig_uuid
+        gpu_uuid = gpu_uuid or record.gpu_uuid
+        placement = placement or record.placement
+        profile = profile or record.profile
+        owner = owner or record.owner
+        if gpu_index is None:
+            gpu_index = record.gpu_index
+        state = record.state.value
+    reason = step.reason if not note else f"{step.reason}; {note}"
+    event: Event = {
+        "time": node.clock(),
+        "action": step.kind.value,
+        "outcome": FAILED if error is not None else DONE,
+        "migUUID": mig_uuid,
+        "gpuUUID": gpu_uuid,
+        "gpuIndex": gpu_index if gpu_index is not None and gpu_index >= 0 else None,
+        "profile": profile,
+        "placement": None
+        if placement is None
+        else {"start": placement.start, "size": placement.size},
+        "pod": _pod(owner),
+        "state": state,
+        "cdi": _cdi(node, mig_uuid, ops),
+        "command": node.command,
+        "pid": os.getpid(),
+        "reason": reason,
+    }
+    if error is not None:
+        event["error"] = error
+    return event
+
+
+def log_step(
+    node: Node,
+    step: Step,
+    ops: list[FileOpName],
+    record: Record | None,
+    note: str | None = None,
+    error: str | None = None,
+) -> None:
+    """Append the step's event; a failure is counted, never raised."""
+    try:
+        event = build_event(node, step, ops, record, note, error)
+        node.events().append(event, node.config().events_max_bytes)
+    except (HamimigError, OSError, ValueError):
+        node.counters().count(EVENTS_WRITE_FAILURES)

@@ -1,0 +1,213 @@
+"""The event journal: one JSON line per lifecycle change, `events.jsonl` in the state directory.
+
+It answers "why did my instance disappear (or move)?" after the fact, so it must outlive the
+process that acted and be cheap to write. Writers append under the node lock that every
+mutating command holds, with O_APPEND and fsync, one `write` per event. A crash mid-write can
+leave a torn last line; the next writer first ends it with a newline, so only the torn event is
+lost, never the next one, and readers skip (and report) any line that is not an event.
+
+The journal is bookkeeping, not durable state: nothing hamimig decides reads it, a failed append
+never fails or undoes the step it describes (the engine counts it), and a crash between a step
+and its event loses only the event. It is rotated when an append would take it past
+`events.maxBytes`: the current file becomes `events.jsonl.1` (replacing the older one) and a new
+file starts, so the journal holds at most about twice that.
+
+Nothing here follows a symlink: the directory is opened with O_NOFOLLOW and the files relative to
+it, with O_NOFOLLOW and O_NONBLOCK (a FIFO planted at the name neither hangs a writer nor a
+reader), and only a regular file is written or read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hamimig.durations import parse_time
+from hamimig.store.files import Problem, StoreFiles, check_dir, ensure_dir, open_dir
+from hamimig.store.records import STATE_DIR_MODE
+from hamimig.vocabulary import FileOpName
+
+EVENTS_NAME = "events.jsonl"
+ROTATED_NAME = "events.jsonl.1"
+EVENTS_MODE = 0o600
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+MIN_MAX_BYTES = 4096
+MAX_MAX_BYTES = 1024 * 1024 * 1024
+MAX_LINE_BYTES = 64 * 1024
+"""An event is a few hundred bytes; a longer line is not one of ours (and is skipped)."""
+
+_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+Event = dict[str, object]
+"""One event as its JSON object (docs/formats.md "Event journal" lists the keys)."""
+
+
+@dataclass(frozen=True)
+class JournalRead:
+    """The events the journal holds, oldest first, and the lines and files it had to skip."""
+
+    events: tuple[Event, ...]
+    problems: tuple[Problem, ...]
+    skipped_lines: int = 0
+
+
+class EventJournal(StoreFiles):
+    """`events.jsonl` and its one rotated predecessor in the state directory."""
+
+    store = "events"
+    file_mode = EVENTS_MODE
+    dir_mode = STATE_DIR_MODE
+    decides = False
+
+    def owns(self, name: str) -> bool:
+        return name in (EVENTS_NAME, ROTATED_NAME)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / EVENTS_NAME
+
+    def append(self, event: Event, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        """Append one event durably (the caller holds the node lock). Raises OSError (or a
+        `UsageError` for an unusable state directory) when it could not be written."""
+        line = (json.dumps(event, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
+        ensure_dir(self.directory, self.dir_mode)
+        self.file_op(FileOpName.EVENTS_WRITE, lambda: self._append(line, max_bytes))
+
+    def _append(self, line: bytes, max_bytes: int) -> None:
+        with open_dir(self.directory) as dir_fd:
+            fd, created = _open_for_append(dir_fd)
+            try:
+                size = os.fstat(fd).st_size
+                if size and size + len(line) > max_bytes:
+                    os.close(fd)
+                    fd = -1
+                    os.replace(EVENTS_NAME, ROTATED_NAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                    fd, _ = _open_for_append(dir_fd)
+                    created, size = True, 0
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # end a torn last line, so this event is read whole
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+            if created:
+                os.fsync(dir_fd)
+
+    def read(self) -> JournalRead:
+        """Every event, the rotated file's first; a line that is not an event is skipped and
+        counted, a file that cannot be read is a Problem. Takes no lock: a reader may miss an
+        event being appended right now, never see half of one (a last line without its
+        newline is skipped as torn)."""
+        if not check_dir(self.directory):
+            return JournalRead((), ())
+        events: list[Event] = []
+        problems: list[Problem] = []
+        skipped = 0
+        for name in (ROTATED_NAME, EVENTS_NAME):
+            bad: list[int] = []
+            try:
+                for number, raw in _lines(self.directory, name):
+                    event = decode_event(raw)
+                    if event is None:
+                        bad.append(number)
+                    else:
+                        events.append(event)
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                problems.append(self.problem(name, f"cannot be read: {why}", io=True))
+                continue
+            if bad:
+                skipped += len(bad)
+                shown = ", ".join(str(n) for n in bad[:5]) + (", ..." if len(bad) > 5 else "")
+                what = "line" if len(bad) == 1 else f"{len(bad)} lines"
+                problems.append(self.problem(name, f"{what} skipped, not an event: {shown}"))
+        return JournalRead(tuple(events), tuple(problems), skipped)
+
+
+def _open_for_append(dir_fd: int) -> tuple[int, bool]:
+    """The journal open for appending, created 0600 when absent; only a regular file."""
+    created = False
+    try:
+        fd = os.open(EVENTS_NAME, _OPEN_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        fd = os.open(EVENTS_NAME, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, EVENTS_MODE, dir_fd=dir_fd)
+        created = True
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "is a symbolic link (not followed)", EVENTS_NAME) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "is not a regular file", EVENTS_NAME)
+        if created:
+            os.fchmod(fd, EVENTS_MODE)  # the umask masked the open mode
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, created
+
+
+def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, content) of each line of `directory/name` up to its size when opened;
+    content None for a line too long to be an event or a torn last line."""
+    with open_dir(directory) as dir_fd:
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ValueError("is a symbolic link (not followed)") from None
+            raise
+    with contextlib.closing(os.fdopen(fd, "rb", buffering=65536)) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("is not a regular file")
+        left = st.st_size  # what is appended while reading is the next reader's
+        number = 0
+        while left > 0:
+            raw = f.readline(min(left, MAX_LINE_BYTES + 1))
+            if not raw:
+                break
+            left -= len(raw)
+            number += 1
+            if not raw.endswith(b"\n"):
+                if len(raw) > MAX_LINE_BYTES:
+                    while left > 0 and not raw.endswith(b"\n"):  # skip the rest of it
+                        raw = f.readline(min(left, MAX_LINE_BYTES + 1))
+                        if not raw:
+                            break
+                        left -= len(raw)
+                yield number, None
+                continue
+            if raw.strip():
+                yield number, raw
+
+
+def decode_event(raw: bytes | None) -> Event | None:
+    """One line as an event, or None when it is not one: a JSON object with an RFC 3339 `time`
+    and an `action` (the rest is shown as it is)."""
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    when = doc.get("time")
+    if not isinstance(when, str) or parse_time(when) is None:
+        return None
+    if not isinstance(doc.get("action"), str) or not doc["action"]:
+        return None
+    return doc
