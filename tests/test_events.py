@@ -483,3 +483,31 @@ def test_the_idle_policy_logs_its_evictions(cli: Cli, pods_file: Any) -> None:
         "reconcile",
     )
     assert "idle policy" in evicted["reason"] and evicted["cdi"] == "removed"
+
+
+def doctor_check(cli: Cli, name: str) -> dict[str, Any]:
+    checks = cli.json("doctor").json()["checks"]
+    [check] = [c for c in checks if c["name"] == name]
+    found: dict[str, Any] = check
+    return found
+
+
+def test_doctor_judges_the_journal_from_its_last_line(cli: Cli) -> None:
+    allocated(cli, "ns/a", "1g.10gb", "0")
+    path = cli.state_dir / EVENTS_NAME
+    check = doctor_check(cli, "events")
+    assert check["status"] == "ok" and f"{path.stat().st_size} byte(s)" in check["message"]
+    with path.open("ab") as f:
+        f.write(b'{"time":')
+    check = doctor_check(cli, "events")
+    assert check["status"] == "warn" and "last line is torn" in check["message"]
+    path.chmod(0o644)
+    mode = doctor_check(cli, "file-mode/events")
+    assert mode["status"] == "warn" and mode["hint"] == f"chmod 0600 {path}"
+    path.chmod(0o666)
+    mode = doctor_check(cli, "file-mode/events")
+    assert mode["status"] == "warn" and "only the event history depends on it" in mode["message"]
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    check = doctor_check(cli, "events")
+    assert check["status"] == "warn" and "symbolic link" in check["message"]

@@ -103,6 +103,22 @@ class EventJournal(StoreFiles):
             if created:
                 os.fsync(dir_fd)
 
+    def health(self) -> JournalHealth:
+        """Both files' sizes and their problems, from their last line only (`read` judges every
+        line)."""
+        if not check_dir(self.directory):
+            return JournalHealth(0, 0, ())
+        files, size, problems = 0, 0, []
+        for name in (ROTATED_NAME, EVENTS_NAME):
+            found = _tail_problem(self.directory, name)
+            if found is None:
+                continue
+            files += 1
+            size += found[0]
+            if found[1] is not None:
+                problems.append(self.problem(name, found[1]))
+        return JournalHealth(files, size, tuple(problems))
+
     def read(self) -> JournalRead:
         """Every event, the rotated file's first; a line that is not an event is skipped and
         counted, a file that cannot be read is a Problem. Takes no lock: a reader may miss an
@@ -134,6 +150,46 @@ class EventJournal(StoreFiles):
                 what = "line" if len(bad) == 1 else f"{len(bad)} lines"
                 problems.append(self.problem(name, f"{what} skipped, not an event: {shown}"))
         return JournalRead(tuple(events), tuple(problems), skipped)
+
+
+@dataclass(frozen=True)
+class JournalHealth:
+    """What `doctor` says of the journal without reading it whole: its size and what is wrong
+    with its files (not a regular file, unreadable, a torn or foreign last line)."""
+
+    files: int
+    size: int
+    problems: tuple[Problem, ...]
+
+
+def _tail_problem(directory: Path, name: str) -> tuple[int, str | None] | None:
+    """(size, why the file is not a journal whose last line is an event); None when absent."""
+    with open_dir(directory) as dir_fd:
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return 0, "is a symbolic link (not followed)"
+            return 0, f"cannot be read: {exc.strerror or exc}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return 0, "is not a regular file"
+        if st.st_size == 0:
+            return 0, None
+        tail = os.pread(
+            fd, min(st.st_size, MAX_LINE_BYTES + 1), max(0, st.st_size - MAX_LINE_BYTES - 1)
+        )
+    finally:
+        os.close(fd)
+    if not tail.endswith(b"\n"):
+        return st.st_size, "its last line is torn (the next append ends it; readers skip it)"
+    last = tail[:-1].rsplit(b"\n", 1)[-1]
+    if decode_event(last + b"\n") is None:
+        return st.st_size, "its last line is not an event (readers skip it)"
+    return st.st_size, None
 
 
 def _open_for_append(dir_fd: int) -> tuple[int, bool]:

@@ -49,6 +49,7 @@ from hamimig.reports.doctor.recovery import with_recovery
 from hamimig.reports.doctor.state import (
     check_counters,
     check_durable,
+    check_events,
     check_file_modes,
     check_idle_seen,
     check_state_dir,
@@ -99,6 +100,7 @@ def run_checks(
             node.queue(),
             node.counters(),
             node.idle_seen(),
+            node.events(),
         )
         checks += guarded("state-files", lambda: check_file_modes(stores))
         try:
@@ -116,6 +118,7 @@ def run_checks(
             checks += check_durable(durable)
         checks += guarded("counters", lambda: [check_counters(node.counters())])
         checks += guarded("idle-seen", lambda: [check_idle_seen(node.idle_seen())])
+        checks += guarded("events", lambda: [check_events(node.events())])
     elif state == "missing":  # nothing recorded yet: every spec of ours is then an orphan
         durable = Durable(records={}, intents=(), removals=(), problems=())
         none = "none (no state directory yet)"

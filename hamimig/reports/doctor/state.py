@@ -24,6 +24,7 @@ from hamimig.reports.doctor.verdicts import (
 )
 from hamimig.reports.views import Check
 from hamimig.store.counters import Counters
+from hamimig.store.events import EventJournal
 from hamimig.store.files import StoreFiles
 from hamimig.store.idle_seen import IdleSeen
 from hamimig.store.lock import NodeLock
@@ -131,7 +132,8 @@ def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
                 if found.decides:
                     checks.append(fail(name, message, fix))
                 else:  # bookkeeping: others could skew the metrics, not take an instance
-                    checks.append(warn(name, message + " (only the metrics depend on it)", fix))
+                    what = "the event history" if found.store == "events" else "the metrics"
+                    checks.append(warn(name, message + f" (only {what} depends on it)", fix))
             else:
                 message = (
                     f"{found.path}: mode {mode_text(found.mode)}, "
@@ -201,6 +203,23 @@ def check_counters(counters: Counters) -> Check:
         )
     total = sum(n for by_label in values.values.values() for n in by_label.values())
     return ok("counters", f"{total} lifecycle event(s) counted")
+
+
+def check_events(journal: EventJournal) -> Check:
+    """The event journal: bookkeeping (nothing hamimig decides reads it), so a planted or torn
+    file is a warning; judged from each file's last line, not read whole."""
+    health = journal.health()
+    if health.problems:
+        first = health.problems[0]
+        return warn(
+            "events",
+            "; ".join(f"{p.file}: {p.reason}" for p in health.problems),
+            f"hamimig events (lists what it can read); move {first.file} away if it is not "
+            "hamimig's journal",
+        )
+    if not health.files:
+        return ok("events", "no event journal yet (the first change writes it)")
+    return ok("events", f"{health.size} byte(s) of events in {health.files} file(s)")
 
 
 def check_idle_seen(seen: IdleSeen) -> Check:
