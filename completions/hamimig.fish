@@ -89,7 +89,7 @@ complete -c hamimig -n "__hamimig_at 'events'" -l mig-uuid -x -a '(__hamimig_rec
 complete -c hamimig -n "__hamimig_at 'events'" -l pod -r -d 'Only events of this pod and of the instances it held (their reclaim too).'
 complete -c hamimig -n "__hamimig_at 'events'" -l gpu -r -d 'Only this GPU: NVML index or GPU UUID.'
 complete -c hamimig -n "__hamimig_at 'events'" -l since -r -d 'Only events this recent (90s, 30m, 2h, 1h30m) or since an RFC 3339 time.'
-complete -c hamimig -n "__hamimig_at 'events'" -l limit -r -d 'Only the newest N of the events that match.'
+complete -c hamimig -n "__hamimig_at 'events'" -l limit -r -d 'Only the newest N of the events that match (a table: 500 unless given).'
 complete -c hamimig -n "__hamimig_at 'events'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "__hamimig_at 'forget'" -a '(__hamimig_records mig-uuids)'
 complete -c hamimig -n "__hamimig_at 'forget'" -l intent -r -d 'Drop the intent <state-dir>/intent-ID.json.'

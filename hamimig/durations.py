@@ -81,11 +81,17 @@ def to_rfc3339(epoch: float) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
+_RFC3339 = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
+"""RFC 3339's date-time (section 5.6), not ISO 8601's other forms (`20261202T0400Z`, weeks)."""
+
+
 def parse_time(text: str) -> float | None:
     """Seconds since the epoch of an RFC 3339 time with an offset (`Z` or `+00:00`), or None
     when `text` is not one: a time without a zone could be any of 24 instants."""
     value = text.strip()
-    if not value or not value.isascii() or len(value) > 40:
+    if not value or not value.isascii() or len(value) > 40 or not _RFC3339.match(value):
         return None
     try:
         parsed = datetime.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))

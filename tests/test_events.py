@@ -511,3 +511,105 @@ def test_doctor_judges_the_journal_from_its_last_line(cli: Cli) -> None:
     path.symlink_to("/dev/zero")
     check = doctor_check(cli, "events")
     assert check["status"] == "warn" and "symbolic link" in check["message"]
+
+
+def test_hostile_lines_are_skipped_or_shown_harmlessly(cli: Cli) -> None:
+    """What a file can hold must never crash the reader, the doctor or the table, nor drive
+    the terminal."""
+    allocated(cli, "ns/a", "1g.10gb", "0")
+    path = cli.state_dir / EVENTS_NAME
+    good = path.read_bytes()
+    lines = [
+        b"[" * 5000,  # nested past the parser's recursion limit
+        b'{"time":"2026-12-02T04:00:00Z","action":"create","pid":NaN}',
+        b'{"time":"2026-12-02T04:00:00Z","action":"create","pid":1e999}',
+        b'{"time":"20261202T040000Z","action":"create"}',  # ISO 8601, not RFC 3339
+    ]
+    odd = [
+        {"time": "9999-12-31T23:59:59-23:59", "action": "create"},  # UTC year 10000
+        {"time": "2026-12-02T04:00:00Z", "action": "create", "migUUID": ["x"], "pod": "ns/a"},
+        {"time": "2026-12-02T04:00:00Z", "action": "\u001b]0;pwned\u0007", "pod": {"a": 1}},
+    ]
+    body = good + b"\n".join(lines) + b"\n" + b"".join(json.dumps(o).encode() + b"\n" for o in odd)
+    path.write_bytes(body)
+    data = ok(cli.json("events"))
+    assert len(data["events"]) == 4
+    assert data["warnings"][0]["reason"] == "4 lines skipped, not an event: 2, 3, 4, 5"
+    json.dumps(data, allow_nan=False)  # strict JSON out
+    for args in ([], ["--pod", "ns/a"], ["-o", "wide"]):
+        table = cli("events", *args)
+        assert table.exit_code == 0, table.stdout
+        assert "\u001b" not in table.stdout
+    plain = cli("events").stdout
+    assert "9999-12-31T23:59:59-23:59" in plain and "\\x1b]0;pwned" in plain
+    # the last line is an event: doctor is fine; a nested last line is a warning, not a crash
+    path.write_bytes(good + b"[" * 5000 + b"\n")
+    assert doctor_check(cli, "events")["status"] == "warn"
+
+
+def test_a_table_shows_the_newest_500_and_says_so(cli: Cli) -> None:
+    allocated(cli, "ns/a", "1g.10gb", "0")
+    path = cli.state_dir / EVENTS_NAME
+    [event] = journal(cli)
+    path.write_text("".join(json.dumps(event | {"pid": n}) + "\n" for n in range(2000)))
+    table = cli("events")
+    assert table.exit_code == 0
+    assert "1500 older matching event(s) not shown" in table.stdout
+    assert len(listed(cli)) == 2000  # JSON: all of them
+    assert [e["pid"] for e in listed(cli, "--limit", "2")] == [1998, 1999]
+
+
+def test_steps_on_a_spec_or_a_record_name_the_instance_fully(cli: Cli) -> None:
+    a = idle(cli, "ns/a", "1g.10gb", "2")
+    for spec in cli.cdi_dir.glob("*.json"):
+        spec.unlink()
+    ok(cli.json("recover", "--assume-no-pods"))
+    ok(cli.json("forget", a))
+    fault(cli, "cdi.write", "EIO")
+    assert alloc(cli, "ns/b", "1g.10gb", "3").exit_code == 4
+    repaired, forgot, failed = journal(cli)[-3:]
+    assert (repaired["action"], repaired["state"], repaired["gpuIndex"]) == (
+        "repair-cdi",
+        "Idle",
+        0,
+    )
+    assert (repaired["profile"], repaired["cdi"]) == ("1g.10gb", "written")
+    assert (forgot["action"], forgot["gpuIndex"], forgot["profile"]) == (
+        "forget-record",
+        0,
+        "1g.10gb",
+    )
+    assert [e["migUUID"] for e in listed(cli, "--gpu", "0")].count(a) == 4
+    # A creation that failed after its CI existed names the instance it had made.
+    assert failed["action"] == "create" and failed["outcome"] == "failed"
+    assert failed["migUUID"] is not None and failed["migUUID"].startswith("MIG-")
+    assert listed(cli, "--mig-uuid", failed["migUUID"]) == [failed]
+
+
+def test_a_hard_link_at_the_journal_is_not_written_through(cli: Cli) -> None:
+    cli.state_dir.mkdir(parents=True)
+    victim = cli.state_dir.parent / "victim"
+    victim.write_text("untouched\n")
+    os.link(victim, cli.state_dir / EVENTS_NAME)
+    allocated(cli, "ns/a", "1g.10gb", "0")
+    assert victim.read_text() == "untouched\n"
+    assert Counters(cli.state_dir).load().get(EVENTS_WRITE_FAILURES) == 1
+
+
+def test_events_warns_when_others_could_have_written_them(cli: Cli) -> None:
+    allocated(cli, "ns/a", "1g.10gb", "0")
+    assert "warnings" not in ok(cli.json("events"))
+    (cli.state_dir / EVENTS_NAME).chmod(0o666)
+    [warning] = ok(cli.json("events"))["warnings"]
+    assert "others could have written these events" in warning["reason"]
+
+
+def test_mig_uuid_filter_refuses_what_is_no_mig_uuid(cli: Cli) -> None:
+    a = allocated(cli, "ns/a", "1g.10gb", "0")
+    for bad in ("foo", "GPU-1234", "k=MIG-1234"):
+        assert "give a MIG UUID" in refused(cli.json("events", "--mig-uuid", bad), 2, "usage")
+    upper = f"KIND={device_name(a).upper().replace('MIG-', 'mig-')}"
+    assert [e["migUUID"] for e in listed(cli, "--mig-uuid", upper)] == [a]
+    assert [e["migUUID"] for e in listed(cli, "--mig-uuid", f" {a[:10]} ")] == [a]
+    message = refused(cli.json("events", "--since", "99999999999999999999h"), 2, "usage")
+    assert "longer than ten years" in message

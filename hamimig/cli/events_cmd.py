@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hamimig.cli import options
-from hamimig.cli.context import execute
+from hamimig.cli.context import execute, globals_of
 from hamimig.cli.options import GpuFilter
 from hamimig.errors import UsageError
 
@@ -48,7 +48,11 @@ def events(
     ] = None,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", metavar="N", help="Only the newest N of the events that match."),
+        typer.Option(
+            "--limit",
+            metavar="N",
+            help="Only the newest N of the events that match (a table: 500 unless given).",
+        ),
     ] = None,
 ) -> None:
     """Lifecycle events from the journal, oldest first.
@@ -62,12 +66,15 @@ def events(
     def run(node: Node) -> Result:
         if limit is not None and not 0 <= limit <= journal.MAX_LIMIT:
             raise UsageError(f"--limit must be between 0 and {journal.MAX_LIMIT}, not {limit}")
+        shown = limit
+        if shown is None and globals_of(ctx).output in ("table", "wide"):
+            shown = journal.TABLE_LIMIT  # a table of 100,000 rows helps nobody: the newest
         query = journal.EventQuery(
             mig_uuid=_mig_uuid(mig_uuid),
             pod=None if pod is None else "/".join(options.pod_ref(pod)),
             gpu=None if gpu is None else options.gpu_ref(gpu),
             since=None if since is None else _since(node, since),
-            limit=limit,
+            limit=shown,
         )
         return journal.list_events(node, query)
 
@@ -89,7 +96,9 @@ def _since(node: Node, text: str) -> float:
         return when
     try:
         return node.now() - parse_duration(text)
-    except DurationError:
+    except DurationError as exc:
+        if text.strip()[:1].isdigit() and "-" not in text and ":" not in text:
+            raise UsageError(f"--since: {exc}") from None  # a duration, but a bad one
         raise UsageError(
             f"--since: {text!r} is neither a duration (90s, 30m, 2h, 1h30m) nor an RFC 3339 "
             "time with an offset (2026-12-01T10:00:00Z)"

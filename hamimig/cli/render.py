@@ -967,14 +967,25 @@ def _event_time(value: object, wide: bool) -> str:
     """An event's time to the second (UTC, `Z`); `-o wide` shows it as the journal has it."""
     from hamimig.durations import parse_time
 
-    text = str(value)
+    text = _visible(str(value))
     when = parse_time(text)
     if wide or when is None:
         return text
     import datetime
 
-    moment = datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        moment = datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):  # a valid time whose UTC year is not 1-9999
+        return text
+    return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%SZ")
+
+
+def _visible(text: str) -> str:
+    """`text` with control characters (a terminal's escape sequences among them) shown as
+    escapes: the journal is a file, and what a file says must not drive the terminal."""
+    if all(" " <= c != "\x7f" for c in text):
+        return text
+    return "".join(c if " " <= c != "\x7f" else c.encode("unicode_escape").decode() for c in text)
 
 
 def _event_cell(event: dict[str, object], key: str) -> str:
@@ -982,20 +993,19 @@ def _event_cell(event: dict[str, object], key: str) -> str:
     if value is None or value == "":
         return "-"
     if key == "placement" and isinstance(value, dict):
-        return f"{value.get('start')}:{value.get('size')}"
-    return str(value)
+        return _visible(f"{value.get('start')}:{value.get('size')}")
+    if key == "action" and event.get("outcome") == "failed":
+        return _visible(f"{value} (failed)")
+    return _visible(str(value))
 
 
 def _event_reason(event: dict[str, object]) -> str:
     reason = _event_cell(event, "reason")
     if event.get("outcome") == "failed":
-        reason = (
-            f"FAILED: {event.get('error') or reason}"
-            if reason == "-"
-            else (f"{reason}; FAILED: {event.get('error', '')}")
-        )
-    if event.get("cdi") == "queued":  # a spec left behind: said even where CDI is left out
-        reason = f"{reason} (CDI spec removal queued)"
+        error = _visible(str(event.get("error") or ""))
+        reason = f"FAILED: {error}" if reason == "-" else f"{reason}; FAILED: {error}"
+    if event.get("cdi") == "queued" and "queued" not in reason:
+        reason = f"{reason} (CDI spec removal queued)"  # said even where CDI is left out
     return reason
 
 
@@ -1026,6 +1036,11 @@ def _events(console: Console, result: EventList, look: Look) -> None:
         for r in range(len(events)):
             table.add_row(*(_escape(cells[r]) for cells in shown.values()))
         console.print(table)
+        if result.matched > len(events):
+            older = result.matched - len(events)
+            console.print(
+                f"{older} older matching event(s) not shown: --limit N, a filter or -o json"
+            )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {_escape(warning.file)}: {_escape(warning.reason)}")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
-from hamimig.engine.journal import log_step
+from hamimig.engine.journal import known_before, log_step
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action
 from hamimig.engine.states import Creating, StateName, check_transition, idle_since_after
@@ -104,6 +104,15 @@ class StepFailed(HardwareError):
     def __init__(self, message: str, tracked: bool = True) -> None:
         super().__init__(message)
         self.tracked = tracked
+
+
+class AllocationFailed(HardwareError):
+    """An allocation failed and was rolled back; `mig_uuid` is the instance it had created
+    before it failed (None: it failed before its CI existed), for the event journal."""
+
+    def __init__(self, message: str, mig_uuid: str | None) -> None:
+        super().__init__(message)
+        self.mig_uuid = mig_uuid
 
 
 class DestroyFailed(StepFailed):
@@ -230,9 +239,10 @@ def create_instance(
         reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
         node.counters().count(FAILURES, FAILED_ALLOCATE)
         rollback_intent(node, intent, record_written=False)
-        raise HardwareError(
+        raise AllocationFailed(
             f"allocation of {profile.name} at {placement} on GPU {gpu.index} failed and was "
-            f"rolled back: {reason}"
+            f"rolled back: {reason}",
+            intent.mig_uuid,
         ) from None
     # The allocation is complete (its record is written): a leftover intent naming a recorded
     # MIG UUID is a finished one, which allocate skips and recover clears.
@@ -343,6 +353,7 @@ def apply(node: Node, step: Step) -> Applied:
     if node.read_only:  # a dry run only reports its plan; reaching here is a bug
         raise HamimigError(f"a dry run tried to apply {step.kind.value} (a bug); nothing changed")
     before = len(node.file_ops)
+    known = known_before(node, step)
     try:
         applied = _HANDLERS[step.kind](node, step.target)
     except (HamimigError, OSError) as exc:
@@ -352,10 +363,11 @@ def apply(node: Node, step: Step) -> Applied:
         if isinstance(exc, (HardwareError, OSError)):
             why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
             left = exc.record if isinstance(exc, DestroyFailed) else None
-            log_step(node, step, node.file_ops[before:], left, error=why)
+            made = exc.mig_uuid if isinstance(exc, AllocationFailed) else None
+            log_step(node, step, node.file_ops[before:], left, error=why, known=known, made=made)
         raise
     if applied.changed:
-        log_step(node, step, node.file_ops[before:], applied.record, applied.note)
+        log_step(node, step, node.file_ops[before:], applied.record, applied.note, known=known)
     return applied
 
 

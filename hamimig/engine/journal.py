@@ -76,6 +76,19 @@ def _cdi(node: Node, mig_uuid: str | None, ops: list[FileOpName]) -> str | None:
     return None
 
 
+def known_before(node: Node, step: Step) -> Record | None:
+    """For a step whose target names only a MIG UUID (a spec to repair, a record to forget):
+    its record as it was before the step, so that the event says which GPU, profile and pod."""
+    target = step.target
+    if not isinstance(target, Spec | Forgettable) or target.mig_uuid is None:
+        return None
+    with contextlib.suppress(HamimigError, OSError, ValueError):
+        found = node.records().read_one(target.mig_uuid)
+        if isinstance(found, Record):
+            return found
+    return None
+
+
 def build_event(
     node: Node,
     step: Step,
@@ -83,20 +96,29 @@ def build_event(
     record: Record | None,
     note: str | None = None,
     error: str | None = None,
+    known: Record | None = None,
+    made: str | None = None,
 ) -> Event:
-    """The event for `step`, given the record it left (None: none, or gone) and its file ops."""
+    """The event for `step`, given the record it left (None: none, or gone), the record as it
+    was before (`known_before`), the MIG UUID a failed creation had made, and its file ops."""
     mig_uuid, gpu_uuid, placement = step.target.where
+    mig_uuid = mig_uuid or made
     gpu_index, profile, owner = _described(step)
     state: str | None = None
-    if record is not None:
-        mig_uuid = mig_uuid or record.mig_uuid
-        gpu_uuid = gpu_uuid or record.gpu_uuid
-        placement = placement or record.placement
-        profile = profile or record.profile
-        owner = owner or record.owner
+    for source in (known, record):
+        if source is None or (mig_uuid is not None and source.mig_uuid != mig_uuid):
+            continue
+        gpu_uuid = gpu_uuid or source.gpu_uuid
+        placement = placement or source.placement
+        profile = profile or source.profile
+        owner = owner or source.owner
         if gpu_index is None:
-            gpu_index = record.gpu_index
+            gpu_index = source.gpu_index
+        mig_uuid = mig_uuid or source.mig_uuid
+    if record is not None:
         state = record.state.value
+    elif known is not None and isinstance(step.target, Spec):
+        state = known.state.value  # a spec step leaves its record as it was
     reason = step.reason if not note else f"{step.reason}; {note}"
     event: Event = {
         "time": node.clock(),
@@ -128,10 +150,12 @@ def log_step(
     record: Record | None,
     note: str | None = None,
     error: str | None = None,
+    known: Record | None = None,
+    made: str | None = None,
 ) -> None:
-    """Append the step's event; a failure is counted, never raised."""
+    """Append the step's event (`build_event`); a failure is counted, never raised."""
     try:
-        event = build_event(node, step, ops, record, note, error)
+        event = build_event(node, step, ops, record, note, error, known, made)
         node.events().append(event, node.config().events_max_bytes)
     except (HamimigError, OSError, ValueError):
         node.counters().count(EVENTS_WRITE_FAILURES)

@@ -13,17 +13,23 @@ never does). A MIG UUID matches in full, by prefix, or by the CDI device name
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 
 from hamimig.durations import parse_time
 from hamimig.engine.lookup import check_reference
 from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
+from hamimig.errors import UsageError
 from hamimig.reports.views import EventList
 from hamimig.store.cdi import device_name
 from hamimig.store.events import Event
 
 MAX_LIMIT = 1_000_000
+TABLE_LIMIT = 500
+"""Events a table shows without `--limit`: the newest; more is a job for `-o json` or a filter."""
+_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -42,58 +48,95 @@ class EventQuery:
 
 def _uuid_matcher(text: str) -> tuple[str, str]:
     """How `--mig-uuid` matches: ("device", mig-<sha256>) or ("prefix", lowercased text)."""
-    check_reference(text, mutating=False)
+    text = text.strip()
     name = text.rpartition("=")[2]
-    if name.lower().startswith("mig-") and not name.startswith("MIG-") and len(name) == 68:
-        return "device", name.lower()
+    lowered = name.lower()
+    if lowered.startswith("mig-") and len(lowered) == 68 and all(c in _HEX for c in lowered[4:]):
+        check_reference(text, mutating=False)
+        return "device", lowered
+    if not text.upper().startswith("MIG-") or "=" in text:
+        raise UsageError(
+            f"--mig-uuid {text!r}: give a MIG UUID (MIG-…), a prefix of one, or its CDI device "
+            "name (mig-<sha256>, optionally KIND=mig-<sha256>)"
+        )
+    check_reference(text, mutating=False)
     return "prefix", text.lower()
 
 
-def _matches(event: Event, query: EventQuery, uuid_match: tuple[str, str] | None) -> bool:
-    if uuid_match is not None:
+class _Selection:
+    """The filters as one predicate over the journal, in order. `--pod` keeps the events of
+    the pod and of the instances it held: an instance's events without a pod (its reclaim, its
+    Error, a recovery step) belong to the pod that held it last, so that "why did my instance
+    go?" is answered by `--pod` as well as by `--mig-uuid`."""
+
+    def __init__(self, query: EventQuery) -> None:
+        self.query = query
+        self.uuid = None if query.mig_uuid is None else _uuid_matcher(query.mig_uuid)
+        self.holder: dict[str, object] = {}
+
+    def __call__(self, event: Event) -> bool:
+        query = self.query
         mig = event.get("migUUID")
-        if not isinstance(mig, str):
+        mig = mig if isinstance(mig, str) else None
+        if query.pod is not None:
+            holder = event.get("pod")
+            if holder is not None and mig is not None:
+                self.holder[mig] = holder
+            elif holder is None and mig is not None:
+                holder = self.holder.get(mig)
+            if holder != query.pod:
+                return False
+        if self.uuid is not None:
+            how, wanted = self.uuid
+            if mig is None:
+                return False
+            if how == "device" and device_name(mig) != wanted:
+                return False
+            if how == "prefix" and not mig.lower().startswith(wanted):
+                return False
+        gpu = query.gpu
+        if isinstance(gpu, int) and (
+            event.get("gpuIndex") != gpu or isinstance(event.get("gpuIndex"), bool)
+        ):
             return False
-        how, wanted = uuid_match
-        if how == "device" and device_name(mig) != wanted:
+        if isinstance(gpu, str) and str(event.get("gpuUUID", "")).lower() != gpu.lower():
             return False
-        if how == "prefix" and not mig.lower().startswith(wanted):
-            return False
-    if isinstance(query.gpu, int) and event.get("gpuIndex") != query.gpu:
-        return False
-    if isinstance(query.gpu, str) and str(event.get("gpuUUID", "")).lower() != query.gpu.lower():
-        return False
-    if query.since is not None:
-        when = parse_time(str(event.get("time", "")))
-        if when is None or when < query.since:
-            return False
-    return True
+        if query.since is not None:
+            when = parse_time(str(event.get("time", "")))
+            if when is None or when < query.since:
+                return False
+        return True
 
 
-def _of_pod(events: tuple[Event, ...], pod: str) -> list[Event]:
-    """The events of `pod` and of the instances it held: an instance's events without a pod
-    (its reclaim, its Error, a recovery step) belong to the pod that held it last, so that
-    "why did my instance go?" is answered by `--pod` as well as by `--mig-uuid`."""
-    last: dict[object, object] = {}
-    out: list[Event] = []
-    for event in events:
-        mig, holder = event.get("migUUID"), event.get("pod")
-        if holder is not None:
-            last[mig] = holder
-        elif mig is not None:
-            holder = last.get(mig)
-        if holder == pod:
-            out.append(event)
-    return out
+def _forgeable(node: Node) -> str | None:
+    """Why others than root could have written the journal: then its events prove nothing."""
+    for path in (node.state_dir, node.events().path):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            continue  # a link or a FIFO planted there: the reader's warning says so
+        if stat.S_IMODE(st.st_mode) & 0o022 and not (
+            stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        ):
+            return f"{path} is group- or world-writable: others could have written these events"
+        if st.st_uid != os.geteuid() and st.st_uid != 0:
+            return f"{path} belongs to uid {st.st_uid}: others could have written these events"
+    return None
 
 
 def list_events(node: Node, query: EventQuery) -> EventList:
-    """The journal's events that match, oldest first (the newest `limit` of them)."""
-    uuid_match = None if query.mig_uuid is None else _uuid_matcher(query.mig_uuid)
-    journal = node.events().read()
-    held = journal.events if query.pod is None else _of_pod(journal.events, query.pod)
-    matched = [e for e in held if _matches(e, query, uuid_match)]
-    if query.limit is not None:
-        matched = matched[len(matched) - query.limit :] if query.limit else []
-    warnings = tuple(Warning_(file=p.file, reason=p.reason) for p in journal.problems)
-    return EventList(events=tuple(matched), warnings=warnings, path=str(node.events().path))
+    """The journal's events that match, in the order they were written (oldest first unless
+    a clock was set back), the newest `limit` of them."""
+    journal = node.events().read(_Selection(query), query.limit)
+    warnings = [Warning_(file=p.file, reason=p.reason) for p in journal.problems]
+    forged = _forgeable(node)
+    if forged is not None:
+        warnings.insert(0, Warning_(file=str(node.events().path), reason=forged))
+    return EventList(
+        events=journal.events,
+        warnings=tuple(warnings),
+        path=str(node.events().path),
+        matched=journal.matched,
+    )

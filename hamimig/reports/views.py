@@ -251,6 +251,8 @@ class EventList:
     warnings: tuple[Warning_, ...] = ()
     path: str | None = None
     """The journal's file (tables say where to look when it is empty)."""
+    matched: int = 0
+    """How many events matched the filters; `events` holds the newest of them."""
 
     def to_json(self) -> Json:
         out: Json = {"kind": self.kind, "events": [dict(e) for e in self.events]}

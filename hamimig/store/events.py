@@ -24,7 +24,8 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,8 @@ class JournalRead:
     events: tuple[Event, ...]
     problems: tuple[Problem, ...]
     skipped_lines: int = 0
+    matched: int = 0
+    """How many events matched, of which `events` holds the last ones asked for."""
 
 
 class EventJournal(StoreFiles):
@@ -119,14 +122,18 @@ class EventJournal(StoreFiles):
                 problems.append(self.problem(name, found[1]))
         return JournalHealth(files, size, tuple(problems))
 
-    def read(self) -> JournalRead:
-        """Every event, the rotated file's first; a line that is not an event is skipped and
-        counted, a file that cannot be read is a Problem. Takes no lock: a reader may miss an
-        event being appended right now, never see half of one (a last line without its
-        newline is skipped as torn)."""
+    def read(
+        self, select: Callable[[Event], bool] | None = None, last: int | None = None
+    ) -> JournalRead:
+        """The events `select` keeps (every one without it), the rotated file's first, and of
+        those only the `last` N: the journal is streamed, never held whole. A line that is not
+        an event is skipped and counted, a file that cannot be read is a Problem. Takes no
+        lock: a reader may miss an event being appended right now, never see half of one (a
+        last line without its newline is skipped as torn)."""
         if not check_dir(self.directory):
             return JournalRead((), ())
-        events: list[Event] = []
+        events: deque[Event] = deque(maxlen=last)
+        matched = 0
         problems: list[Problem] = []
         skipped = 0
         for name in (ROTATED_NAME, EVENTS_NAME):
@@ -136,8 +143,10 @@ class EventJournal(StoreFiles):
                     event = decode_event(raw)
                     if event is None:
                         bad.append(number)
-                    else:
-                        events.append(event)
+                    elif select is None or select(event):
+                        matched += 1
+                        if last != 0:
+                            events.append(event)
             except FileNotFoundError:
                 continue
             except (OSError, ValueError) as exc:
@@ -149,7 +158,7 @@ class EventJournal(StoreFiles):
                 shown = ", ".join(str(n) for n in bad[:5]) + (", ..." if len(bad) > 5 else "")
                 what = "line" if len(bad) == 1 else f"{len(bad)} lines"
                 problems.append(self.problem(name, f"{what} skipped, not an event: {shown}"))
-        return JournalRead(tuple(events), tuple(problems), skipped)
+        return JournalRead(tuple(events), tuple(problems), skipped, matched)
 
 
 @dataclass(frozen=True)
@@ -205,8 +214,12 @@ def _open_for_append(dir_fd: int) -> tuple[int, bool]:
             raise OSError(errno.ELOOP, "is a symbolic link (not followed)", EVENTS_NAME) from None
         raise
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "is not a regular file", EVENTS_NAME)
+        if st.st_nlink != 1:
+            # A hard link planted at our name would have us append to another file.
+            raise OSError(errno.EMLINK, "has other hard links (not written through)", EVENTS_NAME)
         if created:
             os.fchmod(fd, EVENTS_MODE)  # the umask masked the open mode
     except BaseException:
@@ -250,14 +263,27 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
                 yield number, raw
 
 
+def _no_constant(name: str) -> object:
+    """NaN and Infinity are not JSON: a line holding one is not an event (and echoing it would
+    make `-o json` output no strict parser reads)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):  # 1e999
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
 def decode_event(raw: bytes | None) -> Event | None:
     """One line as an event, or None when it is not one: a JSON object with an RFC 3339 `time`
     and an `action` (the rest is shown as it is)."""
     if raw is None:
         return None
     try:
-        doc = json.loads(raw)
-    except ValueError:
+        doc = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError):  # RecursionError: a line nested a thousand deep
         return None
     if not isinstance(doc, dict):
         return None
