@@ -401,6 +401,7 @@ def test_a_planted_journal_is_neither_followed_nor_hangs(cli: Cli, what: str) ->
     assert state_of(cli, a) == "Active"
     assert Counters(cli.state_dir).load().get(EVENTS_WRITE_FAILURES) == 1
     assert victim.read_text() == "untouched\n"
+    assert "1 append(s) failed so far" in doctor_check(cli, "events")["message"]
     # Reading: a warning naming the file, exit 0.
     data = ok(cli.json("events"))
     assert data["events"] == []

@@ -118,7 +118,7 @@ def run_checks(
             checks += check_durable(durable)
         checks += guarded("counters", lambda: [check_counters(node.counters())])
         checks += guarded("idle-seen", lambda: [check_idle_seen(node.idle_seen())])
-        checks += guarded("events", lambda: [check_events(node.events())])
+        checks += guarded("events", lambda: [check_events(node.events(), node.counters())])
     elif state == "missing":  # nothing recorded yet: every spec of ours is then an orphan
         durable = Durable(records={}, intents=(), removals=(), problems=())
         none = "none (no state directory yet)"

@@ -23,7 +23,7 @@ from hamimig.reports.doctor.verdicts import (
     why,
 )
 from hamimig.reports.views import Check
-from hamimig.store.counters import Counters
+from hamimig.store.counters import EVENTS_WRITE_FAILURES, Counters
 from hamimig.store.events import EventJournal
 from hamimig.store.files import StoreFiles
 from hamimig.store.idle_seen import IdleSeen
@@ -205,21 +205,24 @@ def check_counters(counters: Counters) -> Check:
     return ok("counters", f"{total} lifecycle event(s) counted")
 
 
-def check_events(journal: EventJournal) -> Check:
+def check_events(journal: EventJournal, counters: Counters) -> Check:
     """The event journal: bookkeeping (nothing hamimig decides reads it), so a planted or torn
-    file is a warning; judged from each file's last line, not read whole."""
+    file is a warning; judged from each file's last line, not read whole. Appends that failed
+    are said (the history has gaps), as a count: the alert on its increase is what pages."""
     health = journal.health()
+    failed = counters.load().get(EVENTS_WRITE_FAILURES)
+    gaps = f"; {failed} append(s) failed so far (the history has gaps)" if failed else ""
     if health.problems:
         first = health.problems[0]
         return warn(
             "events",
-            "; ".join(f"{p.file}: {p.reason}" for p in health.problems),
+            "; ".join(f"{p.file}: {p.reason}" for p in health.problems) + gaps,
             f"hamimig events (lists what it can read); move {first.file} away if it is not "
             "hamimig's journal",
         )
     if not health.files:
-        return ok("events", "no event journal yet (the first change writes it)")
-    return ok("events", f"{health.size} byte(s) of events in {health.files} file(s)")
+        return ok("events", "no event journal yet (the first change writes it)" + gaps)
+    return ok("events", f"{health.size} byte(s) of events in {health.files} file(s)" + gaps)
 
 
 def check_idle_seen(seen: IdleSeen) -> Check:
