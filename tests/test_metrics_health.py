@@ -180,10 +180,15 @@ def test_unreadable_records_are_counted_and_fail_doctor(cli: Cli) -> None:
     failed, warned = doctor_gauges(cli)
     assert (failed, warned) == doctor_summary(cli)
     assert failed == before_failed + 2  # one failing record/NAME check per file
-    # Not counted as records: an intent that does not load, a file HAMi's loader never reads.
-    (cli.state_dir / "intent-broken.json").write_text("[]")
+    # Not counted: a file HAMi's loader never reads. Counted: every file recover refuses
+    # over, an intent and the removal queue too (each makes recover exit 5).
     (cli.state_dir / "hami-owned-notes.txt").write_text("x")
     assert value(cli, UNREADABLE) == 2
+    (cli.state_dir / "intent-broken.json").write_text("[]")
+    assert value(cli, UNREADABLE) == 3
+    (cli.state_dir / "cdi-removal-queue.json").write_text("garbage")
+    assert value(cli, UNREADABLE) == 4
+    assert cli.json("recover", "--assume-no-pods", "--dry-run").exit_code == 5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,3 +421,68 @@ def test_the_textfile_of_a_rich_node_passes_promtool(cli: Cli, tmp_path: Path) -
     assert scalars[UNREADABLE] == 1
     assert scalars[LAST_RECONCILE] > 0
     assert scalars[DOCTOR_FAILED] >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# A broken node still exports its health
+
+
+def test_with_nvml_down_the_health_series_are_still_written(cli: Cli, tmp_path: Path) -> None:
+    allocated(cli, "ns/a", "1g.10gb", "0")
+    sim(cli, "fault", "add", "--op", "nvmlInit", "--error", "LIBRARY_NOT_FOUND", "--times", "100")
+    prom = tmp_path / "hamimig.prom"
+    ran = cli("metrics", "--textfile", str(prom))
+    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
+    assert "instances: not exported" in ran.stderr
+    text = prom.read_text()
+    assert INFO + "{" not in text  # no instance series without NVML
+    failed = [line for line in text.splitlines() if line.startswith(DOCTOR_FAILED + " ")]
+    assert failed and int(failed[0].split()[1]) >= 1  # doctor's nvml check fails
+    if shutil.which("promtool"):
+        checked = subprocess.run(
+            ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_textfile_never_replaces_what_is_not_a_textfile(cli: Cli, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.prom"
+    os.mkfifo(fifo)
+    config = tmp_path / "config.yaml"
+    config.write_text("devices: {}\n")
+    for target, says in ((fifo, "FIFO"), (config, "neither a *.prom textfile")):
+        ran = cli.json("metrics", "--textfile", str(target))
+        assert ran.exit_code == 2 and says in ran.json()["error"]["message"]
+    assert config.read_text() == "devices: {}\n"
+    assert cli("metrics", "--textfile", str(tmp_path / "new.txt")).exit_code == 0  # new: warned
+
+
+def test_an_impossible_counter_reads_as_zeros_and_the_text_stays_valid(cli: Cli) -> None:
+    cli.state_dir.mkdir(parents=True)
+    (cli.state_dir / COUNTERS_NAME).write_text(
+        '{"version": 1, "counters": {"creations": 1' + "0" * 400 + "}}"
+    )
+    ran = cli("metrics")
+    assert ran.exit_code == 0 and "larger than 2^53" in ran.stderr
+    assert "hamimig_mig_creations_total 0" in ran.stdout
+
+
+def test_an_intent_without_a_valid_time_counts_as_unreadable(cli: Cli) -> None:
+    cli.state_dir.mkdir(parents=True)
+    sim(cli, "fault", "add", "--op", "intent.write", "--action", "crash-after")
+    ran = run_hamimig(*cli.globals(), "allocate", "--pod", "ns/a", "--gpu", "0",
+                      "--profile", "1g.10gb")  # fmt: skip
+    assert ran.returncode == CRASH_EXIT_STATUS
+    [intent] = list(cli.state_dir.glob("intent-*.json"))
+    doc = json.loads(intent.read_text())
+    doc["createdAt"] = "garbage"
+    intent.write_text(json.dumps(doc))
+    assert value(cli, UNREADABLE) >= 1
+
+
+def test_a_node_name_from_the_environment_must_be_utf8(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "\udcff\udcfe")
+    ran = cli.json("metrics")
+    assert ran.exit_code == 2 and "not valid UTF-8" in ran.json()["error"]["message"]

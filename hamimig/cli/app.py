@@ -270,6 +270,9 @@ def _refuse_empty(ctx: typer.Context, name: str, value: str | None) -> None:
     flag = param.opts[0]
     if value == "":
         raise UsageError(f"{flag} must not be empty")
+    if value is not None and _undecodable([value]) is not None:  # from the environment
+        where = f" (from {param.envvar})" if isinstance(param.envvar, str) else ""
+        raise UsageError(f"{flag}{where} is not valid UTF-8")
     envvar = param.envvar
     source = ctx.get_parameter_source(name)
     from_command_line = source is not None and source.name == "COMMANDLINE"

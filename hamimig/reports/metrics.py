@@ -41,6 +41,10 @@ Lifecycle counters, read from `counters.json` in the state directory:
 
 Counting is best-effort: `Counters.count` never fails an operation.
 
+When the instances cannot be listed (NVML down, a lost GPU, a bad config) or the state
+directory cannot be read, their series are left out with a warning and the rest is exported,
+doctor's failing checks among them: a broken node must still tell its alerts why.
+
 Health (gauges):
 
 - `hamimig_pending_intents`: intent journal entries on disk (allocations in flight or
@@ -49,8 +53,10 @@ Health (gauges):
   `createdAt` and the node's clock; 0 when there is none.
 - `hamimig_cdi_removal_queue_length`: entries in the CDI removal queue (spec removals that failed,
   retried by `reconcile` and `recover`).
-- `hamimig_unreadable_records`: `hami-owned-*.json` record files the record loader refuses
-  (unreadable, invalid, duplicate or misnamed); mutating commands refuse the node while any is.
+- `hamimig_unreadable_records`: durable-state files hamimig cannot use: records the loader
+  refuses (unreadable, invalid, duplicate or misnamed), unreadable intents or removal queue, and
+  intents whose `createdAt` is not an RFC 3339 time (they never age); `recover` and mutating
+  commands refuse the node while any is. The name stays: records are what most of them are.
 - `hamimig_last_reconcile_timestamp_seconds`: Unix seconds (node's clock) when the last real
   `reconcile` pass finished running its plan, failed steps included (`counters.json`'s
   `lastReconcile`); never a dry run or a refused pass; 0 = never.
@@ -91,7 +97,6 @@ from hamimig.store.counters import (
 )
 from hamimig.store.files import atomic_write, check_dir
 from hamimig.store.intents import IntentStore
-from hamimig.store.records import RecordStore
 from hamimig.vocabulary import State
 
 TEXTFILE_MODE = 0o644
@@ -274,6 +279,7 @@ def _durable_health(out: _Exposition, durable: Durable, values: CounterValues, n
     )
     created = [parse_time(i.created_at) for i in durable.intents]
     ages = [now - t for t in created if t is not None]
+    undated = sum(1 for t in created if t is None)
     _gauge(
         out,
         PENDING_INTENT_MAX_AGE,
@@ -289,9 +295,10 @@ def _durable_health(out: _Exposition, durable: Durable, values: CounterValues, n
     _gauge(
         out,
         UNREADABLE_RECORDS,
-        "Record files the record loader refuses (unreadable, invalid or duplicate); mutating "
-        "commands refuse the node while any is.",
-        sum(1 for p in durable.problems if p.store == RecordStore.store),
+        "Durable-state files hamimig cannot use (records, intents, the CDI removal queue: "
+        "unreadable, invalid, duplicate, an intent without a valid createdAt); recover and "
+        "mutating commands refuse the node while any is.",
+        len(durable.problems) + undated,
     )
     _gauge(
         out,
@@ -320,8 +327,19 @@ def _doctor(out: _Exposition, node: Node) -> Warning_ | None:
 
 def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
     """The whole exposition text, its number of samples, and what could not be read."""
-    inventory = list_instances(node)
-    durable = load_durable(node)
+    warnings: list[Warning_] = []
+    try:
+        inventory = list_instances(node)
+    except (HamimigError, OSError) as exc:
+        # NVML down, a lost GPU, a bad config: the instance series go, the health series stay
+        # (doctor's failing checks among them), so the node still tells its alerts why.
+        inventory = InstanceList(instances=(), gpus=())
+        warnings.append(Warning_(file="instances", reason=f"not exported: {_why(exc)}"))
+    try:
+        durable = load_durable(node)
+    except (HamimigError, OSError) as exc:
+        durable = Durable(records={}, intents=(), removals=(), problems=())
+        warnings.append(Warning_(file=str(node.state_dir), reason=f"not read: {_why(exc)}"))
     seen, seen_problem = node.idle_seen().load()
     counters = node.counters().load()
     now = node.now()
@@ -333,13 +351,29 @@ def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
     _counters(out, counters)
     _durable_health(out, durable, counters, now)
     doctor_warning = _doctor(out, node)
-    warnings = list(inventory.warnings)
+    warnings += inventory.warnings
     for problem in (counters.problem, seen_problem):
         if problem is not None:
             warnings.append(Warning_(file=problem.file, reason=problem.reason))
     if doctor_warning is not None:
         warnings.append(doctor_warning)
     return out.text(), out.series, tuple(warnings)
+
+
+def _why(exc: HamimigError | OSError) -> str:
+    return exc.message if isinstance(exc, HamimigError) else str(exc.strerror or exc)
+
+
+def _ours(path: Path) -> bool:
+    """Whether `path` starts as an exposition this command writes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, 64).startswith(f"# HELP {INFO} ".encode())
+    finally:
+        os.close(fd)
 
 
 def _check_textfile(path: Path) -> None:
@@ -353,6 +387,13 @@ def _check_textfile(path: Path) -> None:
         return
     if stat.S_ISDIR(st.st_mode):
         raise PathUnusable(path, "is a directory; name a file in it")
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise PathUnusable(path, "is a device, FIFO or socket, not a textfile; nothing written")
+    if stat.S_ISREG(st.st_mode) and not path.name.endswith(".prom") and not _ours(path):
+        # An existing file that is no exposition of ours (a typo for the config?) stays.
+        raise PathUnusable(
+            path, "exists and is neither a *.prom textfile nor hamimig's metrics; nothing written"
+        )
 
 
 def export(node: Node, textfile: Path | None) -> Metrics:

@@ -73,6 +73,18 @@ def decode_counters(data: bytes) -> dict[str, dict[str, int]]:
     return decode_stored(data)[0]
 
 
+MAX_VALUE = 2**53
+"""The largest integer a Prometheus sample (a float64) holds exactly: a larger one is no count
+or time hamimig wrote, and printed it would not parse as a sample value."""
+
+
+def _count(value: object, where: str) -> int:
+    number = uint_field(value, where)
+    if number > MAX_VALUE:
+        raise RecordError(f"{where} is larger than 2^53")
+    return number
+
+
 def decode_stored(data: bytes) -> _Stored:
     """The counters and the timestamps of a counters file."""
     doc = json_object(data, "counters file")
@@ -87,13 +99,13 @@ def decode_stored(data: bytes) -> _Stored:
         if isinstance(value, dict):
             if not value or NO_LABEL in value:
                 raise RecordError(f"counters.{name} must map non-empty label values to integers")
-            out[name] = {k: uint_field(v, f"counters.{name}.{k}") for k, v in value.items()}
+            out[name] = {k: _count(v, f"counters.{name}.{k}") for k, v in value.items()}
         else:
-            out[name] = {NO_LABEL: uint_field(value, f"counters.{name}")}
+            out[name] = {NO_LABEL: _count(value, f"counters.{name}")}
     raw_times = doc.get("timestamps", {})
     if not isinstance(raw_times, dict):
         raise RecordError("timestamps must be an object")
-    times = {k: uint_field(v, f"timestamps.{k}") for k, v in raw_times.items()}
+    times = {k: _count(v, f"timestamps.{k}") for k, v in raw_times.items()}
     return out, times
 
 
