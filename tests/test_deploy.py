@@ -1,7 +1,8 @@
 """deploy/: every manifest loads into the official Kubernetes client's models,
 loses nothing on the way (a misspelt field would be dropped silently), and carries what the
 node needs: the commands, NODE_NAME from the downward API, the hostPath mounts and the RBAC;
-and the reconcile DaemonSet's loop writes the metrics textfile after every pass, failed or not.
+and the reconcile DaemonSet's loop writes the metrics textfile after every pass, failed or not,
+kills a hung command by its timeout and goes on, and removes the textfile at once on SIGTERM.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -139,13 +142,18 @@ def pod_specs() -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
     return out
 
 
+TIMED = re.compile(r'timeout "\$\{(\w+):-(\d+)\}" (hamimig [^&|]+) & pid=\$!$')
+"""A loop line running hamimig under `timeout "${VAR:-default}"`, in the background."""
+
+
 def hamimig_argvs(container: dict[str, Any]) -> list[list[str]]:
     """The hamimig command lines a container runs, in order (directly, or each line of its shell
-    loop that starts with `hamimig `, up to its `||`)."""
+    loop that runs one: `timeout "${VAR:-N}" hamimig ... & pid=$!`)."""
     argv = [*container.get("command", []), *container.get("args", [])]
     if argv[:2] == ["/bin/sh", "-c"]:
         lines = [ln.strip() for ln in argv[2].splitlines()]
-        return [shlex.split(ln.split("||")[0]) for ln in lines if ln.startswith("hamimig ")]
+        assert not [ln for ln in lines if ln.startswith("hamimig ")], "hamimig without a timeout"
+        return [shlex.split(m.group(3)) for ln in lines if (m := TIMED.match(ln))]
     return [argv]
 
 
@@ -302,49 +310,92 @@ def test_rbac_grants_exactly_get_and_list_on_pods_and_get_on_nodes() -> None:
     assert ("ServiceAccount", "hami-device-plugin", "kube-system") in subjects
 
 
+def test_the_loops_timeouts_are_set_in_the_manifest_and_default_to_the_same() -> None:
+    [daemonset] = by_file("reconcile-daemonset.yaml")
+    spec = daemonset["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    timed = [TIMED.match(ln.strip()) for ln in reconcile_loop().splitlines()]
+    defaults = {m.group(1): m.group(2) for m in timed if m}
+    assert defaults == {"RECONCILE_TIMEOUT_SECONDS": "150", "METRICS_TIMEOUT_SECONDS": "60"}
+    for name, default in defaults.items():
+        assert env[name] == default, name
+    # A pass may wait 60 s for the node lock and 30 s for the pod list: its timeout leaves room.
+    assert int(env["RECONCILE_TIMEOUT_SECONDS"]) > 60 + 30
+    # Where the alerts' thresholds come from is said next to the interval.
+    text = (DEPLOY / "reconcile-daemonset.yaml").read_text()
+    before = text.split("- name: RECONCILE_INTERVAL_SECONDS", 1)[0].rsplit("env:", 1)[1]
+    assert "deploy/monitoring/hamimig-rules.yaml" in before
+
+
 # --- the reconcile loop, run by /bin/sh with a stand-in hamimig --------------------------------
 
 FAKE_HAMIMIG = """#!/bin/sh
-# Stand-in for hamimig: logs its arguments; reconcile always fails (exit 5); the first metrics
-# write fails (exit 1), later ones write the file; after the metrics write number $STOP_AFTER
-# it sends the loop (its parent) SIGTERM.
+# Stand-in for hamimig: logs its arguments. Call number $HANG_RECONCILE of reconcile and number
+# $HANG_METRICS of metrics hang; other reconciles fail (exit 5); metrics call number
+# $FAIL_METRICS fails (exit 1), the others write the file, and after write number $STOP_AFTER
+# it sends the loop ($LOOP_PID) SIGTERM.
 echo "$*" >> "$CALLS"
+n=$(grep -c "^$1" "$CALLS")
 case "$1" in
-  reconcile) exit 5 ;;
+  reconcile)
+    [ "$n" -eq "${HANG_RECONCILE:-0}" ] && exec sleep 30
+    exit 5 ;;
   metrics)
-    n=$(grep -c '^metrics' "$CALLS")
-    [ "$n" -eq 1 ] && exit 1
+    [ "$n" -eq "${HANG_METRICS:-0}" ] && exec sleep 30
+    [ "$n" -eq "${FAIL_METRICS:-0}" ] && exit 1
     echo 'hamimig_pending_intents 0' > "$3"
     echo wrote >> "$CALLS"
-    [ "$n" -eq "${STOP_AFTER:-0}" ] && kill -TERM "$PPID"
+    [ "$n" -eq "${STOP_AFTER:-0}" ] && kill -TERM "$LOOP_PID"
     exit 0 ;;
 esac
 exit 2
 """
 
 
-def _loop(tmp_path: Path, interval: int, stop_after: int) -> tuple[list[str], Path, dict[str, str]]:
-    """The DaemonSet's loop with its textfile under tmp_path and a stand-in hamimig on PATH."""
+def _loop(
+    tmp_path: Path, interval: int, stop_after: int, **fake: int
+) -> tuple[list[str], Path, dict[str, str]]:
+    """The DaemonSet's loop with its textfile under tmp_path and a stand-in hamimig on PATH;
+    `fake` sets the stand-in's HANG_RECONCILE, HANG_METRICS, FAIL_METRICS (default 1) and the
+    loop's RECONCILE_TIMEOUT_SECONDS and METRICS_TIMEOUT_SECONDS (default 10)."""
     script = reconcile_loop()
-    # The metrics write and the trap's removal name the same file.
-    assert script.count(TEXTFILE) == 2
+    # The metrics write and the trap's two removals name the same file.
+    assert script.count(TEXTFILE) == 3
     textfile = tmp_path / "textfile" / "hamimig.prom"
     textfile.parent.mkdir()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    fake = bin_dir / "hamimig"
-    fake.write_text(FAKE_HAMIMIG)
-    fake.chmod(0o755)
+    stub = bin_dir / "hamimig"
+    stub.write_text(FAKE_HAMIMIG)
+    stub.chmod(0o755)
+    settings = {
+        "FAIL_METRICS": 1,
+        "RECONCILE_TIMEOUT_SECONDS": 10,
+        "METRICS_TIMEOUT_SECONDS": 10,
+        **fake,
+    }
     env = {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
         "CALLS": str(tmp_path / "calls"),
         "RECONCILE_INTERVAL_SECONDS": str(interval),
         "STOP_AFTER": str(stop_after),
+        **{name: str(value) for name, value in settings.items()},
     }
-    return ["/bin/sh", "-c", script.replace(TEXTFILE, str(textfile))], textfile, env
+    # The stand-in runs under `timeout`, so the loop is not its parent: tell it the loop's pid.
+    script = "LOOP_PID=$$; export LOOP_PID\n" + script.replace(TEXTFILE, str(textfile))
+    return ["/bin/sh", "-c", script], textfile, env
 
 
-needs_sh = pytest.mark.skipif(not Path("/bin/sh").exists(), reason="needs a POSIX /bin/sh")
+def _calls(tmp_path: Path) -> str:
+    calls = tmp_path / "calls"
+    return calls.read_text() if calls.exists() else ""
+
+
+needs_sh = pytest.mark.skipif(
+    not Path("/bin/sh").exists() or shutil.which("timeout") is None,
+    reason="needs a POSIX /bin/sh and timeout",
+)
 
 
 @needs_sh
@@ -380,4 +431,68 @@ def test_the_loop_stops_at_once_during_its_sleep(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(loop.pid, signal.SIGKILL)  # the orphaned sleep, if any
+        loop.wait()
+
+
+@needs_sh
+def test_a_hung_command_is_killed_by_its_timeout_and_the_loop_goes_on(tmp_path: Path) -> None:
+    """The first reconcile and the second metrics write hang (NVML on a lost GPU): each is
+    killed after its timeout, logged, and the loop goes on to the next step."""
+    argv, textfile, env = _loop(
+        tmp_path,
+        interval=0,
+        stop_after=3,
+        HANG_RECONCILE=1,
+        HANG_METRICS=2,
+        FAIL_METRICS=0,
+        RECONCILE_TIMEOUT_SECONDS=1,
+        METRICS_TIMEOUT_SECONDS=1,
+    )
+    started = time.monotonic()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 20  # the timeouts, not the stand-in's 30 s hang
+    metrics = f"metrics --textfile {textfile}"
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == [
+        *["reconcile --kube", metrics, "wrote"],  # reconcile hung, then metrics wrote anyway
+        *["reconcile --kube", metrics],  # metrics hung
+        *["reconcile --kube", metrics, "wrote"],  # and the loop still runs
+    ]
+    # Killed by timeout: 124 (coreutils) or 143 (BusyBox: SIGTERM).
+    timed_out = r"exited (124|143)"
+    assert len(re.findall(f"hamimig reconcile {timed_out}; next pass in 0s", done.stderr)) == 1
+    assert done.stderr.count("hamimig reconcile exited 5; next pass in 0s") == 2
+    assert len(re.findall(f"hamimig metrics {timed_out}; hamimig.prom not updated", done.stderr))
+    assert not textfile.exists()
+
+
+@needs_sh
+def test_sigterm_during_a_hung_pass_removes_the_textfile_at_once(tmp_path: Path) -> None:
+    """The trap does not wait for a hung command before removing hamimig.prom: were the pod
+    SIGKILLed at the end of its grace period, no stale metrics stay behind."""
+    argv, textfile, env = _loop(
+        tmp_path, interval=0, stop_after=0, HANG_RECONCILE=3, RECONCILE_TIMEOUT_SECONDS=3
+    )
+    loop = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        # Pass 1's metrics write fails, pass 2's writes the file, pass 3's reconcile hangs.
+        while _calls(tmp_path).count("reconcile") < 3:
+            assert time.monotonic() < deadline, _calls(tmp_path)
+            assert loop.poll() is None, "the loop exited"
+            time.sleep(0.05)
+        assert textfile.exists()
+        loop.send_signal(signal.SIGTERM)
+        removed = time.monotonic() + 2
+        while textfile.exists():
+            assert time.monotonic() < removed, "hamimig.prom not removed at SIGTERM"
+            time.sleep(0.02)
+        assert loop.poll() is None  # still waiting for the pass, which is not cut short
+        assert loop.wait(timeout=20) == 0  # once its timeout ends it
+        assert not textfile.exists()
+        assert _calls(tmp_path).count("metrics") == 2  # no write after the SIGTERM
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(loop.pid, signal.SIGKILL)
         loop.wait()

@@ -61,6 +61,7 @@ ALERTS = {
     "HamimigDoctorWarnings",
     "HamimigReconcileNotRunning",
     "HamimigTextfileStale",
+    "HamimigTextfileScrapeError",
     "HamimigEventJournalWriteFailures",
 }
 SEVERITIES = {"critical", "warning", "info"}
@@ -179,6 +180,67 @@ def test_the_prometheusrule_carries_exactly_the_rule_files_groups() -> None:
 def test_the_alerts_are_the_ones_operators_are_told_about() -> None:
     assert set(alerts()) == ALERTS
     assert len(alerts()) == len([r for r in rules() if "alert" in r])  # no name twice
+    # The README's alert table ("Is my node healthy?", "Alerts") lists exactly these.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n### Alerts\n", 1)[1].split("\n### ", 1)[0]
+    listed = re.findall(r"^\| `(Hamimig\w+)` \|", section, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(ALERTS)
+
+
+def seconds(duration: str) -> int:
+    """A Prometheus duration as these files write it (`90s`, `10m`, `1h`, `1d`)."""
+    match = re.fullmatch(r"(\d+)([smhd])", duration)
+    assert match, duration
+    return int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
+def daemonset_env() -> dict[str, str]:
+    daemonset = yaml.safe_load((ROOT / "deploy" / "reconcile-daemonset.yaml").read_text())
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+MAX_SCRAPE_INTERVAL = 60
+"""The longest node-exporter scrape interval the `for:` durations are sized for (seconds; the
+rules' header says so). Prometheus's default is 1m, kube-prometheus-stack's 30s."""
+
+NO_FOR = {"HamimigEventJournalWriteFailures"}
+"""Alerts on hamimig's values without a `for:`: any increase in the window is meant to alert."""
+
+OWN_CLOCK = {"HamimigTextfileStale", "HamimigTextfileScrapeError"}
+"""Alerts on node-exporter's own values, which a single hamimig write does not set."""
+
+
+def test_a_single_write_can_never_fire_an_alert_on_hamimigs_values() -> None:
+    """A hamimig value stays visible from one write to the next: the loop's sleep, then the next
+    pass and metrics write (each bounded by its timeout), plus up to one scrape interval. Every
+    `for:` over hamimig's values must be longer, or one odd write would alert."""
+    env = daemonset_env()
+    interval = int(env["RECONCILE_INTERVAL_SECONDS"])
+    visible = (
+        interval
+        + int(env["RECONCILE_TIMEOUT_SECONDS"])
+        + int(env["METRICS_TIMEOUT_SECONDS"])
+        + MAX_SCRAPE_INTERVAL
+    )
+    for name, rule in alerts().items():
+        if name in OWN_CLOCK:
+            continue
+        assert any(m.startswith("hamimig_") for m in metric_names(rule["expr"])), name
+        if name in NO_FOR:
+            assert "for" not in rule, name
+            continue
+        assert seconds(rule["for"]) > visible, f"{name}: for {rule['for']} <= {visible} s"
+    # A textfile is stale only past what the loop itself may take between two writes.
+    stale = re.search(r"\) > (\d+)$", alerts()["HamimigTextfileStale"]["expr"].strip())
+    assert stale and int(stale.group(1)) > visible, alerts()["HamimigTextfileStale"]["expr"]
+    # The rules say what they assume, and the DaemonSet says where that is written.
+    header = RULES.read_text(encoding="utf-8").split("\ngroups:", 1)[0]
+    assert f"RECONCILE_INTERVAL_SECONDS={interval}" in header
+    for name in ("RECONCILE_TIMEOUT_SECONDS", "METRICS_TIMEOUT_SECONDS"):
+        assert f"{name} {env[name]} s" in header, name
+    manifest = (ROOT / "deploy" / "reconcile-daemonset.yaml").read_text(encoding="utf-8")
+    assert "deploy/monitoring/hamimig-rules.yaml" in manifest
 
 
 @pytest.mark.parametrize("name", sorted(ALERTS))
@@ -359,6 +421,92 @@ def test_the_dashboard_has_the_panels_operators_asked_for() -> None:
         assert kinds[title] == "timeseries", title
     for title in ("Pending intents", "CDI removal queue", "Time since last reconcile"):
         assert kinds[title] == "stat", title
+
+
+def test_the_reuse_ratio_drops_a_zero_denominator() -> None:
+    for title, expr in dashboard_exprs():
+        if title == "Reuse ratio":
+            assert re.search(
+                r"\+ sum\(increase\(hamimig_mig_creations_total[^)]*\)\)\) > 0\)$", expr
+            )
+
+
+def test_the_scrape_error_panel_does_not_need_the_series_a_rejected_file_loses() -> None:
+    [panel] = [p for p in panels() if p["title"] == "Textfile scrape errors"]
+    [target] = panel["targets"]
+    # The current hamimig series are gone for exactly the node whose hamimig.prom is rejected.
+    assert "[1d]" in target["expr"]
+    for words in ("rejected or missing hamimig.prom", "kube_daemonset_status_number_unavailable"):
+        assert words in panel["description"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "kube_daemonset_status_number_unavailable" in readme
+
+
+def _panel_expr(title: str) -> str:
+    [expr] = {substitute(e) for t, e in dashboard_exprs() if t == title}
+    return expr
+
+
+@needs_promtool
+def test_the_reuse_ratio_and_scrape_error_queries_on_sample_series(tmp_path: Path) -> None:
+    """promtool evaluates the dashboard's queries (Node = gpu-node-1:9100, window 1h): no
+    allocation gives no reuse ratio (not NaN), and a node whose hamimig.prom node-exporter
+    rejects (its hamimig series gone) still counts as a scrape error."""
+    node = 'instance="gpu-node-1:9100",job="node-exporter"'
+    ratio, errors = _panel_expr("Reuse ratio"), _panel_expr("Textfile scrape errors")
+
+    def case(series: dict[str, str], expr: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "interval": "1m",
+            "input_series": [{"series": s, "values": v} for s, v in series.items()],
+            "promql_expr_test": [{"expr": expr, "eval_time": "2h", "exp_samples": samples}],
+        }
+
+    tests = [
+        # No allocation in the window: no sample.
+        case(
+            {
+                f"hamimig_mig_reuses_total{{{node}}}": "4x120",
+                f"hamimig_mig_creations_total{{{node}}}": "2x120",
+            },
+            ratio,
+            [],
+        ),
+        # Three reuses for every creation.
+        case(
+            {
+                f"hamimig_mig_reuses_total{{{node}}}": "0+3x120",
+                f"hamimig_mig_creations_total{{{node}}}": "0+1x120",
+            },
+            ratio,
+            [{"labels": "{}", "value": 0.75}],
+        ),
+        # hamimig.prom rejected from minute 90 on: its series stop, the node still counts.
+        case(
+            {
+                f"node_textfile_scrape_error{{{node}}}": "0x89 1x30",
+                f"hamimig_pending_intents{{{node}}}": "0x89",
+                f'hamimig_mig_instances{{{node},state="Error"}}': "0x89",
+            },
+            errors,
+            [{"labels": "{}", "value": 1}],
+        ),
+        # A healthy node: 0.
+        case(
+            {
+                f"node_textfile_scrape_error{{{node}}}": "0x120",
+                f"hamimig_pending_intents{{{node}}}": "0x120",
+            },
+            errors,
+            [{"labels": "{}", "value": 0}],
+        ),
+        # A node that never exported hamimig metrics is not counted.
+        case({f"node_textfile_scrape_error{{{node}}}": "1x120"}, errors, []),
+    ]
+    path = tmp_path / "dashboard-queries.test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [], "tests": tests}), encoding="utf-8")
+    done = promtool("test", "rules", path)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_deploy_readme_names_every_monitoring_file() -> None:
