@@ -603,6 +603,10 @@ def test_events_warns_when_others_could_have_written_them(cli: Cli) -> None:
     (cli.state_dir / EVENTS_NAME).chmod(0o666)
     [warning] = ok(cli.json("events"))["warnings"]
     assert "others could have written these events" in warning["reason"]
+    (cli.state_dir / EVENTS_NAME).chmod(0o600)
+    cli.state_dir.chmod(0o777)
+    [warning] = ok(cli.json("events"))["warnings"]
+    assert warning["file"] == str(cli.state_dir) and "group- or world-writable" in warning["reason"]
 
 
 def test_mig_uuid_filter_refuses_what_is_no_mig_uuid(cli: Cli) -> None:

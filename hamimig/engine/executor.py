@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
-from hamimig.engine.journal import known_before, log_step
+from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action
 from hamimig.engine.states import Creating, StateName, check_transition, idle_since_after
@@ -364,10 +364,12 @@ def apply(node: Node, step: Step) -> Applied:
             why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
             left = exc.record if isinstance(exc, DestroyFailed) else None
             made = exc.mig_uuid if isinstance(exc, AllocationFailed) else None
-            log_step(node, step, node.file_ops[before:], left, error=why, known=known, made=made)
+            done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
+            log_step(node, step, done)
         raise
     if applied.changed:
-        log_step(node, step, node.file_ops[before:], applied.record, applied.note, known=known)
+        done = StepOutcome(node.file_ops[before:], applied.record, applied.note, known=known)
+        log_step(node, step, done)
     return applied
 
 

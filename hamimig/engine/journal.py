@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 
 from hamimig.engine.node import Node
 from hamimig.engine.steps import (
@@ -57,9 +58,7 @@ def _described(step: Step) -> tuple[int | None, str | None, Owner | None]:
         return index, intent.profile, intent.owner
     if isinstance(target, OrphanGi):
         return target.gpu.index, None, None
-    if isinstance(target, Forgettable | Spec):
-        return None, None, None
-    return None, None, None
+    return None, None, None  # a spec or a file to forget: `known_before` says the rest
 
 
 def _cdi(node: Node, mig_uuid: str | None, ops: list[FileOpName]) -> str | None:
@@ -89,20 +88,28 @@ def known_before(node: Node, step: Step) -> Record | None:
     return None
 
 
-def build_event(
-    node: Node,
-    step: Step,
-    ops: list[FileOpName],
-    record: Record | None,
-    note: str | None = None,
-    error: str | None = None,
-    known: Record | None = None,
-    made: str | None = None,
-) -> Event:
-    """The event for `step`, given the record it left (None: none, or gone), the record as it
-    was before (`known_before`), the MIG UUID a failed creation had made, and its file ops."""
+@dataclass(frozen=True)
+class StepOutcome:
+    """What applying one step left, as the executor saw it."""
+
+    ops: list[FileOpName]
+    """The file operations it completed."""
+    record: Record | None = None
+    """The record it wrote (None: none, or gone)."""
+    note: str | None = None
+    error: str | None = None
+    """Why it failed (None: it did not)."""
+    known: Record | None = None
+    """The record as it was before (`known_before`)."""
+    made: str | None = None
+    """The MIG UUID a failed creation had made before it was rolled back."""
+
+
+def build_event(node: Node, step: Step, outcome: StepOutcome) -> Event:
+    """The event for `step`, from what it left."""
+    record, known, error = outcome.record, outcome.known, outcome.error
     mig_uuid, gpu_uuid, placement = step.target.where
-    mig_uuid = mig_uuid or made
+    mig_uuid = mig_uuid or outcome.made
     gpu_index, profile, owner = _described(step)
     state: str | None = None
     for source in (known, record):
@@ -119,7 +126,7 @@ def build_event(
         state = record.state.value
     elif known is not None and isinstance(step.target, Spec):
         state = known.state.value  # a spec step leaves its record as it was
-    reason = step.reason if not note else f"{step.reason}; {note}"
+    reason = step.reason if not outcome.note else f"{step.reason}; {outcome.note}"
     event: Event = {
         "time": node.clock(),
         "action": step.kind.value,
@@ -133,7 +140,7 @@ def build_event(
         else {"start": placement.start, "size": placement.size},
         "pod": _pod(owner),
         "state": state,
-        "cdi": _cdi(node, mig_uuid, ops),
+        "cdi": _cdi(node, mig_uuid, outcome.ops),
         "command": node.command,
         "pid": os.getpid(),
         "reason": reason,
@@ -143,19 +150,10 @@ def build_event(
     return event
 
 
-def log_step(
-    node: Node,
-    step: Step,
-    ops: list[FileOpName],
-    record: Record | None,
-    note: str | None = None,
-    error: str | None = None,
-    known: Record | None = None,
-    made: str | None = None,
-) -> None:
+def log_step(node: Node, step: Step, outcome: StepOutcome) -> None:
     """Append the step's event (`build_event`); a failure is counted, never raised."""
     try:
-        event = build_event(node, step, ops, record, note, error, known, made)
+        event = build_event(node, step, outcome)
         node.events().append(event, node.config().events_max_bytes)
     except (HamimigError, OSError, ValueError):
         node.counters().count(EVENTS_WRITE_FAILURES)

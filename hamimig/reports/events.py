@@ -21,6 +21,7 @@ from hamimig.durations import parse_time
 from hamimig.engine.lookup import check_reference
 from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
+from hamimig.engine.safety import state_dir_problems
 from hamimig.errors import UsageError
 from hamimig.reports.views import EventList
 from hamimig.store.cdi import device_name
@@ -108,32 +109,33 @@ class _Selection:
         return True
 
 
-def _forgeable(node: Node) -> str | None:
-    """Why others than root could have written the journal: then its events prove nothing."""
-    for path in (node.state_dir, node.events().path):
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            continue  # a link or a FIFO planted there: the reader's warning says so
-        if stat.S_IMODE(st.st_mode) & 0o022 and not (
-            stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-        ):
-            return f"{path} is group- or world-writable: others could have written these events"
-        if st.st_uid != os.geteuid() and st.st_uid != 0:
-            return f"{path} belongs to uid {st.st_uid}: others could have written these events"
-    return None
+def _forgeable(node: Node) -> list[Warning_]:
+    """Why others than root could have written the journal, so that its events prove nothing:
+    the state directory's own problems (`safety.state_dir_problems`, what `list` warns of),
+    then the journal file's mode and owner."""
+    warnings = state_dir_problems(node.state_dir)
+    path = node.events().path
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return warnings
+    if not stat.S_ISREG(st.st_mode):
+        return warnings  # a link or a FIFO planted there: the reader's warning says so
+    if stat.S_IMODE(st.st_mode) & 0o022:
+        why = "is group- or world-writable"
+    elif st.st_uid not in (0, os.getuid()):
+        why = f"belongs to uid {st.st_uid}"
+    else:
+        return warnings
+    return [*warnings, Warning_(str(path), f"{why}: others could have written these events")]
 
 
 def list_events(node: Node, query: EventQuery) -> EventList:
     """The journal's events that match, in the order they were written (oldest first unless
     a clock was set back), the newest `limit` of them."""
     journal = node.events().read(_Selection(query), query.limit)
-    warnings = [Warning_(file=p.file, reason=p.reason) for p in journal.problems]
-    forged = _forgeable(node)
-    if forged is not None:
-        warnings.insert(0, Warning_(file=str(node.events().path), reason=forged))
+    warnings = _forgeable(node)
+    warnings += [Warning_(file=p.file, reason=p.reason) for p in journal.problems]
     return EventList(
         events=journal.events,
         warnings=tuple(warnings),

@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hamimig.durations import parse_time
-from hamimig.store.files import Problem, StoreFiles, check_dir, ensure_dir, open_dir
+from hamimig.store.files import (
+    Problem,
+    StoreFiles,
+    check_dir,
+    ensure_dir,
+    open_dir,
+    open_regular,
+)
 from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
@@ -44,7 +51,6 @@ MAX_LINE_BYTES = 64 * 1024
 """An event is a few hundred bytes; a longer line is not one of ours (and is skipped)."""
 
 _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 Event = dict[str, object]
 """One event as its JSON object (docs/formats.md "Event journal" lists the keys)."""
@@ -56,7 +62,6 @@ class JournalRead:
 
     events: tuple[Event, ...]
     problems: tuple[Problem, ...]
-    skipped_lines: int = 0
     matched: int = 0
     """How many events matched, of which `events` holds the last ones asked for."""
 
@@ -135,7 +140,6 @@ class EventJournal(StoreFiles):
         events: deque[Event] = deque(maxlen=last)
         matched = 0
         problems: list[Problem] = []
-        skipped = 0
         for name in (ROTATED_NAME, EVENTS_NAME):
             bad: list[int] = []
             try:
@@ -145,8 +149,7 @@ class EventJournal(StoreFiles):
                         bad.append(number)
                     elif select is None or select(event):
                         matched += 1
-                        if last != 0:
-                            events.append(event)
+                        events.append(event)  # a deque: only the `last` N stay
             except FileNotFoundError:
                 continue
             except (OSError, ValueError) as exc:
@@ -154,11 +157,10 @@ class EventJournal(StoreFiles):
                 problems.append(self.problem(name, f"cannot be read: {why}", io=True))
                 continue
             if bad:
-                skipped += len(bad)
                 shown = ", ".join(str(n) for n in bad[:5]) + (", ..." if len(bad) > 5 else "")
                 what = "line" if len(bad) == 1 else f"{len(bad)} lines"
                 problems.append(self.problem(name, f"{what} skipped, not an event: {shown}"))
-        return JournalRead(tuple(events), tuple(problems), skipped, matched)
+        return JournalRead(tuple(events), tuple(problems), matched)
 
 
 @dataclass(frozen=True)
@@ -173,19 +175,16 @@ class JournalHealth:
 
 def _tail_problem(directory: Path, name: str) -> tuple[int, str | None] | None:
     """(size, why the file is not a journal whose last line is an event); None when absent."""
-    with open_dir(directory) as dir_fd:
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return 0, "is a symbolic link (not followed)"
-            return 0, f"cannot be read: {exc.strerror or exc}"
+    try:
+        fd = open_regular(directory, name)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        return 0, str(exc)
+    except OSError as exc:
+        return 0, f"cannot be read: {exc.strerror or exc}"
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return 0, "is not a regular file"
         if st.st_size == 0:
             return 0, None
         tail = os.pread(
@@ -231,18 +230,9 @@ def _open_for_append(dir_fd: int) -> tuple[int, bool]:
 def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
     """(line number, content) of each line of `directory/name` up to its size when opened;
     content None for a line too long to be an event or a torn last line."""
-    with open_dir(directory) as dir_fd:
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise ValueError("is a symbolic link (not followed)") from None
-            raise
+    fd = open_regular(directory, name)
     with contextlib.closing(os.fdopen(fd, "rb", buffering=65536)) as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("is not a regular file")
-        left = st.st_size  # what is appended while reading is the next reader's
+        left = os.fstat(f.fileno()).st_size  # what is appended while reading is the next reader's
         number = 0
         while left > 0:
             raw = f.readline(min(left, MAX_LINE_BYTES + 1))

@@ -235,6 +235,13 @@ def read_regular(directory: Path, name: str) -> bytes:
     hanging the process on open; fstat then checks what was actually opened, which also covers
     an entry swapped between a caller's lstat and this open. Raises OSError or ValueError.
     """
+    return _read_opened(open_regular(directory, name))
+
+
+def open_regular(directory: Path, name: str) -> int:
+    """A read-only descriptor of `directory/name` if it is a regular file (the caller closes
+    it), for a reader that reads it its own way; ValueError for a symlink (never followed) or
+    anything else that is not a regular file, OSError when it cannot be opened."""
     _check_name(name)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -243,7 +250,13 @@ def read_regular(directory: Path, name: str) -> bytes:
         if exc.errno == errno.ELOOP:
             raise ValueError("is a symbolic link (not followed)") from None
         raise
-    return _read_opened(fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _read_opened(fd: int) -> bytes:
