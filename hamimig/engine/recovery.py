@@ -301,9 +301,46 @@ def _record_off_gpu(survey: _Survey, record: Record) -> None:
             f"record {record.mig_uuid} is held by a running pod but its GPU has "
             f"MIG {skipped.mig_mode}"
         )
+    elif (elsewhere := _live_elsewhere(survey, record)) is not None:
+        plan.refuse(f"record {record.mig_uuid} cannot be verified: {elsewhere}")
     else:
         reason = f"its GPU has MIG {skipped.mig_mode}: no instance can exist"
         plan.add(_drop_kind(record), Managed(record, None, skipped.index), reason)
+
+
+def _live_elsewhere(survey: _Survey, record: Record) -> str | None:
+    """Where a record's identity is live beyond its recorded placement (so the record is wrong,
+    not the instance gone): its MIG UUID on any GPU of the node, or a GI with its GI ID and
+    profile on its GPU. The answer names the field that differs and both values."""
+    for facts in survey.gpus.values():
+        for gi in facts.layout:
+            for ci in gi.compute_instances:
+                if ci.mig_uuid != record.mig_uuid:
+                    continue
+                live_profile = facts.names.get(gi.profile_id, f"profile {gi.profile_id}")
+                fields: tuple[tuple[str, object, object], ...] = (
+                    ("parentGPUUUID", record.gpu_uuid, gi.gpu_uuid),
+                    ("placement", str(record.placement), str(gi.placement)),
+                    ("profile", record.profile, live_profile),
+                    ("GI ID", record.gpu_instance_id, gi.id),
+                    ("CI ID", record.compute_instance_id, ci.id),
+                )
+                return f"its MIG UUID is live, {_differs(fields)}"
+    gpu = survey.gpus.get(record.gpu_uuid)
+    if gpu is None:
+        return None
+    for gi in gpu.layout:
+        if gi.id == record.gpu_instance_id and gpu.names.get(gi.profile_id) == record.profile:
+            at: tuple[tuple[str, object, object], ...] = (
+                ("placement", str(record.placement), str(gi.placement)),
+            )
+            return f"GI {gi.id} ({record.profile}) is live on its GPU, {_differs(at)}"
+    return None
+
+
+def _differs(fields: tuple[tuple[str, object, object], ...]) -> str:
+    wrong = [f"{name} recorded {was} but live {now}" for name, was, now in fields if was != now]
+    return "; ".join(wrong) or "identical"
 
 
 def _drop_kind(record: Record) -> ActionKind:
@@ -379,6 +416,10 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
     record, live, plan = target.record, target.live, survey.plan
     assert live is not None
     if live.status is Liveness.ABSENT:
+        elsewhere = _live_elsewhere(survey, record)
+        if elsewhere is not None:
+            plan.refuse(f"record {record.mig_uuid} cannot be verified: {elsewhere}")
+            return
         reason = f"no GPU instance at {record.placement} and no pod holds it"
         plan.add(_drop_kind(record), target, reason)
     elif record.state is RecordState.RECLAIMING or live.status is Liveness.GI_ONLY:
