@@ -162,6 +162,76 @@ def state_dir_problems(path: Path) -> list[Warning_]:
     return problems
 
 
+def path_problem(path: Path, what: str) -> Warning_ | None:
+    """Why others could forge a file or directory whose content decides: group/world-writable,
+    or owned by neither root nor this user. None when it is fine or absent."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):  # a link is refused by the stores themselves
+        return None
+    uid = os.geteuid()
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in (0, uid):
+        return Warning_(
+            str(path),
+            f"{what} is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its "
+            f"owner can forge it (chown {uid} {path})",
+        )
+    if mode & 0o022:
+        return Warning_(
+            str(path),
+            f"{what} has mode {mode:04o}: group- or world-writable, so others can forge it "
+            f"(chmod go-w {path})",
+        )
+    return None
+
+
+def decision_file_problems(node: Node) -> list[Warning_]:
+    """Every file whose content decides ownership or what a container gets: records, intents,
+    the removal queue, idle-seen.json, our CDI directory and our specs in it, and the NVIDIA
+    base spec hamimig chose."""
+    from hamimig.store.idle_seen import IDLE_SEEN_NAME
+    from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
+    from hamimig.store.queue import QUEUE_NAME
+    from hamimig.store.records import LOADER_PREFIX, RECORD_SUFFIX
+
+    found: list[Warning_ | None] = []
+    state = node.state_dir
+    try:
+        names = sorted(os.listdir(state)) if os.path.isdir(state) else []
+    except OSError:
+        names = []
+    for name in names:
+        if name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX):
+            found.append(path_problem(state / name, f"the ownership record {name}"))
+        elif name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX):
+            found.append(path_problem(state / name, f"the intent {name}"))
+        elif name in (QUEUE_NAME, IDLE_SEEN_NAME):
+            found.append(path_problem(state / name, name))
+    try:
+        cdi = node.cdi()
+    except Exception:  # an unreadable config is reported by the command itself
+        cdi = None
+    if cdi is not None and os.path.isdir(cdi.directory):
+        directory = Path(cdi.directory)
+        found.append(path_problem(directory, "the CDI directory"))
+        try:
+            specs = sorted(n for n in os.listdir(directory) if n.startswith(SPEC_PREFIX))
+        except OSError:
+            specs = []
+        for name in specs:
+            found.append(path_problem(directory / name, f"the CDI spec {name}"))
+    try:
+        base = node.cdi_base().base
+    except Exception:  # an unreadable config is reported by the command itself
+        base = None
+    if base is not None:
+        found.append(path_problem(base.path, "the NVIDIA base spec"))
+    return [w for w in found if w is not None]
+
+
 def cdi_conflicts(
     cdi: CdiStore, mig_uuids: Iterable[str], scan: CdiScan
 ) -> list[tuple[str, Path, tuple[Path, ...]]]:
@@ -186,7 +256,7 @@ def cdi_conflicts(
 
 def node_problems(node: Node, records: dict[str, Record]) -> list[Warning_]:
     """What makes the node unsafe to change, as doctor would fail it."""
-    problems = state_dir_problems(node.state_dir)
+    problems = state_dir_problems(node.state_dir) + decision_file_problems(node)
     cdi = node.cdi()
     if cdi is not None:
         ours = Path(os.path.abspath(cdi.directory))

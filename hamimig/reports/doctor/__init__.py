@@ -90,6 +90,11 @@ def run_checks(
     hw_checks, live = check_hardware(node, config)
     checks += hw_checks
     checks += guarded("mig-minors", lambda: check_mig_minors(node, live))
+    from hamimig.engine.safety import decision_file_problems
+
+    for problem in decision_file_problems(node):
+        hint = problem.reason[problem.reason.rfind("(") + 1 : -1]
+        checks.append(fail(f"guarded/{os.path.basename(problem.file)}", problem.reason, hint))
     state_checks, state = check_state_dir(node.state_dir)
     checks += state_checks
     durable: Durable | None = None
