@@ -83,7 +83,7 @@ def create(
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
     ci_slices: Annotated[
         int | None,
-        typer.Option("--ci-slices", metavar="K", help="Compute slices of each CI (default: all)."),
+        typer.Option("--ci-slices", metavar="N", help="Compute slices per CI (default: all)."),
     ] = None,
     ci_count: Annotated[
         int, typer.Option("--ci-count", metavar="N", help="How many CIs in the GI.")
