@@ -81,13 +81,25 @@ def create(
         typer.Option(metavar=options.PLACEMENT, help="Memory slices: START or START:SIZE."),
     ],
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
+    ci_slices: Annotated[
+        int | None,
+        typer.Option("--ci-slices", metavar="N", help="Compute slices per CI (default: all)."),
+    ] = None,
+    ci_count: Annotated[
+        int, typer.Option("--ci-count", metavar="N", help="How many CIs in the GI.")
+    ] = 1,
 ) -> None:
     """Make an instance behind hamimig's back.
 
     As an external tool or a leftover from before would: no record, no CDI spec."""
     from hamimig.reports import simulator
 
-    execute(ctx, lambda node: simulator.sim_create(_sim(node), gpu, profile, placement, no_ci))
+    execute(
+        ctx,
+        lambda node: simulator.sim_create(
+            _sim(node), gpu, profile, placement, no_ci, ci_slices, ci_count
+        ),
+    )
 
 
 @app.command("busy")

@@ -154,6 +154,8 @@ def check_record(
             continue
         if not gi.compute_instances:
             return LiveCheck(Liveness.GI_ONLY, f"GI {gi.id} without its compute instance", gi)
+        if len(gi.compute_instances) > 1:
+            return LiveCheck(Liveness.MISMATCH, shared_gi_reason(gi), gi)
         for ci in gi.compute_instances:
             if ci.id == record.compute_instance_id and ci.mig_uuid == record.mig_uuid:
                 return LiveCheck(Liveness.COMPLETE, "verified", gi)
@@ -166,6 +168,11 @@ def check_record(
         f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement",
         gi,
     )
+
+
+def shared_gi_reason(gi: GpuInstance) -> str:
+    """Why a GI with several CIs is never ours: one GPU instance is one tenant."""
+    return f"GI {gi.id} holds {len(gi.compute_instances)} compute instances"
 
 
 def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None) -> str | None:

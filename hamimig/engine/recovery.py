@@ -23,6 +23,7 @@ from hamimig.engine.facts import (
     check_record,
     has_processes,
     load_for_mutation,
+    shared_gi_reason,
 )
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import holding_pods, owned_by
@@ -225,6 +226,8 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
             continue
         if gi.placement != alloc.placement or gpu.names.get(gi.profile_id) != alloc.profile:
             return None
+        if len(gi.compute_instances) > 1:
+            return None  # one GPU instance is one tenant: a shared GI is never restored
         for ci in gi.compute_instances:
             if ci.id == (alloc.compute_instance_id or 0) and ci.mig_uuid == alloc.mig_uuid:
                 return gi, ci
@@ -562,6 +565,16 @@ def _plan_unknown(survey: _Survey, adopt: bool, orphans: bool) -> None:
 
 
 def _plan_unmarked(
+    survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
+) -> None:
+    if len(gi.compute_instances) > 1:
+        where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
+        survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, shared_gi_reason(gi))
+        return
+    _plan_single(survey, gpu, gi, ci, name, adopt)
+
+
+def _plan_single(
     survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
 ) -> None:
     if adopt and not has_processes(survey.hw, ci.mig_uuid):

@@ -40,9 +40,15 @@ def sim_show(path: Path | None) -> SimView:
 
 
 def sim_create(
-    path: Path | None, gpu_ref: str, profile: str, placement: str, no_ci: bool
+    path: Path | None,
+    gpu_ref: str,
+    profile: str,
+    placement: str,
+    no_ci: bool,
+    ci_slices: int | None = None,
+    ci_count: int = 1,
 ) -> SimView:
-    return _view(admin.sim_create(path, gpu_ref, profile, placement, no_ci))
+    return _view(admin.sim_create(path, gpu_ref, profile, placement, no_ci, ci_slices, ci_count))
 
 
 def sim_busy(path: Path | None, mig_uuid: str, gi_only: bool, clear: bool) -> SimView:

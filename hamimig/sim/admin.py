@@ -79,8 +79,16 @@ def sim_show(path: Path | None) -> Change:
 
 
 def sim_create(
-    path: Path | None, gpu_ref: str, profile: str, placement: str, no_ci: bool
+    path: Path | None,
+    gpu_ref: str,
+    profile: str,
+    placement: str,
+    no_ci: bool,
+    ci_slices: int | None = None,
+    ci_count: int = 1,
 ) -> Change:
+    """`ci_slices`/`ci_count`: N CIs of K compute slices each in the GI (as `nvidia-smi mig
+    -cci` with several CI profiles makes), instead of one CI spanning it."""
     store = _store(path)
     start, size = parse_placement(placement)
     with store.edit() as state:
@@ -97,14 +105,25 @@ def sim_create(
             gi = create_gi(gpu, spec.id, where.start)
         except SimNvmlFailure as exc:
             raise as_hardware_error(exc, what) from None
+        slices = spec.slice_count if ci_slices is None else ci_slices
+        if slices not in FULL_CI_PROFILE_BY_SLICES or ci_count < 1:
+            gpu.gis.remove(gi)
+            raise UsageError(f"--ci-slices {slices} --ci-count {ci_count}: not a CI layout")
         try:
-            ci = None if no_ci else create_ci(gpu, gi, FULL_CI_PROFILE_BY_SLICES[spec.slice_count])
+            cis = (
+                []
+                if no_ci
+                else [
+                    create_ci(gpu, gi, FULL_CI_PROFILE_BY_SLICES[slices]) for _ in range(ci_count)
+                ]
+            )
         except SimNvmlFailure as exc:
             gpu.gis.remove(gi)  # all or nothing
             raise as_hardware_error(exc, what) from None
+        ci = cis[0] if cis else None
         store.publish_capability(gpu.minor, gi.id)
-        if ci is not None:
-            store.publish_capability(gpu.minor, gi.id, ci.id)
+        for each in cis:
+            store.publish_capability(gpu.minor, gi.id, each.id)
         created = Created(
             mig_uuid=ci.mig_uuid if ci else None,
             gpu_uuid=gpu.uuid,
