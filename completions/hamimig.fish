@@ -153,6 +153,8 @@ complete -c hamimig -n "__hamimig_at 'sim create'" -l gpu -r -d 'NVML index or G
 complete -c hamimig -n "__hamimig_at 'sim create'" -l profile -x -a '1g.10gb 1g.10gb+me 1g.18gb 1g.18gb+me 1g.20gb 1g.23gb 1g.23gb+me 1g.35gb 1g.45gb 1g.5gb 1g.5gb+me 2g.10gb 2g.20gb 2g.35gb 2g.45gb 3g.20gb 3g.40gb 3g.71gb 3g.90gb 4g.20gb 4g.40gb 4g.71gb 4g.90gb 7g.141gb 7g.180gb 7g.40gb 7g.80gb (__hamimig_records profiles)' -d 'Profile, e.g. 1g.10gb.'
 complete -c hamimig -n "__hamimig_at 'sim create'" -l placement -r -d 'Memory slices: START or START:SIZE.'
 complete -c hamimig -n "__hamimig_at 'sim create'" -l no-ci -d 'Create only the GI.'
+complete -c hamimig -n "__hamimig_at 'sim create'" -l ci-slices -r -d 'Compute slices per CI (default: all).'
+complete -c hamimig -n "__hamimig_at 'sim create'" -l ci-count -r -d 'How many CIs in the GI.'
 complete -c hamimig -n "__hamimig_at 'sim create'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "__hamimig_at 'sim fault'" -a add -d 'Inject a fault: a matching call fails or the process dies.'
 complete -c hamimig -n "__hamimig_at 'sim fault'" -a clear -d 'Remove all faults.'

@@ -108,7 +108,9 @@ def sim_create(
         slices = spec.slice_count if ci_slices is None else ci_slices
         if slices not in FULL_CI_PROFILE_BY_SLICES or ci_count < 1:
             gpu.gis.remove(gi)
-            raise UsageError(f"--ci-slices {slices} --ci-count {ci_count}: not a CI layout")
+            raise UsageError(
+                f"{slices} compute slices x {ci_count} compute instances: not a CI layout"
+            )
         try:
             cis = (
                 []
