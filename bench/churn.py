@@ -148,7 +148,8 @@ def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
             request = AllocateRequest(
                 Owner("bench", ev.pod), ev.gpu, ev.profile, PlacementSpec(ev.start)
             )
-            result = allocation.allocate(node, request)
+            # No device plugin runs here: no pod holds an instance the records call Idle.
+            result = allocation.allocate(node, request, PodSource.no_pods())
             held[ev.pod] = result.instance.mig_uuid or ""
             reused += result.reused
             created += result.created
@@ -156,7 +157,7 @@ def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
             maintenance.release(node, ByPod("bench", ev.pod))
             mig = held.pop(ev.pod)
             if destroy_on_release:
-                maintenance.reclaim(node, ByUuid(mig), dry_run=False)
+                maintenance.reclaim(node, ByUuid(mig), PodSource.no_pods(), dry_run=False)
     seconds = time.perf_counter() - began
     calls = store.read().calls
     hw.close()
@@ -370,7 +371,8 @@ def replay_timed(trace: TimedTrace, point: SweepPoint, every: float, tmp: Path) 
             request = AllocateRequest(
                 Owner(NAMESPACE, ev.pod), ev.gpu, ev.profile, PlacementSpec(ev.start)
             )
-            result = allocation.allocate(node, request)
+            pods = PodSource.given(_running(running, clock[0]))
+            result = allocation.allocate(node, request, pods)
             mig = result.instance.mig_uuid or ""
             gone(result.reclaimed, "an allocation reclaimed")
             if result.reused:
@@ -387,7 +389,8 @@ def replay_timed(trace: TimedTrace, point: SweepPoint, every: float, tmp: Path) 
             mig, size = held.pop(ev.pod)
             idle[mig] = size
             if point.destroy_on_release:
-                done = maintenance.reclaim(node, ByUuid(mig), dry_run=False)
+                pods = PodSource.given(_running(running, clock[0]))
+                done = maintenance.reclaim(node, ByUuid(mig), pods, dry_run=False)
                 gone([v.mig_uuid for v in done.reclaimed], "destroy-on-release reclaimed")
     passes_until(trace.minutes)
     advance(trace.minutes)

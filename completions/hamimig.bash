@@ -38,7 +38,7 @@ _hamimig() {
     case "$path" in
         "") words="--state-dir --cdi-dir --config --sim --node --output -o --version -h --help adopt allocate config demo doctor events forget list metrics profiles reclaim reconcile recover release show sim";;
         "adopt") words="--pods --kube --assume-no-pods --gpu --exclusive-owner --dry-run --lock-timeout -h --help";;
-        "allocate") words="--pod --gpu --profile --placement --pod-uid --container-index --device-index --dry-run --lock-timeout -h --help";;
+        "allocate") words="--pod --gpu --profile --placement --pod-uid --container-index --device-index --pods --kube --assume-no-pods --dry-run --lock-timeout -h --help";;
         "config") words="-h --help show";;
         "config show") words="-h --help";;
         "demo") words="--step --keep -h --help";;
@@ -48,7 +48,7 @@ _hamimig() {
         "list") words="--gpu --state --pod --profile --no-headers -h --help";;
         "metrics") words="--textfile -h --help";;
         "profiles") words="--gpu -h --help";;
-        "reclaim") words="--mig-uuid --gpu --placement --all-idle --idle-older-than --dry-run --lock-timeout -h --help";;
+        "reclaim") words="--mig-uuid --gpu --placement --all-idle --idle-older-than --pods --kube --assume-no-pods --dry-run --lock-timeout -h --help";;
         "reconcile") words="--pods --kube --dry-run --lock-timeout -h --help";;
         "recover") words="--pods --kube --assume-no-pods --adopt --dry-run --lock-timeout -h --help";;
         "release") words="--pod --mig-uuid --dry-run --lock-timeout -h --help";;

@@ -50,6 +50,10 @@ class Config:
     """How many Idle instances `reconcile` keeps per GPU (None: no limit)."""
     events_max_bytes: int = DEFAULT_MAX_BYTES
     """The size at which the event journal is rotated (one older file is kept)."""
+    pod_source: str | None = None
+    """`kube`: the commands that take a pod source list this node's pods through the API when
+    none is named. The only default there is: the assertion that no pod holds an instance is
+    about the moment it is made, never a setting."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def profile_allowed(self, model: str, profile: str) -> bool:
@@ -60,7 +64,7 @@ class Config:
 
 
 _KEYS: dict[str, tuple[str, ...]] = {
-    "": ("devices", "cdi", "events"),
+    "": ("devices", "cdi", "events", "pods"),
     "devices": ("nvidia",),
     "devices.nvidia": (
         "adoptExistingMIGInstances",
@@ -70,6 +74,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     ),
     "cdi": ("enabled", "kind", "annotations", "baseSpec"),
     "events": ("maxBytes",),
+    "pods": ("source",),
 }
 
 ENV_OVERRIDES = {
@@ -81,11 +86,14 @@ ENV_OVERRIDES = {
     "HAMIMIG_IDLE_TTL": "devices.nvidia.idleTTL",
     "HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU": "devices.nvidia.maxIdleInstancesPerGPU",
     "HAMIMIG_EVENTS_MAX_BYTES": "events.maxBytes",
+    "HAMIMIG_POD_SOURCE": "pods.source",
 }
 
 IDLE_TTL = "devices.nvidia.idleTTL"
 MAX_IDLE = "devices.nvidia.maxIdleInstancesPerGPU"
 EVENTS_MAX_BYTES = "events.maxBytes"
+POD_SOURCE = "pods.source"
+POD_SOURCES = ("kube",)
 MAX_IDLE_LIMIT = 1000
 """More Idle instances than any GPU can hold (7 at most today): a larger cap is a typo."""
 
@@ -107,6 +115,15 @@ def _bool(value: Any, name: str, source: str) -> bool:
     if isinstance(value, bool):
         return value
     raise UsageError(f"{source}: {name} must be true or false, not {value!r}")
+
+
+def _pod_source(value: Any, where: str) -> str:
+    if value in POD_SOURCES:
+        return str(value)
+    raise UsageError(
+        f"{where}: expected 'kube', not {value!r}: the API is the only default pod source (that "
+        "no pod holds a MIG instance is an assertion about now, made on each command)"
+    )
 
 
 def _parse_bool_env(text: str, name: str) -> bool:
@@ -246,6 +263,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     nvidia = _mapping(devices.get("nvidia"), "devices.nvidia", source)
     cdi = _mapping(top.get("cdi"), "cdi", source)
     events = _mapping(top.get("events"), "events", source)
+    pods = _mapping(top.get("pods"), "pods", source)
 
     values: dict[str, Any] = {}
     for key, container, field_name in (
@@ -285,6 +303,9 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     if events.get("maxBytes") is not None:
         values[EVENTS_MAX_BYTES] = _byte_size(events["maxBytes"], f"{source}: {EVENTS_MAX_BYTES}")
         sources[EVENTS_MAX_BYTES] = source
+    if pods.get("source") is not None:
+        values[POD_SOURCE] = _pod_source(pods["source"], f"{source}: {POD_SOURCE}")
+        sources[POD_SOURCE] = source
     allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)
     if "migProfileAllowlist" in nvidia:
         sources["devices.nvidia.migProfileAllowlist"] = source
@@ -308,6 +329,8 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
                 values[key] = _max_idle(text_value, f"environment {var}")
             elif key == EVENTS_MAX_BYTES:
                 values[key] = _byte_size(text_value, f"environment {var}")
+            elif key == POD_SOURCE:
+                values[key] = _pod_source(text_value, f"environment {var}")
             else:
                 values[key] = _parse_bool_env(text_value, var)
             sources[key] = f"env {var}"
@@ -322,5 +345,6 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         idle_ttl=values.get(IDLE_TTL, 0),
         max_idle_per_gpu=values.get(MAX_IDLE),
         events_max_bytes=values.get(EVENTS_MAX_BYTES, DEFAULT_MAX_BYTES),
+        pod_source=values.get(POD_SOURCE),
         sources=sources,
     )

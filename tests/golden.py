@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from hamimig.cli.app import app
 from hamimig.reports.simulator import sim_init
-from tests.support.cli import Cli, Ran, run_hamimig
+from tests.support.cli import Cli, Ran, run_hamimig, with_pod_source
 from tests.support.node import sim_state
 
 GOLDEN_DIR = Path(__file__).parent / "data" / "golden"
@@ -187,7 +187,8 @@ class GoldenCli(Cli):
         return self.invoke([*(["-o", output] if output else []), *args])
 
     def invoke(self, args: list[str], stdin: str | None = None) -> Ran:
-        return invoke([*self.globals(), *args], stdin)
+        argv = [*self.globals(), *args]
+        return invoke(with_pod_source(argv) if self.pod_source else argv, stdin)
 
 
 def invoke(argv: list[str], stdin: str | None = None) -> Ran:

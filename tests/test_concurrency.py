@@ -66,7 +66,8 @@ while not go.exists():
 log = []
 for n in range(rounds + 1):
     pod = f"ns/p{worker}-{n}"
-    allocated = call("allocate", "--pod", pod, "--gpu", str(worker % 2), "--profile", "1g.10gb")
+    args = ("--pod", pod, "--gpu", str(worker % 2), "--profile", "1g.10gb", "--assume-no-pods")
+    allocated = call("allocate", *args)
     log.append(allocated)
     if allocated["status"] == 0 and n < rounds:
         log.append(call("release", "--pod", pod))

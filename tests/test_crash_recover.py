@@ -58,7 +58,7 @@ from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS, SimStore
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, Record, RecordState
 from tests import forked
-from tests.support.cli import Cli, allocate_args, run_hamimig
+from tests.support.cli import Cli, allocate_args, run_hamimig, with_pod_source
 from tests.support.crash import (
     LiveGi,
     Snapshot,
@@ -275,7 +275,7 @@ class CrashPool:
     def _launch(self, case: Case) -> None:
         workdir = self._scratch()
         cli, argv = self._start(case, workdir)
-        proc = forked.spawn(argv, workdir / "out", workdir / "err")
+        proc = forked.spawn(with_pod_source(argv), workdir / "out", workdir / "err")
         self._running[case.id] = (cli, proc, workdir)
 
     def _top_up(self) -> None:

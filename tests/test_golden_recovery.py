@@ -264,10 +264,11 @@ def error_instance_retried_by_reconcile(n: Node) -> None:
     n.run("reclaim", "--mig-uuid", err)
     n.run("list")
     n.run("allocate", "--pod", "ns/new", "--gpu", "0", "--profile", "1g.10gb", "--placement", "2")
-    n.run("reconcile")
+    n.run("reconcile")  # without pods a complete Error instance may be a pod's: kept
+    n.run("reconcile", "--pods", n.pods(kube_pod("ns/gone")))
     n.run("sim", "fault", "clear")
-    n.run("reconcile", "--dry-run")
-    n.run("reconcile")
+    n.run("reconcile", "--dry-run", "--pods", n.pods(kube_pod("ns/gone")))
+    n.run("reconcile", "--pods", n.pods(kube_pod("ns/gone")))
     n.run("list")
 
 

@@ -23,7 +23,18 @@ from typing import Any
 import pytest
 
 from tests.support.cdi import KIND, spec_path
-from tests.support.cli import Cli, allocated, fault, idle, ok, refused, run_hamimig, sim, sim_create
+from tests.support.cli import (
+    Cli,
+    allocate_args,
+    allocated,
+    fault,
+    idle,
+    ok,
+    refused,
+    run_hamimig,
+    sim,
+    sim_create,
+)
 from tests.support.kube import NODE as KUBE_NODE
 from tests.support.kube import FakeApi, node_doc, serving
 from tests.support.node import live
@@ -52,6 +63,7 @@ LOCK_HOLDER = textwrap.dedent(
     from hamimig.engine import allocate as allocation
     from hamimig.engine.node import Node
     from hamimig.engine.requests import AllocateRequest, Owner, PlacementSpec
+    from hamimig.engine.podsource import PodSource
     from hamimig.store.lock import NodeLock
 
     sim, state, cdi, go, then_pods = sys.argv[1:6]
@@ -64,7 +76,7 @@ LOCK_HOLDER = textwrap.dedent(
         # This process holds the node lock already: allocate under it.
         node.lock = lambda: contextlib.nullcontext()
         request = AllocateRequest(Owner("ns", "new"), 0, "1g.10gb", PlacementSpec(3))
-        made = allocation.allocate(node, request)
+        made = allocation.allocate(node, request, PodSource.no_pods())
         node.close()
         if then_pods != "-":
             Path(then_pods).write_text(sys.stdin.read())
@@ -585,7 +597,7 @@ def test_intent_rollback_never_destroys_a_gi_that_processes_run_on(cli: Cli) -> 
 
 
 def test_closed_stdout_keeps_the_exit_status_of_a_change(cli: Cli, tmp_path: Path) -> None:
-    request = ("allocate", "--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb")
+    request = allocate_args("ns/p", "1g.10gb")
     command = " ".join([sys.executable, "-m", "hamimig", *cli.globals(), *request])
     for redirect in (">&-", "2>&- >&-"):
         ran = subprocess.run(

@@ -39,6 +39,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import uuid as uuid_module
 from collections.abc import Callable
 from pathlib import Path
@@ -61,11 +62,13 @@ from hamimig.cli import options
 from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance
 from hamimig.engine.node import Node
+from hamimig.engine.podsource import PodSource
 from hamimig.engine.requests import AllIdle, AllocateRequest, ByPod, ByUuid, Window
 from hamimig.errors import HamimigError
 from hamimig.hw.minors import parse_mig_minors
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import parse_placement
+from hamimig.pods.model import Pod, PodSnapshot
 from hamimig.sim import state as sim_state
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
 from hamimig.sim.nvml import SimNvml
@@ -90,6 +93,7 @@ GPUS = 2
 NAMESPACE = "ns"
 PODS = ("a", "b", "c")
 PROFILES = ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "7g.80gb")
+NO_PODS = PodSource.no_pods()  # no device plugin runs here: no pod holds an Idle instance
 SPECS = {p.name: p for p in MODEL.profiles}
 PLACEMENTS = {name: [(start, SPECS[name].size) for start in SPECS[name].starts] for name in SPECS}
 BOGUS_MIG = "MIG-00000000-0000-0000-0000-0000000dead0"
@@ -759,7 +763,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             profile,
             options.placement(text),
         )
-        code, result, fired, pending = self._run(lambda: allocation.allocate(self.node, request))
+        code, result, fired, pending = self._run(
+            lambda: allocation.allocate(self.node, request, NO_PODS)
+        )
         what = f"allocate {slot} GPU {gpu_ref} {profile} at {text} ({kind})"
         new = self._settle(what, exp, code, result, fired, pending, new_owner=slot)
         if code != 0:
@@ -899,7 +905,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             exp, listed = self._reclaim_targets_expect([record], dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(self.node, ByUuid(mig), dry_run)
+            lambda: maintenance.reclaim(self.node, ByUuid(mig), NO_PODS, dry_run)
         )
         self._settle(f"reclaim --mig-uuid {mig} dry={dry_run}", exp, code, result, fired, pending)
         self._check_reclaim_result(code, result, dry_run, listed, fired)
@@ -928,7 +934,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         exp, listed = self._reclaim_targets_expect(targets, dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(self.node, AllIdle(gpu), dry_run)
+            lambda: maintenance.reclaim(self.node, AllIdle(gpu), NO_PODS, dry_run)
         )
         self._settle(
             f"reclaim --gpu {gpu} --all-idle dry={dry_run}", exp, code, result, fired, pending
@@ -971,7 +977,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             exp, listed = self._reclaim_targets_expect(chosen, dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(self.node, Window(gpu, parse_placement(text)), dry_run)
+            lambda: maintenance.reclaim(
+                self.node, Window(gpu, parse_placement(text)), NO_PODS, dry_run
+            )
         )
         what = f"reclaim --gpu {gpu} --placement {text} dry={dry_run}"
         self._settle(what, exp, code, result, fired, pending)
@@ -996,10 +1004,20 @@ class LifecycleMachine(RuleBasedStateMachine):
             fault_codes={0, 4},  # a failed process query skips a retry as busy
         )
         self._begin()
-        code, result, fired, pending = self._run(lambda: maintenance.reconcile(self.node))
+        code, result, fired, pending = self._run(
+            lambda: maintenance.reconcile(self.node, source=self._running_pods())
+        )
         self._settle("reconcile", exp, code, result, fired, pending)
         if not fired:
             assert not self._queued(), "reconcile left CDI removals queued"
+
+    def _running_pods(self) -> PodSource:
+        """A fresh pod list in which every Active record's owner runs and no annotation claims
+        anything: the retries of Error instances are then the model's to predict."""
+        records = self.node.records().load()[0].values()
+        owners = sorted({(r.owner.namespace, r.owner.name) for r in records if r.owner})
+        pods = tuple(Pod(ns, n, None, None, "Running", None, (), None) for ns, n in owners)
+        return PodSource.given(PodSnapshot(pods, "the model", taken_at=time.time()))
 
     # --- the world -------------------------------------------------------------------------------
 

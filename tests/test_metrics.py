@@ -22,7 +22,7 @@ from prometheus_client.samples import Sample
 from hamimig.store.counters import COUNTERS_NAME, Counters, decode_counters
 from hamimig.store.files import TEMP_PREFIX
 from hamimig.store.records import LOADER_PREFIX, RecordStore
-from tests.support.cli import Cli, alloc, allocate, allocated, fault, ok, sim
+from tests.support.cli import Cli, alloc, allocate, allocated, fault, ok, owners_running, sim
 
 INFO = "hamimig_mig_instance_info"
 GAUGE = "hamimig_mig_instances"
@@ -191,11 +191,11 @@ def test_failures_are_counted_when_an_allocation_is_rolled_back_or_a_destroy_fai
     sim(cli, "fault", "add", *fail)
     assert cli.json("reclaim", "--mig-uuid", a).exit_code == 4
     assert counters(cli) == expect(creations=1, failures__allocate=2, failures__destroy=1)
-    assert cli.json("reconcile").exit_code == 4  # still busy
+    assert cli.json("reconcile", "--pods", owners_running(cli)).exit_code == 4  # still busy
     assert counters(cli) == expect(creations=1, failures__allocate=2, failures__destroy=2)
     # Once free, reconcile destroys the Error instance: that is a reclaim.
     sim(cli, "fault", "clear")
-    ok(cli.json("reconcile"))
+    ok(cli.json("reconcile", "--pods", owners_running(cli)))
     assert counters(cli) == expect(
         creations=1, reclaims=1, failures__allocate=2, failures__destroy=2
     )

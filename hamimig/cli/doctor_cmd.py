@@ -8,6 +8,7 @@ import typer
 
 from hamimig.cli.context import execute
 from hamimig.cli.options import Kube, PodsFile
+from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
@@ -31,7 +32,12 @@ def doctor(
     from hamimig.reports import doctor as checks
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False)
+        try:
+            source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False)
+        except UsageError:
+            if pods is not None or kube:
+                raise
+            source = None  # the default could not be had: the config check says why
         return checks.run_checks(node, pods=source)
 
     execute(ctx, action)

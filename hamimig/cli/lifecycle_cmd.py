@@ -9,6 +9,7 @@ import typer
 from hamimig.cli import options
 from hamimig.cli.context import execute
 from hamimig.cli.options import (
+    AssumeNoPods,
     DryRun,
     Gpu,
     GpuOrNone,
@@ -48,13 +49,16 @@ def allocate(
     device_index: Annotated[
         int, typer.Option(metavar="N", help="Device index in the container.")
     ] = 0,
+    pods: PodsFile = None,
+    kube: Kube = False,
+    assume_no_pods: AssumeNoPods = False,
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Reuse an exact Idle match, else make room and create one.
 
     Making room reclaims only the Idle instances in the way; Active, Unmanaged and OrphanGI
-    instances are never touched (exit 3)."""
+    instances, and those a pod's annotation claims, are never touched (exit 3)."""
     from hamimig.engine import allocate as allocation
     from hamimig.engine.requests import AllocateRequest
 
@@ -65,7 +69,9 @@ def allocate(
             profile=profile,
             placement=options.placement(placement),
         )
-        return allocation.allocate(node, request, dry_run)
+        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        assert source is not None
+        return allocation.allocate(node, request, source, dry_run)
 
     execute(ctx, locked(lock_timeout, action, dry_run))
 
@@ -123,10 +129,13 @@ def reclaim(
             help="The Idle instances on --gpu idle longer than this: 90s, 30m, 2h, 1h30m.",
         ),
     ] = None,
+    pods: PodsFile = None,
+    kube: Kube = False,
+    assume_no_pods: AssumeNoPods = False,
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
-    """Destroy Idle or Error instances; never Active or unmanaged.
+    """Destroy Idle or Error instances that no pod or process holds.
 
     One by --mig-uuid, or on --gpu those in a placement, all of them, or those idle too long."""
     from hamimig.engine import maintenance
@@ -158,7 +167,9 @@ def reclaim(
                 target = IdleOlderThan(ref, seconds)
             else:
                 target = AllIdle(ref) if window is None else Window(ref, window)
-        return maintenance.reclaim(node, target, dry_run)
+        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        assert source is not None
+        return maintenance.reclaim(node, target, source, dry_run)
 
     execute(ctx, locked(lock_timeout, action, dry_run))
 
@@ -178,7 +189,7 @@ def reconcile(
     from hamimig.engine import maintenance
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False)
+        source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False, ctx=ctx)
         return maintenance.reconcile(node, dry_run, source)
 
     execute(ctx, locked(lock_timeout, action, dry_run))

@@ -143,12 +143,20 @@ def locked(
 
 
 def pod_source(
-    node: Node, pods: str | None, kube: bool, assume_no_pods: bool, required: bool
+    node: Node,
+    pods: str | None,
+    kube: bool,
+    assume_no_pods: bool,
+    required: bool,
+    ctx: typer.Context | None = None,
 ) -> PodSource | None:
-    """The one pod source the flags name, or None; usage errors before the lock is taken.
+    """The one pod source the flags name, else the configured default (`pods.source: kube`),
+    else None; usage errors before the lock is taken.
 
-    `recover` and `adopt` require one: acting without knowing which instances running pods
-    hold is exactly how a tenant's slice gets handed to another.
+    `recover`, `adopt`, `allocate` and `reclaim` require one (`ctx`, the command's, gives the
+    line the refusal suggests): the pods, not the records, say who holds an instance that
+    the records call Idle or Error, so acting without them hands a running pod's slice to
+    another or destroys it. The requirement is static: it does not depend on the plan.
     """
     from hamimig.engine.podsource import PodSource
 
@@ -159,11 +167,19 @@ def pod_source(
         )
         raise UsageError(f"give only one pod source: {offered}")
     if given == 0:
+        default = node.config().pod_source
+        if default is not None:
+            if not node.node_name:
+                from hamimig.config import POD_SOURCE
+
+                where = node.config().sources.get(POD_SOURCE, POD_SOURCE)
+                raise UsageError(
+                    f"the default pod source (kube, from {where}) needs this node's name: "
+                    "--node NAME or NODE_NAME"
+                )
+            return PodSource.kube_api()
         if required:
-            raise UsageError(
-                "a pod source is required: --pods FILE|- (kubectl get pods -o json), --kube, "
-                "or --assume-no-pods when no pod on this node holds a MIG instance"
-            )
+            raise UsageError(_needs_pods(node, ctx))
         return None
     if pods is not None:
         if pods == "":
@@ -174,6 +190,45 @@ def pod_source(
             raise UsageError("--kube needs this node's name: --node NAME or NODE_NAME")
         return PodSource.kube_api()
     return PodSource.no_pods()
+
+
+def _needs_pods(node: Node, ctx: typer.Context | None) -> str:
+    """The refusal, with a line that works on the node: the same command fed this node's pods."""
+    name = node.node_name or "NODE"
+    line = replayed(ctx) if ctx is not None else None
+    feed = f"kubectl get pods -A -o json --field-selector spec.nodeName={name} | "
+    example = f"{feed}hamimig --node {name} {line} --pods -" if line else ""
+    return (
+        "a pod source is required: --pods FILE|- (kubectl get pods -o json), --kube, or "
+        "--assume-no-pods when no pod on this node holds a MIG instance the records call Idle "
+        "or Error (HAMi's plugin hands those out by writing only the pod's annotation)"
+        + (f"; e.g. {example}" if example else "")
+    )
+
+
+def replayed(ctx: typer.Context) -> str:
+    """The running command with the options given on its command line, as a shell line (the
+    global options that choose the node, such as --sim and --state-dir, included)."""
+    import shlex
+
+    words: list[str] = []
+    root = ctx.find_root()
+    for level in (root, ctx):
+        if level is not root:
+            words.append(level.info_name or "")
+        for param in level.command.params:
+            if param.name is None or param.name == "node":
+                continue
+            source = level.get_parameter_source(param.name)
+            if source is None or source.name != "COMMANDLINE":
+                continue
+            flag = max(param.opts, key=len)
+            value = level.params.get(param.name)
+            if getattr(param, "is_flag", False):
+                words.append(flag)
+            elif value is not None:
+                words += [flag, shlex.quote(str(getattr(value, "value", value)))]
+    return " ".join(words)
 
 
 def owner(

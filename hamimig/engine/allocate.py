@@ -14,7 +14,8 @@ from hamimig.engine.facts import (
     load_for_mutation,
 )
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
-from hamimig.engine.plans import CreatePlan, held_by, plan_create, reuse_candidates
+from hamimig.engine.plans import CreatePlan, PodHolds, held_by, plan_create, reuse_candidates
+from hamimig.engine.podsource import PodSource, load_fresh
 from hamimig.engine.requests import AllocateRequest
 from hamimig.engine.results import (
     Allocation,
@@ -31,18 +32,25 @@ from hamimig.store.records import Record, RecordState
 from hamimig.vocabulary import ActionKind, Outcome, State
 
 
-def allocate(node: Node, request: AllocateRequest, dry_run: bool = False) -> Allocation:
+def allocate(
+    node: Node, request: AllocateRequest, source: PodSource, dry_run: bool = False
+) -> Allocation:
     """Plan (`plan_allocation`), then apply the steps; a dry run plans the same steps on a
-    snapshot read without the node lock and reports them, changing nothing."""
+    snapshot read without the node lock and reports them, changing nothing.
+
+    The pods are read under the lock: an Idle or Error instance that another pod's
+    annotation claims is neither handed out nor destroyed to make room."""
     gpu_ref = request.gpu
     start, size = request.placement if request.placement is not None else (None, None)
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=True, dry_run=dry_run)
+        holds = PodHolds.of(load_fresh(node, source), request.owner)
+        _check_own_entries(durable, holds, request)
         held = held_by(durable.records, request.owner)
         if held is not None:
             same = _idempotent(node, held, gpu_ref, request, start, size)
             return dataclasses.replace(same, dry_run=dry_run, warnings=durable.warnings)
-        steps = plan_allocation(node, durable, request)
+        steps = plan_allocation(node, durable, request, holds)
         if dry_run:
             return _preview(node, steps, durable)
         if steps[-1].kind is ActionKind.REUSE:
@@ -53,7 +61,9 @@ def allocate(node: Node, request: AllocateRequest, dry_run: bool = False) -> All
         return result
 
 
-def plan_allocation(node: Node, durable: Durable, request: AllocateRequest) -> list[Step]:
+def plan_allocation(
+    node: Node, durable: Durable, request: AllocateRequest, holds: PodHolds
+) -> list[Step]:
     """The steps of an allocation whose slot holds nothing yet: one `reuse` of an exact Idle
     match, or the `reclaim`s of the Idle (or Error) instances in the way, then `create`.
     Refuses (raises) what the request may not have; reads, never changes."""
@@ -61,10 +71,25 @@ def plan_allocation(node: Node, durable: Durable, request: AllocateRequest) -> l
     start, size = request.placement if request.placement is not None else (None, None)
     if not reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
         _require_base(node)  # nothing to reuse: a new spec, refused before any NVML call
-    handout = _plan_reuse(node, durable, gpu_ref, request, start, size)
+    handout = _plan_reuse(node, durable, gpu_ref, request, start, size, holds)
     if handout is not None:
         return [handout]
-    return _plan_creation(node, durable, request, start, size)
+    return _plan_creation(node, durable, request, start, size, holds)
+
+
+def _check_own_entries(durable: Durable, holds: PodHolds, request: AllocateRequest) -> None:
+    """The requester's own annotation entry never blocks it, but one that names an instance
+    the records call Idle or Error means HAMi's plugin handed that instance to this very slot
+    behind the records' back: nothing here can say which instance the pod uses (exit 5)."""
+    for alloc in holds.own:
+        record = durable.records.get(alloc.mig_uuid or "")
+        if record is not None and record.state in (RecordState.IDLE, RecordState.ERROR):
+            raise UnverifiableError(
+                f"pod {request.owner.namespace}/{request.owner.name}'s allocation annotation "
+                f"(container {alloc.container_index} device {alloc.device_index}) names "
+                f"{record.mig_uuid}, which the records call {record.state.value}; run "
+                "'hamimig recover'; nothing was changed"
+            )
 
 
 def _preview(node: Node, steps: list[Step], durable: Durable) -> Allocation:
@@ -143,17 +168,21 @@ def _plan_reuse(
     request: AllocateRequest,
     start: int | None,
     size: int | None,
+    holds: PodHolds,
 ) -> Step | None:
     """The exact Idle match to hand out, verified live, with the spec it needs.
 
     Verification reads that one instance (at most ten NVML calls, and one more to see that no
     process runs on it), never the node's layout. A busy match, or one whose spec is missing
-    and cannot be composed, is passed over and stays Idle and cached.
+    and cannot be composed, is passed over and stays Idle and cached; so is one that another
+    pod's annotation claims (the create path then names that pod as a blocker).
     """
     hw = node.hardware()
     cdi = node.cdi()
     queued = {q.mig_uuid for q in durable.removals}
     for record in reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
+        if holds.hold(record) is not None:
+            continue
         live = hw.mig_device(record.mig_uuid)
         if live is None:
             if isinstance(gpu_ref, int) and record.gpu_index not in (None, gpu_ref):
@@ -237,7 +266,12 @@ def _allowed(node: Node, gpu_index: int, profile: str, model: str | None) -> Non
 
 
 def _plan_creation(
-    node: Node, durable: Durable, request: AllocateRequest, start: int | None, size: int | None
+    node: Node,
+    durable: Durable,
+    request: AllocateRequest,
+    start: int | None,
+    size: int | None,
+    holds: PodHolds,
 ) -> list[Step]:
     """Reclaim the Idle (or Error) instances in the way, oldest first, then create."""
     _require_base(node)
@@ -256,7 +290,7 @@ def _plan_creation(
     requested: Placement | None = None
     if start is not None:
         requested = legal_placement(profile.name, profile.placements, start, size)
-    plan = _placement_plan(node, durable, gpu, profile, requested)
+    plan = _placement_plan(node, durable, gpu, profile, requested, holds)
     owner = request.owner
     # The reason names the request that forced the reclaim (the event journal keeps it).
     why = f"blocks {plan.placement} for {profile.name} requested by {owner.namespace}/{owner.name}"
@@ -269,7 +303,12 @@ def _plan_creation(
 
 
 def _placement_plan(
-    node: Node, durable: Durable, gpu: Gpu, profile: GiProfile, requested: Placement | None
+    node: Node,
+    durable: Durable,
+    gpu: Gpu,
+    profile: GiProfile,
+    requested: Placement | None,
+    holds: PodHolds,
 ) -> CreatePlan:
     hw = node.hardware()
     layout = hw.layout(gpu.index)
@@ -293,6 +332,7 @@ def _placement_plan(
         layout,
         profile_names,
         is_busy,
+        holds,
     )
 
 

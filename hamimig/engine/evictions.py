@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hamimig.durations import format_duration
 from hamimig.engine.facts import (
     BUSY,
     Durable,
@@ -30,8 +29,8 @@ from hamimig.engine.idle_policy import (
     seen_after,
 )
 from hamimig.engine.node import Node
-from hamimig.engine.plans import holding_pods
-from hamimig.engine.podsource import changed_after
+from hamimig.engine.plans import PodHolds
+from hamimig.engine.podsource import changed_after, stale
 from hamimig.engine.results import Warning_
 from hamimig.engine.steps import Managed, Plan, Where
 from hamimig.errors import HamimigError
@@ -41,10 +40,6 @@ from hamimig.vocabulary import ActionKind
 
 if TYPE_CHECKING:
     from hamimig.pods.sources import PodSnapshot
-
-MAX_POD_LIST_AGE = 300
-"""Seconds: an older pod list may miss a pod that HAMi's plugin handed an Idle instance to, and
-that hand-out changes no record, so nothing else would show it."""
 
 
 def plan_idle_policy(
@@ -63,26 +58,21 @@ def plan_idle_policy(
     """
     hw = node.hardware()
     now = node.now()
-    age = now - pods.taken_at
-    if pods.taken_at <= 0 or age > MAX_POD_LIST_AGE:
-        taken = "at an unknown time" if pods.taken_at <= 0 else f"{format_duration(age)} ago"
-        notes.append(
-            f"idle policy ({policy}) not applied: the pod list from {pods.source} was taken "
-            f"{taken}; an Idle instance HAMi's plugin has handed out since would not show "
-            f"(at most {format_duration(MAX_POD_LIST_AGE)} old)"
-        )
+    too_old = stale(node, pods)
+    if too_old is not None:
+        notes.append(f"idle policy ({policy}) not applied: {too_old}")
         return None
     seen, problem = node.idle_seen().load()
     if problem is not None:
         reason = f"{problem.reason}; the idle clocks of HAMi's own records start again"
         plan.warnings.append(Warning_(problem.file, reason))
-    holds = _pod_holds(pods)
+    holds = PodHolds.of(pods)
     in_flight = [(i.gpu_uuid, i.placement) for i in durable.intents]
     joining: dict[str, int] = {}
     for step in plan.steps:
         if step.kind is ActionKind.RELEASE_IDLE and isinstance(step.target, Managed):
             released = step.target.record
-            if released.mig_uuid in holds or (released.gpu_uuid, released.placement) in holds:
+            if holds.hold(released) is not None:
                 continue  # a pod holds it after all: it will not be waiting for anyone
             joining[released.gpu_uuid] = joining.get(released.gpu_uuid, 0) + 1
     by_gpu: dict[str, list[Record]] = {}
@@ -131,34 +121,18 @@ def plan_idle_policy(
 _IN_FLIGHT = "an allocation is in flight on its slices"
 
 
-def _pod_holds(pods: PodSnapshot) -> dict[object, str]:
-    """What the pods that hold allocations name: MIG UUIDs (the plugin handed the instance
-    out) and GPU slots (every entry has one; without a runtime identity yet, the scheduler
-    reserved the slot and the plugin will reuse the Idle instance there)."""
-    holds: dict[object, str] = {}
-    for pod in holding_pods(pods):
-        for alloc in pod.allocations:
-            slot = (alloc.gpu_uuid, alloc.placement)
-            if alloc.mig_uuid is not None:
-                holds[alloc.mig_uuid] = f"pod {pod.key}'s allocation annotation names it"
-                holds.setdefault(slot, f"pod {pod.key}'s allocation annotation names its slot")
-            else:
-                holds[slot] = f"pod {pod.key}'s allocation annotation reserves its slot"
-    return holds
-
-
 def _kept_because(
     hw: MigHardware,
     record: Record,
     live: LiveCheck,
-    holds: dict[object, str],
+    holds: PodHolds,
     in_flight: list[tuple[str, Placement]],
     pods: PodSnapshot,
 ) -> str | None:
     """Why the policy must leave an Idle instance alone (None: it may go)."""
-    held = holds.get(record.mig_uuid) or holds.get((record.gpu_uuid, record.placement))
+    held = holds.hold(record)
     if held is not None:
-        return held
+        return held.reason
     newer = changed_after(record, pods)
     if newer:
         return newer.removesuffix("; left as it is")

@@ -30,8 +30,14 @@ from hamimig.engine.idle_policy import (
 )
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.plans import NOTHING_CHANGED, blocking_instance, holding_pods, owned_by
-from hamimig.engine.podsource import PodSource, changed_after
+from hamimig.engine.plans import (
+    NOTHING_CHANGED,
+    PodHolds,
+    blocking_instance,
+    holding_pods,
+    owned_by,
+)
+from hamimig.engine.podsource import PodSource, changed_after, load_fresh, stale
 from hamimig.engine.recovery import plan_queued_removals
 from hamimig.engine.requests import (
     AllIdle,
@@ -159,24 +165,34 @@ def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
 # reclaim
 
 
-def reclaim(node: Node, target: ReclaimTarget, dry_run: bool) -> Reclaim:
-    """Destroy Idle (or Error) instances; never Active, never anything without a record.
-    A dry run reads without the node lock."""
+def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool) -> Reclaim:
+    """Destroy Idle (or Error) instances; never Active, never anything without a record, never
+    one a pod's annotation claims. A dry run reads without the node lock."""
     if isinstance(target, ByUuid):
         check_reference(target.mig_uuid, mutating=True)
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
+        holds = PodHolds.of(load_fresh(node, source))
         if isinstance(target, ByUuid):
             target = _resolved(node, target, durable)
         notes: list[str] = []
-        targets = _reclaim_targets(node, durable, target, notes)
-        busy = [t for t in targets if _busy(node, t)]
+        targets = _reclaim_targets(node, durable, target, notes, holds)
+        held = [(t, hold) for t in targets if (hold := holds.hold(t.record)) is not None]
+        if isinstance(target, ByUuid) and held:
+            hold = held[0][1]
+            raise ConflictError(
+                f"{target.mig_uuid} is {hold.brief} ({hold.reason}): hamimig never reclaims "
+                "an instance a pod holds"
+            )
+        skipped = [SkippedInstance(t.record.mig_uuid, hold.reason) for t, hold in held]
+        claimed = {t.record.mig_uuid for t, _ in held}
+        busy = [t for t in targets if t.record.mig_uuid not in claimed and _busy(node, t)]
         if isinstance(target, ByUuid) and busy:
             raise ConflictError(
                 f"{target.mig_uuid} is busy: processes run on it; hamimig never reclaims it"
             )
-        skipped = tuple(SkippedInstance(t.record.mig_uuid, BUSY) for t in busy)
-        kept = [t for t in targets if t not in busy]
+        skipped += [SkippedInstance(t.record.mig_uuid, BUSY) for t in busy]
+        kept = [t for t in targets if t not in busy and t.record.mig_uuid not in claimed]
         views = tuple(
             record_view(t.record, t.gpu_index).with_outcome(Outcome.RECLAIMED) for t in kept
         )
@@ -185,28 +201,32 @@ def reclaim(node: Node, target: ReclaimTarget, dry_run: bool) -> Reclaim:
                 dry_run=True,
                 reclaimed=views,
                 notes=tuple(notes),
-                skipped=skipped,
+                skipped=tuple(skipped),
                 warnings=durable.warnings,
             )
         steps = [Step(ActionKind.RECLAIM, t, "requested") for t in kept]
         notes += [note for step in steps if (note := apply(node, step).note)]
         tidy_finished(node, durable)
-        return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes), skipped=skipped)
+        return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes), skipped=tuple(skipped))
 
 
 def _reclaim_targets(
-    node: Node, durable: Durable, target: ReclaimTarget, notes: list[str]
+    node: Node, durable: Durable, target: ReclaimTarget, notes: list[str], holds: PodHolds
 ) -> list[Managed]:
     """The verified instances a reclaim request names, oldest first."""
     if isinstance(target, ByUuid):
         targets = _targets_by_uuid(node, durable, target.mig_uuid)
     else:
-        targets = _targets_on_gpu(node, durable, target, notes)
+        targets = _targets_on_gpu(node, durable, target, notes, holds)
     return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
 def _targets_on_gpu(
-    node: Node, durable: Durable, target: Window | AllIdle | IdleOlderThan, notes: list[str]
+    node: Node,
+    durable: Durable,
+    target: Window | AllIdle | IdleOlderThan,
+    notes: list[str],
+    holds: PodHolds,
 ) -> list[Managed]:
     hw = node.hardware()
     gpu = resolve_gpu(hw, target.gpu)
@@ -221,7 +241,7 @@ def _targets_on_gpu(
         slices = validate.slice_count(hw.profiles(gpu.index))
         window = validate.reclaim_window(target.placement, slices)
         in_flight = [i for i in durable.intents if i.gpu_uuid == gpu.uuid]
-        chosen = _window_targets(window, records, layout, names, in_flight)
+        chosen = _window_targets(window, records, layout, names, in_flight, holds)
     return [_verified(r, layout, names, gpu) for r in chosen]
 
 
@@ -291,12 +311,14 @@ def _window_targets(
     layout: tuple[GpuInstance, ...],
     names: dict[int, str],
     in_flight: list[Intent],
+    holds: PodHolds,
 ) -> list[Record]:
-    """Idle/Error records overlapping the window; refuse if anything else is live there."""
+    """Idle/Error records overlapping the window; refuse if anything else is live there, or a
+    pod's annotation claims one of them."""
     chosen = [r for r in records if r.placement.overlaps(window) and r.state in _DESTROYABLE]
-    owned = {(r.gpu_instance_id, r.placement) for r in chosen}
+    owned = {(r.gpu_instance_id, r.placement) for r in chosen if holds.hold(r) is None}
     blocked = [
-        _blocker(gi, records, names, in_flight)
+        _blocker(gi, records, names, in_flight, holds)
         for gi in layout
         if gi.placement.overlaps(window) and (gi.id, gi.placement) not in owned
     ]
@@ -310,12 +332,17 @@ def _window_targets(
 
 
 def _blocker(
-    gi: GpuInstance, records: list[Record], names: dict[int, str], in_flight: list[Intent]
+    gi: GpuInstance,
+    records: list[Record],
+    names: dict[int, str],
+    in_flight: list[Intent],
+    holds: PodHolds,
 ) -> BlockingInstance:
     record = next(
         (r for r in records if r.gpu_instance_id == gi.id and r.placement == gi.placement), None
     )
-    found = blocking_instance(gi, record, names)
+    held = holds.hold(record) if record is not None else None
+    found = blocking_instance(gi, record, names, held=held)
     intent = next((i for i in in_flight if i.placement == gi.placement), None)
     if record is None and intent is not None:
         # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
@@ -382,7 +409,7 @@ def plan_reconcile(node: Node, durable: Durable, pods: PodSnapshot | None) -> Pl
         _plan_releases(plan, node, durable, pods)
     plan_queued_removals(plan, durable)
     _plan_spec_refresh(plan, node, durable)
-    _plan_destroy_retries(plan, node, durable)
+    _plan_destroy_retries(plan, node, durable, pods)
     return plan
 
 
@@ -527,10 +554,20 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
     plan.add(ActionKind.REPAIR_CDI, target, reason)
 
 
-def _plan_destroy_retries(plan: Plan, node: Node, durable: Durable) -> None:
+def _plan_destroy_retries(
+    plan: Plan, node: Node, durable: Durable, pods: PodSnapshot | None
+) -> None:
     """Retry destroying Error (and unfinished Reclaiming) instances, oldest first; a busy one
-    is skipped, one that cannot be verified is a failure of this pass."""
+    is skipped, one that cannot be verified is a failure of this pass.
+
+    HAMi's plugin restores an Error record as Idle and may have handed its instance to a pod,
+    writing only the pod's annotation: one a pod claims is skipped, and without a pod list
+    fresh enough to say (`stale`) only instances no pod could use (no compute instance left)
+    are retried.
+    """
     hw = node.hardware()
+    why_unknown = "no pod list" if pods is None else stale(node, pods)
+    holds = PodHolds.of(pods if why_unknown is None else None)
     errors = [
         r
         for r in durable.records.values()
@@ -545,6 +582,18 @@ def _plan_destroy_retries(plan: Plan, node: Node, durable: Durable) -> None:
         except HamimigError as exc:
             plan.failures.append(exc.message)
             plan.add(ActionKind.RETRY_DESTROY, at, f"skipped: {exc.message}")
+            continue
+        hold = holds.hold(record)
+        if hold is not None:
+            plan.add(ActionKind.SKIP, at, f"{hold.reason}; not destroyed")
+            continue
+        complete = target.live is not None and target.live.status is Liveness.COMPLETE
+        if why_unknown is not None and complete:
+            reason = (
+                f"{record.state.value} instance is complete, and a pod may hold it (HAMi's "
+                f"plugin hands such instances out): {why_unknown}; not destroyed"
+            )
+            plan.add(ActionKind.SKIP, at, reason)
             continue
         if _busy(node, target):
             reason = f"{record.state.value} instance is {BUSY}; not destroyed"

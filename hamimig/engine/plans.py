@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hamimig.engine.facts import LiveCheck, Liveness, check_record
-from hamimig.engine.results import Blocked, BlockingInstance
+from hamimig.engine.results import Blocked, BlockingInstance, Hold
 from hamimig.errors import ConflictError, UnverifiableError
 from hamimig.hw.types import GpuInstance, Placement
 from hamimig.store.intents import Intent
@@ -19,6 +19,7 @@ from hamimig.store.records import Owner, Record, RecordState
 from hamimig.vocabulary import State
 
 if TYPE_CHECKING:
+    from hamimig.pods.annotation import MigAllocation
     from hamimig.pods.model import Pod
     from hamimig.pods.sources import PodSnapshot
 
@@ -52,6 +53,56 @@ def holding_pods(pods: PodSnapshot) -> list[Pod]:
                 f"({pod.annotation_error}); {NOTHING_CHANGED}"
             )
     return holding
+
+
+@dataclass(frozen=True)
+class PodHolds:
+    """What the holding pods of a snapshot claim, the requester's own entries apart.
+
+    HAMi's plugin hands an Idle instance to a pod by writing the pod's annotation and nothing
+    else, so a record that says Idle or Error may be a running pod's: the annotations, not the
+    records, say who holds an instance. Without a snapshot (the caller asserted that no pod
+    holds an instance) nothing is claimed.
+    """
+
+    named: dict[str, str]
+    slots: tuple[tuple[str, Placement, str, bool], ...]
+    """(GPU UUID, placement, pod, whether the entry has a runtime identity) per entry."""
+    own: tuple[MigAllocation, ...] = ()
+    """The requester's own entries (same pod, uid when both have one, same slot)."""
+
+    @classmethod
+    def of(cls, pods: PodSnapshot | None, requester: Owner | None = None) -> PodHolds:
+        named: dict[str, str] = {}
+        slots: list[tuple[str, Placement, str, bool]] = []
+        own: list[MigAllocation] = []
+        for pod in holding_pods(pods) if pods is not None else []:
+            for alloc in pod.allocations:
+                if requester is not None and _own_entry(requester, pod, alloc):
+                    own.append(alloc)
+                    continue
+                if alloc.mig_uuid is not None:
+                    named.setdefault(alloc.mig_uuid, pod.key)
+                slots.append((alloc.gpu_uuid, alloc.placement, pod.key, alloc.mig_uuid is not None))
+        return cls(named, tuple(slots), tuple(own))
+
+    def hold(self, record: Record) -> Hold | None:
+        """The claim a pod has on `record`'s instance, or None."""
+        pod = self.named.get(record.mig_uuid)
+        if pod is not None:
+            return Hold(pod, "names it")
+        for gpu_uuid, placement, pod, identified in self.slots:
+            if gpu_uuid == record.gpu_uuid and placement.overlaps(record.placement):
+                return Hold(pod, "names its slot" if identified else "reserves its slot")
+        return None
+
+
+def _own_entry(owner: Owner, pod: Pod, alloc: MigAllocation) -> bool:
+    return (
+        (pod.namespace, pod.name) == (owner.namespace, owner.name)
+        and same_uid(owner.uid, pod.uid)
+        and alloc.slot == (owner.container_index, owner.device_index)
+    )
 
 
 def same_slot(a: Owner, b: Owner) -> bool:
@@ -111,16 +162,21 @@ class Blocker:
     record: Record | None
     check: LiveCheck | None
     busy: bool = False
+    held: Hold | None = None
 
     def view(self, names: dict[int, str]) -> BlockingInstance:
-        return blocking_instance(self.gi, self.record, names, self.busy)
+        return blocking_instance(self.gi, self.record, names, self.busy, self.held)
 
     def describe(self, names: dict[int, str]) -> str:
         return self.view(names).describe()
 
 
 def blocking_instance(
-    gi: GpuInstance, record: Record | None, names: dict[int, str], busy: bool = False
+    gi: GpuInstance,
+    record: Record | None,
+    names: dict[int, str],
+    busy: bool = False,
+    held: Hold | None = None,
 ) -> BlockingInstance:
     """How a refusal names a live GI in the way: by its record, else Unmanaged (with the MIG
     UUID of its compute instance) or OrphanGI (no compute instance, so no MIG UUID)."""
@@ -132,7 +188,7 @@ def blocking_instance(
         return BlockingInstance(mig_uuid, gi.id, profile, gi.placement, state)
     owner = record.owner if record.state is RecordState.ACTIVE else None
     return BlockingInstance(
-        record.mig_uuid, gi.id, profile, gi.placement, record.state, owner, busy
+        record.mig_uuid, gi.id, profile, gi.placement, record.state, owner, busy, held
     )
 
 
@@ -161,13 +217,15 @@ def plan_create(
     layout: tuple[GpuInstance, ...],
     names: dict[int, str],
     is_busy: Callable[[Record], bool] = lambda _record: False,
+    holds: PodHolds | None = None,
 ) -> CreatePlan:
     """Choose where to create and which Idle instances to reclaim, or refuse.
 
     `records` are those of this GPU. Active, Unmanaged, OrphanGI and in-flight (intent)
     instances are never touched. An Error instance in the way is retried for destruction.
     An Idle or Error instance that processes run on (`is_busy`, asked only of live
-    instances in the way of a candidate placement) blocks its slices like an Active one.
+    instances in the way of a candidate placement), or that a pod's annotation claims
+    (`holds`), blocks its slices like an Active one.
     """
     recorded = {r.mig_uuid for r in records}
     for intent in intents:
@@ -202,7 +260,10 @@ def plan_create(
                     and rec.state is not RecordState.ACTIVE
                     and is_busy(rec)
                 )
-                out.append(Blocker(gi, rec, check, busy))
+                held = None
+                if rec is not None and rec.state is not RecordState.ACTIVE and holds:
+                    held = holds.hold(rec)
+                out.append(Blocker(gi, rec, check, busy, held))
         return out
 
     def hard(bs: list[Blocker]) -> list[Blocker]:
@@ -211,6 +272,7 @@ def plan_create(
             for b in bs
             if b.record is None
             or b.busy
+            or b.held is not None
             or b.record.state not in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
         ]
 

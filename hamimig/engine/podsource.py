@@ -90,12 +90,51 @@ class PodSource:
         return snapshot
 
 
+MAX_POD_LIST_AGE = 300
+"""Seconds: an older pod list may miss a pod that HAMi's plugin handed an Idle instance to, and
+that hand-out changes no record, so nothing else would show it."""
+
+
+def stale(node: Node, snapshot: PodSnapshot) -> str | None:
+    """Why `snapshot` is too old to say that no pod holds an Idle or Error instance (None: it
+    is fresh enough)."""
+    from hamimig.durations import format_duration
+
+    if snapshot.taken_at <= 0:
+        return f"the pod list from {snapshot.source} was taken at an unknown time"
+    age = node.now() - snapshot.taken_at
+    if age <= MAX_POD_LIST_AGE:
+        return None
+    return (
+        f"the pod list from {snapshot.source} was taken {format_duration(int(age))} ago (at "
+        f"most {format_duration(MAX_POD_LIST_AGE)} old): an Idle instance HAMi's plugin has "
+        "handed out since would not show"
+    )
+
+
+def load_fresh(node: Node, source: PodSource) -> PodSnapshot | None:
+    """The pods for an action that destroys or hands out an Idle or Error instance: a list
+    older than `MAX_POD_LIST_AGE` is refused (exit 5), since only the pods say who holds it."""
+    snapshot = source.load(node)
+    if snapshot is not None:
+        why = stale(node, snapshot)
+        if why is not None:
+            from hamimig.errors import UnverifiableError
+
+            raise UnverifiableError(f"{why}; list the pods again; nothing was changed")
+    return snapshot
+
+
 def verify_node(node: Node, snapshot: PodSnapshot) -> None:
     """The node name is verified, not trusted: pods bound elsewhere must not name this node's
     GPUs, and the Node object (with `--kube`) must describe this machine."""
     from hamimig.pods.identity import read_product_uuid
     from hamimig.pods.identity import verify_node as verify
 
+    identity = snapshot.node_identity
+    holding = [p for p in snapshot.pods if p.holds_allocations and p.allocations]
+    if not (snapshot.elsewhere or holding or identity is not None):
+        return  # nothing here names a GPU or a machine: no NVML call to make
     hw: MigHardware = node.hardware()
     gpu_uuids = [hw.gpu(i).uuid for i in range(hw.gpu_count())]
     # A simulated node runs on some machine that is not the one it simulates.
@@ -105,9 +144,7 @@ def verify_node(node: Node, snapshot: PodSnapshot) -> None:
     # does not have means the list is another node's (a wrong --node); judged by it, every
     # instance here would look released.
     ours = set(gpu_uuids)
-    for pod in snapshot.pods:
-        if not pod.holds_allocations:
-            continue
+    for pod in holding:
         for alloc in pod.allocations:
             if alloc.gpu_uuid not in ours:
                 from hamimig.pods.model import PodSourceError

@@ -124,6 +124,8 @@ class BlockingInstance:
     owner: Owner | None = None
     """As in the Instance object: the record's owner while Active, else None."""
     busy: bool = False
+    held: Hold | None = None
+    """An Idle or Error instance that a pod's allocation annotation claims."""
 
     def to_json(self) -> Json:
         return {
@@ -134,6 +136,7 @@ class BlockingInstance:
             "state": self.state.value,
             "owner": self.owner.to_json() if self.owner else None,
             "busy": self.busy,
+            "heldBy": self.held.pod if self.held else None,
         }
 
     def describe(self) -> str:
@@ -145,6 +148,8 @@ class BlockingInstance:
             what += f" ({self.mig_uuid}{busy})"
         if self.owner is not None:
             what += f" held by {self.owner.namespace}/{self.owner.name}"
+        if self.held is not None:
+            what += f" {self.held.brief}"
         return what
 
     def brief(self) -> str:
@@ -155,7 +160,30 @@ class BlockingInstance:
             why.append(f"{self.owner.namespace}/{self.owner.name}")
         if self.busy:
             why.append("busy")
+        if self.held is not None:
+            why.append(self.held.brief)
         return f"{name} ({', '.join(why)})"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A pod's claim on an instance, read from its allocation annotation: the entry names the
+    instance's MIG UUID, or its slices on that GPU (an entry without runtime identity is a slot
+    the scheduler reserved, where the plugin hands out the Idle instance it finds)."""
+
+    pod: str
+    how: str
+    """`names it`, `names its slot` or `reserves its slot`."""
+
+    @property
+    def reason(self) -> str:
+        return f"pod {self.pod}'s allocation annotation {self.how}"
+
+    @property
+    def brief(self) -> str:
+        """`held by pod NS/NAME` or `reserved by pod NS/NAME`."""
+        verb = "reserved" if self.how == "reserves its slot" else "held"
+        return f"{verb} by pod {self.pod}"
 
 
 @dataclass(frozen=True)

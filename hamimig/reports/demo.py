@@ -224,7 +224,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         request = AllocateRequest(
             Owner(namespace, name, None), 0, profile, parse_placement(placement)
         )
-        result = allocation.allocate(node, request)
+        result = allocation.allocate(node, request, _running_pods(node))
         _expect(
             result.outcome is expected,
             f"the allocation for {pod} was {_how(result)}, not {_how_word(expected)}",
@@ -244,7 +244,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "A pod asks for a 1g.10gb slice at memory slice 0. Nothing exists yet, so hamimig "
         "journals an intent, creates the GPU instance and its compute instance, writes the "
         "instance's CDI spec and an ownership record (Active).",
-        "allocate --pod team-a/train-1 --gpu 0 --profile 1g.10gb --placement 0",
+        "allocate --pod team-a/train-1 --gpu 0 --profile 1g.10gb --placement 0 --pods pods.json",
         allocate_first,
     )
 
@@ -274,7 +274,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "Another pod asks for the same GPU, profile and placement. hamimig verifies the Idle "
         "instance directly by its MIG UUID (no scan of the node) and hands it out: same MIG "
         "UUID, zero creations.",
-        "allocate --pod team-b/infer-1 --gpu 0 --profile 1g.10gb --placement 0",
+        "allocate --pod team-b/infer-1 --gpu 0 --profile 1g.10gb --placement 0 --pods pods.json",
         reuse,
     )
 
@@ -308,14 +308,14 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "The scheduler places a 2g.20gb at slices 2-3. The Idle instance at slice 2 is in the "
         "way: hamimig destroys only that one, then creates the new layout. The Idle instance at "
         "slice 4 stays cached.",
-        "allocate --pod team-d/big-1 --gpu 0 --profile 2g.20gb --placement 2",
+        "allocate --pod team-d/big-1 --gpu 0 --profile 2g.20gb --placement 2 --pods pods.json",
         pressure,
     )
     yield step(
         "Active is protected",
         "An operator tries to reclaim the instance team-b/infer-1 is using. Active instances "
         "are never reclaimed: exit 3, nothing changed.",
-        f"reclaim --mig-uuid {first['uuid']}",
+        f"reclaim --mig-uuid {first['uuid']} --pods pods.json",
         lambda: _reclaim(node, first["uuid"]),
         expect_exit=3,
     )
@@ -337,14 +337,14 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "IN_USE. hamimig keeps it in state Error with its record and CDI spec, and will never "
         "hand it out again.",
         "sim fault add --op nvmlComputeInstanceDestroy --error IN_USE && "
-        "reclaim --mig-uuid MIG-...",
+        "reclaim --mig-uuid MIG-... --pods pods.json",
         make_error,
         expect_exit=4,
         after=lambda: _expect_error_kept(node, error_target.get("uuid")),
     )
 
     def clear_error() -> str:
-        report = maintenance.reconcile(node)
+        report = maintenance.reconcile(node, source=_running_pods(node))
         text = "; ".join(f"{a.action} {a.mig_uuid}: {a.reason}" for a in report.actions)
         retried = [a.mig_uuid for a in report.actions if a.action == "retry-destroy"]
         gone = error_target["uuid"] not in node.records().load()[0]
@@ -358,7 +358,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "reconcile clears it",
         "The process is gone. The reconciler retries the destruction of Error instances; this "
         "time it succeeds, and only then is the CDI spec removed.",
-        "reconcile",
+        "reconcile --pods pods.json",
         clear_error,
         after=lambda: _expect_spec_gone(node, error_target["uuid"]),
     )
@@ -367,7 +367,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         sim_fault_add(sim, "nvmlGpuInstanceCreateComputeInstance", None, "crash-before", 1, 0, None)
         twin = Node(node.state_dir, node.cdi_dir, node.config_path, sim=sim)
         crashy = AllocateRequest(Owner("team-f", "crashy", None), 0, "1g.10gb", PlacementSpec(5))
-        status = in_child(lambda: allocation.allocate(twin, crashy))
+        status = in_child(lambda: allocation.allocate(twin, crashy, _running_pods(node)))
         _expect(
             status == CRASH_EXIT_STATUS,
             f"the allocating process exited {status}, not {CRASH_EXIT_STATUS}",
@@ -384,7 +384,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "A process is killed (kill -9, OOM, power loss) between creating the GI and the CI. "
         "The intent journal written before the first hardware change says what was underway.",
         "sim fault add --op nvmlGpuInstanceCreateComputeInstance --action crash-before && "
-        "allocate --pod team-f/crashy --gpu 0 --profile 1g.10gb --placement 5",
+        "allocate --pod team-f/crashy --gpu 0 --profile 1g.10gb --placement 5 --pods pods.json",
         crash,
     )
 
@@ -453,8 +453,24 @@ def _expect_spec_gone(node: Node, uuid: str) -> None:
     _expect(cdi is None or not cdi.exists(uuid), f"the CDI spec of destroyed {uuid} is still there")
 
 
+def _running_pods(node: Node) -> PodSource:
+    """The demo's pod list, as `kubectl get pods -o json` would give it now: a Running pod for
+    each Active record's owner, and no pod annotation naming an Idle instance (no device plugin
+    runs here to hand one out)."""
+    records = node.records().load()[0].values()
+    owners = sorted(
+        {
+            (r.owner.namespace, r.owner.name)
+            for r in records
+            if r.owner and r.state.value == "Active"
+        }
+    )
+    running = tuple(Pod(ns, name, None, None, "Running", None, (), None) for ns, name in owners)
+    return PodSource.given(PodSnapshot(running, "the demo's pod list", taken_at=time.time()))
+
+
 def _reclaim(node: Node, uuid: str) -> str:
-    result = maintenance.reclaim(node, ByUuid(uuid), dry_run=False)
+    result = maintenance.reclaim(node, ByUuid(uuid), _running_pods(node), dry_run=False)
     return f"reclaimed {len(result.reclaimed)}"
 
 

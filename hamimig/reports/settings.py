@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hamimig.config import EVENTS_MAX_BYTES, IDLE_TTL, MAX_IDLE, Config
+from hamimig.config import EVENTS_MAX_BYTES, IDLE_TTL, MAX_IDLE, POD_SOURCE, Config
 from hamimig.durations import exact_duration
 from hamimig.engine.node import Node
 from hamimig.engine.results import Json
@@ -72,6 +72,7 @@ def show_config(node: Node) -> ConfigView:
         ),
         Setting(MAX_IDLE, cfg.max_idle_per_gpu, source(MAX_IDLE)),
         Setting(EVENTS_MAX_BYTES, cfg.events_max_bytes, source(EVENTS_MAX_BYTES)),
+        Setting(POD_SOURCE, cfg.pod_source, source(POD_SOURCE)),
         Setting("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
         Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
         Setting("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),

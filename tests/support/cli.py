@@ -29,15 +29,47 @@ class Ran:
         return json.loads(self.stdout)
 
 
+POD_SOURCE_FLAGS = ("--pods", "--kube", "--assume-no-pods")
+NEEDS_POD_SOURCE = ("allocate", "reclaim")
+
+
+def with_pod_source(args: list[str]) -> list[str]:
+    """`args` with `--assume-no-pods` added to an `allocate` or `reclaim` that names no pod
+    source: a simulated node runs no device plugin, so no pod holds an instance the records
+    call Idle or Error, and the assertion is true. A test that names a source (or one about the
+    requirement itself: `Cli(..., pod_source=False)`) is run as written."""
+    for i, arg in enumerate(args):
+        after_option = i > 0 and args[i - 1].startswith("-") and "=" not in args[i - 1]
+        if arg in NEEDS_POD_SOURCE and not after_option:
+            rest = args[i + 1 :]
+            named = any(a.split("=")[0] in POD_SOURCE_FLAGS for a in rest)
+            if named or "--help" in rest:
+                return args
+            return [*args, "--assume-no-pods"]
+        if not arg.startswith("-") and not after_option:
+            return args  # another command
+    return args
+
+
 class Cli:
     """Runs `hamimig` in-process through Typer's CliRunner with the node's global options; the
-    config file is `config`, else one that does not exist (the built-in defaults)."""
+    config file is `config`, else one that does not exist (the built-in defaults). `allocate`
+    and `reclaim` get `--assume-no-pods` unless the test names a pod source (`pod_source`
+    False: never; see `with_pod_source`)."""
 
-    def __init__(self, sim: Path, state_dir: Path, cdi_dir: Path, config: Path | None = None):
+    def __init__(
+        self,
+        sim: Path,
+        state_dir: Path,
+        cdi_dir: Path,
+        config: Path | None = None,
+        pod_source: bool = True,
+    ):
         self.sim = sim
         self.state_dir = state_dir
         self.cdi_dir = cdi_dir
         self.config = config
+        self.pod_source = pod_source
         self.runner = CliRunner()
 
     def globals(self) -> list[str]:
@@ -55,6 +87,8 @@ class Cli:
 
     def __call__(self, *args: str, output: str | None = None) -> Ran:
         argv = self.globals() + (["-o", output] if output else []) + list(args)
+        if self.pod_source:
+            argv = with_pod_source(argv)
         result = self.runner.invoke(app, argv, catch_exceptions=False)
         return Ran(result.exit_code, result.stdout, result.stderr)
 
@@ -72,13 +106,13 @@ def configured(cli: Cli, text: str) -> Cli:
     """The same node with a config file of our own, written next to its state directory."""
     path = cli.state_dir.parent / "config.yaml"
     path.write_text(text)
-    return Cli(cli.sim, cli.state_dir, cli.cdi_dir, config=path)
+    return Cli(cli.sim, cli.state_dir, cli.cdi_dir, config=path, pod_source=cli.pod_source)
 
 
 def run_hamimig(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`hamimig ARGS` in a real child process (crash and concurrency tests), forked from this
-    one: see `tests/forked.py`."""
-    return forked.run(*args, env=env)
+    one: see `tests/forked.py`; a pod source as `with_pod_source` adds one."""
+    return forked.run(*with_pod_source(list(args)), env=env)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,9 +144,10 @@ def refused(ran: Ran, exit_code: int, code: str) -> str:
 def allocate_args(
     pod: str, profile: str, placement: str | None = None, gpu: str = "0"
 ) -> list[str]:
-    """`allocate` with its options: placement left to hamimig when None."""
+    """`allocate` with its options: placement left to hamimig when None; the pod source as
+    `with_pod_source` adds it (these arguments may go to a child `python -m hamimig`)."""
     args = ["allocate", "--pod", pod, "--gpu", gpu, "--profile", profile]
-    return args + (["--placement", placement] if placement is not None else [])
+    return with_pod_source(args + (["--placement", placement] if placement is not None else []))
 
 
 def alloc(
@@ -191,3 +226,20 @@ def state_of(cli: Cli, mig: str) -> str:
     assert len(matches) == 1, matches
     found: str = matches[0]
     return found
+
+
+def owners_running(cli: Cli) -> str:
+    """A fresh pod list (its path, for `--pods`) in which the owner of every Active instance
+    runs and no annotation claims anything: what `reconcile` needs to retry destroying an Error
+    instance that is still complete, without releasing anyone."""
+    from tests.support.pods import kube_pod, write_pod_list
+
+    owners = sorted(
+        {
+            f"{i['owner']['namespace']}/{i['owner']['name']}"
+            for i in instances(cli)
+            if i["state"] == "Active" and i["owner"]
+        }
+    )
+    path = cli.state_dir.parent / f"running-{len(list(cli.state_dir.parent.glob('running-*')))}"
+    return write_pod_list(path.with_suffix(".json"), *(kube_pod(key) for key in owners))
