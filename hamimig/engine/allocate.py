@@ -146,9 +146,9 @@ def _plan_reuse(
 ) -> Step | None:
     """The exact Idle match to hand out, verified live, with the spec it needs.
 
-    Verification reads that one instance (at most ten NVML calls, and one more to see that no
-    process runs on it), never the node's layout. A busy match, or one whose spec is missing
-    and cannot be composed, is passed over and stays Idle and cached.
+    Verification reads that one instance (at most ten NVML calls, and three more to see that
+    no compute, graphics or MPS process runs on it), never the node's layout. A busy match, or
+    one whose spec is missing and cannot be composed, is passed over and stays Idle and cached.
     """
     hw = node.hardware()
     cdi = node.cdi()
