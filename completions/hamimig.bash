@@ -19,14 +19,15 @@ _hamimig() {
     local path="" w i
     case "$prev" in
         --action) COMPREPLY=($(compgen -W "raise crash-before crash-after" -- "$cur")); return;;
+        --kind) COMPREPLY=($(compgen -W "compute graphics mps" -- "$cur")); return;;
         --model) COMPREPLY=($(compgen -W "A100-SXM4-40GB A100-SXM4-80GB H100-SXM5-80GB H200-SXM5-141GB B200-180GB" -- "$cur")); return;;
-        --op) COMPREPLY=($(compgen -W "nvmlInit nvmlShutdown nvmlSystemGetDriverVersion nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByUUID nvmlDeviceGetIndex nvmlDeviceGetUUID nvmlDeviceGetName nvmlDeviceGetMinorNumber nvmlDeviceGetMigMode nvmlDeviceGetComputeRunningProcesses nvmlDeviceGetGpuInstanceProfileInfo nvmlDeviceGetGpuInstanceProfileInfoById nvmlDeviceGetGpuInstancePossiblePlacements nvmlDeviceGetGpuInstanceRemainingCapacity nvmlDeviceCreateGpuInstanceWithPlacement nvmlDeviceGetGpuInstances nvmlDeviceGetGpuInstanceById nvmlGpuInstanceGetInfo nvmlGpuInstanceDestroy nvmlGpuInstanceGetComputeInstanceProfileInfo nvmlGpuInstanceCreateComputeInstance nvmlGpuInstanceGetComputeInstances nvmlGpuInstanceGetComputeInstanceById nvmlComputeInstanceGetInfo nvmlComputeInstanceDestroy nvmlDeviceGetMaxMigDeviceCount nvmlDeviceGetMigDeviceHandleByIndex nvmlDeviceIsMigDeviceHandle nvmlDeviceGetGpuInstanceId nvmlDeviceGetComputeInstanceId nvmlDeviceGetDeviceHandleFromMigDeviceHandle record.write record.remove cdi.write cdi.remove intent.write intent.remove queue.write events.write" -- "$cur")); return;;
+        --op) COMPREPLY=($(compgen -W "nvmlInit nvmlShutdown nvmlSystemGetDriverVersion nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByUUID nvmlDeviceGetIndex nvmlDeviceGetUUID nvmlDeviceGetName nvmlDeviceGetMinorNumber nvmlDeviceGetMigMode nvmlDeviceGetComputeRunningProcesses nvmlDeviceGetGraphicsRunningProcesses nvmlDeviceGetMPSComputeRunningProcesses nvmlDeviceGetGpuInstanceProfileInfo nvmlDeviceGetGpuInstanceProfileInfoById nvmlDeviceGetGpuInstancePossiblePlacements nvmlDeviceGetGpuInstanceRemainingCapacity nvmlDeviceCreateGpuInstanceWithPlacement nvmlDeviceGetGpuInstances nvmlDeviceGetGpuInstanceById nvmlGpuInstanceGetInfo nvmlGpuInstanceDestroy nvmlGpuInstanceGetComputeInstanceProfileInfo nvmlGpuInstanceCreateComputeInstance nvmlGpuInstanceGetComputeInstances nvmlGpuInstanceGetComputeInstanceById nvmlComputeInstanceGetInfo nvmlComputeInstanceDestroy nvmlDeviceGetMaxMigDeviceCount nvmlDeviceGetMigDeviceHandleByIndex nvmlDeviceIsMigDeviceHandle nvmlDeviceGetGpuInstanceId nvmlDeviceGetComputeInstanceId nvmlDeviceGetDeviceHandleFromMigDeviceHandle record.write record.remove cdi.write cdi.remove intent.write intent.remove queue.write events.write" -- "$cur")); return;;
         --output) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return;;
         --state) COMPREPLY=($(compgen -W "Creating Active Idle Reclaiming Error Unmanaged OrphanGI Missing" -- "$cur")); return;;
         -o) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return;;
         --mig-uuid) COMPREPLY=($(compgen -W "$(_hamimig_records mig-uuids)" -- "$cur")); return;;
         --profile) COMPREPLY=($(compgen -W "1g.10gb 1g.10gb+me 1g.18gb 1g.18gb+me 1g.20gb 1g.23gb 1g.23gb+me 1g.35gb 1g.45gb 1g.5gb 1g.5gb+me 2g.10gb 2g.20gb 2g.35gb 2g.45gb 3g.20gb 3g.40gb 3g.71gb 3g.90gb 4g.20gb 4g.40gb 4g.71gb 4g.90gb 7g.141gb 7g.180gb 7g.40gb 7g.80gb $(_hamimig_records profiles)" -- "$cur")); return;;
-        --action|--advance|--cdi-dir|--ci-count|--ci-slices|--config|--container-index|--count|--device-index|--error|--gpu|--idle-older-than|--intent|--keep|--limit|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--set|--sim|--since|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
+        --action|--advance|--cdi-dir|--ci-count|--ci-slices|--config|--container-index|--count|--device-index|--error|--gpu|--idle-older-than|--intent|--keep|--kind|--limit|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--set|--sim|--since|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
     esac
     for ((i=1; i<COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
@@ -54,7 +55,7 @@ _hamimig() {
         "release") words="--pod --mig-uuid --dry-run --lock-timeout -h --help";;
         "show") words="-h --help";;
         "sim") words="-h --help busy clock create fault init mig-mode reset show";;
-        "sim busy") words="--mig-uuid --gi-only --clear -h --help";;
+        "sim busy") words="--mig-uuid --kind --gi-only --clear -h --help";;
         "sim clock") words="--advance --set -h --help";;
         "sim create") words="--gpu --profile --placement --no-ci --ci-slices --ci-count -h --help";;
         "sim fault") words="-h --help add clear";;

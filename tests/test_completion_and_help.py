@@ -35,7 +35,7 @@ METAVARS = {
     # what hamimig names
     *("NS/NAME", "GPU", "PLACEMENT", "PROFILE", "MIG_UUID", "NAME", "UID", "ID", "N"),
     # fixed lists
-    *("FORMAT", "STATE", "MODEL", "OP", "ACTION", "ERROR"),
+    *("FORMAT", "STATE", "MODEL", "OP", "ACTION", "ERROR", "KIND"),
 }
 """The agreed metavariables: every option value and argument in the help is one of them."""
 

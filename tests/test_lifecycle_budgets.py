@@ -3,8 +3,9 @@
 Counted by the simulated node (`calls`: one count per pynvml function since `sim init`), with
 nvmlInit and nvmlShutdown left out, around exactly one CLI allocate:
 
-- a reuse verifies the one instance it hands out, and that no process runs on it, in at most
-  11 calls, none of them mutating
+- a reuse verifies the one instance it hands out (10 calls), and that no process runs on it
+  (3 calls: compute, graphics and MPS processes, as HAMi counts busy), in at most 13 calls, none
+  of them mutating
   (no nvml*Create*/nvml*Destroy*), and never scans the node's layout (no
   nvmlDeviceGetGpuInstances, no nvmlDeviceGetMigDeviceHandleByIndex);
 - a create on a GPU that already holds 6 instances stays under 80 calls;
@@ -23,7 +24,12 @@ from hamimig.reports.simulator import sim_init
 from tests.support.cli import Cli, allocate
 from tests.support.nvml import CREATE_CI, CREATE_GI, call_diff, calls, mutating
 
-REUSE_BUDGET = 11
+REUSE_BUDGET = 13
+PROCESS_LISTS = (
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+)
 CREATE_BUDGET = 80  # strictly under
 LAYOUT_SCAN = ("nvmlDeviceGetGpuInstances", "nvmlDeviceGetMigDeviceHandleByIndex")
 
@@ -80,6 +86,7 @@ def test_reuse_budget(counted: Counted, where: str) -> None:
     assert mutating(reuse) == {}
     assert [n for n in LAYOUT_SCAN if n in reuse] == []
     assert sum(reuse.values()) <= REUSE_BUDGET, reuse
+    assert {n: reuse.get(n) for n in PROCESS_LISTS} == dict.fromkeys(PROCESS_LISTS, 1)
 
 
 def test_reuse_counts_do_not_grow_with_the_number_of_gpus(counted: Counted) -> None:

@@ -294,7 +294,8 @@ def _age(inst: InstanceView, now: float | None) -> str:
 
 
 def _processes(inst: InstanceView) -> str:
-    """How many compute processes run on the MIG device (`-` when NVML could not say)."""
+    """How many processes (compute, graphics, MPS) run on the MIG device (`-` when NVML could
+    not say)."""
     if inst.processes is None:
         return "-"
     if not inst.processes:
@@ -825,6 +826,8 @@ def _profile_list(console: Console, result: ProfileList) -> None:
 def _sim_view(console: Console, result: SimView) -> None:
     from rich.table import Table
 
+    from hamimig.sim.ops import BusyKind
+
     if result.message:  # a change: say what happened; `sim show` prints the whole node
         console.print(result.message)
         return
@@ -850,9 +853,9 @@ def _sim_view(console: Console, result: SimView) -> None:
         for gi in gpu.gis:
             cis: list[SimCi | None] = [*gi.cis] or [None]
             for ci in cis:
-                busy = []
-                if ci is not None and ci.busy:
-                    busy.append("processes")
+                busy: list[str] = []
+                if ci is not None:
+                    busy.extend(f"{k.value} processes" for k in BusyKind if k in ci.busy)
                 if gi.held:
                     busy.append("GI held")
                 table.add_row(

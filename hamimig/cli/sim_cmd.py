@@ -11,7 +11,14 @@ from hamimig.cli import options
 from hamimig.cli.context import execute
 from hamimig.cli.options import Gpu, GpuFilter
 from hamimig.errors import UsageError
-from hamimig.sim.ops import MAX_SIM_GPUS, SIMULATED_NVML, FaultAction, FaultOp, SimModel
+from hamimig.sim.ops import (
+    MAX_SIM_GPUS,
+    SIMULATED_NVML,
+    BusyKind,
+    FaultAction,
+    FaultOp,
+    SimModel,
+)
 from hamimig.vocabulary import FileOpName
 
 if TYPE_CHECKING:
@@ -108,6 +115,15 @@ def busy(
     mig_uuid: Annotated[
         str, typer.Option("--mig-uuid", metavar="MIG_UUID", help="The instance's full MIG UUID.")
     ],
+    kind: Annotated[
+        BusyKind | None,
+        typer.Option(
+            metavar="KIND",
+            help="The kind of process NVML lists on the instance: "
+            + ", ".join(k.value for k in BusyKind)
+            + " (default compute; with --clear, only that kind's mark goes).",
+        ),
+    ] = None,
     gi_only: Annotated[
         bool, typer.Option("--gi-only", help="Only the GI is held (a monitoring client).")
     ] = False,
@@ -117,9 +133,11 @@ def busy(
     from hamimig.reports import simulator
 
     def action(node: Node) -> SimView:
+        if gi_only and kind is not None:
+            raise UsageError("--gi-only holds the GI and runs no process: drop --kind")
         uuid = options.mig_uuid(mig_uuid)
         assert uuid is not None
-        return simulator.sim_busy(_sim(node), uuid, gi_only, clear)
+        return simulator.sim_busy(_sim(node), uuid, gi_only, clear, kind)
 
     execute(ctx, action)
 

@@ -172,10 +172,11 @@ def _plan_reuse(
 ) -> Step | None:
     """The exact Idle match to hand out, verified live, with the spec it needs.
 
-    Verification reads that one instance (at most ten NVML calls, and one more to see that no
-    process runs on it), never the node's layout. A busy match, or one whose spec is missing
-    and cannot be composed, is passed over and stays Idle and cached; so is one that another
-    pod's annotation claims (the create path then names that pod as a blocker).
+    Verification reads that one instance (at most ten NVML calls, and three more to see that
+    no compute, graphics or MPS process runs on it), never the node's layout. A busy match, or
+    one whose spec is missing and cannot be composed, is passed over and stays Idle and cached;
+    so is one that another pod's annotation claims (the create path then names that pod as a
+    blocker).
     """
     hw = node.hardware()
     cdi = node.cdi()

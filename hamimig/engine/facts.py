@@ -96,8 +96,8 @@ def profile_names(node: Node, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> dict
 
 
 def processes_on(hw: MigHardware, mig_uuid: str) -> bool | None:
-    """Whether processes run on a MIG device; None when NVML cannot say (`list` and `show`
-    report that as unknown)."""
+    """Whether processes of any kind HAMi counts (compute, graphics, MPS) run on a MIG device;
+    None when NVML cannot say (`list` and `show` report that as unknown)."""
     try:
         return hw.instance_has_processes(mig_uuid)
     except NvmlError:
@@ -105,8 +105,8 @@ def processes_on(hw: MigHardware, mig_uuid: str) -> bool | None:
 
 
 def process_count_on(hw: MigHardware, mig_uuid: str) -> int | None:
-    """How many compute processes run on a MIG device (`-o wide`, `show`); None when NVML
-    cannot say."""
+    """How many processes run on a MIG device (`-o wide`, `show`): compute, graphics and MPS
+    compute processes, each PID once; None when NVML cannot say."""
     try:
         return hw.instance_process_count(mig_uuid)
     except NvmlError:

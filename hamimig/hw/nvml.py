@@ -38,6 +38,13 @@ _NO_DRIVER = (
 )
 _PLACEMENT_ARRAY = 16
 _FULL_CI_INDEX_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 6: 6, 7: 4, 8: 5}
+# The process lists HAMi counts: compute, and the two that may be missing (see `_process_ids`).
+_COMPUTE_PROCESSES = "nvmlDeviceGetComputeRunningProcesses"
+_NOT_FOUND = "NVML_ERROR_FUNCTION_NOT_FOUND"
+_OPTIONAL_PROCESS_LISTS = (
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+)
 
 
 def bindings() -> ModuleType:
@@ -335,7 +342,7 @@ class NvmlHardware:
 
         Nine calls: the lifecycle verifies an instance before every reuse and must stay within
         ten NVML calls for it (see `profile_name` for the tenth; `instance_has_processes` then
-        costs one more on the handle kept here).
+        costs three more on the handle kept here: compute, graphics and MPS processes).
         """
         mig = self._try(
             "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
@@ -494,25 +501,59 @@ class NvmlHardware:
     # --- processes and device nodes ----------------------------------------------------------
 
     def gpu_has_processes(self, gpu: int) -> bool:
-        """`nvidia-smi -i GPU --query-compute-apps=pid --format=csv`"""
-        return bool(self._c("nvmlDeviceGetComputeRunningProcesses", self._handle(gpu)))
+        """`nvidia-smi -i GPU --query-compute-apps=pid --format=csv` (and graphics processes:
+        the `C`, `G` and `M+C` rows of `nvidia-smi -i GPU`)"""
+        return bool(self._process_ids(self._handle(gpu)))
 
     def instance_has_processes(self, mig_uuid: str) -> bool:
-        """`nvidia-smi -i MIG-UUID --query-compute-apps=pid --format=csv`"""
+        """Whether `instance_process_count` is above 0."""
         return self.instance_process_count(mig_uuid) > 0
 
     def instance_process_count(self, mig_uuid: str) -> int:
-        """`nvidia-smi -i MIG-UUID --query-compute-apps=pid --format=csv,noheader | wc -l`
+        """The processes on a MIG device, as HAMi counts them: compute, graphics and MPS compute
+        processes (`nvidia-smi -i MIG-UUID`'s process rows), each PID once.
 
-        One call when `mig_device` has just read the instance back (its handle is kept); 0 for
-        an instance that is gone.
+        Three calls when `mig_device` has just read the instance back (its handle is kept); 0
+        for an instance that is gone.
         """
         mig = self._mig_handles.get(mig_uuid)
         if mig is None:
             mig = self._try("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
         if mig is None:
             return 0
-        return len(self._c("nvmlDeviceGetComputeRunningProcesses", mig))
+        return len(self._process_ids(mig))
+
+    def _process_ids(self, handle: Any) -> set[int]:
+        """The PIDs of every process on a GPU or MIG device. The compute list must be read; the
+        graphics and MPS lists may be absent (NOT_SUPPORTED or FUNCTION_NOT_FOUND, e.g. a MIG
+        device without graphics, or bindings and drivers that lack the call), which means no
+        process of that kind. Any other error raises, so the caller counts the device busy."""
+        pids = {int(p.pid) for p in self._process_list(_COMPUTE_PROCESSES, handle)}
+        for call in _OPTIONAL_PROCESS_LISTS:
+            try:
+                found = self._process_list(call, handle)
+            except NvmlError as exc:
+                if exc.name not in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND"):
+                    raise
+                found = []
+            pids.update(int(p.pid) for p in found)
+        return pids
+
+    def _process_list(self, call: str, handle: Any) -> list[Any]:
+        """One process list. A call the bindings lack, and pynvml's `NVMLLibraryMismatchError`
+        (what its unversioned process calls raise for a driver without the `_v3` symbol), are
+        FUNCTION_NOT_FOUND."""
+        fn: Callable[..., Any] | None = getattr(self._nv, call, None)
+        absent = NvmlError(call, "FUNCTION_NOT_FOUND", int(getattr(self._nv, _NOT_FOUND, 13)))
+        if fn is None:
+            raise absent
+        mismatch = getattr(self._nv, "NVMLLibraryMismatchError", ())
+        try:
+            return list(fn(handle))
+        except mismatch:
+            raise absent from None
+        except self._nv.NVMLError as exc:
+            raise self._wrap(call, exc) from None
 
     def capability_minors(self, gpu_minor: int, gi_id: int, ci_id: int) -> CapabilityMinors:
         """`grep gpu<minor>/gi<gi> /proc/driver/nvidia-caps/mig-minors`"""

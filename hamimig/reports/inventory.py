@@ -158,7 +158,8 @@ _LIVE_PAIR_STATES = frozenset(
 
 
 def _with_count(hw: MigHardware, view: InstanceView, mig_uuid: str) -> InstanceView:
-    """`view` with `processes` and `processCount` of a live MIG device, from one NVML call."""
+    """`view` with `processes` and `processCount` of a live MIG device (compute, graphics and
+    MPS processes: three NVML calls)."""
     count = process_count_on(hw, mig_uuid)
     busy = None if count is None else count > 0
     return dataclasses.replace(view, processes=busy, process_count=count)

@@ -8,6 +8,7 @@ from pathlib import Path
 from hamimig.engine.results import InstanceView
 from hamimig.reports.views import SimView
 from hamimig.sim import admin
+from hamimig.sim.ops import BusyKind
 from hamimig.vocabulary import State
 
 
@@ -51,8 +52,14 @@ def sim_create(
     return _view(admin.sim_create(path, gpu_ref, profile, placement, no_ci, ci_slices, ci_count))
 
 
-def sim_busy(path: Path | None, mig_uuid: str, gi_only: bool, clear: bool) -> SimView:
-    return _view(admin.sim_busy(path, mig_uuid, gi_only, clear))
+def sim_busy(
+    path: Path | None,
+    mig_uuid: str,
+    gi_only: bool,
+    clear: bool,
+    kind: BusyKind | None = None,
+) -> SimView:
+    return _view(admin.sim_busy(path, mig_uuid, gi_only, clear, kind))
 
 
 def sim_reset(path: Path | None, gpu_ref: str) -> SimView:

@@ -16,7 +16,7 @@ from hamimig.durations import format_duration, to_rfc3339
 from hamimig.errors import ConflictError, UsageError
 from hamimig.hw.types import Placement, legal_placement, parse_placement
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
-from hamimig.sim.ops import MAX_SIM_GPUS
+from hamimig.sim.ops import MAX_SIM_GPUS, BusyKind
 from hamimig.sim.state import (
     MAX_CLOCK_OFFSET,
     NodeState,
@@ -139,11 +139,19 @@ def sim_create(
     return Change(store, f"created {spec.name} at {where} on GPU {gpu.index}: {what}", created)
 
 
-def sim_busy(path: Path | None, mig_uuid: str, gi_only: bool, clear: bool) -> Change:
+def sim_busy(
+    path: Path | None,
+    mig_uuid: str,
+    gi_only: bool,
+    clear: bool,
+    kind: BusyKind | None = None,
+) -> Change:
+    """Mark processes of `kind` (compute unless given) on an instance, or a client holding its
+    GI (`gi_only`); `clear` removes the mark of `kind`, or every mark when no kind is given."""
     store = _store(path)
     with store.edit() as state:
         if clear:
-            message = _clear_busy(state, mig_uuid)
+            message = _clear_busy(state, mig_uuid, kind)
         else:
             _, gi, ci = find_mig(state, mig_uuid)
             if gi_only:
@@ -153,13 +161,26 @@ def sim_busy(path: Path | None, mig_uuid: str, gi_only: bool, clear: bool) -> Ch
                     f"a client holds the GI of {mig_uuid}: destroying the GI fails with IN_USE"
                 )
             else:
-                ci.busy = True
-                message = f"processes run on {mig_uuid}: destroying it fails with IN_USE"
+                kind = kind or BusyKind.COMPUTE
+                ci.busy.add(kind)
+                message = f"{_KIND_NAMES[kind]} run on {mig_uuid}: destroying it fails with IN_USE"
     return Change(store, message)
 
 
-def _clear_busy(state: NodeState, mig_uuid: str) -> str:
-    """Clear both marks; the GI hold can outlive the CI (a monitoring client on the GI)."""
+_KIND_NAMES = {
+    BusyKind.COMPUTE: "compute processes",
+    BusyKind.GRAPHICS: "graphics processes",
+    BusyKind.MPS: "MPS compute processes",
+}
+
+
+def _clear_busy(state: NodeState, mig_uuid: str, kind: BusyKind | None) -> str:
+    """Clear one kind's mark, or (no kind) every mark; the GI hold can outlive the CI (a
+    monitoring client on the GI)."""
+    if kind is not None:
+        _, _, ci = find_mig(state, mig_uuid)
+        ci.busy.discard(kind)
+        return f"no {_KIND_NAMES[kind]} run on {mig_uuid}"
     held = held_gi(state, mig_uuid)
     if held is not None:
         held.held = False
@@ -170,7 +191,7 @@ def _clear_busy(state: NodeState, mig_uuid: str) -> str:
         if held is None:
             raise
         return f"the GI of {mig_uuid} is no longer held"
-    ci.busy = False
+    ci.busy.clear()
     gi.held = False
     gi.held_for = None
     return f"{mig_uuid} is no longer busy"

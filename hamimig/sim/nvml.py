@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from hamimig.hw.nvml import bindings
 from hamimig.sim.models import ProfileSpec
+from hamimig.sim.ops import BusyKind
 from hamimig.sim.state import (
     NVML_ERROR_CODES,
     NodeState,
@@ -306,29 +307,51 @@ class SimNvml:
 
         return self._call("nvmlDeviceGetMigMode", self._gpu_of(handle), body)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+    def _processes(self, name: str, kind: BusyKind, handle: Any) -> list[Any]:
+        """The processes of one kind (`sim busy --kind`) on a MIG device, or on every MIG device
+        of a GPU for a GPU handle; each kind's process has its own PID."""
+
         def body(state: NodeState) -> list[Any]:
-            kind = _decode(handle)[0]
-            if kind == _MIG:
+            if _decode(handle)[0] == _MIG:
                 gpu, gi, ci = self._ci(state, handle, _MIG)
                 pairs = [(gi, ci)]
             else:
                 gpu = self._device_gpu(state, handle)
                 pairs = mig_devices(gpu)
+            pid = _PROCESS_PID_BASE * (1 + list(BusyKind).index(kind)) + gpu.index * 1000
             return [
                 self._nv.nvmlFriendlyObject(
                     {
-                        "pid": _PROCESS_PID_BASE + gpu.index * 1000 + gi.id * 10 + ci.id,
+                        "pid": pid + gi.id * 10 + ci.id,
                         "usedGpuMemory": 1 << 30,
                         "gpuInstanceId": gi.id,
                         "computeInstanceId": ci.id,
                     }
                 )
                 for gi, ci in pairs
-                if ci.busy
+                if kind in ci.busy
             ]
 
-        return self._call("nvmlDeviceGetComputeRunningProcesses", self._gpu_of(handle), body)
+        try:
+            return self._call(name, self._gpu_of(handle), body)
+        except self._nv.NVMLError as exc:
+            # pynvml's unversioned process calls turn a driver without the `_v3` symbol into
+            # this exception, which is no NVMLError.
+            if getattr(exc, "value", None) == _ERR["FUNCTION_NOT_FOUND"]:
+                raise self._nv.NVMLLibraryMismatchError(
+                    f"Unversioned function called and the pyNVML version does not match the "
+                    f"NVML lib version: use a versioned function such as {name}_v2"
+                ) from None
+            raise
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        return self._processes("nvmlDeviceGetComputeRunningProcesses", BusyKind.COMPUTE, handle)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:
+        return self._processes("nvmlDeviceGetGraphicsRunningProcesses", BusyKind.GRAPHICS, handle)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        return self._processes("nvmlDeviceGetMPSComputeRunningProcesses", BusyKind.MPS, handle)
 
     # --- GPU instance profiles and placements --------------------------------------------------
 
@@ -626,3 +649,21 @@ class SimNvml:
         return self._call(
             "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", self._gpu_of(handle), body
         )
+
+
+class _Unbound:
+    """An NVML function that older bindings do not have: reading it fails as for any other
+    function the module lacks (`SimNvml.__getattr__`)."""
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        raise AttributeError("not in these bindings")
+
+
+def older_bindings(store: SimStore, lacking: tuple[str, ...]) -> SimNvml:
+    """The simulated module as a pynvml release that predates the functions in `lacking`."""
+    unknown = [name for name in lacking if not callable(getattr(SimNvml, name, None))]
+    if unknown:
+        raise ValueError(f"the simulator does not implement {', '.join(unknown)}")
+    older = type("OlderSimNvml", (SimNvml,), dict.fromkeys(lacking, _Unbound()))
+    module: SimNvml = older(store)
+    return module

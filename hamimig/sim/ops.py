@@ -28,6 +28,8 @@ SIMULATED_NVML: tuple[str, ...] = (
     "nvmlDeviceGetMinorNumber",
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
     "nvmlDeviceGetGpuInstanceProfileInfo",
     "nvmlDeviceGetGpuInstanceProfileInfoById",
     "nvmlDeviceGetGpuInstancePossiblePlacements",
@@ -50,6 +52,18 @@ SIMULATED_NVML: tuple[str, ...] = (
     "nvmlDeviceGetComputeInstanceId",
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
 )
+
+
+class BusyKind(str, enum.Enum):
+    """The kinds of process `sim busy --kind` runs on an instance, each listed by its NVML call
+    (HAMi counts every kind as busy)."""
+
+    COMPUTE = "compute"
+    """nvmlDeviceGetComputeRunningProcesses"""
+    GRAPHICS = "graphics"
+    """nvmlDeviceGetGraphicsRunningProcesses"""
+    MPS = "mps"
+    """nvmlDeviceGetMPSComputeRunningProcesses"""
 
 
 class FaultAction(str, enum.Enum):

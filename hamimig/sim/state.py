@@ -29,6 +29,7 @@ from typing import Any, cast
 from hamimig.errors import HardwareError, UsageError
 from hamimig.sim.files import NodeFiles, write_access, write_node_files
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
+from hamimig.sim.ops import BusyKind
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
 SCHEMA_VERSION = 1
@@ -71,22 +72,35 @@ class SimCi:
     id: int
     profile_id: int
     mig_uuid: str
-    busy: bool = False
-    """Processes run on it: destroying it fails with IN_USE (`sim busy`)."""
+    busy: set[BusyKind] = field(default_factory=set)
+    """The kinds of process that run on it (`sim busy --kind`), each listed by its NVML call;
+    any of them makes destroying it fail with IN_USE."""
 
     def to_json(self) -> Document:
         return {
             "id": self.id,
             "profileId": self.profile_id,
             "migUUID": self.mig_uuid,
-            "busy": self.busy,
+            "busy": [kind.value for kind in BusyKind if kind in self.busy],
         }
 
     @classmethod
     def from_json(cls, doc: Document) -> SimCi:
         return cls(
-            int(doc["id"]), int(doc["profileId"]), str(doc["migUUID"]), bool(doc.get("busy", False))
+            int(doc["id"]), int(doc["profileId"]), str(doc["migUUID"]), _busy_kinds(doc.get("busy"))
         )
+
+
+def _busy_kinds(mark: Any) -> set[BusyKind]:
+    """A CI's busy mark: a list of kinds, or (files written before kinds) a boolean, where
+    true means compute processes."""
+    if mark is None or mark is False:
+        return set()
+    if mark is True:
+        return {BusyKind.COMPUTE}
+    if not isinstance(mark, list):
+        raise TypeError(f"busy mark {mark!r} is neither a list of kinds nor a boolean")
+    return {BusyKind(str(kind)) for kind in mark}
 
 
 @dataclass
