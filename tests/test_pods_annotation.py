@@ -304,7 +304,7 @@ def test_a_pod_with_too_many_entries_is_kept_as_unreadable() -> None:
         "metadata": {"name": "p", "namespace": "ns", "annotations": {ANNOTATION: claim}},
         "spec": {"nodeName": "n"},
     }
-    (read,) = read_pods_text(json.dumps(pod), "x", "n").pods
+    (read,) = read_pods_text(json.dumps({"kind": "List", "items": [pod]}), "x", "n").pods
     assert (read.allocations, read.annotation_error) == (
         (),
         "has 65 entries, more than the 64 allowed",

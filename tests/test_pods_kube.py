@@ -139,7 +139,7 @@ def test_unusable_body(api: FakeApi) -> None:
     api.body = b"<html>proxy error</html>"
     source_error("the Kubernetes API sent an unusable pod list")
     api.body = b'{"kind": "Status"}'
-    source_error("unusable pod list: expected kind PodList, List or Pod, got 'Status'")
+    source_error("unusable pod list: expected kind PodList or List, got 'Status'")
     api.body = json.dumps({"kind": "PodList", "items": [ALL_PODS[0], ALL_PODS[0]]}).encode()
     source_error("pod ml/a appears more than once")
 

@@ -158,7 +158,7 @@ def test_adopt_without_the_opt_in_exits_2(cli: Cli, pods_file: PodsFile) -> None
 # Pods' runtime identities: adopt-active, restore-active
 
 
-@pytest.mark.parametrize("how", ["json-file", "yaml-file", "stdin", "single-pod"])
+@pytest.mark.parametrize("how", ["json-file", "yaml-file", "stdin"])
 def test_pair_referenced_by_an_active_pod_is_adopted_as_active(
     cli: Cli, pods_file: PodsFile, tmp_path: Path, how: str
 ) -> None:
@@ -171,10 +171,6 @@ def test_pair_referenced_by_an_active_pod_is_adopted_as_active(
         ran = cli.json("recover", "--pods", pods_file(other, pod, kind="PodList"))
     elif how == "yaml-file":
         ran = cli.json("recover", "--pods", pods_file(other, pod, fmt="yaml"))
-    elif how == "single-pod":
-        path = tmp_path / "pod.json"
-        path.write_text(json.dumps(pod))
-        ran = cli.json("recover", "--pods", str(path))
     else:
         ran = run_stdin(cli, json.dumps(pod_list(other, pod)), "recover")
     data = ok(ran)

@@ -37,7 +37,7 @@ from hamimig.engine.plans import (
     holding_pods,
     owned_by,
 )
-from hamimig.engine.podsource import PodSource, changed_after, load_fresh, stale
+from hamimig.engine.podsource import PodSource, changed_after, load_fresh, stale, stale_warning
 from hamimig.engine.recovery import plan_queued_removals
 from hamimig.engine.requests import (
     AllIdle,
@@ -366,6 +366,8 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         pods = None if source is None else source.load(node)
         plan = plan_reconcile(node, durable, pods)
+        if (old := stale_warning(node, pods)) is not None:
+            plan.warnings.append(old)
         notes: list[str] = []
         policy = IdlePolicy.of(node.config())
         if policy.enabled and pods is None:

@@ -19,6 +19,7 @@ from hamimig.errors import UsageError
 from hamimig.vocabulary import Setting
 
 if TYPE_CHECKING:
+    from hamimig.engine.results import Warning_
     from hamimig.hw.types import MigHardware
     from hamimig.pods.sources import PodSnapshot
     from hamimig.store.records import Record
@@ -87,7 +88,45 @@ class PodSource:
             # A list is as old as the host says; records carry the node's time (a simulated
             # node's clock may run ahead), and `changed_after` compares the two.
             snapshot = dataclasses.replace(snapshot, taken_at=snapshot.taken_at + offset)
+        _refuse_future(node, snapshot)
         return snapshot
+
+
+MAX_CLOCK_AHEAD = 5
+"""Seconds a pod list may seem to be from the future (clock granularity, a copy's rounding)."""
+
+
+def _iso(seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _refuse_future(node: Node, snapshot: PodSnapshot) -> None:
+    """A snapshot time ahead of the clock (the clock stepped back, a copy that kept its mtime)
+    would read as newer than every record, and a pod allocated after the list was really taken
+    would look gone: refused (exit 5)."""
+    now = node.now()
+    if snapshot.taken_at > now + MAX_CLOCK_AHEAD:
+        from hamimig.pods.model import PodSourceError
+
+        raise PodSourceError(
+            f"{snapshot.source} was taken at {_iso(snapshot.taken_at)}, ahead of this node's "
+            f"clock ({_iso(now)}): the clock was set back or the file's time was copied; "
+            "list the pods again; nothing was changed"
+        )
+
+
+def stale_warning(node: Node, snapshot: PodSnapshot | None) -> Warning_ | None:
+    """The warning every command that reads a pod list gives when it is older than
+    `MAX_POD_LIST_AGE` (the actions that hand out or destroy an instance refuse it)."""
+    if snapshot is None:
+        return None
+    why = stale(node, snapshot)
+    if why is None:
+        return None
+    from hamimig.engine.results import Warning_
+
+    return Warning_(snapshot.source, why)
 
 
 MAX_POD_LIST_AGE = 300

@@ -27,7 +27,7 @@ from hamimig.engine.facts import (
 )
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import holding_pods, owned_by
-from hamimig.engine.podsource import PodSource, changed_after
+from hamimig.engine.podsource import PodSource, changed_after, stale_warning
 from hamimig.engine.results import ActionReport, SkippedGpu, Warning_
 from hamimig.engine.steps import (
     InFlight,
@@ -734,7 +734,10 @@ def _run(
     no lock)."""
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, dry_run=dry_run)
-        plan = make_plan(durable, source.load(node))
+        pods = source.load(node)
+        plan = make_plan(durable, pods)
+        if (old := stale_warning(node, pods)) is not None:
+            plan.warnings.append(old)
         plan.check()
         done = execute(node, plan, dry_run, tolerate_tracked=True)
     return report(

@@ -174,24 +174,27 @@ def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], list[Pod], str | No
     """
     if not isinstance(doc, dict):
         got = "an array" if isinstance(doc, list) else type(doc).__name__
-        raise _Malformed(f"expected a PodList, List or Pod object, got {got}")
+        raise _Malformed(f"expected a PodList or List object, got {got}")
     kind = doc.get("kind")
     if kind == "Pod":
-        items: Any = [doc]
-        single = True
-    elif kind in ("PodList", "List") or (kind is None and "items" in doc):
+        # One pod says nothing of the node's other pods: judged by it, every instance they
+        # hold would look free.
+        raise _Malformed(
+            "is a single Pod, not the node's pod list (kind List or PodList, as 'kubectl get "
+            "pods -o json' prints it)"
+        )
+    if kind in ("PodList", "List") or (kind is None and "items" in doc):
         items = doc.get("items")
-        single = False
         if items is None:  # Go marshals an empty slice it never allocated as null
             items = []
         if not isinstance(items, list):
             raise _Malformed("items is not a list")
     else:
-        raise _Malformed(f"expected kind PodList, List or Pod, got {kind!r}")
+        raise _Malformed(f"expected kind PodList or List, got {kind!r}")
     pods: list[Pod] = []
     elsewhere: list[Pod] = []
     for i, item in enumerate(items):
-        pod = _pod(item, "" if single else f"item {i}", node)
+        pod = _pod(item, f"item {i}", node)
         if pod is None:
             pass
         elif node is None or pod.node_name == node:

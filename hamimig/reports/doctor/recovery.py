@@ -10,7 +10,7 @@ import dataclasses
 from hamimig.config import Config
 from hamimig.engine.facts import Durable
 from hamimig.engine.node import Node
-from hamimig.engine.podsource import PodSource
+from hamimig.engine.podsource import PodSource, stale_warning
 from hamimig.errors import HamimigError
 from hamimig.reports.doctor.verdicts import HARDWARE, UNVERIFIABLE, fail, ok, warn
 from hamimig.reports.views import Check, CheckStatus
@@ -52,6 +52,8 @@ def with_recovery(
     except HamimigError as exc:
         failed = fail("recovery/pods", f"the pod list: {exc.message}", _POD_HINT)
         return [*_not_via_recover(checks), failed]
+    if (old := stale_warning(node, snapshot)) is not None:
+        found.append(warn("recovery/pods", old.reason, "list the pods again"))
     pods_known = snapshot is not None or (source is not None and source.assume_no_pods)
     try:
         plan = plan_recovery(node, durable, snapshot, config.adopt_existing, pods_known=pods_known)
