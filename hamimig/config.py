@@ -19,6 +19,8 @@ from hamimig.store.cdi import check_kind
 from hamimig.store.cdi_base import AUTO, check_setting
 from hamimig.store.events import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, MIN_MAX_BYTES
 from hamimig.store.files import read_input
+from hamimig.store.yamlload import DuplicateKey, refusing_duplicates
+from hamimig.store.yamlload import load as load_yaml
 
 DEFAULT_CDI_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
 
@@ -216,7 +218,8 @@ _DECIMAL = re.compile(r"^[-+]?(0|[1-9][0-9]*)$")
 
 
 def _loader(yaml: Any) -> Any:
-    """PyYAML's safe loader, except that only plain decimal integers are integers.
+    """PyYAML's safe loader, except that only plain decimal integers are integers, and a key
+    given twice in one mapping is refused (`hamimig.store.yamlload`).
 
     YAML 1.1 also reads `1:30` as 90 (base 60), `010` as 8 and `0x10` as 16; an operator who
     writes `idleTTL: 1:30` means an hour and a half, not 90 seconds, and a policy that destroys
@@ -224,7 +227,7 @@ def _loader(yaml: Any) -> Any:
     refuse or read in their own grammar (`010` as a duration is ten seconds).
     """
 
-    class Strict(yaml.SafeLoader):  # type: ignore[misc]
+    class Strict(refusing_duplicates(yaml.SafeLoader)):  # type: ignore[misc]
         pass
 
     def integer(loader: Any, node: Any) -> Any:
@@ -254,7 +257,9 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         import yaml
 
         try:
-            raw = yaml.load(text, Loader=_loader(yaml))  # a SafeLoader: no Python objects
+            raw = load_yaml(text, _loader(yaml))  # a SafeLoader: no Python objects
+        except DuplicateKey as exc:
+            raise UsageError(f"{source}: {exc}") from None
         except yaml.YAMLError as exc:
             first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
             raise UsageError(f"{source}: not valid YAML: {first}") from None

@@ -76,7 +76,7 @@ def test_aliases_that_expand_modestly_are_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("a: 1\na: 2\n", "given twice"),
+        ("a: 1\na: 2\n", r"duplicate key 'a' at the top level \(lines 1 and 2\)"),
         ("a: !!binary aGVsbG8=\n", "not representable"),
         ("a: &a [*a]\n", "expands"),
     ],

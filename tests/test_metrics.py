@@ -253,6 +253,7 @@ def test_counter_store_format_and_validation(tmp_path: Path) -> None:
         store.bump("failures", "")
     for bad in (
         b'{"version": 2, "counters": {}}',
+        b'{"version": 1.0, "counters": {}}',
         b'{"version": 1, "counters": {"creations": -1}}',
         b'{"version": 1, "counters": {"creations": true}}',
         b'{"version": 1, "counters": {"failures": {"": 1}}}',

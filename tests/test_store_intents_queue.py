@@ -80,6 +80,8 @@ def test_corrupt_symlinked_and_misnamed_intents_are_problems(tmp_path: Path) -> 
     (tmp_path / "intent-misnamed.json").write_text(json.dumps(other.to_json()))
     newer = dict(an_intent().to_json(), version=2)
     (tmp_path / f"intent-{newer['id']}.json").write_text(json.dumps(newer))
+    floating = dict(an_intent().to_json(), version=1.0)  # Go's decoder refuses 1.0 for an int
+    (tmp_path / f"intent-{floating['id']}.json").write_text(json.dumps(floating))
     intents, problems = store.load()
     assert intents == [good]
     reasons = {Path(p.file).name: p.reason for p in problems}
@@ -88,10 +90,12 @@ def test_corrupt_symlinked_and_misnamed_intents_are_problems(tmp_path: Path) -> 
         "intent-link.json",
         "intent-misnamed.json",
         f"intent-{newer['id']}.json",
+        f"intent-{floating['id']}.json",
     }
     assert "symbolic link" in reasons["intent-link.json"]
     assert "does not match" in reasons["intent-misnamed.json"]
     assert "version" in reasons[f"intent-{newer['id']}.json"]
+    assert "version 1.0" in reasons[f"intent-{floating['id']}.json"]
 
 
 def test_intent_ids_cannot_escape_the_directory(tmp_path: Path) -> None:
@@ -141,6 +145,7 @@ def test_dropping_an_unqueued_uuid_writes_nothing(tmp_path: Path) -> None:
         "{",
         "[]",
         '{"version": 2, "removals": []}',
+        '{"version": 1.0, "removals": []}',
         '{"version": 1, "removals": {}}',
         '{"version": 1, "removals": [{"migUUID": "MIG-x", "since": "t", "attempts": -1}]}',
     ],

@@ -140,6 +140,7 @@ def test_a_record_written_by_hami_loads_as_unmanaged_idle(tmp_path: Path) -> Non
         ({"version": 2}, "version"),
         ({"version": 0}, "version"),
         ({"version": True}, "version"),
+        ({"version": 1.0}, "version"),
         ({"migUUID": "GPU-not-a-mig"}, "MIG-"),
         ({"migUUID": 5}, "MIG-"),
         ({"parentGPUUUID": ""}, "parentGPUUUID"),

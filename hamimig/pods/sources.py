@@ -37,6 +37,8 @@ from hamimig.pods.model import TERMINAL_PHASES, NodeIdentity, Pod
 from hamimig.pods.model import PodSnapshot as PodSnapshot
 from hamimig.pods.model import PodSourceError as PodSourceError
 from hamimig.store._fields import k8s_label_field, k8s_subdomain_field, uid_field
+from hamimig.store.yamlload import DuplicateKey, refusing_duplicates
+from hamimig.store.yamlload import load as load_yaml
 from hamimig.vocabulary import Setting
 
 KUBE_PAGE_SIZE = 500
@@ -271,7 +273,9 @@ def _load_document(text: str) -> Any:
     import yaml  # lazily: only YAML input pays for it
 
     try:
-        return yaml.load(text, Loader=_yaml_loader(text))
+        return load_yaml(text, _yaml_loader(text))
+    except DuplicateKey as exc:
+        raise _Malformed(str(exc)) from None
     except _AnchorFound as exc:
         raise _Malformed(
             f"uses a YAML anchor or alias{exc.where}: a pod list never needs them, and expanding "
@@ -305,7 +309,8 @@ def _refuses_anchors(event: Any) -> None:
 
 @functools.cache
 def _pure_loader() -> Any:
-    """PyYAML's pure-Python safe loader, refusing anchors and aliases as it composes.
+    """PyYAML's pure-Python safe loader, refusing anchors and aliases as it composes (and, as
+    every loader here, a key given twice in one mapping: `hamimig.store.yamlload`).
 
     An alias makes two places of the document one node, so a few lines can describe a tree of
     billions of nodes ("billion laughs"), and merge keys (`<<: [*a, *a]`) copy them for real.
@@ -313,7 +318,7 @@ def _pure_loader() -> Any:
     """
     import yaml
 
-    class RefusingLoader(yaml.SafeLoader):
+    class RefusingLoader(refusing_duplicates(yaml.SafeLoader)):  # type: ignore[misc]
         def compose_node(self, parent: Any, index: Any) -> Any:
             parser: Any = self  # PyYAML's parser methods are untyped
             _refuses_anchors(parser.peek_event())
@@ -332,9 +337,10 @@ def _yaml_loader(text: str) -> Any:
     """
     import yaml
 
-    fast = getattr(yaml, "CSafeLoader", None)
-    if fast is None:
+    libyaml = getattr(yaml, "CSafeLoader", None)
+    if libyaml is None:
         return _pure_loader()
+    fast = refusing_duplicates(libyaml)
     if "&" in text and _ANCHOR_LIKE.search(text) is not None:
         parser = fast(text)
         try:

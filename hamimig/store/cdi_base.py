@@ -24,6 +24,8 @@ from typing import Any
 
 from hamimig.errors import UsageError
 from hamimig.store.files import read_input
+from hamimig.store.yamlload import load as load_yaml
+from hamimig.store.yamlload import refusing_duplicates
 
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
 CTK_KIND = "nvidia.com/gpu"
@@ -203,21 +205,14 @@ def _strict_yaml(text: str) -> Any:
 
     safe: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    class Loader(safe):  # type: ignore[valid-type,misc]
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                if key in seen:
-                    raise ValueError(f"key {key!r} is given twice")
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
+    class Loader(refusing_duplicates(safe)):  # type: ignore[misc]
+        pass
 
     Loader.yaml_implicit_resolvers = {
         first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
-    loaded = yaml.load(text, Loader=Loader)
+    loaded = load_yaml(text, Loader)  # a key given twice: `DuplicateKey`, a ValueError
     _count_values(loaded)
     try:  # only JSON values: what `canonical` and the writer can represent
         return json.loads(json.dumps(loaded, allow_nan=False))

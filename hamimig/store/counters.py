@@ -89,7 +89,7 @@ def decode_stored(data: bytes) -> _Stored:
     """The counters and the timestamps of a counters file."""
     doc = json_object(data, "counters file")
     version = doc.get("version")
-    if isinstance(version, bool) or version != COUNTERS_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != COUNTERS_VERSION:
         raise RecordError(f"unsupported counters version {version!r} (this hamimig reads 1)")
     raw = doc.get("counters")
     if not isinstance(raw, dict):

@@ -103,7 +103,7 @@ class Intent:
         if not isinstance(d, dict):
             raise RecordError("intent is not a JSON object")
         version = d.get("version")
-        if isinstance(version, bool) or version != INTENT_VERSION:
+        if isinstance(version, bool) or not isinstance(version, int) or version != INTENT_VERSION:
             raise RecordError(
                 f"unsupported intent version {version!r} (this hamimig reads {INTENT_VERSION})"
             )

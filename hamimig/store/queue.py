@@ -63,7 +63,7 @@ class QueuedRemoval:
 def decode_queue(data: bytes) -> list[QueuedRemoval]:
     doc = json_object(data, "removal queue")
     version = doc.get("version")
-    if isinstance(version, bool) or version != QUEUE_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != QUEUE_VERSION:
         raise RecordError(f"unsupported queue version {version!r} (this hamimig reads 1)")
     raw = doc.get("removals")
     if not isinstance(raw, list):

@@ -169,7 +169,7 @@ def _decode_content(data: bytes) -> Record:
     """Everything HAMi and hamimig check except the file name (see `RecordStore.load`)."""
     doc = json_object(data, "record")
     version = doc.get("version")
-    if isinstance(version, bool) or version != HAMI_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != HAMI_VERSION:
         raise RecordError(f"unsupported record version {version!r} (HAMi reads version 1)")
     mig_uuid = mig_uuid_field(doc.get("migUUID"))
     gpu_uuid = nonempty_str(doc.get("parentGPUUUID"), "parentGPUUUID")
