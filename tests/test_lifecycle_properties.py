@@ -39,7 +39,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import time
 import uuid as uuid_module
 from collections.abc import Callable
 from pathlib import Path
@@ -1017,7 +1016,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         records = self.node.records().load()[0].values()
         owners = sorted({(r.owner.namespace, r.owner.name) for r in records if r.owner})
         pods = tuple(Pod(ns, n, None, None, "Running", None, (), None) for ns, n in owners)
-        return PodSource.given(PodSnapshot(pods, "the model", taken_at=time.time()))
+        return PodSource.given(PodSnapshot(pods, "the model", taken_at=self.node.now()))
 
     # --- the world -------------------------------------------------------------------------------
 
