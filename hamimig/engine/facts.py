@@ -14,7 +14,7 @@ from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
 from hamimig.errors import HardwareError, NvmlError, UnverifiableError
 from hamimig.hw.devnodes import capability_nodes
-from hamimig.hw.types import Gpu, GpuInstance, MigDevice, MigHardware
+from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigDevice, MigHardware
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent
@@ -83,6 +83,34 @@ def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> 
     )
     kept = tuple(i for i in durable.intents if i not in finished)
     return dataclasses.replace(durable, intents=kept, finished=finished)
+
+
+def same_slot(intent: Intent, gi: GpuInstance) -> bool:
+    """Whether `gi` stands where `intent`'s request creates one: same placement and profile."""
+    return gi.placement == intent.placement and gi.profile_id == intent.profile_id
+
+
+def created_by(intent: Intent, gi: GpuInstance) -> bool:
+    """Whether `gi` can be the GI that `intent`'s interrupted request created.
+
+    Same placement and profile, and either the GI ID the intent journaled, or, when the
+    request died before journaling one, a GI without compute instances: the CI is created
+    only after the GI ID is journaled, so a GI that holds one belongs to someone else.
+    """
+    if not same_slot(intent, gi):
+        return False
+    if intent.gpu_instance_id is not None:
+        return gi.id == intent.gpu_instance_id
+    return not gi.compute_instances
+
+
+def ci_created_by(intent: Intent, gi: GpuInstance, ci: ComputeInstance) -> bool:
+    """Whether the live CI `ci` of `gi` can be the one `intent`'s request created: `gi` is
+    the intent's (`created_by`), and `ci` has the MIG UUID the intent journaled, or, when the
+    request died before journaling one, any CI of that GI (the crash may have come between
+    creating the CI and journaling it). A CI with another MIG UUID is someone else's, even in
+    a GI with the journaled ID (the driver gives a slot's next GI the same ID)."""
+    return created_by(intent, gi) and intent.mig_uuid in (None, ci.mig_uuid)
 
 
 BUSY = "busy: processes run on it"

@@ -21,8 +21,10 @@ from hamimig.engine.facts import (
     Liveness,
     cdi_device_for,
     check_record,
+    created_by,
     has_processes,
     load_for_mutation,
+    same_slot,
     shared_gi_reason,
 )
 from hamimig.engine.node import Node, resolve_gpu
@@ -508,7 +510,7 @@ def _created_gi(
         if created is None and created_by(intent, gi):
             created = gi
             continue
-        if intent.gpu_instance_id is None and gi.compute_instances and _same_slot(intent, gi):
+        if intent.gpu_instance_id is None and gi.compute_instances and same_slot(intent, gi):
             return None, (
                 f"{what} never learned a GI ID, yet GI {gi.id} there holds a compute instance: "
                 "an interrupted request creates its CI only after journaling its GI, so this "
@@ -524,24 +526,6 @@ def _created_gi(
             f"own; {forget}"
         )
     return created, None
-
-
-def _same_slot(intent: Intent, gi: GpuInstance) -> bool:
-    return gi.placement == intent.placement and gi.profile_id == intent.profile_id
-
-
-def created_by(intent: Intent, gi: GpuInstance) -> bool:
-    """Whether `gi` can be the GI that `intent`'s interrupted request created.
-
-    Same placement and profile, and either the GI ID the intent journaled, or, when the
-    request died before journaling one, a GI without compute instances: the CI is created
-    only after the GI ID is journaled, so a GI that holds one belongs to someone else.
-    """
-    if not _same_slot(intent, gi):
-        return False
-    if intent.gpu_instance_id is not None:
-        return gi.id == intent.gpu_instance_id
-    return not gi.compute_instances
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,15 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
-from hamimig.engine.facts import Durable, Liveness, check_record, load_durable, process_count_on
+from hamimig.engine.facts import (
+    Durable,
+    Liveness,
+    check_record,
+    ci_created_by,
+    created_by,
+    load_durable,
+    process_count_on,
+)
 from hamimig.engine.lookup import resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.results import InstanceView, Warning_, record_view
@@ -87,15 +95,10 @@ def gpu_instances(
 
 
 def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
-    """The allocation in flight that made (or is making) this GI, if any."""
+    """The allocation in flight that made (or is making) this GI, if any, by recovery's rule
+    (`created_by`): a GI that request cannot have created is not shown as its."""
     return next(
-        (
-            i
-            for i in durable.intents
-            if i.gpu_uuid == gpu.uuid
-            and i.placement == gi.placement
-            and i.gpu_instance_id in (None, gi.id)
-        ),
+        (i for i in durable.intents if i.gpu_uuid == gpu.uuid and created_by(i, gi)),
         None,
     )
 
@@ -135,19 +138,25 @@ def _claim_the_rest(
     names: dict[int, str],
     durable: Durable,
 ) -> None:
-    """The live GIs and pairs no record claimed: an allocation in flight, or unmanaged."""
+    """The live GIs and pairs no record claimed: an allocation in flight, or unmanaged.
+
+    An intent's row stands for the GI its request created and the CIs it can have created
+    in it (`ci_created_by`); every other live CI, in that GI or at the intent's placement,
+    gets its own Unmanaged row beside the intent's Creating one (an intent that created no
+    live GI gets its row in `list_instances`)."""
     for gi in layout:
         if gi.id in claims.gis:
             continue
         profile = names.get(gi.profile_id, f"profile-{gi.profile_id}")
         intent = _intent_at(durable, gpu, gi)
+        cis = gi.compute_instances
         if intent is not None and intent.id not in claims.intents:
             claims.intents.add(intent.id)
             claims.views.append(_intent_view(intent, gpu.index, gi))
-            continue
-        if not gi.compute_instances:
+            cis = tuple(ci for ci in cis if not ci_created_by(intent, gi, ci))
+        elif not cis:
             claims.views.append(_unmanaged(gpu, gi, profile, None, None))
-        for ci in gi.compute_instances:
+        for ci in cis:
             if (gi.id, ci.id) not in claims.pairs:
                 claims.views.append(_unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid))
 
