@@ -65,7 +65,7 @@ class Node:
     def allocate(self, pod: str, profile: str, placement: str, *extra: str) -> None:
         self.quiet(
             "allocate", "--pod", pod, "--gpu", "0", "--profile", profile,
-            "--placement", placement, *extra,
+            "--placement", placement, "--assume-no-pods", *extra,
         )  # fmt: skip
 
     def shown(self, *commands: str, columns: str = WIDTH) -> str:
@@ -144,16 +144,24 @@ def main_node() -> list[str]:
         node.shown("hamimig --node gpu-1 recover --pods pods.json --dry-run"),
         node.shown("hamimig --node gpu-1 recover --pods pods.json"),
         node.shown("hamimig --node gpu-1 recover --pods pods.json"),
-        node.shown("hamimig -o json reclaim --gpu 0 --all-idle --dry-run | head -30"),
-        node.shown("hamimig reclaim --gpu 0 --all-idle"),
+        node.shown(
+            "hamimig -o json --node gpu-1 reclaim --gpu 0 --all-idle --pods pods.json --dry-run"
+            " | head -30"
+        ),
+        node.shown(
+            "hamimig reclaim --gpu 0 --all-idle",
+            "hamimig --node gpu-1 reclaim --gpu 0 --all-idle --pods pods.json",
+        ),
         node.shown("hamimig reconcile"),
         node.shown(
             f"hamimig metrics --textfile {node.dir}/metrics.prom",
             f"head -5 {node.dir}/metrics.prom",
         ),
         node.shown(
-            "hamimig allocate --pod team-c/infer-2 --gpu 0 --profile 1g.10gb --dry-run",
-            "hamimig allocate --pod team-d/big-1 --gpu 0 --profile 7g.80gb",
+            "hamimig --node gpu-1 allocate --pod team-c/infer-2 --gpu 0 --profile 1g.10gb"
+            " --pods pods.json --dry-run",
+            "hamimig --node gpu-1 allocate --pod team-d/big-1 --gpu 0 --profile 7g.80gb"
+            " --pods pods.json",
         ),
     ]
     return blocks
@@ -195,11 +203,11 @@ FIRST = [
     r"hamimig --node gpu-1 recover --pods pods.json --dry-run$",
     r"hamimig --node gpu-1 recover --pods pods.json$",
     r"hamimig --node gpu-1 recover --pods pods.json$",
-    r"hamimig -o json reclaim --gpu 0 --all-idle --dry-run",
+    r"hamimig -o json --node gpu-1 reclaim --gpu 0 --all-idle --pods pods.json --dry-run",
     r"hamimig reclaim --gpu 0 --all-idle$",
     r"hamimig reconcile$",
     r"hamimig metrics --textfile ",
-    r"hamimig allocate --pod team-c/infer-2",
+    r"hamimig --node gpu-1 allocate --pod team-c/infer-2",
     r"hamimig --node gpu-1 recover --assume-no-pods$",
 ]
 """The first command of each text block of the Runbook, in order."""

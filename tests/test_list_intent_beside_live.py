@@ -153,3 +153,16 @@ def test_the_intents_own_gi_without_a_journaled_id_stays_one_creating_row(cli: C
     [row] = instances(cli)
     assert row["state"] == "Creating"
     assert row["gpuInstanceID"] is not None  # the live GI's ID, which the intent never learned
+
+
+def test_recover_never_rolls_back_a_pair_that_only_shares_the_intents_gi_id(cli: Cli) -> None:
+    """The intent journaled GI G and MIG-A; after a reset the slot's next GI is G again, with
+    another MIG UUID. That pair is not the intent's: recover refuses instead of destroying it."""
+    intent = _crashed(cli, "record.write", "crash-before")
+    assert intent["migUUID"] is not None
+    pair = _foreign_pair(cli)
+    assert pair["gpuInstanceID"] == intent["gpuInstanceID"]
+    assert pair["migUUID"] != intent["migUUID"]
+    for dry in (["--dry-run"], []):
+        refused(cli.json("recover", "--assume-no-pods", *dry), 5, "unverifiable")
+    assert [i["migUUID"] for i in instances(cli) if i["state"] == "Unmanaged"] == [pair["migUUID"]]

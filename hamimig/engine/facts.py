@@ -93,14 +93,21 @@ def same_slot(intent: Intent, gi: GpuInstance) -> bool:
 def created_by(intent: Intent, gi: GpuInstance) -> bool:
     """Whether `gi` can be the GI that `intent`'s interrupted request created.
 
-    Same placement and profile, and either the GI ID the intent journaled, or, when the
-    request died before journaling one, a GI without compute instances: the CI is created
-    only after the GI ID is journaled, so a GI that holds one belongs to someone else.
+    Same placement and profile, and either the GI ID the intent journaled (holding no compute
+    instance, or the one whose MIG UUID the intent journaled, or one when it journaled none),
+    or, when the request died before journaling a GI ID, a GI without compute instances: the CI
+    is created only after the GI ID is journaled, so a GI that holds one belongs to someone
+    else.
     """
     if not same_slot(intent, gi):
         return False
     if intent.gpu_instance_id is not None:
-        return gi.id == intent.gpu_instance_id
+        # The driver gives a slot's next GI the same ID: a GI with that ID whose compute
+        # instances are not the one the request made (or are more than one) is another's.
+        cis = gi.compute_instances
+        if gi.id != intent.gpu_instance_id or len(cis) > 1:
+            return False
+        return not cis or intent.mig_uuid in (None, cis[0].mig_uuid)
     return not gi.compute_instances
 
 
