@@ -552,14 +552,16 @@ def _build_mixed(base: Path) -> tuple[Template, Mixed]:
     _add_fault(cli, DESTROY_CI, "raise", error="IN_USE")
     ran = cli.json("reclaim", "--mig-uuid", errored)
     assert ran.exit_code == 4, ran.stdout
-    # retry-cdi-removal: a reclaim whose CDI removal failed and was queued
-    _add_fault(cli, "cdi.remove", "raise", error="EIO")
-    ran = cli.json("reclaim", "--mig-uuid", queued)
-    assert ran.exit_code == 0, ran.stdout
     # finish-reclaim: a reclaim that died right after marking the record Reclaiming
     _crash(cli, "record.write", "crash-after", "reclaim", "--mig-uuid", reclaiming)
     # rollback-intent: an allocation that died after writing its CDI spec
     _crash(cli, "cdi.write", "crash-after", *allocate_args("ns/crashed", "1g.10gb", "3", "0"))
+    # retry-cdi-removal: a reclaim whose CDI removal failed and was queued; its spec names GPU
+    # 0, where nothing is created after this, and the allocation on GPU 1 below retries the
+    # removal before it creates, which fails again (the fault's second firing)
+    sim_fault_add(cli.sim, "cdi.remove", "EIO", "raise", 2, 0, None)
+    ran = cli.json("reclaim", "--mig-uuid", queued)
+    assert ran.exit_code == 0, ran.stdout
     # finish-intent (+ restore-idle): an allocation that died before removing its intent (on
     # GPU 1: allocate refuses a GPU with an interrupted allocation until recovery)
     _crash(cli, "intent.remove", "crash-before", *allocate_args("ns/done", "1g.10gb", "4", "1"))

@@ -273,16 +273,17 @@ def test_unreadable_intent_fails(cli: Cli) -> None:
     assert "intents" not in by_name(data)
 
 
-def test_queued_cdi_removal_warns_with_reconcile_hint(cli: Cli) -> None:
+def test_queued_cdi_removal_fails_with_reconcile_hint(cli: Cli) -> None:
+    """A spec still published for a destroyed instance blocks new instances on its GPU."""
     _, idle = healthy_node(cli)
     assert cli.json("sim", "fault", "add", "--op", "cdi.remove", "--error", "EIO").exit_code == 0
     assert cli.json("reclaim", "--mig-uuid", idle).exit_code == 0
     ran, data = doctor(cli)
-    assert ran.exit_code == 0
+    assert ran.exit_code == 5
+    assert failing(data) == ["cdi-removal-queue"]
     queue = by_name(data)["cdi-removal-queue"]
-    assert queue["status"] == "warn"
     assert f"1 CDI spec removal(s) pending (oldest {idle}" in queue["message"]
-    assert queue["hint"] == "hamimig reconcile (retries them)"
+    assert queue["hint"].startswith("hamimig reconcile (retries them); until then")
     spec = one(data, "cdi-spec/")
     assert spec["status"] == "warn" and "queued for removal" in spec["message"]
     # Once reconcile has run, the node is clean again.

@@ -736,6 +736,8 @@ def _instance_list(console: Console, result: InstanceList, look: Look) -> None:
             text("no MIG instances", err=True)
         for warning in result.warnings:
             text(f"warning: {warning.file}: {warning.reason}", err=True)
+        if result.queued_removals:
+            text(_queued_note(result), err=True)
         return
     if result.instances:
         _titled(console, "MIG instances", _instance_table(console, result.instances, look, True))
@@ -757,6 +759,16 @@ def _instance_list(console: Console, result: InstanceList, look: Look) -> None:
             console.print(f"GPU {gpu.index} {gpu.uuid} {gpu.model} MIG {gpu.mig_mode.value}")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
+    if result.queued_removals:
+        _wrapped(console, _queued_note(result))
+
+
+def _queued_note(result: InstanceList) -> str:
+    names = ", ".join(q.mig_uuid for q in result.queued_removals)
+    return (
+        f"note: the CDI specs of {len(result.queued_removals)} destroyed instance(s) are still "
+        f"published, their removal queued ({names}): 'hamimig reconcile' retries it"
+    )
 
 
 def _slice_map(

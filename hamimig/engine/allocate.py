@@ -3,6 +3,7 @@ reclaim only the Idle instances in the way and create."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from hamimig.engine.executor import DestroyFailed, apply, tidy_finished
@@ -16,6 +17,7 @@ from hamimig.engine.facts import (
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, PodHolds, held_by, plan_create, reuse_candidates
 from hamimig.engine.podsource import PodSource, load_fresh
+from hamimig.engine.recovery import plan_queued_removals
 from hamimig.engine.requests import AllocateRequest
 from hamimig.engine.results import (
     Allocation,
@@ -25,9 +27,16 @@ from hamimig.engine.results import (
     Warning_,
     record_view,
 )
-from hamimig.engine.steps import Handout, Managed, NewInstance, Step
-from hamimig.errors import ConflictError, UnverifiableError, UsageError
+from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Step
+from hamimig.errors import (
+    ConflictError,
+    HamimigError,
+    HardwareError,
+    UnverifiableError,
+    UsageError,
+)
 from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
+from hamimig.store.cdi import device_node_paths
 from hamimig.store.records import Record, RecordState
 from hamimig.vocabulary import ActionKind, Outcome, State
 
@@ -56,6 +65,9 @@ def allocate(
         if steps[-1].kind is ActionKind.REUSE:
             result = _hand_out(node, steps[-1])
         else:
+            create = steps[-1].target
+            assert isinstance(create, NewInstance)
+            _clear_stale_specs(node, durable, create.gpu)
             result = _create(node, steps)
         tidy_finished(node, durable)
         return result
@@ -335,6 +347,34 @@ def _placement_plan(
         is_busy,
         holds,
     )
+
+
+def _clear_stale_specs(node: Node, durable: Durable, gpu: Gpu) -> None:
+    """Before any creation, retry every queued CDI removal; refuse (exit 4, before any NVML
+    call) while one still queued names the target GPU's device node.
+
+    A destroyed instance whose spec could not be removed leaves that spec published, and the
+    driver gives the next instance at its slot the same GI and CI IDs: the stale spec's
+    capability device nodes would then be the new tenant's.
+    """
+    cdi = node.cdi()
+    if cdi is None or not durable.removals:
+        return
+    plan = Plan()
+    plan_queued_removals(plan, durable)
+    for step in plan.steps:
+        with contextlib.suppress(HamimigError, OSError):  # still queued: judged below
+            apply(node, step)
+    queued, _ = node.queue().load()
+    device = f"/dev/nvidia{gpu.minor}"
+    for item in queued:  # an entry whose instance has a record again was dropped above
+        if device in device_node_paths(cdi.read(item.mig_uuid)):
+            raise HardwareError(
+                f"the CDI spec {cdi.path_of(item.mig_uuid)} of destroyed instance "
+                f"{item.mig_uuid} names {device} and its removal failed again ({item.last_error}): "
+                f"a new instance on GPU {gpu.index} could get its device nodes; remove the "
+                "file, then retry; nothing was changed"
+            )
 
 
 def _create(node: Node, steps: list[Step]) -> Allocation:

@@ -284,7 +284,10 @@ def list_instances(
     if wanted is not None:
         instances = [i for i in instances if wanted.keeps(i)]
     return InstanceList(
-        instances=tuple(instances), gpus=tuple(views), warnings=_warnings(node, durable)
+        instances=tuple(instances),
+        gpus=tuple(views),
+        warnings=_warnings(node, durable),
+        queued_removals=tuple(durable.removals),
     )
 
 

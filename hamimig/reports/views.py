@@ -17,6 +17,7 @@ from hamimig.sim.files import NodeFiles
 
 if TYPE_CHECKING:
     from hamimig.sim.state import NodeState
+    from hamimig.store.queue import QueuedRemoval
 
 from hamimig.engine.results import InstanceView, Json, Warning_, placement_json
 
@@ -66,6 +67,8 @@ class InstanceList:
     instances: tuple[InstanceView, ...]
     gpus: tuple[GpuView, ...]
     warnings: tuple[Warning_, ...] = ()
+    queued_removals: tuple[QueuedRemoval, ...] = ()
+    """CDI specs of destroyed instances still published because their removal failed."""
 
     def to_json(self) -> Json:
         return {
@@ -73,6 +76,7 @@ class InstanceList:
             "instances": [i.to_json() for i in self.instances],
             "gpus": [g.to_json() for g in self.gpus],
             "warnings": [w.to_json() for w in self.warnings],
+            "queuedRemovals": [q.to_json() for q in self.queued_removals],
         }
 
 

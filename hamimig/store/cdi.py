@@ -246,6 +246,18 @@ def _devices_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return [d for d in devices if isinstance(d, dict)]
 
 
+def device_node_paths(spec: Any) -> set[str]:
+    """Every device node path a spec gives a container (spec-level and per device)."""
+    if not isinstance(spec, dict):
+        return set()
+    paths = set()
+    for edits in _edits_of(spec):
+        for node in _dicts(edits.get("deviceNodes")):
+            if isinstance(node.get("path"), str):
+                paths.add(node["path"])
+    return paths
+
+
 def _dicts(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 

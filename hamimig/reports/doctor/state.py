@@ -179,11 +179,12 @@ def check_durable(durable: Durable) -> list[Check]:
     if durable.removals:
         oldest = durable.removals[0]
         checks.append(
-            warn(
+            fail(
                 "cdi-removal-queue",
                 f"{len(durable.removals)} CDI spec removal(s) pending (oldest {oldest.mig_uuid} "
                 f"since {oldest.since}, {oldest.attempts} attempt(s): {oldest.last_error})",
-                "hamimig reconcile (retries them)",
+                "hamimig reconcile (retries them); until then a new instance on that GPU is "
+                "refused, since it could get the stale spec's device nodes",
             )
         )
     elif not any(c.name == "cdi-removal-queue" for c in checks):
