@@ -52,7 +52,7 @@ _hamimig() {
         "reclaim") words="--mig-uuid --gpu --placement --all-idle --idle-older-than --pods --kube --assume-no-pods --dry-run --lock-timeout -h --help";;
         "reconcile") words="--pods --kube --dry-run --lock-timeout -h --help";;
         "recover") words="--pods --kube --assume-no-pods --adopt --dry-run --lock-timeout -h --help";;
-        "release") words="--pod --mig-uuid --dry-run --lock-timeout -h --help";;
+        "release") words="--pod --pod-uid --mig-uuid --dry-run --lock-timeout -h --help";;
         "show") words="-h --help";;
         "sim") words="-h --help busy clock create fault init mig-mode reset show";;
         "sim busy") words="--mig-uuid --kind --gi-only --clear -h --help";;

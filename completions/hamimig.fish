@@ -133,6 +133,7 @@ complete -c hamimig -n "__hamimig_at 'recover'" -l dry-run -d 'Print the plan; c
 complete -c hamimig -n "__hamimig_at 'recover'" -l lock-timeout -r -d 'How long to wait for the node lock (exit 7).'
 complete -c hamimig -n "__hamimig_at 'recover'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "__hamimig_at 'release'" -l pod -r -d 'Release every instance of this pod.'
+complete -c hamimig -n "__hamimig_at 'release'" -l pod-uid -r -d 'With --pod: only this incarnation\'s instances (needed when the pod was recreated under the same name).'
 complete -c hamimig -n "__hamimig_at 'release'" -l mig-uuid -x -a '(__hamimig_records mig-uuids)' -d 'One instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex digits) or its CDI device name (mig-<sha256> or KIND=mig-<sha256>).'
 complete -c hamimig -n "__hamimig_at 'release'" -l dry-run -d 'Print the plan; change nothing.'
 complete -c hamimig -n "__hamimig_at 'release'" -l lock-timeout -r -d 'How long to wait for the node lock (exit 7).'

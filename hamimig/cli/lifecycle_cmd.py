@@ -82,13 +82,24 @@ def release(
         str | None,
         typer.Option(metavar=options.POD, help="Release every instance of this pod."),
     ] = None,
+    pod_uid: Annotated[
+        str | None,
+        typer.Option(
+            metavar="UID",
+            help=(
+                "With --pod: only this incarnation's instances (needed when the pod was "
+                "recreated under the same name)."
+            ),
+        ),
+    ] = None,
     mig_uuid: MigUuid = None,
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,
 ) -> None:
     """Confirmed release: Active -> Idle, kept for reuse.
 
-    The GI/CI and the CDI spec stay; the next matching request reuses them."""
+    The GI/CI and the CDI spec stay; the next matching request reuses them. Releasing again
+    what is already released is exit 0, unchanged."""
     from hamimig.engine import maintenance
     from hamimig.engine.requests import ByPod, ByUuid, ReleaseTarget
 
@@ -98,12 +109,15 @@ def release(
             raise UsageError("--pod and --mig-uuid exclude each other: give one")
         if pod is None and uuid is None:
             raise UsageError("say which instance to release: --pod NS/NAME or --mig-uuid UUID")
+        if pod_uid is not None and pod is None:
+            raise UsageError("--pod-uid names an incarnation of --pod NS/NAME: give --pod too")
         target: ReleaseTarget
         if uuid is not None:
             target = ByUuid(uuid)
         else:
             assert pod is not None
-            target = ByPod(*options.pod_ref(pod))
+            owner = options.owner(pod, pod_uid)
+            target = ByPod(owner.namespace, owner.name, owner.uid)
         return maintenance.release(node, target, dry_run)
 
     execute(ctx, locked(lock_timeout, action, dry_run))

@@ -22,7 +22,13 @@ from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
 from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action
-from hamimig.engine.states import Creating, StateName, check_transition, idle_since_after
+from hamimig.engine.states import (
+    Creating,
+    StateName,
+    check_transition,
+    idle_since_after,
+    last_owner_after,
+)
 from hamimig.engine.steps import (
     Forgettable,
     Handout,
@@ -68,6 +74,7 @@ def set_state(node: Node, record: Record, target: RecordState, **changes: object
     check_transition(current, target, record.mig_uuid)
     now = node.clock()
     changes.setdefault("idle_since", idle_since_after(record, target, now))
+    changes.setdefault("last_owner", last_owner_after(record, target))
     updated = dataclasses.replace(
         record,
         state=target,
@@ -580,6 +587,7 @@ def _record_pair(node: Node, target: Target) -> Applied:
         error=None,
         cdi_device=cdi_name or base.cdi_device,
         idle_since=idle_since_after(record, state, now),
+        last_owner=last_owner_after(record, state),
     )
     node.records().write(written)
     if record is not None:

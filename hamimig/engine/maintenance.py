@@ -36,11 +36,13 @@ from hamimig.engine.plans import (
     blocking_instance,
     holding_pods,
     owned_by,
+    same_uid,
 )
 from hamimig.engine.podsource import PodSource, changed_after, load_fresh, stale, stale_warning
 from hamimig.engine.recovery import plan_queued_removals
 from hamimig.engine.requests import (
     AllIdle,
+    ByPod,
     ByUuid,
     IdleOlderThan,
     ReclaimTarget,
@@ -97,19 +99,31 @@ def _index_hint(record: Record) -> int:
 def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release:
     """Confirmed pod release: Active -> Idle. The GI/CI and CDI spec stay for reuse.
 
+    Releasing what is already released changes nothing and says so (outcome unchanged): an
+    Idle instance by MIG UUID, or a pod none of whose instances is Active any more but whose
+    last holder an Idle record names (`last_owner`).
+
     A dry run plans the same steps without the lock and shows each instance as it would be
     (Idle, no owner)."""
     if isinstance(target, ByUuid):
         check_reference(target.mig_uuid, mutating=True)
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
+        already: list[Record] = []
         if isinstance(target, ByUuid):
             target = _resolved(node, target, durable)
             record = durable.records.get(target.mig_uuid)
             if record is not None and record.state is RecordState.IDLE:
-                view = record_view(record, _index_hint(record))  # already released
-                view = view.with_outcome(Outcome.UNCHANGED)
-                return Release(released=(view,), dry_run=dry_run, warnings=durable.warnings)
+                already = [record]
+        else:
+            active, released_before = pod_records(durable, target)
+            if not active:
+                already = released_before
+        if already:
+            views = tuple(
+                record_view(r, _index_hint(r)).with_outcome(Outcome.UNCHANGED) for r in already
+            )
+            return Release(released=views, dry_run=dry_run, warnings=durable.warnings)
         steps = plan_release(durable, target)
         if dry_run:
             now = node.clock()
@@ -127,7 +141,8 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
 def _would_be_idle(step: Step, now: str) -> InstanceView:
     """The instance as the release would leave it: Idle, no owner, its idle clock started."""
     assert isinstance(step.target, Managed)
-    record = dataclasses.replace(step.target.record, owner=None, idle_since=now)
+    before = step.target.record
+    record = dataclasses.replace(before, owner=None, idle_since=now, last_owner=before.owner)
     view = record_view(record, _index_hint(record), state=RecordState.IDLE)
     return view.with_outcome(Outcome.RELEASED)
 
@@ -145,20 +160,54 @@ def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
             )
         targets = [record]
     else:
-        pod = (target.namespace, target.name)
-        targets = [
-            r
-            for r in durable.records.values()
-            if r.state is RecordState.ACTIVE
-            and r.owner is not None
-            and (r.owner.namespace, r.owner.name) == pod
-        ]
-        if not targets:
-            raise NotFoundError(f"pod {target} holds no MIG instance on this node")
+        targets, released_before = pod_records(durable, target)
+        if not targets and not released_before:
+            uid = f" with UID {target.uid}" if target.uid is not None else ""
+            raise NotFoundError(f"pod {target}{uid} holds no MIG instance on this node")
     return [
         Step(ActionKind.RELEASE, Managed(r, None, _index_hint(r)), "confirmed pod release")
         for r in sorted(targets, key=lambda r: r.mig_uuid)
     ]
+
+
+def pod_records(durable: Durable, target: ByPod) -> tuple[list[Record], list[Record]]:
+    """The Active records a pod holds, and the Idle records it last held (`last_owner`), in
+    MIG UUID order; with the target's UID, only those of that incarnation (a record without a
+    UID may be any incarnation's, as `same_uid` says).
+
+    A pod recreated under the same name is another owner: when what could be the pod's
+    carries more than one identity (different UIDs, or a UID and none) and something of it is
+    still Active, which incarnation is meant cannot be known, so nothing is released (a
+    usage error naming the UIDs, as an ambiguous MIG UUID prefix is). Without anything
+    Active a release changes nothing whichever is meant."""
+
+    def names_it(owner: Owner | None) -> bool:
+        return (
+            owner is not None
+            and (owner.namespace, owner.name) == (target.namespace, target.name)
+            and same_uid(owner.uid, target.uid)
+        )
+
+    records = sorted(durable.records.values(), key=lambda r: r.mig_uuid)
+    active = [r for r in records if r.state is RecordState.ACTIVE and names_it(r.owner)]
+    before = [r for r in records if r.state is RecordState.IDLE and names_it(r.last_owner)]
+    holders = [(r.owner, "Active") for r in active] + [(r.last_owner, "Idle") for r in before]
+    uids = sorted({(o.uid or "").lower() for o, _ in holders if o is not None})
+    if active and len(uids) > 1:
+        shown = ", ".join(_incarnation(uid, holders) for uid in uids)
+        raise UsageError(
+            f"pod {target} names more than one incarnation here ({shown}): say which by its "
+            f"pod UID, or release one instance by its MIG UUID; {NOTHING_CHANGED}"
+        )
+    return active, before
+
+
+def _incarnation(uid: str, holders: list[tuple[Owner | None, str]]) -> str:
+    """One incarnation as an ambiguity shows it: `UID 1f0c… (Active)`, `no UID (Idle)`."""
+    states = sorted(
+        {state for o, state in holders if o is not None and (o.uid or "").lower() == uid}
+    )
+    return f"{'UID ' + uid if uid else 'no UID'} ({', '.join(states)})"
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,10 +39,12 @@ class AllocateRequest:
 
 @dataclass(frozen=True)
 class ByPod:
-    """Every instance a pod holds."""
+    """Every instance a pod holds: of one incarnation of it when `uid` is given (a pod
+    recreated under the same name, a StatefulSet's, is another owner)."""
 
     namespace: str
     name: str
+    uid: str | None = None
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

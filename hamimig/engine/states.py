@@ -12,7 +12,7 @@ from hamimig.errors import HamimigError
 from hamimig.vocabulary import State
 
 if TYPE_CHECKING:
-    from hamimig.store.records import Record
+    from hamimig.store.records import Owner, Record
 
 Creating = State.CREATING
 StateName = State | None
@@ -68,3 +68,16 @@ def idle_since_after(record: Record | None, target: State, now: str) -> str | No
     if record is not None and record.state is State.IDLE:
         return record.idle_since or record.updated_at or now
     return now
+
+
+def last_owner_after(record: Record | None, target: State) -> Owner | None:
+    """Who last held an instance, across a transition: the owner an Active record drops on
+    entering Idle (a release, reconcile's release, recovery's restore from Active), kept while
+    it stays Idle, and cleared on every other state (a hand-out makes it someone's again)."""
+    if target is not State.IDLE or record is None:
+        return None
+    if record.state is State.ACTIVE:
+        return record.owner
+    if record.state is State.IDLE:
+        return record.last_owner
+    return None

@@ -79,16 +79,17 @@ class Owner:
         }
 
     @classmethod
-    def from_json(cls, d: Any) -> Owner:
-        """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
+    def from_json(cls, d: Any, field: str = "owner") -> Owner:
+        """Raises ValueError (a `RecordError`) naming the first field that is wrong (under
+        `field`: `owner`, `hamimig.lastOwner`)."""
         if not isinstance(d, dict):
-            raise RecordError("owner must be an object")
+            raise RecordError(f"{field} must be an object")
         return cls(
-            namespace=k8s_label_field(d.get("namespace"), "owner.namespace"),
-            name=k8s_subdomain_field(d.get("name"), "owner.name"),
-            uid=uid_field(d.get("uid"), "owner.uid"),
-            container_index=uint_field(d.get("containerIndex", 0), "owner.containerIndex"),
-            device_index=uint_field(d.get("deviceIndex", 0), "owner.deviceIndex"),
+            namespace=k8s_label_field(d.get("namespace"), f"{field}.namespace"),
+            name=k8s_subdomain_field(d.get("name"), f"{field}.name"),
+            uid=uid_field(d.get("uid"), f"{field}.uid"),
+            container_index=uint_field(d.get("containerIndex", 0), f"{field}.containerIndex"),
+            device_index=uint_field(d.get("deviceIndex", 0), f"{field}.deviceIndex"),
         )
 
     def __str__(self) -> str:
@@ -117,6 +118,10 @@ class Record:
     idle_since: str | None = None
     """When the instance last entered Idle (the idle policy's clock); None outside Idle, and
     in records written before hamimig kept it (their age counts from `updated_at`)."""
+    last_owner: Owner | None = None
+    """Who held the instance before it became Idle (a release, reconcile's release, recovery's
+    restore from Active): kept while it stays Idle, so that a repeated release of that pod is
+    known to be one; None outside Idle, once handed out again, and in older records."""
 
 
 def record_name(mig_uuid: str) -> str:
@@ -156,6 +161,9 @@ def encode_record(r: Record) -> bytes:
     if r.idle_since is not None:
         # Only while Idle: readers of schema 1 that predate it ignore the key.
         doc["hamimig"]["idleSince"] = r.idle_since
+    if r.last_owner is not None:
+        # Likewise only while Idle, and absent from records written before it was kept.
+        doc["hamimig"]["lastOwner"] = r.last_owner.to_json()
     data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
     decode_record(record_name(r.mig_uuid), data)
     return data
@@ -210,6 +218,8 @@ def _with_hamimig_fields(base: Record, ext: Any) -> Record:
         raise RecordError(f"hamimig.state {raw_state!r} is not one of {allowed}")
     raw_owner = ext.get("owner")
     owner = None if raw_owner is None else Owner.from_json(raw_owner)
+    raw_last = ext.get("lastOwner")
+    last_owner = None if raw_last is None else Owner.from_json(raw_last, "hamimig.lastOwner")
     return dataclasses.replace(
         base,
         state=state,
@@ -223,6 +233,7 @@ def _with_hamimig_fields(base: Record, ext: Any) -> Record:
         if ext.get("gpuIndex") is None
         else uint_field(ext["gpuIndex"], "hamimig.gpuIndex"),
         idle_since=_time_field(ext.get("idleSince"), "hamimig.idleSince"),
+        last_owner=last_owner,
     )
 
 
