@@ -372,3 +372,75 @@ def test_the_default_lists_the_pods_through_the_api(
             config.json("--node", KUBE_NODE, "reclaim", "--mig-uuid", mig, "--assume-no-pods")
         )
         assert [v["migUUID"] for v in data["reclaimed"]] == [mig]
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by the red-team pass over this rule
+
+
+def test_recover_does_not_destroy_an_error_instance_a_pod_reserves(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    mig = error_instance(cli)
+    pods = pods_file(reserver(cli, mig))
+    data = ok(cli.json("recover", "--pods", pods))
+    [kept] = [a for a in data["actions"] if a["migUUID"] == mig]
+    assert kept["action"] == "skip" and "reserves its slot" in kept["reason"]
+    assert state_of(cli, mig) == "Error"
+
+
+def test_recover_with_an_old_pod_list_does_not_destroy_a_complete_error_instance(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    mig = error_instance(cli)
+    old = pods_file()
+    past = time.time() - 600
+    os.utime(old, (past, past))
+    data = ok(cli.json("recover", "--pods", old))
+    [kept] = [a for a in data["actions"] if a["migUUID"] == mig]
+    assert kept["action"] == "skip" and "a pod may hold it" in kept["reason"]
+    assert state_of(cli, mig) == "Error"
+    # The assertion that no pod holds anything is the operator's to make.
+    ok(cli.json("recover", "--assume-no-pods"))
+    assert mig not in [i["migUUID"] for i in instances(cli)]
+
+
+def test_an_uppercase_mig_uuid_in_an_annotation_holds_the_instance(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    mig = idle(cli, "ns/old", "1g.10gb", "0")
+    pod = holder(cli, mig, migUUID=mig.upper(), placement={"start": 5, "size": 1})
+    pods = pods_file(pod)
+    message = refused(cli.json("reclaim", "--mig-uuid", mig, "--pods", pods), 3, "conflict")
+    assert "held by pod ns/holder" in message
+    message = refused(cli.json(*ALLOCATE, "--placement", "0", "--pods", pods), 3, "conflict")
+    assert "held by pod ns/holder" in message
+    own = pods_file(kube_pod("ns/new", [entry(instance(cli, mig), migUUID=mig.upper())]))
+    refused(cli.json(*ALLOCATE, "--pods", own), 5, "unverifiable")
+    assert state_of(cli, mig) == "Idle"
+
+
+def test_two_pods_naming_one_instance_is_unverifiable(cli: Cli, pods_file: PodsFile) -> None:
+    mig = idle(cli, "ns/old", "1g.10gb", "0")
+    one = kube_pod("ns/one", [entry(instance(cli, mig))])
+    two = kube_pod("ns/two", [entry(instance(cli, mig))])
+    pods = pods_file(one, two)
+    before = Unchanged(cli)
+    for command in (
+        ALLOCATE,
+        ["reclaim", "--mig-uuid", mig],
+        ["reclaim", "--gpu", "0", "--all-idle"],
+    ):
+        message = refused(cli.json(*command, "--pods", pods), 5, "unverifiable")
+        assert "ns/one" in message and "ns/two" in message
+    before.check()
+
+
+def test_a_list_without_items_is_not_an_empty_list(cli: Cli, tmp_path: Path) -> None:
+    mig = idle(cli, "ns/old", "1g.10gb", "0")
+    for doc in ({"kind": "List"}, {"kind": "PodList", "apiVersion": "v1"}):
+        path = tmp_path / "cut.json"
+        path.write_text(json.dumps(doc))
+        message = refused(cli.json(*ALLOCATE, "--pods", str(path)), 2, "usage")
+        assert "no items key" in message
+    assert state_of(cli, mig) == "Idle"

@@ -194,7 +194,9 @@ def pod_source(
 
 def _needs_pods(node: Node, ctx: typer.Context | None) -> str:
     """The refusal, with a line that works on the node: the same command fed this node's pods."""
-    name = node.node_name or "NODE"
+    import shlex
+
+    name = shlex.quote(node.node_name) if node.node_name else "NODE"
     line = replayed(ctx) if ctx is not None else None
     feed = f"kubectl get pods -A -o json --field-selector spec.nodeName={name} | "
     example = f"{feed}hamimig --node {name} {line} --pods -" if line else ""

@@ -93,8 +93,9 @@ def _check_own_entries(durable: Durable, holds: PodHolds, request: AllocateReque
     """The requester's own annotation entry never blocks it, but one that names an instance
     the records call Idle or Error means HAMi's plugin handed that instance to this very slot
     behind the records' back: nothing here can say which instance the pod uses (exit 5)."""
+    by_uuid = {uuid.lower(): record for uuid, record in durable.records.items()}
     for alloc in holds.own:
-        record = durable.records.get(alloc.mig_uuid or "")
+        record = by_uuid.get((alloc.mig_uuid or "").lower())
         if record is not None and record.state in (RecordState.IDLE, RecordState.ERROR):
             raise UnverifiableError(
                 f"pod {request.owner.namespace}/{request.owner.name}'s allocation annotation "

@@ -82,13 +82,20 @@ class PodHolds:
                     own.append(alloc)
                     continue
                 if alloc.mig_uuid is not None:
-                    named.setdefault(alloc.mig_uuid, pod.key)
+                    # MIG UUIDs compare without regard to case, as annotations may spell them.
+                    key = alloc.mig_uuid.lower()
+                    other = named.setdefault(key, pod.key)
+                    if other != pod.key:
+                        raise UnverifiableError(
+                            f"{alloc.mig_uuid} is named by pod {other} and by pod {pod.key}: "
+                            f"two pods cannot hold one instance; {NOTHING_CHANGED}"
+                        )
                 slots.append((alloc.gpu_uuid, alloc.placement, pod.key, alloc.mig_uuid is not None))
         return cls(named, tuple(slots), tuple(own))
 
     def hold(self, record: Record) -> Hold | None:
         """The claim a pod has on `record`'s instance, or None."""
-        pod = self.named.get(record.mig_uuid)
+        pod = self.named.get(record.mig_uuid.lower())
         if pod is not None:
             return Hold(pod, "names it")
         for gpu_uuid, placement, pod, identified in self.slots:

@@ -28,8 +28,8 @@ from hamimig.engine.facts import (
     shared_gi_reason,
 )
 from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.plans import holding_pods, owned_by
-from hamimig.engine.podsource import PodSource, changed_after, stale_warning
+from hamimig.engine.plans import PodHolds, holding_pods, owned_by
+from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
 from hamimig.engine.results import ActionReport, SkippedGpu, Warning_
 from hamimig.engine.steps import (
     InFlight,
@@ -87,6 +87,16 @@ class _Survey:
     @property
     def hw(self) -> MigHardware:
         return self.node.hardware()
+
+    def may_be_held(self, record: Record) -> str | None:
+        """Why a complete Error or Reclaiming instance must not be destroyed: a pod's entry
+        claims it, or the pod list is too old to say that none does (HAMi's plugin restores
+        such records as Idle and hands them out by writing only the pod's annotation)."""
+        hold = PodHolds.of(self.pods).hold(record)
+        if hold is not None:
+            return hold.reason
+        why = None if self.pods is None else stale(self.node, self.pods)
+        return None if why is None else f"a pod may hold it: {why}"
 
     def owner_holding(self, record: Record) -> Pod | None:
         """The pod a record names as owner, if that pod still holds its allocations."""
@@ -427,6 +437,12 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
             return
         reason = f"no GPU instance at {record.placement} and no pod holds it"
         plan.add(_drop_kind(record), target, reason)
+    elif (
+        record.state in (RecordState.RECLAIMING, RecordState.ERROR)
+        and live.status is Liveness.COMPLETE
+        and (held := survey.may_be_held(record)) is not None
+    ):
+        plan.add(ActionKind.SKIP, _at(record), f"{held}; not destroyed")
     elif record.state is RecordState.RECLAIMING or live.status is Liveness.GI_ONLY:
         reason = (
             "an interrupted reclaim"

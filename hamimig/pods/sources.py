@@ -186,6 +186,8 @@ def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], list[Pod], str | No
             "pods -o json' prints it)"
         )
     if kind in ("PodList", "List") or (kind is None and "items" in doc):
+        if "items" not in doc:  # kubectl and the API always write it; a list without is cut
+            raise _Malformed(f"the {kind} has no items key")
         items = doc.get("items")
         if items is None:  # Go marshals an empty slice it never allocated as null
             items = []
