@@ -652,6 +652,14 @@ def _plan_cdi_files(survey: _Survey) -> None:
     known = {spec_file_name(u) for u in accounted}
     for name in cdi.list_ours():
         if name not in known:
+            why = cdi.not_ours(name)
+            if why is not None:
+                # HAMi's startup refuses such a file too; it is not ours to remove.
+                plan.refuse(
+                    f"{cdi.directory / name} is not hamimig's CDI spec ({why}); move it out of "
+                    "the CDI directory if it is not hamimig's"
+                )
+                continue
             reason = f"{cdi.directory / name}: no record, intent or queued removal accounts for it"
             plan.add(ActionKind.REMOVE_ORPHAN_CDI, Spec(None, file=name), reason)
 
