@@ -155,3 +155,16 @@ def test_doctor_fails_on_a_foreign_spec_with_a_hint(cli: Cli, how: str) -> None:
     failed = [c for c in ran.json()["checks"] if c["status"] == "fail"]
     assert any(str(path) in c["message"] for c in failed), failed
     assert any("out of the CDI directory" in (c.get("hint") or "") for c in failed), failed
+
+
+@pytest.mark.parametrize("how", CASES)
+def test_recover_refuses_a_queued_removal_of_a_foreign_spec(cli: Cli, how: str) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    fault(cli, "cdi.remove", error="EIO")
+    ok(cli.json("reclaim", "--mig-uuid", mig))
+    path = plant(cli, mig, how)
+    frozen = Unchanged(cli)
+    message = refused(cli.json("recover", "--assume-no-pods"), 5, "unverifiable")
+    assert str(path) in message and "not hamimig's" in message
+    frozen.check()
+    assert queue_entries(cli) == [mig]
