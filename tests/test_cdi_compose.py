@@ -25,7 +25,7 @@ from referencing.jsonschema import DRAFT7
 from hamimig.engine.node import Node
 from hamimig.errors import HamimigError
 from hamimig.hw.devnodes import access_mode, caps_major, parse_char_majors
-from hamimig.store.cdi import validate_spec
+from hamimig.store.cdi import device_name, validate_spec
 from tests.support.cdi import (
     base_dir,
     base_file,
@@ -394,8 +394,12 @@ def test_annotations_for_another_device_are_not_consistent(cli: Cli) -> None:
 def test_recover_removes_an_annotated_spec_nothing_accounts_for(cli: Cli) -> None:
     configure(cli, "cdi:\n  annotations: true\n")
     inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
-    stray = cli.cdi_dir / spec_path(cli, "MIG-0badc0de-0000-4000-8000-000000000002").name
-    stray.write_bytes(spec_path(cli, inst["migUUID"]).read_bytes())
+    gone = "MIG-0badc0de-0000-4000-8000-000000000002"
+    stray = cli.cdi_dir / spec_path(cli, gone).name
+    # A spec of ours for its own (gone) instance, annotations included.
+    text = spec_path(cli, inst["migUUID"]).read_text()
+    text = text.replace(device_name(inst["migUUID"]), device_name(gone))
+    stray.write_text(text.replace(inst["migUUID"], gone))
     data = cli.json("recover", "--assume-no-pods").json()
     assert actions(data, "remove-orphan-cdi") == [None]
     assert not stray.exists() and spec_path(cli, inst["migUUID"]).exists()

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from hamimig.store.cdi import device_name
 from tests.support.cdi import KIND, spec_path
 from tests.support.cli import (
     Cli,
@@ -436,8 +437,11 @@ def test_adopt_crash_between_record_and_spec_is_finished_by_recover(cli: Cli) ->
 
 def test_recover_removes_specs_nothing_accounts_for(cli: Cli) -> None:
     mig = allocated(cli, "ns/p", "1g.10gb", "0")
-    orphan = cli.cdi_dir / spec_path(cli, "MIG-0badc0de-0000-4000-8000-000000000001").name
-    orphan.write_bytes(spec_path(cli, mig).read_bytes())
+    stray = "MIG-0badc0de-0000-4000-8000-000000000001"
+    orphan = cli.cdi_dir / spec_path(cli, stray).name
+    # A spec of ours for its own (gone) instance; a copy naming another device is not ours.
+    text = spec_path(cli, mig).read_text()
+    orphan.write_text(text.replace(device_name(mig), device_name(stray)))
     data = ok(cli.json("recover", "--assume-no-pods"))
     assert ("remove-orphan-cdi", None) in [(a["action"], a["migUUID"]) for a in data["actions"]]
     assert not orphan.exists()

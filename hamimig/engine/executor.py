@@ -51,7 +51,7 @@ from hamimig.errors import (
     UsageError,
 )
 from hamimig.hw.types import GiProfile, Gpu, Placement
-from hamimig.store.cdi import CdiDevice, CdiStore
+from hamimig.store.cdi import CdiDevice, CdiStore, ForeignSpec
 from hamimig.store.counters import (
     CREATIONS,
     FAILED_ALLOCATE,
@@ -171,6 +171,8 @@ def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
         return None
     try:
         cdi.remove(mig_uuid)
+    except ForeignSpec as exc:
+        return str(exc)
     except OSError as exc:
         node.queue().add(mig_uuid, f"{exc.strerror or exc}", node.clock())
         return f"CDI spec of {mig_uuid} could not be removed ({exc.strerror or exc}); queued"
@@ -688,6 +690,10 @@ def _retry_removal(node: Node, target: Target) -> Applied:
     try:
         if cdi is not None:
             cdi.remove(target.mig_uuid)
+    except ForeignSpec as exc:
+        # Not ours to remove, now or later: the entry goes, the file stays, and it is said.
+        queue.drop(target.mig_uuid)
+        return Applied(note=str(exc))
     except OSError as exc:
         queue.add(target.mig_uuid, str(exc.strerror or exc), node.clock())
         raise StepFailed(
@@ -727,6 +733,9 @@ def _forget_record(node: Node, target: Target) -> Applied:
     _io(lambda: records.remove(uuid), f"cannot remove the record of {uuid}")
     try:
         cdi.remove(uuid)
+    except ForeignSpec as exc:
+        _io(lambda: queue.drop(uuid), f"cannot update the CDI removal queue for {uuid}")
+        return Applied(note=str(exc))
     except OSError as exc:
         why = str(exc.strerror or exc)
         _io(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hamimig.engine.executor import execute
@@ -42,7 +43,7 @@ from hamimig.engine.steps import (
 )
 from hamimig.errors import NvmlError, UsageError
 from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode
-from hamimig.store.cdi import spec_file_name
+from hamimig.store.cdi import CdiStore, spec_file_name
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
 from hamimig.vocabulary import ActionKind
@@ -620,18 +621,35 @@ def _plan_orphan(survey: _Survey, gpu: GpuFacts, gi: GpuInstance, name: str, des
 # 5. CDI files
 
 
-def plan_queued_removals(plan: Plan, durable: Durable) -> None:
+def plan_queued_removals(
+    plan: Plan, durable: Durable, refuse_foreign: CdiStore | None = None
+) -> None:
     """Retry every queued CDI removal (recover and reconcile). When the instance has a record
     again (a forget interrupted after queueing, then reuse), its spec is the live instance's:
-    only the stale queue entry goes."""
+    only the stale queue entry goes. With `refuse_foreign` (recover), a file at the spec's name
+    whose content is not the instance's is a refusal; otherwise the retry keeps it and warns."""
     for item in durable.removals:
         again = durable.records.get(item.mig_uuid)
         if again is not None and again.state is not RecordState.RECLAIMING:
             reason = "the instance has a record again; its spec is kept"
             plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid, keep=True), reason)
             continue
+        if refuse_foreign is not None:
+            name = spec_file_name(item.mig_uuid)
+            why = refuse_foreign.not_ours(name, item.mig_uuid)
+            if why is not None:
+                plan.refuse(_foreign(refuse_foreign.directory / name, why))
+                continue
         reason = f"queued since {item.since} after {item.attempts} failed attempt(s)"
         plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid), reason)
+
+
+def _foreign(path: Path, why: str) -> str:
+    """The refusal of a file at our spec name that is not ours (HAMi's startup refuses it too)."""
+    return (
+        f"{path} is not hamimig's CDI spec ({why}); move it out of the CDI directory if it is "
+        "not hamimig's"
+    )
 
 
 def _plan_cdi_files(survey: _Survey) -> None:
@@ -645,13 +663,18 @@ def _plan_cdi_files(survey: _Survey) -> None:
     if cdi is None:
         return
     durable, plan = survey.durable, survey.plan
-    plan_queued_removals(plan, durable)
+    plan_queued_removals(plan, durable, refuse_foreign=cdi)
     accounted = set(durable.records) | {q.mig_uuid for q in durable.removals}
     accounted |= {i.mig_uuid for i in durable.intents if i.mig_uuid}
     accounted |= {s.mig_uuid for s in plan.steps if s.mig_uuid}
     known = {spec_file_name(u) for u in accounted}
     for name in cdi.list_ours():
         if name not in known:
+            why = cdi.not_ours(name)
+            if why is not None:
+                # HAMi's startup refuses such a file too; it is not ours to remove.
+                plan.refuse(_foreign(cdi.directory / name, why))
+                continue
             reason = f"{cdi.directory / name}: no record, intent or queued removal accounts for it"
             plan.add(ActionKind.REMOVE_ORPHAN_CDI, Spec(None, file=name), reason)
 

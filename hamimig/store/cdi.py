@@ -519,6 +519,15 @@ def validate_spec(spec: Any) -> list[str]:
 # The store
 
 
+class ForeignSpec(Exception):
+    """A file at our spec name whose content is not the instance's spec: it is kept."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path} is kept: it is not hamimig's spec of this instance ({why})")
+        self.path = path
+        self.why = why
+
+
 class CdiStore(StoreFiles):
     """The per-instance spec files in the CDI directory.
 
@@ -655,14 +664,61 @@ class CdiStore(StoreFiles):
         self.write_named(FileOpName.CDI_WRITE, spec_file_name(dev.mig_uuid), self.render(dev))
         return self.qualified_name(dev.mig_uuid)
 
+    def not_ours(self, name: str, mig_uuid: str | None = None) -> str | None:
+        """Why the file at spec name `name` is not the spec of its instance, or None when it is
+        (or nothing is there): the one content check before any removal (docs/formats.md
+        "CDI specs").
+
+        What HAMi's own code checks: the configured kind, exactly one device, named
+        `mig-<sha256>` of the instance (`mig_uuid` when known, else the digest in the file
+        name), and a `hami.io/mig-uuid` device annotation, when present, equal to the MIG UUID
+        (when only the digest is known: hashing to it). A file that cannot be read or parsed is
+        not ours either: it is kept and reported, never removed.
+        """
+        found = self.read_file(name, _json_document)
+        if found is None:
+            return None
+        if isinstance(found, Problem):
+            return found.reason
+        wanted = self.subject(name) if mig_uuid is None else device_name(mig_uuid)
+        if found.get("kind") != self.kind:
+            return f"its kind is {found.get('kind')!r}, not {self.kind!r}"
+        devices = found.get("devices")
+        if not isinstance(devices, list) or len(devices) != 1 or not isinstance(devices[0], dict):
+            count = len(devices) if isinstance(devices, list) else 0
+            return f"it defines {count} devices, not exactly one"
+        device = devices[0]
+        if device.get("name") != wanted:
+            return f"its device is {device.get('name')!r}, not {wanted!r}"
+        annotations = device.get("annotations")
+        if isinstance(annotations, dict) and MIG_UUID_ANNOTATION in annotations:
+            named = annotations[MIG_UUID_ANNOTATION]
+            same = (
+                named == mig_uuid
+                if mig_uuid is not None
+                else isinstance(named, str) and device_name(named) == wanted
+            )
+            if not same:
+                return f"its {MIG_UUID_ANNOTATION} annotation names {named!r}"
+        return None
+
     def remove(self, mig_uuid: str) -> bool:
-        """Remove the spec durably; False when it was already gone."""
-        return self.remove_named(FileOpName.CDI_REMOVE, spec_file_name(mig_uuid))
+        """Remove the spec durably; False when it was already gone. Raises `ForeignSpec` (and
+        keeps the file) when its content is not this instance's spec."""
+        name = spec_file_name(mig_uuid)
+        why = self.not_ours(name, mig_uuid)
+        if why is not None:
+            raise ForeignSpec(self.directory / name, why)
+        return self.remove_named(FileOpName.CDI_REMOVE, name)
 
     def remove_name(self, name: str) -> bool:
-        """Remove a spec of ours known only by its file name (no record names its MIG UUID)."""
+        """Remove a spec of ours known only by its file name (no record names its MIG UUID);
+        raises `ForeignSpec` as `remove` does."""
         if not self.owns(name):
             raise ValueError(f"{name} is not the name of a per-instance spec")
+        why = self.not_ours(name)
+        if why is not None:
+            raise ForeignSpec(self.directory / name, why)
         return self.remove_named(FileOpName.CDI_REMOVE, name)
 
     def list_ours(self) -> list[str]:

@@ -236,10 +236,25 @@ def _check_spec(
     if isinstance(found, Problem):
         if found.io:
             return fail(check, f"{path}: {found.reason}", "run as root", HARDWARE)
+        if record is None and records_known:  # no command removes it (not ours by content)
+            return fail(
+                check,
+                f"{path}: {found.reason}",
+                f"move {path} out of the CDI directory if it is not hamimig's",
+            )
         return fail(check, f"{path}: {found.reason}", rewrite)
     if record is None:
         if not records_known:
             return ok(check, f"{path} is valid (not matched with records: they cannot be read)")
+        foreign = cdi.not_ours(name)
+        if foreign is not None:
+            return fail(
+                check,
+                f"{path} is not hamimig's spec of its instance ({foreign}): recover refuses it "
+                "and no command removes it",
+                f"move {path} out of the CDI directory if it is not hamimig's",
+                UNVERIFIABLE,
+            )
         if queued:
             return warn(
                 check,
