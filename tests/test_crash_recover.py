@@ -339,6 +339,7 @@ FOREIGN = (
 READ_ONLY: dict[str, tuple[str, ...]] = {
     PRESSURE.name: (
         "nvmlComputeInstanceGetInfo",
+        "nvmlDeviceGetAttributes",
         "nvmlDeviceGetComputeInstanceId",
         "nvmlDeviceGetComputeRunningProcesses",
         "nvmlDeviceGetGpuInstanceById",
@@ -857,7 +858,7 @@ def test_the_crash_matrices_cover_every_step() -> None:
     assert len(mutating) == 2 * (8 + 18 + 4 + 5 + 2 + 1) == 76
     ops = {c.op for c in mutating}
     assert ops == set(MUTATING_NVML) | set(DURABLE_OPS)
-    assert len(PART1_CASES) - len(mutating) == 22 + 3
+    assert len(PART1_CASES) - len(mutating) == 23 + 3
     assert len(PART2_CASES) == 2 * sum(RECOVER_STEPS.values()) == 52
     assert {c.op for c in PART2_CASES} == (set(MUTATING_NVML) | set(DURABLE_OPS)) - {
         "nvmlDeviceCreateGpuInstanceWithPlacement",

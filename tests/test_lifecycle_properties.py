@@ -96,7 +96,7 @@ NO_PODS = PodSource.no_pods()  # no device plugin runs here: no pod holds an Idl
 SPECS = {p.name: p for p in MODEL.profiles}
 PLACEMENTS = {name: [(start, SPECS[name].size) for start in SPECS[name].starts] for name in SPECS}
 BOGUS_MIG = "MIG-00000000-0000-0000-0000-0000000dead0"
-REUSE_CALL_BUDGET = 13  # a reuse verifies its instance (10 calls) and reads its 3 process lists
+REUSE_CALL_BUDGET = 14  # a reuse verifies its instance (11 calls) and reads its 3 process lists
 
 NVML_FAULTS = (
     ("nvmlGpuInstanceDestroy", "IN_USE"),

@@ -189,7 +189,7 @@ def check_record(
             continue
         if not gi.compute_instances:
             return LiveCheck(Liveness.GI_ONLY, f"GI {gi.id} without its compute instance", gi)
-        if len(gi.compute_instances) > 1:
+        if gi.shared:
             return LiveCheck(Liveness.MISMATCH, shared_gi_reason(gi), gi)
         for ci in gi.compute_instances:
             if ci.id == record.compute_instance_id and ci.mig_uuid == record.mig_uuid:
@@ -206,14 +206,22 @@ def check_record(
 
 
 def shared_gi_reason(gi: GpuInstance) -> str:
-    """Why a GI with several CIs is never ours: one GPU instance is one tenant."""
-    return f"GI {gi.id} holds {len(gi.compute_instances)} compute instances"
+    """Why a GI with several CIs (or one that does not span it) is never ours: one GPU
+    instance is one tenant."""
+    if len(gi.compute_instances) > 1:
+        return f"GI {gi.id} holds {len(gi.compute_instances)} compute instances"
+    return f"GI {gi.id}'s compute instance does not span it (room for another tenant's)"
 
 
 def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None) -> str | None:
     """Why an Idle record may not be handed out as is, or None when its instance is verified."""
     if live is None:
         return f"{record.mig_uuid} is not a live MIG device"
+    if not live.spans_gi:
+        return (
+            f"{record.mig_uuid}'s compute instance does not span GI {live.gpu_instance_id}: one "
+            "GPU instance is one tenant"
+        )
     wanted = (
         record.gpu_uuid,
         record.gpu_instance_id,

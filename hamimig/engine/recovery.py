@@ -239,7 +239,7 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
             continue
         if gi.placement != alloc.placement or gpu.names.get(gi.profile_id) != alloc.profile:
             return None
-        if len(gi.compute_instances) > 1:
+        if gi.shared:
             return None  # one GPU instance is one tenant: a shared GI is never restored
         for ci in gi.compute_instances:
             if ci.id == (alloc.compute_instance_id or 0) and ci.mig_uuid == alloc.mig_uuid:
@@ -568,7 +568,7 @@ def _plan_unknown(survey: _Survey, adopt: bool, orphans: bool) -> None:
 def _plan_unmarked(
     survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
 ) -> None:
-    if len(gi.compute_instances) > 1:
+    if gi.shared:
         where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
         survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, shared_gi_reason(gi))
         return

@@ -290,8 +290,9 @@ class NvmlHardware:
                 gis.append((int(gi_info.id), int(gi_info.profileId), placement))
         cis: dict[int, list[ComputeInstance]] = {}
         walked: dict[int, tuple[int, int]] = {}
-        for index, gi_id, ci_id, mig_uuid in self._mig_walk(handle):
-            cis.setdefault(gi_id, []).append(ComputeInstance(id=ci_id, mig_uuid=mig_uuid))
+        for index, gi_id, ci_id, mig_uuid, spans in self._mig_walk(handle):
+            ci = ComputeInstance(id=ci_id, mig_uuid=mig_uuid, spans_gi=spans)
+            cis.setdefault(gi_id, []).append(ci)
             walked[index] = (gi_id, ci_id)
         self._walks[gpu] = walked
         return tuple(
@@ -322,8 +323,14 @@ class NvmlHardware:
                 raise self._wrap("nvmlDeviceGetGpuInstances", exc) from None
             return [array[i] for i in range(count.value)]
 
-    def _mig_walk(self, handle: Any) -> Iterator[tuple[int, int, int, str]]:
-        """(index, GI ID, CI ID, MIG UUID) of every MIG device; empty indexes are skipped."""
+    def _spans_gi(self, mig: Any) -> bool:
+        """One call: a CI with fewer compute slices than its GI leaves room for another's."""
+        attrs = self._c("nvmlDeviceGetAttributes", mig)
+        return int(attrs.computeInstanceSliceCount) >= int(attrs.gpuInstanceSliceCount)
+
+    def _mig_walk(self, handle: Any) -> Iterator[tuple[int, int, int, str, bool]]:
+        """(index, GI ID, CI ID, MIG UUID, whether the CI spans its GI) of every MIG device;
+        empty indexes are skipped. Four calls per MIG device."""
         for index in range(self._max_mig_devices(handle)):
             mig = self._try(
                 "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
@@ -335,14 +342,15 @@ class NvmlHardware:
                 int(self._c("nvmlDeviceGetGpuInstanceId", mig)),
                 int(self._c("nvmlDeviceGetComputeInstanceId", mig)),
                 self._text(self._c("nvmlDeviceGetUUID", mig)),
+                self._spans_gi(mig),
             )
 
     def mig_device(self, mig_uuid: str) -> MigDevice | None:
         """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node.
 
-        Nine calls: the lifecycle verifies an instance before every reuse and must stay within
-        ten NVML calls for it (see `profile_name` for the tenth; `instance_has_processes` then
-        costs three more on the handle kept here: compute, graphics and MPS processes).
+        Ten calls: the lifecycle verifies an instance before every reuse in eleven NVML calls
+        (see `profile_name` for the eleventh; `instance_has_processes` then costs three more on
+        the handle kept here: compute, graphics and MPS processes).
         """
         mig = self._try(
             "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
@@ -356,6 +364,7 @@ class NvmlHardware:
         if gi_id is None:
             return None
         ci_id = int(self._c("nvmlDeviceGetComputeInstanceId", mig))
+        spans = self._spans_gi(mig)
         self._mig_handles[mig_uuid] = mig
         parent = self._c("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig)
         gpu_uuid = self._text(self._c("nvmlDeviceGetUUID", parent))
@@ -373,6 +382,7 @@ class NvmlHardware:
             compute_instance_id=ci_id,
             profile_id=int(gi_info.profileId),
             placement=Placement(int(gi_info.placement.start), int(gi_info.placement.size)),
+            spans_gi=spans,
         )
 
     def profile_name(self, gpu: int, profile_id: int) -> str | None:

@@ -80,6 +80,9 @@ class ComputeInstance:
 
     id: int
     mig_uuid: str
+    spans_gi: bool = True
+    """Whether the CI has every compute slice of its GI (the one hamimig creates does; one made
+    with a smaller CI profile leaves room for another tenant's CI in the same GI)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,13 @@ class GpuInstance:
     profile_id: int
     placement: Placement
     compute_instances: tuple[ComputeInstance, ...]
+
+    @property
+    def shared(self) -> bool:
+        """One GPU instance is one tenant: a GI with several CIs, or with one that does not
+        span it, is never anyone's single instance."""
+        cis = self.compute_instances
+        return len(cis) > 1 or any(not ci.spans_gi for ci in cis)
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,8 @@ class MigDevice:
     compute_instance_id: int
     profile_id: int
     placement: Placement
+    spans_gi: bool = True
+    """As `ComputeInstance.spans_gi`."""
 
 
 @dataclass(frozen=True)

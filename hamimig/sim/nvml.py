@@ -10,6 +10,7 @@ failed or crashed by an injected fault, and is one locked read-modify-write of t
 from __future__ import annotations
 
 import ctypes
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -637,6 +638,23 @@ class SimNvml:
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
         return self._mig_field("nvmlDeviceGetGpuInstanceId", handle, lambda gi, ci: gi.id)
+
+    def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
+        """A MIG device's slices (the fields hamimig reads, and the memory size)."""
+
+        def body(state: NodeState) -> Any:
+            if _decode(handle)[0] != _MIG:
+                raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "not a MIG device handle")
+            gpu, gi, ci = self._ci(state, handle, _MIG)
+            gi_slices = max(ci_profiles_of(gpu, gi).values())
+            return types.SimpleNamespace(
+                gpuInstanceSliceCount=gi_slices,
+                computeInstanceSliceCount=ci_profiles_of(gpu, gi).get(ci.profile_id, 0),
+                multiprocessorCount=0,
+                memorySizeMB=0,
+            )
+
+        return self._call("nvmlDeviceGetAttributes", self._gpu_of(handle), body)
 
     def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
         return self._mig_field("nvmlDeviceGetComputeInstanceId", handle, lambda gi, ci: ci.id)

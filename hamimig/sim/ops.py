@@ -27,6 +27,7 @@ SIMULATED_NVML: tuple[str, ...] = (
     "nvmlDeviceGetName",
     "nvmlDeviceGetMinorNumber",
     "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetAttributes",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetMPSComputeRunningProcesses",
