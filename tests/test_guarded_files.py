@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from tests.support.cli import Cli, allocate_args, refused
+import pytest
+
+from tests.support.cdi import base_file, spec_path
+from tests.support.cli import Cli, allocate_args, idle, ok, refused, sim
+from tests.support.records import record_path
+from tests.support.unchanged import Unchanged
 
 
 def test_world_writable_cdi_dir_fails_doctor_and_blocks_mutation(cli: Cli) -> None:
@@ -14,3 +20,62 @@ def test_world_writable_cdi_dir_fails_doctor_and_blocks_mutation(cli: Cli) -> No
     assert ran.exit_code == 5
     assert "chmod go-w" in ran.stdout
     refused(cli.json(*allocate_args("ns/a", "1g.10gb")), 5, "unverifiable")
+
+
+# ---------------------------------------------------------------------------------------------
+# Every file whose content decides, one by one
+
+
+def _record(cli: Cli) -> Path:
+    mig = idle(cli, "ns/old", "1g.10gb", "0")
+    return record_path(cli, mig)
+
+
+def _spec(cli: Cli) -> Path:
+    return spec_path(cli, idle(cli, "ns/old", "1g.10gb", "0"))
+
+
+def _queue(cli: Cli) -> Path:
+    mig = idle(cli, "ns/old", "1g.10gb", "0")
+    sim(cli, "fault", "add", "--op", "cdi.remove", "--error", "EIO")
+    ok(cli.json("reclaim", "--mig-uuid", mig))
+    sim(cli, "fault", "clear")
+    return cli.state_dir / "cdi-removal-queue.json"
+
+
+def _base(cli: Cli) -> Path:
+    idle(cli, "ns/old", "1g.10gb", "0")
+    return base_file(cli)
+
+
+FILES = {"record": _record, "spec": _spec, "queue": _queue, "base-spec": _base}
+
+
+@pytest.mark.parametrize("how", ["mode", "owner"])
+@pytest.mark.parametrize("kind", FILES)
+def test_a_forgeable_file_that_decides_fails_doctor_and_blocks_mutation(
+    cli: Cli, kind: str, how: str
+) -> None:
+    path = FILES[kind](cli)
+    assert path.exists()
+    if how == "mode":
+        os.chmod(path, 0o666)
+        fix = f"chmod go-w {path}"
+    else:
+        os.chown(path, 1234, -1)
+        fix = f"chown {os.geteuid()} {path}"
+    ran = cli.json("doctor")
+    assert ran.exit_code == 5
+    failing = [c for c in ran.json()["checks"] if c["status"] == "fail"]
+    assert any(fix in (c["hint"] or "") + c["message"] for c in failing), failing
+    before = Unchanged(cli)
+    for command in (
+        allocate_args("ns/new", "1g.10gb", "3"),
+        ["reclaim", "--gpu", "0", "--all-idle"],
+        ["recover", "--assume-no-pods"],
+    ):
+        message = refused(cli.json(*command), 5, "unverifiable")
+        assert str(path) in message
+    before.check()
+    if how == "mode":
+        assert os.stat(path).st_mode & 0o777 == 0o666  # never "fixed" silently by a write

@@ -322,6 +322,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.model: dict[str, Inst] = {}
         self.external: dict[str, int] = {}  # Unmanaged MIG UUID -> GPU index
         self.damaged: set[str] = set()  # CDI spec broken by an operator while Idle
+        self.kept_foreign: set[str] = set()  # destroyed while damaged: its spec stays
         self.spec_names: dict[str, str] = {}  # spec file name -> MIG UUID, for every UUID seen
         self.spec_bytes: dict[str, bytes] = {}  # MIG UUID -> the spec content it must have
         self.handed_out: set[str] = set()  # every MIG UUID a successful allocation created
@@ -506,6 +507,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             if record is None:
                 event(f"{inst.state} -> destroyed")
                 del self.model[mig]
+                if mig in self.damaged:
+                    self.kept_foreign.add(mig)  # a truncated spec is not ours by content
                 self.damaged.discard(mig)
                 continue
             if seen == ACTIVE and inst.state == ACTIVE:
@@ -1219,7 +1222,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         for name in specs:
             owner = self.spec_names.get(name)
             assert owner is not None, f"CDI spec {name} for an instance never seen"
-            assert owner in records or owner in queued, (
+            # A spec whose content is not the instance's (truncated by hand) is never removed.
+            path = self.cdi.path_of(owner)
+            foreign = owner in self.kept_foreign and path.read_text() == "{}\n"
+            assert owner in records or owner in queued or foreign, (
                 f"CDI spec of destroyed {owner} is neither removed nor queued"
             )
         for mig, record in records.items():
