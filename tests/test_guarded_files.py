@@ -60,14 +60,16 @@ def test_a_forgeable_file_that_decides_fails_doctor_and_blocks_mutation(
     assert path.exists()
     if how == "mode":
         os.chmod(path, 0o666)
-        fix = f"chmod go-w {path}"
+        fix = f" {path}"  # `chmod go-w PATH`, or a state file's own mode: `chmod 0600 PATH`
     else:
         os.chown(path, 1234, -1)
         fix = f"chown {os.geteuid()} {path}"
     ran = cli.json("doctor")
     assert ran.exit_code == 5
     failing = [c for c in ran.json()["checks"] if c["status"] == "fail"]
-    assert any(fix in (c["hint"] or "") + c["message"] for c in failing), failing
+    assert any(
+        (c["hint"] or "").startswith("ch") and (c["hint"] or "").endswith(fix) for c in failing
+    ), failing
     before = Unchanged(cli)
     for command in (
         allocate_args("ns/new", "1g.10gb", "3"),
@@ -79,3 +81,11 @@ def test_a_forgeable_file_that_decides_fails_doctor_and_blocks_mutation(
     before.check()
     if how == "mode":
         assert os.stat(path).st_mode & 0o777 == 0o666  # never "fixed" silently by a write
+
+
+def test_a_loose_record_is_reported_once(cli: Cli) -> None:
+    path = _record(cli)
+    os.chmod(path, 0o666)
+    checks = cli.json("doctor").json()["checks"]
+    about = [c["name"] for c in checks if c["status"] == "fail" and str(path) in c["message"]]
+    assert len(about) == 1, about

@@ -11,10 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from hamimig.sim.state import CRASH_EXIT_STATUS
 from tests.support.cdi import spec_path
-from tests.support.cli import Cli, alloc, idle, ok, refused, sim
+from tests.support.cli import (
+    ADOPT_CONFIG,
+    Cli,
+    alloc,
+    allocated,
+    configured,
+    idle,
+    ok,
+    refused,
+    run_hamimig,
+    sim,
+)
 from tests.support.node import live
 from tests.support.nvml import MUTATING_NVML, calls
+from tests.support.records import record_path
 
 EIO = ("--op", "cdi.remove", "--error", "EIO", "--times", "1000")
 
@@ -68,3 +81,27 @@ def test_list_and_doctor_show_the_queued_removal(cli: Cli) -> None:
     [check] = [c for c in ran.json()["checks"] if c["name"] == "cdi-removal-queue"]
     assert check["status"] == "fail" and "refused" in check["hint"]
     assert ran.exit_code != 0
+
+
+def test_recover_removes_our_spec_of_an_instance_it_preserves_as_unmanaged(cli: Cli) -> None:
+    mig = allocated(cli, "ns/p", "1g.10gb", "0")
+    record_path(cli, mig).unlink()  # the record goes behind hamimig's back: Unmanaged now
+    assert spec_path(cli, mig).exists()
+    data = ok(cli.json("recover", "--assume-no-pods"))
+    actions = {(a["action"], a["migUUID"]) for a in data["actions"]}
+    assert ("preserve-unmanaged", mig) in actions
+    assert not spec_path(cli, mig).exists()  # runtimes no longer offer a device not ours
+    assert (0, 1, mig) in live(cli)
+
+
+def test_an_adoption_after_an_interrupted_forget_keeps_the_spec_it_writes(cli: Cli) -> None:
+    mig = idle(cli, "ns/p", "1g.10gb", "0")
+    sim(cli, "fault", "add", "--op", "cdi.remove", "--action", "crash-before")
+    assert run_hamimig(*cli.globals(), "forget", mig).returncode == CRASH_EXIT_STATUS
+    assert not record_path(cli, mig).exists()
+    assert ok(cli.json("list"))["queuedRemovals"][0]["migUUID"] == mig
+    adopting = configured(cli, ADOPT_CONFIG)
+    data = ok(adopting.json("recover", "--adopt", "--assume-no-pods"))
+    assert ("adopt-idle", mig) in {(a["action"], a["migUUID"]) for a in data["actions"]}
+    assert spec_path(cli, mig).exists() and record_path(cli, mig).exists()
+    assert ok(cli.json("list"))["queuedRemovals"] == []

@@ -628,9 +628,18 @@ def plan_queued_removals(
     again (a forget interrupted after queueing, then reuse), its spec is the live instance's:
     only the stale queue entry goes. With `refuse_foreign` (recover), a file at the spec's name
     whose content is not the instance's is a refusal; otherwise the retry keeps it and warns."""
+    # A spec this plan writes (an adoption after an interrupted forget, a repair) is the
+    # live instance's: its stale queue entry goes, the file stays.
+    written = {
+        s.mig_uuid
+        for s in plan.steps
+        if s.kind in (ActionKind.ADOPT_IDLE, ActionKind.ADOPT_ACTIVE, ActionKind.REPAIR_CDI)
+    }
     for item in durable.removals:
         again = durable.records.get(item.mig_uuid)
-        if again is not None and again.state is not RecordState.RECLAIMING:
+        if item.mig_uuid in written or (
+            again is not None and again.state is not RecordState.RECLAIMING
+        ):
             reason = "the instance has a record again; its spec is kept"
             plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid, keep=True), reason)
             continue
@@ -666,7 +675,10 @@ def _plan_cdi_files(survey: _Survey) -> None:
     plan_queued_removals(plan, durable, refuse_foreign=cdi)
     accounted = set(durable.records) | {q.mig_uuid for q in durable.removals}
     accounted |= {i.mig_uuid for i in durable.intents if i.mig_uuid}
-    accounted |= {s.mig_uuid for s in plan.steps if s.mig_uuid}
+    # An instance preserved as Unmanaged is not ours: a spec of ours for it is an orphan.
+    accounted |= {
+        s.mig_uuid for s in plan.steps if s.mig_uuid and s.kind is not ActionKind.PRESERVE_UNMANAGED
+    }
     known = {spec_file_name(u) for u in accounted}
     for name in cdi.list_ours():
         if name not in known:
