@@ -17,7 +17,6 @@ from hamimig.engine.facts import (
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, PodHolds, held_by, plan_create, reuse_candidates
 from hamimig.engine.podsource import PodSource, load_fresh
-from hamimig.engine.recovery import plan_queued_removals
 from hamimig.engine.requests import AllocateRequest
 from hamimig.engine.results import (
     Allocation,
@@ -361,6 +360,8 @@ def _clear_stale_specs(node: Node, durable: Durable, gpu: Gpu) -> None:
     cdi = node.cdi()
     if cdi is None or not durable.removals:
         return
+    from hamimig.engine.recovery import plan_queued_removals  # only with removals queued
+
     plan = Plan()
     plan_queued_removals(plan, durable)
     for step in plan.steps:

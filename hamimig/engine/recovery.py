@@ -11,6 +11,7 @@ another.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,11 +90,16 @@ class _Survey:
     def hw(self) -> MigHardware:
         return self.node.hardware()
 
+    @functools.cached_property
+    def holds(self) -> PodHolds:
+        """What the holding pods claim, read once per recovery (a pod list may be large)."""
+        return PodHolds.of(self.pods)
+
     def may_be_held(self, record: Record) -> str | None:
         """Why a complete Error or Reclaiming instance must not be destroyed: a pod's entry
         claims it, or the pod list is too old to say that none does (HAMi's plugin restores
         such records as Idle and hands them out by writing only the pod's annotation)."""
-        hold = PodHolds.of(self.pods).hold(record)
+        hold = self.holds.hold(record)
         if hold is not None:
             return hold.reason
         why = None if self.pods is None else stale(self.node, self.pods)
