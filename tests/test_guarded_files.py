@@ -91,3 +91,16 @@ def test_a_loose_record_is_reported_once(cli: Cli) -> None:
     checks = cli.json("doctor").json()["checks"]
     about = [c["name"] for c in checks if c["status"] == "fail" and str(path) in c["message"]]
     assert len(about) == 1, about
+
+
+def test_the_doctor_hint_is_the_whole_command_for_a_path_with_parentheses(
+    sim_path: Path, tmp_path: Path
+) -> None:
+    """The hint is the command itself, shell-quoted, not the text after the reason's last
+    parenthesis (a path may hold one)."""
+    weird = tmp_path / "cdi (old) dir"
+    cli = Cli(sim_path, tmp_path / "state", weird)
+    weird.mkdir()
+    os.chmod(weird, 0o777)
+    [check] = [c for c in cli.json("doctor").json()["checks"] if c["name"].startswith("guarded/")]
+    assert check["hint"] == f"chmod go-w '{weird}'"

@@ -135,6 +135,7 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
         "placement": {"start": 2, "size": 1},
         "gpuInstanceID": 9,
         "computeInstanceID": 0,
+        "computeInstanceCount": None,  # list and show count the GI's CIs
         "state": "Active",
         "owner": {
             "namespace": "ns",

@@ -82,3 +82,23 @@ def test_reuse_costs_one_call_more_for_the_span(cli: Cli) -> None:
     data = ok(alloc(cli, "ns/new", "1g.10gb", "0"))
     assert data["reused"] and data["instance"]["migUUID"] == mig
     assert call_diff(before, calls(cli)).get("nvmlDeviceGetAttributes") == 1
+
+
+def test_list_and_show_give_one_row_per_ci_with_the_count_of_its_gi(cli: Cli) -> None:
+    _shared_gi(cli)
+    rows = instances(cli)
+    counts = sorted((v["placement"]["start"], v["computeInstanceCount"]) for v in rows)
+    assert counts == [(0, 1), (4, 2), (4, 2)]
+    shared = [v for v in rows if v["placement"]["start"] == 4]
+    assert len({v["migUUID"] for v in shared}) == 2
+    for view in shared:
+        shown = ok(cli.json("show", view["migUUID"]))
+        assert shown["computeInstanceCount"] == 2
+
+
+def test_the_count_is_null_where_no_gi_is_live(cli: Cli) -> None:
+    mig = idle(cli, "ns/old", "1g.10gb", "0")
+    sim(cli, "reset", "--gpu", "0")
+    shown = ok(cli.json("show", mig))
+    assert shown["state"] == "Missing"
+    assert shown["computeInstanceCount"] is None

@@ -27,6 +27,7 @@ INSTANCE_KEYS = {
     "placement",
     "gpuInstanceID",
     "computeInstanceID",
+    "computeInstanceCount",
     "state",
     "owner",
     "cdiDevice",

@@ -75,6 +75,10 @@ class InstanceView:
     """What the command that reports it did to it (allocate, release, reclaim, forget; in a dry
     run what it would do); None in the reports that only look (`list`, `show`), whose Instance
     objects have no `outcome` key. `state` stays the last state the instance had."""
+    compute_instance_count: int | None = None
+    """How many compute instances the live GI holds (`list`, `show`); more than one, or one
+    that does not span the GI, makes it no one's single instance. None when not asked or the
+    GI is not live."""
 
     def since(self) -> str | None:
         """When this instance's age (`list`'s AGE) counts from: an Idle instance's idle age
@@ -93,6 +97,7 @@ class InstanceView:
             "placement": placement_json(self.placement),
             "gpuInstanceID": self.gpu_instance_id,
             "computeInstanceID": self.compute_instance_id,
+            "computeInstanceCount": self.compute_instance_count,
             "state": self.state.value,
             "owner": self.owner.to_json() if self.owner else None,
             "cdiDevice": self.cdi_device,
@@ -417,6 +422,9 @@ class ActionReport:
 class Warning_:
     file: str
     reason: str
+    fix: str | None = None
+    """The command that clears it, where there is one (doctor's hint; not in the JSON, whose
+    `reason` already ends with it)."""
 
     def to_json(self) -> Json:
         return {"file": self.file, "reason": self.reason}

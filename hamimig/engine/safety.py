@@ -11,6 +11,7 @@ as warnings so an operator sees them before acting.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any
 
 from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
-from hamimig.errors import UnverifiableError
+from hamimig.errors import HamimigError, UnverifiableError
 from hamimig.store.cdi import SPEC_PREFIX, CdiStore, spec_file_name
 from hamimig.store.records import Record
 
@@ -174,17 +175,13 @@ def path_problem(path: Path, what: str) -> Warning_ | None:
     uid = os.geteuid()
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid not in (0, uid):
-        return Warning_(
-            str(path),
-            f"{what} is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its "
-            f"owner can forge it (chown {uid} {path})",
-        )
+        fix = f"chown {uid} {shlex.quote(str(path))}"
+        why = f"is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner"
+        return Warning_(str(path), f"{what} {why} can forge it ({fix})", fix)
     if mode & 0o022:
-        return Warning_(
-            str(path),
-            f"{what} has mode {mode:04o}: group- or world-writable, so others can forge it "
-            f"(chmod go-w {path})",
-        )
+        fix = f"chmod go-w {shlex.quote(str(path))}"
+        why = f"has mode {mode:04o}: group- or world-writable, so others can forge it"
+        return Warning_(str(path), f"{what} {why} ({fix})", fix)
     return None
 
 
@@ -212,7 +209,7 @@ def decision_file_problems(node: Node) -> list[Warning_]:
             found.append(path_problem(state / name, name))
     try:
         cdi = node.cdi()
-    except Exception:  # an unreadable config is reported by the command itself
+    except (HamimigError, OSError):  # an unreadable config is reported by the command itself
         cdi = None
     if cdi is not None and os.path.isdir(cdi.directory):
         directory = Path(cdi.directory)
@@ -225,7 +222,7 @@ def decision_file_problems(node: Node) -> list[Warning_]:
             found.append(path_problem(directory / name, f"the CDI spec {name}"))
     try:
         base = node.cdi_base().base
-    except Exception:  # an unreadable config is reported by the command itself
+    except (HamimigError, OSError):  # reported by the command itself
         base = None
     if base is not None:
         found.append(path_problem(base.path, "the NVIDIA base spec"))

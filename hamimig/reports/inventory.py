@@ -89,9 +89,21 @@ def gpu_instances(
     claims = _Claims()
     _claim_recorded(claims, gpu, layout, names, durable)
     _claim_the_rest(claims, gpu, layout, names, durable)
-    out = [_with_processes(hw, v) for v in claims.views]
+    counts = {gi.id: len(gi.compute_instances) for gi in layout}
+    out = [_with_count_of_cis(_with_processes(hw, v), counts) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
     return out, claims.records, claims.intents
+
+
+def _with_count_of_cis(view: InstanceView, counts: dict[int, int]) -> InstanceView:
+    if view.gpu_instance_id is None or view.gpu_instance_id not in counts:
+        return view
+    return dataclasses.replace(view, compute_instance_count=counts[view.gpu_instance_id])
+
+
+def _live_ci_count(hw: MigHardware, live: MigDevice) -> dict[int, int]:
+    """The GI-to-CI-count map of the GPU a live MIG device is on (`show`)."""
+    return {gi.id: len(gi.compute_instances) for gi in hw.layout(live.gpu_index)}
 
 
 def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
@@ -322,36 +334,30 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
             view = _with_processes(hw, record_view(record, live.gpu_index))
         else:
             view = _record_without_mig_device(hw, record)
-        return InstanceDetail(
-            instance=view,
-            record=str(node.records().path_of(mig_uuid)),
-            cdi_spec=cdi_path,
-            warnings=_warnings(node, durable),
-        )
-    intent = next((i for i in durable.intents if i.mig_uuid == mig_uuid), None)
-    if intent is not None:  # an allocation in flight or interrupted, as `list` shows it
-        return InstanceDetail(
-            instance=_in_flight(hw, intent, live),
-            record=None,
-            cdi_spec=cdi_path,
-            warnings=_warnings(node, durable),
-        )
-    if live is None:
+    elif (intent := next((i for i in durable.intents if i.mig_uuid == mig_uuid), None)) is not None:
+        view = _in_flight(hw, intent, live)  # an allocation in flight, as `list` shows it
+    elif live is None:
         raise NotFoundError(f"no MIG instance {mig_uuid} on this node and no record of it")
-    name = hw.profile_name(live.gpu_index, live.profile_id) or f"profile-{live.profile_id}"
-    view = InstanceView(
-        mig_uuid=mig_uuid,
-        gpu_uuid=live.gpu_uuid,
-        gpu_index=live.gpu_index,
-        profile=name,
-        placement=live.placement,
-        gpu_instance_id=live.gpu_instance_id,
-        compute_instance_id=live.compute_instance_id,
-        state=State.UNMANAGED,
-    )
-    view = _with_count(hw, view, mig_uuid)
+    else:
+        name = hw.profile_name(live.gpu_index, live.profile_id) or f"profile-{live.profile_id}"
+        view = InstanceView(
+            mig_uuid=mig_uuid,
+            gpu_uuid=live.gpu_uuid,
+            gpu_index=live.gpu_index,
+            profile=name,
+            placement=live.placement,
+            gpu_instance_id=live.gpu_instance_id,
+            compute_instance_id=live.compute_instance_id,
+            state=State.UNMANAGED,
+        )
+        view = _with_count(hw, view, mig_uuid)
+    if live is not None:
+        view = _with_count_of_cis(view, _live_ci_count(hw, live))
     return InstanceDetail(
-        instance=view, record=None, cdi_spec=cdi_path, warnings=_warnings(node, durable)
+        instance=view,
+        record=str(node.records().path_of(mig_uuid)) if record is not None else None,
+        cdi_spec=cdi_path,
+        warnings=_warnings(node, durable),
     )
 
 

@@ -95,8 +95,8 @@ def run_checks(
     for problem in decision_file_problems(node):
         if os.path.dirname(problem.file) == str(node.state_dir) and "has mode" in problem.reason:
             continue  # a state file's loose mode is its `file-mode/NAME` check: one report
-        hint = problem.reason[problem.reason.rfind("(") + 1 : -1]
-        checks.append(fail(f"guarded/{os.path.basename(problem.file)}", problem.reason, hint))
+        name = f"guarded/{os.path.basename(problem.file)}"
+        checks.append(fail(name, problem.reason, problem.fix or "fix its owner and mode"))
     state_checks, state = check_state_dir(node.state_dir)
     checks += state_checks
     durable: Durable | None = None
