@@ -9,6 +9,7 @@ retried for destruction. These run the reproductions through the CLI.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import time
@@ -32,7 +33,7 @@ from tests.support.cli import (
 )
 from tests.support.kube import NODE as KUBE_NODE
 from tests.support.kube import FakeApi, node_doc, serving
-from tests.support.node import live
+from tests.support.node import gpus, live
 from tests.support.pods import PodsFile, entry, kube_pod
 from tests.support.unchanged import Unchanged
 
@@ -123,7 +124,8 @@ def test_an_idle_instance_a_pod_names_is_not_handed_to_another(
     assert "held by pod ns/holder" in message
     [blocked] = ran.json()["error"]["blockers"]
     [blocker] = blocked["instances"]
-    assert (blocker["migUUID"], blocker["heldBy"], blocker["state"]) == (mig, "ns/holder", "Idle")
+    held = {"pod": "ns/holder", "how": "names it"}
+    assert (blocker["migUUID"], blocker["heldBy"], blocker["state"]) == (mig, held, "Idle")
     dry = refused(
         cli.json(*ALLOCATE, "--placement", "0", "--pods", pods, "--dry-run"), 3, "conflict"
     )
@@ -235,7 +237,8 @@ def test_reclaim_by_placement_lists_the_pod_as_a_blocker(cli: Cli, pods_file: Po
     ran = cli.json("reclaim", "--gpu", "0", "--placement", "0:2", "--pods", pods)
     refused(ran, 3, "conflict")
     [blocked] = ran.json()["error"]["blockers"]
-    assert [(b["migUUID"], b["heldBy"]) for b in blocked["instances"]] == [(mig, "ns/reserver")]
+    held = {"pod": "ns/reserver", "how": "reserves its slot"}
+    assert [(b["migUUID"], b["heldBy"]) for b in blocked["instances"]] == [(mig, held)]
     assert state_of(cli, mig) == state_of(cli, free) == "Idle"
 
 
@@ -392,10 +395,16 @@ def test_recover_does_not_destroy_an_error_instance_a_pod_reserves(
 def test_recover_with_an_old_pod_list_does_not_destroy_a_complete_error_instance(
     cli: Cli, pods_file: PodsFile
 ) -> None:
+    def at(seconds: float) -> str:
+        moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+        return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    now = time.time()
+    sim(cli, "clock", "--set", at(now - 1200))  # the instance failed 20 minutes ago
     mig = error_instance(cli)
-    old = pods_file()
-    past = time.time() - 600
-    os.utime(old, (past, past))
+    sim(cli, "clock", "--set", at(now))
+    old = pods_file()  # listed after that, 10 minutes ago: too old to say none holds it now
+    os.utime(old, (now - 600, now - 600))
     data = ok(cli.json("recover", "--pods", old))
     [kept] = [a for a in data["actions"] if a["migUUID"] == mig]
     assert kept["action"] == "skip" and "a pod may hold it" in kept["reason"]
@@ -444,3 +453,114 @@ def test_a_list_without_items_is_not_an_empty_list(cli: Cli, tmp_path: Path) -> 
         message = refused(cli.json(*ALLOCATE, "--pods", str(path)), 2, "usage")
         assert "no items key" in message
     assert state_of(cli, mig) == "Idle"
+
+
+# ---------------------------------------------------------------------------------------------
+# Claims beyond the instances the records know
+
+
+def free_slot(cli: Cli, start: int, profile: str = "1g.10gb", size: int = 1) -> dict[str, Any]:
+    """An instance-shaped dict for free slices of GPU 0, for `entry` (no runtime identity)."""
+    return {
+        "gpuUUID": gpus(cli)[0]["uuid"],
+        "profile": profile,
+        "placement": {"start": start, "size": size},
+        "migUUID": None,
+        "gpuInstanceID": None,
+        "computeInstanceID": None,
+    }
+
+
+def test_free_slices_another_pods_entry_reserves_are_not_created_on(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    """The scheduler reserved slice 0 for ns/reserver; the plugin would hand ns/reserver
+    whatever is created there, so another pod never gets an instance on it."""
+    pods = pods_file(kube_pod("ns/reserver", [entry(free_slot(cli, 0))]))
+    before = Unchanged(cli)
+    for dry in ([], ["--dry-run"]):
+        ran = cli.json(*ALLOCATE, "--placement", "0", "--pods", pods, *dry)
+        message = refused(ran, 3, "conflict")
+        assert "slices 0:1 (1g.10gb) are free but reserved by pod ns/reserver" in message
+        [blocked] = ran.json()["error"]["blockers"]
+        assert blocked["instances"] == [
+            {
+                "migUUID": None,
+                "gpuInstanceID": None,
+                "profile": "1g.10gb",
+                "placement": {"start": 0, "size": 1},
+                "state": "Reserved",
+                "owner": None,
+                "busy": False,
+                "heldBy": {"pod": "ns/reserver", "how": "reserves its slot"},
+            }
+        ]
+    before.check()
+    # Left to choose, it takes other slices; the requester's own reservation is its own.
+    data = ok(cli.json(*ALLOCATE, "--pods", pods))
+    assert data["instance"]["placement"]["start"] != 0
+    mine = pods_file(kube_pod("ns/mine", [entry(free_slot(cli, 0))]))
+    own = ["allocate", "--pod", "ns/mine", "--gpu", "0", "--profile", "1g.10gb"]
+    data = ok(cli.json(*own, "--placement", "0", "--pods", mine))
+    assert data["instance"]["placement"] == {"start": 0, "size": 1}
+
+
+def test_a_whole_gpu_reservation_leaves_no_placement(cli: Cli, pods_file: PodsFile) -> None:
+    pods = pods_file(kube_pod("ns/big", [entry(free_slot(cli, 0, "7g.80gb", 8))]))
+    message = refused(cli.json(*ALLOCATE, "--pods", pods), 3, "conflict")
+    assert "pod-claimed" in message and "slices 0:8 (reserved by pod ns/big)" in message
+    assert instances(cli) == []
+
+
+def pending(key: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pod the scheduler annotated but has not bound to a node yet."""
+    pod = kube_pod(key, entries, phase="Pending")
+    del pod["spec"]["nodeName"]
+    return pod
+
+
+def test_a_pending_pods_claim_holds_the_instance(cli: Cli, pods_file: PodsFile) -> None:
+    """HAMi's scheduler writes the allocation annotation before it binds the pod: a pod with
+    no spec.nodeName yet whose entry names this node's instance holds it."""
+    mig = idle(cli, "ns/old", "1g.10gb", "0")
+    pods = pods_file(pending("ns/next", [entry(instance(cli, mig))]))
+    before = Unchanged(cli)
+    node = ["--node", "gpu-7"]  # the pods bound to other nodes are not this one's
+    reclaim = ["reclaim", "--mig-uuid", mig, "--pods", pods]
+    message = refused(cli.json(*node, *reclaim), 3, "conflict")
+    assert "pod ns/next" in message
+    ran = cli.json(*node, *ALLOCATE, "--placement", "0", "--pods", pods)
+    assert "held by pod ns/next" in refused(ran, 3, "conflict")
+    before.check()
+    # One that names another node's GPU holds nothing here, and is no sign of a wrong --node.
+    elsewhere = pending("ns/far", [entry(instance(cli, mig), gpuUUID=f"GPU-{'f' * 8}-0000")])
+    far = pods_file(elsewhere)
+    data = ok(cli.json("--node", "gpu-7", "reclaim", "--mig-uuid", mig, "--pods", far))
+    assert [v["migUUID"] for v in data["reclaimed"]] == [mig]
+
+
+def test_an_instance_released_after_the_list_was_taken_is_held(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    """The plugin may have handed it out since, to a pod the older list cannot show."""
+    listed = pods_file()
+    taken = time.time() - 60  # a minute old: fresh, but from before the release
+    os.utime(listed, (taken, taken))
+    mig = idle(cli, "ns/old", "1g.10gb", "0")
+    before = Unchanged(cli)
+    message = refused(cli.json("reclaim", "--mig-uuid", mig, "--pods", listed), 3, "conflict")
+    assert "released after the pod list was taken" in message
+    ran = cli.json(*ALLOCATE, "--placement", "0", "--pods", listed)
+    refused(ran, 3, "conflict")
+    [blocker] = ran.json()["error"]["blockers"][0]["instances"]
+    assert blocker["heldBy"]["pod"] is None
+    assert blocker["heldBy"]["how"].startswith("released after the pod list was taken (")
+    data = ok(cli.json("reclaim", "--gpu", "0", "--all-idle", "--pods", listed))
+    assert data["reclaimed"] == [] and [s["migUUID"] for s in data["skipped"]] == [mig]
+    before.check()
+    # Not reused for another pod either: it makes a new instance beside it.
+    data = ok(cli.json(*ALLOCATE, "--pods", listed))
+    assert data["instance"]["migUUID"] != mig and state_of(cli, mig) == "Idle"
+    # A list taken after the release judges it as usual.
+    data = ok(cli.json("reclaim", "--mig-uuid", mig, "--pods", pods_file()))
+    assert [v["migUUID"] for v in data["reclaimed"]] == [mig]

@@ -40,6 +40,8 @@ from tests.support.kube import (
     TOKEN,
     FakeApi,
     Stream,
+    alloc_text,
+    api_pod,
     node_doc,
     serving,
 )
@@ -76,28 +78,43 @@ def test_lists_pods_of_the_node_with_the_field_selector(api: FakeApi) -> None:
     assert pods["a"].uid == "uid-a"
     assert pods["a"].node_name == NODE
 
-    (node_request, (path, query, auth)) = api.requests
+    (node_request, (path, query, auth), (_, pending, _)) = api.requests
     assert node_request == (NODE_PATH, {}, f"Bearer {TOKEN}")
     assert path == PODS_PATH
     assert query["fieldSelector"] == [f"spec.nodeName={NODE}"]
     assert query["limit"] == [str(KUBE_PAGE_SIZE)]
     assert "continue" not in query
     assert auth == f"Bearer {TOKEN}"
+    # Then the pods bound to no node yet: HAMi's scheduler annotates before it binds.
+    assert pending["fieldSelector"] == ["spec.nodeName="]
+    assert snap.unbound == ()
+
+
+def test_a_pending_pods_claim_is_listed_with_the_nodes(api: FakeApi) -> None:
+    pending = api_pod("pending", "", annotation=alloc_text(4))
+    del pending["spec"]["nodeName"]
+    api.pods.append(pending)
+    snap = read_pods_kube(NODE)
+    assert [p.key for p in snap.unbound] == ["ml/pending"]
+    assert snap.unbound[0].allocations[0].mig_uuid == "MIG-00000004-0000-5000-8000-000000000004"
+    assert "ml/pending" not in [p.key for p in snap.pods + snap.elsewhere]
 
 
 def test_follows_continue_tokens_to_the_last_page(api: FakeApi) -> None:
     api.page_size_override = 1
     snap = read_pods_kube(NODE)
     assert [p.key for p in snap.pods] == ["ml/a", "ml/b", "ml/c", "ml/bad"]
-    assert [q.get("continue") for q in api.pod_requests()] == [None, ["1"], ["2"], ["3"]]
-    assert all(q["fieldSelector"] == [f"spec.nodeName={NODE}"] for q in api.pod_requests())
+    *node_pages, pending = api.pod_requests()
+    assert [q.get("continue") for q in node_pages] == [None, ["1"], ["2"], ["3"]]
+    assert all(q["fieldSelector"] == [f"spec.nodeName={NODE}"] for q in node_pages)
+    assert pending["fieldSelector"] == ["spec.nodeName="]
 
 
 def test_two_pages(api: FakeApi) -> None:
     api.page_size_override = 2
     snap = read_pods_kube(NODE)
     assert len(snap.pods) == 4
-    assert len(api.pod_requests()) == 2
+    assert len(api.pod_requests()) == 3  # two pages of the node's pods, one of pending ones
 
 
 @pytest.mark.parametrize("code", [403, 500])
@@ -178,7 +195,7 @@ def test_in_cluster_config_when_service_host_is_set(
     monkeypatch.setattr(kubernetes.config, "load_kube_config", no_kubeconfig)
     assert len(read_pods_kube(NODE).pods) == 4
     assert used == ["incluster"]
-    assert [auth for _, _, auth in api.requests] == ["Bearer in-cluster"] * 2
+    assert [auth for _, _, auth in api.requests] == ["Bearer in-cluster"] * 3
 
 
 def test_in_cluster_without_service_account(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -361,14 +378,14 @@ def test_node_identity_from_the_node_object(api: FakeApi) -> None:
     snap = read_pods_kube(NODE)
     assert snap.node_identity == NodeIdentity(NODE, frozenset({GPU, GPU_B}), SYSTEM_UUID)
     assert snap.elsewhere == ()
-    assert [path for path, _, _ in api.requests] == [NODE_PATH, PODS_PATH]
+    assert [path for path, _, _ in api.requests] == [NODE_PATH, PODS_PATH, PODS_PATH]
 
 
 def test_snapshot_time_is_just_before_the_first_page(api: FakeApi) -> None:
     api.page_size_override = 2
     before = time.time()
     snap = read_pods_kube(NODE)
-    node_asked, first_page, second_page = api.times
+    node_asked, first_page, second_page, _pending = api.times
     assert before <= node_asked <= snap.taken_at <= first_page <= second_page
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hamimig.durations import parse_time
 from hamimig.engine.facts import LiveCheck, Liveness, check_record
 from hamimig.engine.results import Blocked, BlockingInstance, Hold
 from hamimig.errors import ConflictError, UnverifiableError
@@ -61,22 +62,28 @@ class PodHolds:
 
     HAMi's plugin hands an Idle instance to a pod by writing the pod's annotation and nothing
     else, so a record that says Idle or Error may be a running pod's: the annotations, not the
-    records, say who holds an instance. Without a snapshot (the caller asserted that no pod
-    holds an instance) nothing is claimed.
+    records, say who holds an instance. An instance released after the list was taken may
+    have been handed to a pod the list cannot show, so it is held too. Without a snapshot (the
+    caller asserted that no pod holds an instance) nothing is claimed.
     """
 
     named: dict[str, str]
-    slots: tuple[tuple[str, Placement, str, bool], ...]
-    """(GPU UUID, placement, pod, whether the entry has a runtime identity) per entry."""
+    slots: tuple[tuple[str, MigAllocation], ...]
+    """(pod, entry) per entry of a holding pod, on this node or bound to none yet."""
     own: tuple[MigAllocation, ...] = ()
     """The requester's own entries (same pod, uid when both have one, same slot)."""
+    taken_at: float = 0.0
+    """When the pod list was current (0: no list, or its time is unknown)."""
 
     @classmethod
     def of(cls, pods: PodSnapshot | None, requester: Owner | None = None) -> PodHolds:
         named: dict[str, str] = {}
-        slots: list[tuple[str, Placement, str, bool]] = []
+        slots: list[tuple[str, MigAllocation]] = []
         own: list[MigAllocation] = []
-        for pod in holding_pods(pods) if pods is not None else []:
+        holding = [] if pods is None else holding_pods(pods)
+        if pods is not None:  # a pending pod's claim is real before its binding is
+            holding += [p for p in pods.unbound if p.holds_allocations]
+        for pod in holding:
             for alloc in pod.allocations:
                 if requester is not None and _own_entry(requester, pod, alloc):
                     own.append(alloc)
@@ -90,18 +97,33 @@ class PodHolds:
                             f"{alloc.mig_uuid} is named by pod {other} and by pod {pod.key}: "
                             f"two pods cannot hold one instance; {NOTHING_CHANGED}"
                         )
-                slots.append((alloc.gpu_uuid, alloc.placement, pod.key, alloc.mig_uuid is not None))
-        return cls(named, tuple(slots), tuple(own))
+                slots.append((pod.key, alloc))
+        return cls(named, tuple(slots), tuple(own), pods.taken_at if pods is not None else 0.0)
 
     def hold(self, record: Record) -> Hold | None:
         """The claim a pod has on `record`'s instance, or None."""
         pod = self.named.get(record.mig_uuid.lower())
         if pod is not None:
             return Hold(pod, "names it")
-        for gpu_uuid, placement, pod, identified in self.slots:
-            if gpu_uuid == record.gpu_uuid and placement.overlaps(record.placement):
-                return Hold(pod, "names its slot" if identified else "reserves its slot")
+        for pod, alloc in self.slots:
+            if alloc.gpu_uuid == record.gpu_uuid and alloc.placement.overlaps(record.placement):
+                how = "names its slot" if alloc.mig_uuid is not None else "reserves its slot"
+                return Hold(pod, how)
+        if record.state not in (RecordState.IDLE, RecordState.ERROR) or self.taken_at <= 0:
+            return None
+        released = record.idle_since or record.updated_at
+        when = parse_time(released) if released else None
+        if when is not None and when > self.taken_at:
+            return Hold(None, f"released after the pod list was taken ({released})")
         return None
+
+    def reserved(self, gpu_uuid: str, placement: Placement) -> list[tuple[str, MigAllocation]]:
+        """The entries of other pods that claim slices of `placement` on that GPU."""
+        return [
+            (pod, alloc)
+            for pod, alloc in self.slots
+            if alloc.gpu_uuid == gpu_uuid and alloc.placement.overlaps(placement)
+        ]
 
 
 def _own_entry(owner: Owner, pod: Pod, alloc: MigAllocation) -> bool:
@@ -170,8 +192,15 @@ class Blocker:
     check: LiveCheck | None
     busy: bool = False
     held: Hold | None = None
+    reserved: MigAllocation | None = None
+    """The entry that claims these free slices (`gi` is then a stand-in)."""
 
     def view(self, names: dict[int, str]) -> BlockingInstance:
+        entry = self.reserved
+        if entry is not None:
+            return BlockingInstance(
+                entry.mig_uuid, None, entry.profile, entry.placement, None, held=self.held
+            )
         return blocking_instance(self.gi, self.record, names, self.busy, self.held)
 
     def describe(self, names: dict[int, str]) -> str:
@@ -271,6 +300,14 @@ def plan_create(
                 if rec is not None and rec.state is not RecordState.ACTIVE and holds:
                     held = holds.hold(rec)
                 out.append(Blocker(gi, rec, check, busy, held))
+        # Free slices another pod's entry claims: the plugin would hand that pod whatever is
+        # created there. An entry at a live GI's exact slices is judged with that GI above.
+        live = {gi.placement for gi in layout}
+        for pod, alloc in holds.reserved(gpu_uuid, p) if holds else []:
+            if alloc.placement not in live:
+                how = "names its slot" if alloc.mig_uuid is not None else "reserves its slot"
+                ghost = GpuInstance(-1, gpu_uuid, -1, -1, alloc.placement, ())
+                out.append(Blocker(ghost, None, None, held=Hold(pod, how), reserved=alloc))
         return out
 
     def hard(bs: list[Blocker]) -> list[Blocker]:
@@ -336,8 +373,8 @@ def plan_create(
         scored.append((len(bs), p.start, p, bs))
     if not scored:
         raise ConflictError(
-            "no placement for this profile is free of Active, Unmanaged, busy or in-flight "
-            "instances: " + "; ".join(b.brief() for b in in_the_way),
+            "no placement for this profile is free of Active, Unmanaged, busy, in-flight or "
+            "pod-claimed instances: " + "; ".join(b.brief() for b in in_the_way),
             blockers=in_the_way,
         )
     scored.sort(key=lambda t: (t[0], t[1]))

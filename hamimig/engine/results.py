@@ -119,13 +119,16 @@ class InstanceView:
 @dataclass(frozen=True)
 class BlockingInstance:
     """One instance in the way of a placement that hamimig may not take (a conflict's
-    `error.blockers`): Active, Unmanaged, OrphanGI (no MIG UUID), or busy Idle/Error."""
+    `error.blockers`): Active, Unmanaged, OrphanGI (no MIG UUID), busy or pod-held Idle/Error,
+    or Reserved: free slices that another pod's annotation entry claims (no GPU instance, so
+    `gpu_instance_id` is None; the entry's MIG UUID, if it has one)."""
 
     mig_uuid: str | None
-    gpu_instance_id: int
+    gpu_instance_id: int | None
     profile: str
     placement: Placement
-    state: State
+    state: State | None
+    """None for Reserved slices (JSON `"Reserved"`, a word no instance has)."""
     owner: Owner | None = None
     """As in the Instance object: the record's owner while Active, else None."""
     busy: bool = False
@@ -138,14 +141,17 @@ class BlockingInstance:
             "gpuInstanceID": self.gpu_instance_id,
             "profile": self.profile,
             "placement": placement_json(self.placement),
-            "state": self.state.value,
+            "state": self.state.value if self.state is not None else "Reserved",
             "owner": self.owner.to_json() if self.owner else None,
             "busy": self.busy,
-            "heldBy": self.held.pod if self.held else None,
+            "heldBy": self.held.to_json() if self.held else None,
         }
 
     def describe(self) -> str:
         """In full: `GI 3 (2g.20gb at 0:2) is Active (MIG-…) held by ns/pod`."""
+        if self.state is None:
+            by = self.held.brief if self.held is not None else "reserved"
+            return f"slices {self.placement} ({self.profile}) are free but {by}"
         what = f"GI {self.gpu_instance_id} ({self.profile} at {self.placement}) is "
         what += self.state.value
         if self.mig_uuid is not None:
@@ -159,6 +165,9 @@ class BlockingInstance:
 
     def brief(self) -> str:
         """Briefly: `MIG-… (Active, ns/pod)`, `MIG-… (Idle, busy)`, `GI 3 (OrphanGI)`."""
+        if self.state is None:
+            by = self.held.brief if self.held is not None else "reserved"
+            return f"slices {self.placement} ({by})"
         name = self.mig_uuid or f"GI {self.gpu_instance_id}"
         why = [self.state.value]
         if self.owner is not None:
@@ -176,19 +185,29 @@ class Hold:
     instance's MIG UUID, or its slices on that GPU (an entry without runtime identity is a slot
     the scheduler reserved, where the plugin hands out the Idle instance it finds)."""
 
-    pod: str
+    pod: str | None
+    """NS/NAME; None for an instance released after the pod list was taken, which a pod the
+    list cannot show may hold."""
     how: str
-    """`names it`, `names its slot` or `reserves its slot`."""
+    """`names it`, `names its slot`, `reserves its slot` or `released after the pod list was
+    taken (TIME)`."""
 
     @property
     def reason(self) -> str:
+        if self.pod is None:
+            return self.how
         return f"pod {self.pod}'s allocation annotation {self.how}"
 
     @property
     def brief(self) -> str:
-        """`held by pod NS/NAME` or `reserved by pod NS/NAME`."""
+        """`held by pod NS/NAME`, `reserved by pod NS/NAME` or `released after …`."""
+        if self.pod is None:
+            return self.how.partition(" (")[0]  # the time is in `reason` and in the JSON
         verb = "reserved" if self.how == "reserves its slot" else "held"
         return f"{verb} by pod {self.pod}"
+
+    def to_json(self) -> Json:
+        return {"pod": self.pod, "how": self.how}
 
 
 @dataclass(frozen=True)

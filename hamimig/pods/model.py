@@ -90,4 +90,7 @@ class PodSnapshot:
     complete: bool = True
     taken_at: float = 0.0
     elsewhere: tuple[Pod, ...] = ()
+    unbound: tuple[Pod, ...] = ()
+    """Pods bound to no node yet that hold decodable allocations: their claims count as this
+    node's pods' do, on whichever GPUs they name."""
     node_identity: NodeIdentity | None = None

@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import hamimig
 from hamimig.errors import UsageError
@@ -102,7 +102,9 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     """One pod from its manifest, or None when it is another node's and claims nothing.
 
     Another node's pod is kept (for `PodSnapshot.elsewhere`) only while it holds a decodable
-    claim: that is all `verify_node` can use, and decoding the rest would slow every parse.
+    claim: that is all `verify_node` can use, and decoding the rest would slow every parse. So
+    is a pod not yet bound to any node (for `PodSnapshot.unbound`): HAMi's scheduler writes the
+    allocation annotation before the binding, so its claim on this node's GPUs is already real.
     """
     if not isinstance(item, dict):
         raise _Malformed(f"{where} is not an object")
@@ -133,12 +135,7 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     annotations = _dict_field(meta, "annotations", where)
     raw = annotations.get(ANNOTATION)
     elsewhere = node is not None and node_name != node
-    if elsewhere and (
-        not node_name  # not bound to any node: no claim on any GPU yet
-        or not isinstance(raw, str)
-        or deletion is not None
-        or phase in TERMINAL_PHASES
-    ):
+    if elsewhere and (not isinstance(raw, str) or deletion is not None or phase in TERMINAL_PHASES):
         return None
 
     allocations: tuple[MigAllocation, ...] = ()
@@ -167,9 +164,16 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     )
 
 
-def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], list[Pod], str | None]:
-    """The pods of one `PodList`/`List`/`Pod` document on `node`, the other nodes' pods that hold
-    allocations, and the list's continue token.
+class _Page(NamedTuple):
+    pods: list[Pod]
+    elsewhere: list[Pod]
+    unbound: list[Pod]
+    token: str | None
+
+
+def _pods_of(doc: Any, node: str | None) -> _Page:
+    """The pods of one `PodList`/`List` document on `node`, the other nodes' and the unbound
+    pods that hold allocations, and the list's continue token.
 
     A token means the document is one page of a longer list: the API source fetches the next
     page, and a file holding one page is reported as incomplete.
@@ -197,18 +201,21 @@ def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], list[Pod], str | No
         raise _Malformed(f"expected kind PodList or List, got {kind!r}")
     pods: list[Pod] = []
     elsewhere: list[Pod] = []
+    unbound: list[Pod] = []
     for i, item in enumerate(items):
         pod = _pod(item, f"item {i}", node)
         if pod is None:
             pass
         elif node is None or pod.node_name == node:
             pods.append(pod)
+        elif not pod.node_name:
+            unbound.append(pod)
         else:
             elsewhere.append(pod)
     token = _dict_field(doc, "metadata", "list").get("continue")
     if token is not None and not isinstance(token, str):
         raise _Malformed("metadata.continue is not a string")
-    return pods, elsewhere, token or None
+    return _Page(pods, elsewhere, unbound, token or None)
 
 
 def _check_unique(pods: list[Pod]) -> None:
@@ -362,8 +369,8 @@ def read_pods_text(
     """
     try:
         with _gc_paused():
-            pods, elsewhere, token = _pods_of(_load_document(text), node)
-        _check_unique(pods)
+            pods, elsewhere, unbound, token = _pods_of(_load_document(text), node)
+        _check_unique(pods + unbound)
     except _Malformed as exc:
         raise UsageError(_one_line(f"{source}: {exc}")) from None
     # A saved page of a paginated list (`kubectl get --raw '...?limit=N'`): the pods it leaves
@@ -374,6 +381,7 @@ def read_pods_text(
         complete=token is None,
         taken_at=taken_at,
         elsewhere=tuple(elsewhere),
+        unbound=tuple(unbound),
     )
 
 
@@ -750,32 +758,22 @@ def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
     cfg = _kube_configuration(kubernetes)
     pods: list[Pod] = []
     elsewhere: list[Pod] = []
-    token: str | None = None
+    unbound: list[Pod] = []
     with kubernetes.client.ApiClient(cfg) as api_client:
         listing = _Listing(api_client, urllib3, source, timeout)
         identity = _read_node(listing, node, source)
         taken_at = time.time()
-        while True:
-            query = {"fieldSelector": f"spec.nodeName={node}", "limit": str(KUBE_PAGE_SIZE)}
-            if token is not None:
-                query["continue"] = token
-            status, reason, body = listing.get("/api/v1/pods", query)
-            if not 200 <= status < 300:
-                raise _status_failure(source, status, reason, body)
-            try:
-                with _gc_paused():
-                    page, other, token = _pods_of(json.loads(body), node)
-            except (ValueError, RecursionError) as exc:  # _Malformed, or not JSON at all
-                raise PodSourceError(
-                    _one_line(f"{source}: the Kubernetes API sent an unusable pod list: {exc}")
-                ) from None
-            del body
-            pods.extend(page)
-            elsewhere.extend(other)  # only from a server that ignores the field selector
-            if token is None:
-                break
+        # The node's pods, then those bound to no node yet: HAMi's scheduler annotates a pod
+        # before it binds it, so a pending pod may already claim one of this node's instances.
+        for page in _list_pages(listing, source, node, node):
+            pods.extend(page.pods)
+            unbound.extend(page.unbound)  # only from a server that ignores the selector
+            elsewhere.extend(page.elsewhere)
+        if not unbound:
+            for page in _list_pages(listing, source, "", node):
+                unbound.extend(page.unbound)
     try:
-        _check_unique(pods)
+        _check_unique(pods + unbound)
     except _Malformed as exc:
         raise PodSourceError(f"{source}: {exc}") from None
     return PodSnapshot(
@@ -783,5 +781,30 @@ def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
         source=source,
         taken_at=taken_at,
         elsewhere=tuple(elsewhere),
+        unbound=tuple(unbound),
         node_identity=identity,
     )
+
+
+def _list_pages(listing: _Listing, source: str, selected: str, node: str) -> Iterator[_Page]:
+    """The pages of the pods whose `spec.nodeName` is `selected`, following continue tokens."""
+    token: str | None = None
+    while True:
+        query = {"fieldSelector": f"spec.nodeName={selected}", "limit": str(KUBE_PAGE_SIZE)}
+        if token is not None:
+            query["continue"] = token
+        status, reason, body = listing.get("/api/v1/pods", query)
+        if not 200 <= status < 300:
+            raise _status_failure(source, status, reason, body)
+        try:
+            with _gc_paused():
+                page = _pods_of(json.loads(body), node)
+        except (ValueError, RecursionError) as exc:  # _Malformed, or not JSON at all
+            raise PodSourceError(
+                _one_line(f"{source}: the Kubernetes API sent an unusable pod list: {exc}")
+            ) from None
+        del body
+        yield page
+        token = page.token
+        if token is None:
+            return

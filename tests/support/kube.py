@@ -130,6 +130,8 @@ class FakeApi:
     node: Any = field(default_factory=node_doc)
     node_status: int | None = None
     node_stream: Stream | None = None
+    pods: list[Any] = field(default_factory=lambda: list(ALL_PODS))
+    """The cluster's pods, which the field selector picks from."""
     requests: list[tuple[str, dict[str, list[str]], str | None]] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
@@ -211,11 +213,11 @@ def make_handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             if "continue" in query and api.status_on_continue is not None:
                 return self.send(api.status_on_continue, status_body(api.status_on_continue))
             # Honour the field selector and paginate as the API server does.
-            items = ALL_PODS
+            items = api.pods
             for selector in query.get("fieldSelector", []):
                 key, _, value = selector.partition("=")
                 assert key == "spec.nodeName"
-                items = [p for p in items if p["spec"]["nodeName"] == value]
+                items = [p for p in items if p["spec"].get("nodeName", "") == value]
             limit = api.page_size_override or int(query.get("limit", ["0"])[0]) or len(items)
             start = int(query.get("continue", ["0"])[0])
             page = items[start : start + limit]
