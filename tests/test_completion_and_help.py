@@ -264,6 +264,23 @@ def test_man_page_names_every_hamimig_variable_the_code_reads() -> None:
         assert f".B {name}\n" in environment, name
 
 
+def test_every_config_override_says_what_its_value_means() -> None:
+    """Not its own name again ("events.maxBytes: events.maxBytes"); the README's config block
+    and its list of overrides name every key and variable too."""
+    from hamimig.config import ENV_OVERRIDES
+
+    environment = _man().split(".SH ENVIRONMENT", 1)[1].split(".SH ", 1)[0]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("Config (`--config`, YAML", 1)[1].split("### ", 1)[0]
+    yaml_blocks = readme.split("```yaml")[1:]
+    for var, key in ENV_OVERRIDES.items():
+        line = environment.split(f".B {var}\n", 1)[1].split("\n", 1)[0]
+        assert not line.endswith(f"{key}: {key}."), line
+        assert f"`{var}`" in block, var
+        leaf = key.rsplit(".", 1)[1]
+        assert any(f"  {leaf}:" in part.split("```")[0] for part in yaml_blocks), key
+
+
 def test_man_page_gives_the_global_defaults_and_examples() -> None:
     page = _man()
     globals_ = page.split(".SH GLOBAL OPTIONS", 1)[1].split(".SH COMMANDS", 1)[0]
@@ -320,3 +337,11 @@ def test_every_command_summary_fits_the_command_list() -> None:
             first = (cmd.help or "").strip().split("\n\n")[0]
             assert "\n" not in first.strip(), (path, first)  # one line
             assert len(first) <= 62, (path, first)
+
+
+def test_the_adoption_opt_in_names_its_other_spelling() -> None:
+    """`recover --adopt` and `adopt --exclusive-owner` are one opt-in: each help says so."""
+    recover = CliRunner().invoke(app, ["recover", "--help"], env={"COLUMNS": "200"})
+    adopt = CliRunner().invoke(app, ["adopt", "--help"], env={"COLUMNS": "200"})
+    assert "adopt spells --exclusive-owner" in " ".join(recover.stdout.split())
+    assert "recover spells --adopt" in " ".join(adopt.stdout.split())

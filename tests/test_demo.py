@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,13 @@ def test_a_step_that_does_not_go_as_narrated_fails_the_demo(
     title = step.split(" ", 1)[1].strip("()")
     assert title not in result.stdout  # never narrated
     assert "steps," not in result.stdout  # no summary either
+
+
+def test_piped_demo_rules_fit_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped output stays wide for grep, but a section rule is a line of the terminal's width:
+    80 when it is unknown, not 240 dashes."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = CliRunner().invoke(app, ["demo"])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    rules = [line for line in result.stdout.splitlines() if re.match(r"\d+\. .* ─+$", line)]
+    assert len(rules) == 10 and all(len(line) <= 80 for line in rules), max(rules, key=len)

@@ -85,7 +85,8 @@ def test_fresh_node_is_healthy_with_warnings_for_missing_directories(cli: Cli) -
     assert checks["mig-mode/gpu1"]["status"] == "ok"
     assert checks["mig-minors"]["status"] == "ok"
     assert checks["config"]["status"] == "ok"
-    assert data["summary"] == {"ok": len(data["checks"]) - 2, "warn": 2, "fail": 0}
+    counts = {"ok": len(data["checks"]) - 3, "warn": 2, "fail": 0, "skipped": 1}
+    assert data["summary"] == counts
     for check in data["checks"]:  # camelCase keys, one-line texts, a fix on every non-ok
         assert set(check) == {"name", "status", "message", "hint"}
         assert "\n" not in check["message"]
@@ -118,7 +119,10 @@ def test_table_output_has_the_columns_and_a_summary(cli: Cli) -> None:
     for column in ("CHECK", "STATUS", "DETAIL", "FIX"):
         assert column in header
     assert "mig-mode/gpu0" in ran.stdout
-    assert ran.stdout.rstrip().splitlines()[-1].endswith("fail: healthy")
+    assert ran.stdout.rstrip().splitlines()[-1].endswith("0 fail, 1 skipped: healthy")
+    # A check that did not run says so: never OK.
+    [pods] = [line for line in ran.stdout.splitlines() if "recovery/pods" in line]
+    assert "SKIPPED" in pods and "OK" not in pods
 
 
 def test_table_output_of_a_failing_node_says_so(cli: Cli) -> None:

@@ -415,7 +415,8 @@ def test_doctor_with_pods_fails_a_gpu_reset_under_a_running_pod(
     # Without pods, the pod checks are skipped and said to be.
     plain = cli.json("doctor").json()
     by_name = {c["name"]: c for c in plain["checks"]}
-    assert "skipped" in by_name["recovery/pods"]["message"]
+    assert by_name["recovery/pods"]["status"] == "skipped"
+    assert "no pod source given" in by_name["recovery/pods"]["message"]
 
 
 # ---------------------------------------------------------------------------------------------

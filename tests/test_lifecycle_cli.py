@@ -128,6 +128,7 @@ def test_allocate_creates_gi_ci_cdi_spec_and_record(cli: Cli) -> None:
         "createdAt": inst["createdAt"],
         "updatedAt": inst["updatedAt"],
         "idleSince": None,
+        "lastOwner": None,
         "migUUID": mig,
         "gpuUUID": gpu0["uuid"],
         "gpuIndex": 0,
@@ -299,6 +300,23 @@ def test_release_by_pod_keeps_gi_ci_and_cdi_spec(cli: Cli) -> None:
         assert rec_state(cli, mig) == "Idle"
     assert record(cli, other)["hamimig"]["state"] == "Active"
     assert rec_state(cli, other) == "Active"
+
+
+def test_release_says_which_pod_it_released(cli: Cli) -> None:
+    """The released instance has no owner any more; the table names the pod it was released
+    from, and the JSON has it as `lastOwner`."""
+    mig = allocated(cli, "ns/p", "1g.10gb", "0")
+    for dry in (["--dry-run"], []):
+        ran = cli("release", "--mig-uuid", mig, *dry)
+        assert ran.exit_code == 0, ran.stderr
+        [row] = [line for line in ran.stdout.splitlines() if mig in line]
+        assert "ns/p" in row
+    again = ok(cli.json("release", "--pod", "ns/p"))  # already released: unchanged
+    [inst] = again["released"]
+    assert inst["owner"] is None
+    assert (inst["lastOwner"]["namespace"], inst["lastOwner"]["name"]) == ("ns", "p")
+    [row] = [line for line in cli("release", "--pod", "ns/p").stdout.splitlines() if mig in line]
+    assert "ns/p" in row
 
 
 def test_release_by_mig_uuid(cli: Cli) -> None:

@@ -28,6 +28,7 @@ INSTANCE_KEYS = {
     "gpuInstanceID",
     "computeInstanceID",
     "computeInstanceCount",
+    "lastOwner",
     "state",
     "owner",
     "cdiDevice",

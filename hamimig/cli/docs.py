@@ -515,6 +515,14 @@ _CONFIG_OVERRIDE_HELP = {
     "devices.nvidia.maxIdleInstancesPerGPU": (
         "a whole number (0: keep none): reconcile keeps at most this many Idle instances per GPU"
     ),
+    "events.maxBytes": (
+        "a size in bytes, 4Ki to 1Gi (16777216, 512Ki, 16Mi): the event journal rotates when an "
+        "append would pass it"
+    ),
+    "pods.source": (
+        "kube (the only default a pod source may have): the commands that take a pod source "
+        "list the node's pods through the Kubernetes API unless one is given"
+    ),
 }
 
 
@@ -522,7 +530,7 @@ def environment() -> list[tuple[str, str]]:
     """Every environment variable hamimig reads besides the global options' own, with what it
     does (a test checks that the man page names every HAMIMIG_ variable the code reads)."""
     overrides = [
-        (var, f"Overrides the config file's {key}: {_CONFIG_OVERRIDE_HELP.get(key, key)}.")
+        (var, f"Overrides the config file's {key}: {_CONFIG_OVERRIDE_HELP[key]}.")
         for var, key in ENV_OVERRIDES.items()
     ]
     return [

@@ -33,7 +33,9 @@ def recover(
         bool,
         typer.Option(
             "--adopt",
-            help="HAMi exclusively owns the complete MIG layout: claim unmarked instances.",
+            help="HAMi exclusively owns the complete MIG layout: claim unmarked instances "
+            "(the opt-in that adopt spells --exclusive-owner; in the config "
+            "devices.nvidia.adoptExistingMIGInstances: true).",
         ),
     ] = False,
     dry_run: DryRun = False,
@@ -63,7 +65,9 @@ def adopt(
         bool,
         typer.Option(
             "--exclusive-owner",
-            help="HAMi exclusively owns the complete MIG layout on this node (the opt-in).",
+            help="HAMi exclusively owns the complete MIG layout on this node: the opt-in "
+            "that recover spells --adopt (in the config "
+            "devices.nvidia.adoptExistingMIGInstances: true).",
         ),
     ] = False,
     dry_run: DryRun = False,

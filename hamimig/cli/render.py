@@ -211,7 +211,9 @@ def demo_step(step: DemoStep) -> None:
     from rich.rule import Rule
 
     console = _console()
-    console.print(Rule(f"[bold]{step.number}. {step.title}[/]", align="left"))
+    # A rule is as wide as the terminal: the piped width (kept wide for grep) would be a line
+    # of 240 dashes.
+    _console(piped_width=80).print(Rule(f"[bold]{step.number}. {step.title}[/]", align="left"))
     console.print(step.narration)
     console.print(f"[dim]$ {step.command}[/]")
     style = "green" if step.exit_code == 0 else "yellow"
@@ -272,12 +274,16 @@ def _console(width: int | None = None, piped_width: int = _PIPED_WIDTH) -> Conso
 
 
 def _owner(inst: InstanceView, slot: bool = False) -> str:
-    """`ns/pod`, or `ns/pod[container/device]` with `slot`."""
-    if inst.owner is None:
+    """`ns/pod`, or `ns/pod[container/device]` with `slot`; for an instance a release just
+    made (or found) Idle, the pod it was released from."""
+    owner = inst.owner
+    if owner is None and inst.outcome in (Outcome.RELEASED, Outcome.UNCHANGED):
+        owner = inst.last_owner
+    if owner is None:
         return "-"
     if slot:
-        return str(inst.owner)
-    return f"{inst.owner.namespace}/{inst.owner.name}"
+        return str(owner)
+    return f"{owner.namespace}/{owner.name}"
 
 
 def _age(inst: InstanceView, now: float | None) -> str:
@@ -897,6 +903,7 @@ CHECK_STYLE = {
     CheckStatus.OK: "green",
     CheckStatus.WARN: "yellow",
     CheckStatus.FAIL: "bold red",
+    CheckStatus.SKIPPED: "dim",
 }
 
 
@@ -921,6 +928,8 @@ def _doctor(console: Console, result: DoctorReport) -> None:
     counts = {s: result.count(s) for s in CheckStatus}
     summary = f"{counts[CheckStatus.OK]} ok, {counts[CheckStatus.WARN]} warn, "
     summary += f"{counts[CheckStatus.FAIL]} fail"
+    if counts[CheckStatus.SKIPPED]:
+        summary += f", {counts[CheckStatus.SKIPPED]} skipped"
     if result.exit_code:
         console.print(f"[bold red]{summary}: not healthy[/] (exit {result.exit_code})")
     elif counts[CheckStatus.WARN]:

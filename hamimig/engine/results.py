@@ -75,6 +75,8 @@ class InstanceView:
     """What the command that reports it did to it (allocate, release, reclaim, forget; in a dry
     run what it would do); None in the reports that only look (`list`, `show`), whose Instance
     objects have no `outcome` key. `state` stays the last state the instance had."""
+    last_owner: Owner | None = None
+    """The pod slot that last held an Idle instance (the record's `lastOwner`), else None."""
     compute_instance_count: int | None = None
     """How many compute instances the live GI holds (`list`, `show`); more than one, or one
     that does not span the GI, makes it no one's single instance. None when not asked or the
@@ -100,6 +102,7 @@ class InstanceView:
             "computeInstanceCount": self.compute_instance_count,
             "state": self.state.value,
             "owner": self.owner.to_json() if self.owner else None,
+            "lastOwner": self.last_owner.to_json() if self.last_owner else None,
             "cdiDevice": self.cdi_device,
             "error": self.error,
             "processes": self.processes,
@@ -529,4 +532,5 @@ def record_view(
         created_at=record.created_at,
         updated_at=record.updated_at,
         idle_since=record.idle_since if shown is State.IDLE else None,
+        last_owner=record.last_owner if shown is State.IDLE else None,
     )

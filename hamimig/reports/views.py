@@ -166,6 +166,8 @@ class CheckStatus(str, enum.Enum):
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
+    SKIPPED = "skipped"
+    """Not run, and why is in the message (no pod source, for the pod checks): never `ok`."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from hamimig.engine.facts import Durable
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource, stale_warning
 from hamimig.errors import HamimigError
-from hamimig.reports.doctor.verdicts import HARDWARE, UNVERIFIABLE, fail, ok, warn
+from hamimig.reports.doctor.verdicts import HARDWARE, UNVERIFIABLE, fail, ok, skipped, warn
 from hamimig.reports.views import Check, CheckStatus
 
 RECOVER_REFUSES = (
@@ -73,10 +73,10 @@ def with_recovery(
         )
     if not pods_known:
         found.append(
-            ok(
+            skipped(
                 "recovery/pods",
-                "skipped: no pod source given, so what pods hold is not checked "
-                "(doctor --pods FILE|- or --kube checks it too)",
+                "no pod source given, so what pods hold is not checked",
+                "doctor --pods FILE|- or --kube checks it too",
             )
         )
     if plan.refusals:

@@ -1,9 +1,9 @@
 """How a doctor check comes out, and the exit code a failure maps to.
 
-Each check is ok, warn or fail with a one-line fix; a failure is either a hardware or I/O matter
-(exit 4) or state that is readable but cannot be trusted (exit 5). `guarded` turns an error a
-section did not expect into that section's failing check, so that no broken node makes doctor
-raise instead of report.
+Each check is ok, warn, fail (with a one-line fix) or skipped; a failure is either a hardware or
+I/O matter (exit 4) or state that is readable but cannot be trusted (exit 5). `guarded` turns an
+error a section did not expect into that section's failing check, so that no broken node makes
+doctor raise instead of report.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ UNVERIFIABLE = 5
 
 def ok(name: str, message: str) -> Check:
     return Check(name, CheckStatus.OK, message)
+
+
+def skipped(name: str, message: str, hint: str = "") -> Check:
+    return Check(name, CheckStatus.SKIPPED, message, hint)
 
 
 def warn(name: str, message: str, hint: str) -> Check:
