@@ -69,6 +69,18 @@ class ActionKind(str, enum.Enum):
     SKIP = "skip"
 
 
+class ActionResult(str, enum.Enum):
+    """What became of one step of recover, adopt or reconcile (`result` in its action object;
+    in a dry run, what would): applied (`done`), nothing to change (`unchanged`: a preserve,
+    a restore that found the record as it should be), left alone on purpose (`skipped`), or
+    refused by the hardware or the disk (`failed`, with its `error`)."""
+
+    DONE = "done"
+    UNCHANGED = "unchanged"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
 class Outcome(str, enum.Enum):
     """What a command did to one instance it reports (`outcome` in its Instance object; in a
     dry run, what it would do): allocate made a new one, handed out an Idle one, or found the

@@ -14,8 +14,12 @@ from tests.support.cli import (
     allocate_args,
     allocated,
     configured,
+    fail_destroys,
+    fault,
     idle,
     ok,
+    owners_running,
+    sim,
     sim_create,
 )
 
@@ -48,9 +52,14 @@ def _outcomes(instances: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 
 def _row(stdout: str, mig: str) -> list[str]:
-    """The cells of the table row naming `mig`."""
-    [line] = [line for line in stdout.splitlines() if mig in line and line.startswith("│")]
-    return [cell.strip() for cell in line.strip("│ ").split("│")]
+    """The cells of the table row whose MIG UUID is `mig` (its first line)."""
+    rows = [
+        [cell.strip() for cell in line.strip("│ ").split("│")]
+        for line in stdout.splitlines()
+        if line.startswith("│")
+    ]
+    [row] = [cells for cells in rows if mig in cells]
+    return row
 
 
 def _header(stdout: str) -> list[str]:
@@ -188,6 +197,7 @@ def test_recover_twice_the_second_says_nothing_to_change(cli: Cli) -> None:
     assert first["summary"] == {
         "changed": 1,
         "unchanged": 0,
+        "failed": 0,
         "filesChanged": 1,  # the record
         "byAction": {"restore-idle": 1},
     }
@@ -242,8 +252,135 @@ def test_adopt_says_what_it_claimed_then_nothing_to_change(cli: Cli) -> None:
 
 def test_reconcile_shares_the_action_table(cli: Cli) -> None:
     data = ok(cli.json("reconcile"))
-    assert data["summary"] == {"changed": 0, "unchanged": 0, "filesChanged": 0, "byAction": {}}
+    assert data["summary"] == {
+        "changed": 0,
+        "unchanged": 0,
+        "failed": 0,
+        "filesChanged": 0,
+        "byAction": {},
+    }
     assert cli("reconcile").stdout.splitlines() == ["reconcile: nothing to change"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Each action's result; a failed one is data (`result`, `error`), never counted as changed
+
+
+def _by_mig(report: dict[str, Any]) -> dict[str, tuple[str, str, bool, Any]]:
+    return {
+        a["migUUID"]: (a["action"], a["result"], a["changed"], a["error"])
+        for a in report["actions"]
+    }
+
+
+def test_a_failed_retry_destroy_is_failed_not_a_change(cli: Cli) -> None:
+    restored = allocated(cli, "ns/a", "1g.10gb", "0")  # Active, no pod holds it: restore-idle
+    kept = idle(cli, "ns/b", "1g.10gb", "1")  # already as its record says: verified
+    unmanaged = sim_create(cli, "1g.10gb", "5")["migUUID"]
+    err = idle(cli, "ns/c", "1g.10gb", "2")
+    fail_destroys(cli)  # IN_USE on every CI destroy
+    assert cli.json("reclaim", "--mig-uuid", err).exit_code == 4  # left in Error
+
+    # A dry run cannot know the destroy will fail: it says what each would be.
+    dry = ok(cli.json("--node", "n", "recover", "--assume-no-pods", "--dry-run"))
+    assert _by_mig(dry) == {
+        restored: ("restore-idle", "done", True, None),
+        kept: ("restore-idle", "unchanged", False, None),
+        unmanaged: ("preserve-unmanaged", "unchanged", False, None),
+        err: ("retry-destroy", "done", True, None),
+    }
+    assert dry["summary"]["changed"] == 2
+    assert (dry["summary"]["unchanged"], dry["summary"]["failed"]) == (2, 0)
+
+    # Recovery's policy: a failed destroy that left the instance in Error exits 0.
+    data = ok(cli.json("--node", "n", "recover", "--assume-no-pods"))
+    assert "error" not in data  # no failure that makes the exit code
+    failed = [a for a in data["actions"] if a["migUUID"] == err]
+    assert [(a["action"], a["result"]) for a in failed] == [("retry-destroy", "failed")]
+    error = failed[0]["error"]
+    assert set(error) == {"code", "message"}
+    assert error["code"] == "hardware"
+    assert "IN_USE" in error["message"] and err in error["message"]
+    assert failed[0]["changed"] is True  # its record was written (Reclaiming, then Error)
+    assert {m: v[:3] for m, v in _by_mig(data).items()} == {
+        restored: ("restore-idle", "done", True),
+        kept: ("restore-idle", "unchanged", False),
+        unmanaged: ("preserve-unmanaged", "unchanged", False),
+        err: ("retry-destroy", "failed", True),
+    }
+    assert all(a["error"] is None for a in data["actions"] if a["migUUID"] != err)
+    summary = data["summary"]
+    assert (summary["changed"], summary["unchanged"], summary["failed"]) == (1, 2, 1)
+    assert summary["byAction"] == {"restore-idle": 2, "preserve-unmanaged": 1, "retry-destroy": 1}
+
+    table = cli("--node", "n", "recover", "--assume-no-pods")  # the destroy fails again
+    assert table.exit_code == 0, table.stderr
+    assert _cell(table.stdout, err, "CHANGED") == "failed"
+    assert _cell(table.stdout, restored, "CHANGED") == "no"  # verified now
+    assert _summary(table.stdout) == (
+        {"2 verified", "1 preserve-unmanaged", "1 retry-destroy failed"},
+        "0 changed, 1 failed, 1 file changed",
+    )
+
+
+def test_reconcile_reports_skipped_and_failed_and_exits_4(cli: Cli) -> None:
+    err = idle(cli, "ns/old", "1g.10gb", "2")
+    fail_destroys(cli)
+    assert cli.json("reclaim", "--mig-uuid", err).exit_code == 4
+    # Without a pod list an Error instance that is still complete is left alone on purpose.
+    skipped = ok(cli.json("reconcile"))
+    assert _by_mig(skipped) == {err: ("skip", "skipped", False, None)}
+    assert skipped["summary"]["failed"] == 0
+    assert _summary(cli("reconcile").stdout)[1] == "nothing to change (0 changed, 0 files changed)"
+
+    pods = owners_running(cli)
+    dry = ok(cli.json("reconcile", "--pods", pods, "--dry-run"))
+    assert _by_mig(dry) == {err: ("retry-destroy", "done", True, None)}
+    # reconcile's policy: every failed step exits 4, and the report's error says why.
+    ran = cli.json("reconcile", "--pods", pods)
+    assert ran.exit_code == 4, ran.stdout
+    data = ran.json()
+    [action] = data["actions"]
+    assert (action["result"], action["error"]["code"]) == ("failed", "hardware")
+    assert action["error"]["message"] in data["error"]["message"]
+    assert (data["summary"]["changed"], data["summary"]["failed"]) == (0, 1)
+    table = cli("reconcile", "--pods", owners_running(cli))  # newer than the Error record
+    assert table.exit_code == 4
+    assert _cell(table.stdout, err, "CHANGED") == "failed"
+
+
+def test_a_queued_cdi_removal_that_fails_again_is_failed(cli: Cli) -> None:
+    a = idle(cli, "ns/old", "1g.10gb", "1")
+    fault(cli, "cdi.remove", "EIO")
+    ok(cli.json("reclaim", "--mig-uuid", a))  # the spec's removal is queued
+    fault(cli, "cdi.remove", "EACCES")
+    dry = ok(cli.json("reconcile", "--dry-run"))
+    assert _by_mig(dry) == {a: ("retry-cdi-removal", "done", True, None)}
+    ran = cli.json("reconcile")
+    assert ran.exit_code == 4
+    [action] = ran.json()["actions"]
+    assert (action["action"], action["result"]) == ("retry-cdi-removal", "failed")
+    assert action["error"]["code"] == "hardware"
+    assert "still cannot be removed" in action["error"]["message"]
+    assert ran.json()["summary"]["changed"] == 0
+    assert ran.json()["summary"]["failed"] == 1
+    # The retry that works is done.
+    done = ok(cli.json("reconcile"))
+    assert _by_mig(done) == {a: ("retry-cdi-removal", "done", True, None)}
+    assert (done["summary"]["changed"], done["summary"]["failed"]) == (1, 0)
+
+
+def test_a_failed_step_is_never_counted_verified(cli: Cli) -> None:
+    mig = allocated(cli, "ns/a", "1g.10gb", "0")
+    sim(cli, "fault", "add", "--op", "record.write", "--error", "EIO", "--times", "1000")
+    ran = cli.json("--node", "n", "recover", "--assume-no-pods")
+    assert ran.exit_code == 4  # nothing tracked was left: recovery failed
+    data = ran.json()
+    assert _by_mig(data)[mig][:3] == ("restore-idle", "failed", False)  # nothing written
+    assert data["summary"]["failed"] == 1
+    table = cli("--node", "n", "recover", "--assume-no-pods").stdout
+    assert _cell(table, mig, "CHANGED") == "failed"
+    assert table.splitlines()[-2].startswith("summary: 1 restore-idle failed; ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,7 +419,14 @@ def test_every_result_keeps_its_keys_and_only_gains_the_new_ones(cli: Cli) -> No
         assert {"kind", "dryRun", "actions", "summary"} <= set(report)
         for action in report["actions"]:
             old = {"action", "migUUID", "gpuUUID", "placement", "reason"}
-            assert set(action) == old | {"changed"}
+            assert set(action) == old | {"changed", "result", "error"}
+        assert set(report["summary"]) == {
+            "changed",
+            "unchanged",
+            "failed",
+            "filesChanged",
+            "byAction",
+        }
 
     # `list` and `show` look, and act on nothing: their Instance objects have no outcome.
     listed = ok(node.json("list"))["instances"]

@@ -633,7 +633,7 @@ def _actions(console: Console, result: ActionReport) -> None:
             True,
             {
                 "ACTION": [a.action for a in acts],
-                "CHANGED": [yes if a.changed else "no" for a in acts],
+                "CHANGED": ["failed" if a.failed else yes if a.changed else "no" for a in acts],
                 _UUID: [a.mig_uuid or "-" for a in acts],
                 "GPU": [(a.gpu_uuid or "-")[:12] for a in acts],
                 "PLACEMENT": [str(a.placement) if a.placement else "-" for a in acts],
@@ -662,14 +662,17 @@ _DONE_WORDS = {"restore-idle": "restored Idle", "restore-active": "restored Acti
 
 def action_summary(result: ActionReport) -> str:
     """One line under the action table: the actions counted by what they did (a restore that
-    changed nothing is `verified`), how many changed something and the files written or
-    removed; `nothing to change` when no action changed anything.
+    changed nothing is `verified`), how many changed something, how many failed (never counted
+    as changed) and the files written or removed; `nothing to change` when no action changed
+    anything or failed.
 
     `summary: 4 verified, 1 restored Idle, 1 preserve-unmanaged; 1 changed, 1 file changed`
     """
     counts: dict[str, int] = {}
     for a in result.actions:
-        if a.verified:
+        if a.failed:
+            word = f"{a.action} failed"
+        elif a.verified:
             word = "verified"
         elif a.changed and not result.dry_run:
             word = _DONE_WORDS.get(a.action, a.action)
@@ -677,15 +680,16 @@ def action_summary(result: ActionReport) -> str:
             word = a.action
         counts[word] = counts.get(word, 0) + 1
     parts = ", ".join(f"{n} {word}" for word, n in counts.items())
-    changed, files = result.changed, result.files_changed
-    if not changed:
+    changed, failed, files = result.changed, result.failed_actions, result.files_changed
+    if not changed and not failed:
         tail = "nothing to change"
         if not result.dry_run:
             tail += f" (0 changed, {files} files changed)"
     elif result.dry_run:
         tail = f"{changed} would change (dry run: nothing changed)"
     else:
-        tail = f"{changed} changed, {files} file{'' if files == 1 else 's'} changed"
+        failures = f"{failed} failed, " if failed else ""
+        tail = f"{changed} changed, {failures}{files} file{'' if files == 1 else 's'} changed"
     return f"summary: {parts}; {tail}"
 
 

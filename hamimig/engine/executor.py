@@ -21,7 +21,7 @@ from functools import partial
 from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
 from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
-from hamimig.engine.results import Action
+from hamimig.engine.results import Action, StepError
 from hamimig.engine.states import (
     Creating,
     StateName,
@@ -420,14 +420,15 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
                 failures.append(exc.message)
             touched = _files_touched(node, before)
             files += touched
-            actions.append(step.report(f"failed: {exc.message}", changed=touched > 0))
+            actions.append(step.report(changed=touched > 0, error=StepError(exc.code, exc.message)))
             continue
         except (HamimigError, OSError) as exc:
             why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+            code = exc.code if isinstance(exc, HamimigError) else HardwareError.code
             failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
             touched = _files_touched(node, before)
             files += touched
-            actions.append(step.report(f"failed: {why}", changed=touched > 0))
+            actions.append(step.report(changed=touched > 0, error=StepError(code, why)))
             continue
         files += _files_touched(node, before)
         actions.append(step.report(applied.note, changed=step.changes and applied.changed))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from hamimig.hw.types import Placement
 from hamimig.store.records import Owner, Record
-from hamimig.vocabulary import ActionKind, Outcome, State
+from hamimig.vocabulary import ActionKind, ActionResult, Outcome, State
 
 if TYPE_CHECKING:
     pass
@@ -334,6 +334,18 @@ _RESTORES = (ActionKind.RESTORE_IDLE.value, ActionKind.RESTORE_ACTIVE.value)
 
 
 @dataclass(frozen=True)
+class StepError:
+    """Why a step failed: the category of its error (as the exit-code table names them) and
+    the hardware's or the disk's own message."""
+
+    code: str
+    message: str
+
+    def to_json(self) -> Json:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
 class Action:
     """One step of recover, adopt or reconcile, with the reason it was (or would be) taken."""
 
@@ -345,7 +357,11 @@ class Action:
     changed: bool = False
     """Whether the step changed anything (a file written or removed, the hardware changed); in a
     dry run, whether it would. A verified instance that stays as it is, a preserve or a skip
-    changes nothing."""
+    changes nothing; a failed step may have written a file before it failed (its record, now
+    Error)."""
+    result: ActionResult = ActionResult.UNCHANGED
+    error: StepError | None = None
+    """Set exactly when `result` is failed."""
 
     def to_json(self) -> Json:
         return {
@@ -355,12 +371,18 @@ class Action:
             "placement": placement_json(self.placement) if self.placement else None,
             "reason": self.reason,
             "changed": self.changed,
+            "result": self.result.value,
+            "error": self.error.to_json() if self.error else None,
         }
+
+    @property
+    def failed(self) -> bool:
+        return self.result is ActionResult.FAILED
 
     @property
     def verified(self) -> bool:
         """A restore that found the instance already as its record says: verified, unchanged."""
-        return not self.changed and self.action in _RESTORES
+        return self.result is ActionResult.UNCHANGED and self.action in _RESTORES
 
 
 @dataclass(frozen=True)
@@ -404,8 +426,13 @@ class ActionReport:
 
     @property
     def changed(self) -> int:
-        """How many actions changed something (in a dry run: would)."""
-        return sum(a.changed for a in self.actions)
+        """How many actions were done (in a dry run: would be); a failed one is not, whatever
+        it wrote before it failed."""
+        return sum(a.result is ActionResult.DONE for a in self.actions)
+
+    @property
+    def failed_actions(self) -> int:
+        return sum(a.failed for a in self.actions)
 
     def by_action(self) -> dict[str, int]:
         """How many actions of each kind, in the order they first appear."""
@@ -417,7 +444,8 @@ class ActionReport:
     def summary_json(self) -> Json:
         return {
             "changed": self.changed,
-            "unchanged": len(self.actions) - self.changed,
+            "unchanged": len(self.actions) - self.changed - self.failed_actions,
+            "failed": self.failed_actions,
             "filesChanged": self.files_changed,
             "byAction": self.by_action(),
         }

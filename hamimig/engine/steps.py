@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 from hamimig.engine.facts import LiveCheck, Liveness
 from hamimig.engine.plans import NOTHING_CHANGED
-from hamimig.engine.results import Action, SkippedGpu, Warning_
+from hamimig.engine.results import Action, SkippedGpu, StepError, Warning_
 from hamimig.errors import UnverifiableError
 from hamimig.hw.types import ComputeInstance, GiProfile, Gpu, GpuInstance, MigDevice, Placement
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record
-from hamimig.vocabulary import ActionKind, State
+from hamimig.vocabulary import ActionKind, ActionResult, State
 
 Located = tuple[str | None, str | None, Placement | None]
 """What a report names for a step: MIG UUID, GPU UUID and placement (each may be unknown)."""
@@ -184,9 +184,21 @@ class Step:
         """Whether applying it changes anything (a step on a `Where` only reports)."""
         return not isinstance(self.target, Where)
 
-    def report(self, outcome: str | None = None, changed: bool = False) -> Action:
-        reason = self.reason if not outcome else f"{self.reason}; {outcome}"
-        return Action(self.kind.value, *self.target.where, reason, changed=changed)
+    def report(
+        self, note: str | None = None, changed: bool = False, error: StepError | None = None
+    ) -> Action:
+        """The step as reported: done, unchanged (it changed nothing), skipped, or failed with
+        `error` (also said in the reason, for the table); in a dry run, what it would be."""
+        if error is not None:
+            result, note = ActionResult.FAILED, f"failed: {error.message}"
+        elif self.kind is ActionKind.SKIP:
+            result = ActionResult.SKIPPED
+        else:
+            result = ActionResult.DONE if changed else ActionResult.UNCHANGED
+        reason = self.reason if not note else f"{self.reason}; {note}"
+        return Action(
+            self.kind.value, *self.target.where, reason, changed, result=result, error=error
+        )
 
 
 @dataclass
