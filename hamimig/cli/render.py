@@ -446,14 +446,16 @@ def _titled(console: Console, title: str, table: Any) -> None:
     console.print(table)
 
 
-def _wrapped(console: Console, plain: str, style: str = "") -> None:
+def _wrapped(console: Console, plain: str, style: str = "", indent: int = 0) -> None:
     """`plain` (not markup) wrapped to the console's width, long words folded, and without the
-    space rich leaves at the end of each line it breaks."""
+    space rich leaves at the end of each line it breaks; lines after the first indented by
+    `indent`, so that one item of a list reads as one."""
     from rich.text import Text
 
-    for line in Text(plain, style=style).wrap(console, console.width, overflow="fold"):
+    width = max(console.width - indent, 1)
+    for n, line in enumerate(Text(plain, style=style).wrap(console, width, overflow="fold")):
         line.rstrip()
-        console.print(line)
+        console.print(Text(" " * indent) + line if n else line)
 
 
 def _instance_rows(
@@ -630,7 +632,7 @@ def _reclaim(console: Console, result: Reclaim, look: Look) -> None:
     acted = "would reclaim" if result.dry_run else "reclaimed"
     _instances(console, title, result.reclaimed, look, acted, result.dry_run)
     for skipped in result.skipped:
-        console.print(f"skipped {skipped.mig_uuid}: {skipped.reason}")
+        _wrapped(console, f"skipped {skipped.mig_uuid}: {skipped.reason}", indent=2)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
     for warning in result.warnings:
