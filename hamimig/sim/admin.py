@@ -77,7 +77,7 @@ def sim_init(
         raise UsageError(f"a simulated node has 1 to {MAX_SIM_GPUS} GPUs, not {count}")
     if not _DRIVER_VERSION.fullmatch(driver_version):
         raise UsageError(
-            f"--driver-version {driver_version!r} is not a driver version such as {DRIVER_VERSION}"
+            f"the driver version {driver_version!r} is not one such as {DRIVER_VERSION}"
         )
     node = new_node(spec, count, driver_version)
     store.create(node)
