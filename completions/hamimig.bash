@@ -27,7 +27,7 @@ _hamimig() {
         -o) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return;;
         --mig-uuid) COMPREPLY=($(compgen -W "$(_hamimig_records mig-uuids)" -- "$cur")); return;;
         --profile) COMPREPLY=($(compgen -W "1g.10gb 1g.10gb+me 1g.18gb 1g.18gb+me 1g.20gb 1g.23gb 1g.23gb+me 1g.35gb 1g.45gb 1g.5gb 1g.5gb+me 2g.10gb 2g.20gb 2g.35gb 2g.45gb 3g.20gb 3g.40gb 3g.71gb 3g.90gb 4g.20gb 4g.40gb 4g.71gb 4g.90gb 7g.141gb 7g.180gb 7g.40gb 7g.80gb $(_hamimig_records profiles)" -- "$cur")); return;;
-        --action|--advance|--cdi-dir|--ci-count|--ci-slices|--config|--container-index|--count|--device-index|--error|--gpu|--idle-older-than|--intent|--keep|--kind|--limit|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--set|--sim|--since|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
+        --action|--advance|--cdi-dir|--ci-count|--ci-slices|--config|--container-index|--count|--device-index|--driver-version|--error|--gpu|--idle-older-than|--intent|--keep|--kind|--limit|--lock-timeout|--mig-uuid|--model|--node|--op|--output|--placement|--pod|--pod-uid|--pods|--profile|--set|--sim|--since|--skip|--state|--state-dir|--textfile|--times|-o) COMPREPLY=(); return;;
     esac
     for ((i=1; i<COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
@@ -61,7 +61,7 @@ _hamimig() {
         "sim fault") words="-h --help add clear";;
         "sim fault add") words="--op --error --action --times --skip --gpu -h --help";;
         "sim fault clear") words="-h --help";;
-        "sim init") words="--model --count -h --help";;
+        "sim init") words="--model --count --driver-version -h --help";;
         "sim mig-mode") words="--gpu --enable --disable --pending -h --help";;
         "sim reset") words="--gpu -h --help";;
         "sim show") words="-h --help";;

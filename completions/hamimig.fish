@@ -177,6 +177,7 @@ complete -c hamimig -n "__hamimig_at 'sim fault add'" -s h -l help -d 'Show the 
 complete -c hamimig -n "__hamimig_at 'sim fault clear'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "__hamimig_at 'sim init'" -l model -x -a 'A100-SXM4-40GB A100-SXM4-80GB H100-SXM5-80GB H200-SXM5-141GB B200-180GB' -d 'The GPU board: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM5-141GB, B200-180GB.'
 complete -c hamimig -n "__hamimig_at 'sim init'" -l count -r -d 'Number of GPUs (1 to 32).'
+complete -c hamimig -n "__hamimig_at 'sim init'" -l driver-version -r -d 'The driver NVML reports; before 470, MIG UUIDs read MIG-GPU-<uuid>/<gi>/<ci>.'
 complete -c hamimig -n "__hamimig_at 'sim init'" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "__hamimig_at 'sim mig-mode'" -l gpu -r -d 'NVML index or GPU UUID.'
 complete -c hamimig -n "__hamimig_at 'sim mig-mode'" -l enable -l disable -d 'Turn MIG on or off.'

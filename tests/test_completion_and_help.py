@@ -33,7 +33,7 @@ METAVARS = {
     # paths, files and times
     *("PATH", "FILE|-", "SECONDS", "DURATION", "TIME", "DURATION|TIME"),
     # what hamimig names
-    *("NS/NAME", "GPU", "PLACEMENT", "PROFILE", "MIG_UUID", "NAME", "UID", "ID", "N"),
+    *("NS/NAME", "GPU", "PLACEMENT", "PROFILE", "MIG_UUID", "NAME", "UID", "ID", "N", "VERSION"),
     # fixed lists
     *("FORMAT", "STATE", "MODEL", "OP", "ACTION", "ERROR", "KIND"),
 }

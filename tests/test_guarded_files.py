@@ -104,3 +104,48 @@ def test_the_doctor_hint_is_the_whole_command_for_a_path_with_parentheses(
     os.chmod(weird, 0o777)
     [check] = [c for c in cli.json("doctor").json()["checks"] if c["name"].startswith("guarded/")]
     assert check["hint"] == f"chmod go-w '{weird}'"
+
+
+# ---------------------------------------------------------------------------------------------
+# A file that decides and cannot be inspected is a problem, never a pass
+
+
+def _failing(monkeypatch: pytest.MonkeyPatch, name: str, path: Path) -> None:
+    """`os.NAME(path)` fails with EIO (a disk error: root cannot look either); other paths and
+    the other calls as usual."""
+    import errno
+
+    real = getattr(os, name)
+
+    def failing(target: object, *args: object, **kwargs: object) -> object:
+        if isinstance(target, (str, os.PathLike)) and os.fspath(target) == str(path):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+        return real(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, name, failing)
+
+
+@pytest.mark.parametrize(("call", "kind"), [("lstat", "base-spec"), ("listdir", "cdi-dir")])
+def test_a_file_that_decides_and_cannot_be_inspected_fails_closed(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, call: str, kind: str
+) -> None:
+    """Nothing else reads these before a mutation decides: their check is the only guard."""
+    path = cli.cdi_dir if kind == "cdi-dir" else FILES[kind](cli)
+    if kind == "cdi-dir":
+        idle(cli, "ns/old", "1g.10gb", "0")
+    before = Unchanged(cli)
+    with monkeypatch.context() as patched:
+        _failing(patched, call, path)
+        ran = cli.json("doctor")
+        assert ran.exit_code == 5, ran.stdout
+        failing = [c for c in ran.json()["checks"] if c["status"] == "fail"]
+        assert [c["hint"] for c in failing if str(path) in c["message"]] == [
+            f"check the file system; ls -ld {path}"
+        ], failing
+        for command in (
+            allocate_args("ns/new", "1g.10gb", "3"),
+            ["reclaim", "--gpu", "0", "--all-idle"],
+        ):
+            message = refused(cli.json(*command), 5, "unverifiable")
+            assert f"{path} cannot be inspected (Input/output error)" in message
+    before.check()

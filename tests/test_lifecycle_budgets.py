@@ -32,6 +32,8 @@ PROCESS_LISTS = (
     "nvmlDeviceGetMPSComputeRunningProcesses",
 )
 CREATE_BUDGET = 80  # strictly under
+SPAN_CHECK = "nvmlDeviceGetAttributes"
+"""A MIG device's own profile: whether its compute instance spans its GPU instance."""
 LAYOUT_SCAN = ("nvmlDeviceGetGpuInstances", "nvmlDeviceGetMigDeviceHandleByIndex")
 
 
@@ -88,6 +90,15 @@ def test_reuse_budget(counted: Counted, where: str) -> None:
     assert [n for n in LAYOUT_SCAN if n in reuse] == []
     assert sum(reuse.values()) <= REUSE_BUDGET, reuse
     assert {n: reuse.get(n) for n in PROCESS_LISTS} == dict.fromkeys(PROCESS_LISTS, 1)
+    assert reuse[SPAN_CHECK] == 1  # its compute instance spans its GPU instance
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_layout_scan_checks_each_mig_device_once_for_its_span(
+    counted: Counted, where: str
+) -> None:
+    """docs/design.md "One GPU instance is one tenant": the create scanned six MIG devices."""
+    assert counted[where][0][SPAN_CHECK] == 6
 
 
 def test_reuse_counts_do_not_grow_with_the_number_of_gpus(counted: Counted) -> None:

@@ -276,3 +276,30 @@ def test_short_uuids_are_unique_prefixes() -> None:
     old = ["MIG-GPU-12345678-1234-1234-1234-123456789abc/1/0"]
     assert _short_uuids(old) == ["MIG-GPU-12345678…"]  # 8 hex digits after MIG-GPU-
     assert _short_uuids(["-"]) == ["-"]
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
+def test_skipped_lines_fold_whole_words_at_80_columns(
+    cli: Cli, pods_file: PodsFile, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    """reclaim --all-idle lists what it kept: each MIG UUID and pod whole on one line, the
+    reason folded at spaces under it, no trailing blanks, nothing cut."""
+    from tests.support.pods import entry, kube_pod
+
+    holder = "tenant-a-namespace/training-job-with-a-rather-long-name-0"
+    kept = [idle(cli, "ns/a", "1g.10gb", start) for start in ("0", "1")]
+    listed = {i["migUUID"]: i for i in ok(cli.json("list"))["instances"]}
+    entries = [entry(listed[mig], device=n) for n, mig in enumerate(kept)]
+    pods = pods_file(kube_pod(holder, entries))
+    _narrow(monkeypatch, terminal)
+    lines = _lines(cli, "reclaim", "--gpu", "0", "--all-idle", "--pods", pods)
+    assert [line for line in lines if line != line.rstrip()] == []
+    starts = [n for n, line in enumerate(lines) if line.startswith("skipped ")]
+    assert len(starts) == 2
+    for n in starts:
+        block = lines[n : n + 3]
+        [mig] = [mig for mig in kept if block[0].startswith(f"skipped {mig}: ")]
+        assert all(line.startswith("  ") for line in block[1:])  # one item reads as one
+        assert any(holder in line for line in block)  # the pod whole, never split
+        text = " ".join(line.strip() for line in block)
+        assert text == f"skipped {mig}: pod {holder}'s allocation annotation names it"

@@ -92,6 +92,8 @@ def test_empty_array() -> None:
     [
         (GPU.upper(), MIG.upper()),
         ("GPU-aBcDeF01-2345-6789-AbCd-ef0123456789", "MIG-FfFfFfFf-0000-1111-2222-333333333333"),
+        (GPU, f"MIG-{GPU}/1/0"),  # drivers before R470
+        (GPU, f"MIG-{GPU.upper()}/13/7"),
     ],
 )
 def test_hex_case_is_free(gpu: str, mig: str) -> None:
@@ -136,7 +138,12 @@ def test_duplicate_slot() -> None:
         " MIG-0b6c3f5a-9d2e-5f41-a8c7-3e2d1c0b9a88",
         "MIG-0b6c3f5a-9d2e-5f41-a8c7-3e2d1c0b9a8g",
         "MIG-0b6c3f5a9d2e5f41a8c73e2d1c0b9a88",
-        "MIG-GPU-5f0c3b8e-2a1d-4c9e-8b7a-0d1e2f3a4b5c/1/0",  # the pre-R470 form
+        "MIG-GPU-5f0c3b8e-2a1d-4c9e-8b7a-0d1e2f3a4b5c/1",  # the pre-R470 form, cut short
+        "MIG-GPU-5f0c3b8e-2a1d-4c9e-8b7a-0d1e2f3a4b5c/1/0/..",
+        "MIG-GPU-5f0c3b8e-2a1d-4c9e-8b7a-0d1e2f3a4b5c/1/0\n",
+        "MIG-GPU-5f0c3b8e-2a1d-4c9e-8b7a-0d1e2f3a4b5c/1/\u0660",  # a non-ASCII digit
+        "MIG-GPU-5f0c3b8e-2a1d-4c9e-8b7a-0d1e2f3a4b5c/1000/0",
+        "MIG-GPU-../1/0",
         "mig-0b6c3f5a-9d2e-5f41-a8c7-3e2d1c0b9a88",
         "MIG-\u0660b6c3f5a-9d2e-5f41-a8c7-3e2d1c0b9a88",  # a non-ASCII digit
         GPU,

@@ -172,16 +172,25 @@ def test_dry_runs_report_the_outcome_they_would_have(cli: Cli) -> None:
 
 
 def test_dry_run_tables_say_dry_run_and_the_outcome(cli: Cli) -> None:
+    """The table's OUTCOME says what would happen; the JSON keeps the documented values."""
     mig = idle(cli, "ns/a", "1g.10gb", "0")
     reclaim = cli("reclaim", "--gpu", "0", "--all-idle", "--dry-run").stdout
     assert reclaim.splitlines()[0] == "would reclaim (dry run: nothing changed)"
-    assert _cell(reclaim, mig, "OUTCOME") == "reclaimed"
+    assert _cell(reclaim, mig, "OUTCOME") == "would reclaim"
     forget = cli("forget", mig, "--dry-run").stdout
     assert forget.splitlines()[0] == "would forget (dry run: nothing changed)"
-    assert _cell(forget, mig, "OUTCOME") == "forgotten"
+    assert _cell(forget, mig, "OUTCOME") == "would forget"
     reuse = cli(*allocate_args("ns/b", "1g.10gb", "0"), "--dry-run").stdout
     assert "(dry run: nothing changed)" in reuse.splitlines()[0]
-    assert _cell(reuse, mig, "OUTCOME") == "reused"
+    assert _cell(reuse, mig, "OUTCOME") == "would reuse"
+    active = allocated(cli, "ns/c", "1g.10gb", "1")
+    release = cli("release", "--pod", "ns/c", "--dry-run").stdout
+    assert _cell(release, active, "OUTCOME") == "would release"
+    create = cli(*allocate_args("ns/d", "1g.10gb", "2"), "--dry-run").stdout
+    [row] = [line for line in create.splitlines() if line.startswith("│")]
+    assert "would create" in row
+    # Nothing was done, and a real run's table still says what it did.
+    assert _cell(cli("release", "--pod", "ns/c").stdout, active, "OUTCOME") == "released"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,6 +75,14 @@ OUTCOME_STYLE = {
     Outcome.FORGOTTEN: "bold yellow",
     Outcome.UNCHANGED: "dim",
 }
+WOULD = {
+    Outcome.CREATED: "would create",
+    Outcome.REUSED: "would reuse",
+    Outcome.RELEASED: "would release",
+    Outcome.RECLAIMED: "would reclaim",
+    Outcome.FORGOTTEN: "would forget",
+}
+"""A dry run's OUTCOME cell: what the command would do (its JSON keeps the `outcome` value)."""
 _GONE = (Outcome.RECLAIMED, Outcome.FORGOTTEN)
 """Outcomes after which the instance's last state no longer holds: its STATE is dimmed."""
 
@@ -438,18 +446,20 @@ def _titled(console: Console, title: str, table: Any) -> None:
     console.print(table)
 
 
-def _wrapped(console: Console, plain: str, style: str = "") -> None:
+def _wrapped(console: Console, plain: str, style: str = "", indent: int = 0) -> None:
     """`plain` (not markup) wrapped to the console's width, long words folded, and without the
-    space rich leaves at the end of each line it breaks."""
+    space rich leaves at the end of each line it breaks; lines after the first indented by
+    `indent`, so that one item of a list reads as one."""
     from rich.text import Text
 
-    for line in Text(plain, style=style).wrap(console, console.width, overflow="fold"):
+    width = max(console.width - indent, 1)
+    for n, line in enumerate(Text(plain, style=style).wrap(console, width, overflow="fold")):
         line.rstrip()
-        console.print(line)
+        console.print(Text(" " * indent) + line if n else line)
 
 
 def _instance_rows(
-    instances: tuple[InstanceView, ...], look: Look, age: bool
+    instances: tuple[InstanceView, ...], look: Look, age: bool, dry_run: bool = False
 ) -> tuple[list[str], list[list[str]]]:
     """The instance table's column names and plain cells (see `_instance_table`)."""
     names = ["GPU", "MIG UUID", "PROFILE", "PLACEMENT", "GI", "CI", "STATE", "OWNER"]
@@ -479,7 +489,7 @@ def _instance_rows(
             _owner(inst, slot=look.wide or shared),
         ]
         if outcomes:
-            cells.insert(names.index("OUTCOME"), inst.outcome.value if inst.outcome else "-")
+            cells.insert(names.index("OUTCOME"), _outcome(inst.outcome, dry_run))
         if look.wide:
             uid = inst.owner.uid if inst.owner is not None else None
             cells += [_age(inst, now), uid or "-", _processes(inst), inst.cdi_device or "-"]
@@ -491,6 +501,12 @@ def _instance_rows(
     return names, rows
 
 
+def _outcome(outcome: Outcome | None, dry_run: bool) -> str:
+    if outcome is None:
+        return "-"
+    return WOULD.get(outcome, outcome.value) if dry_run else outcome.value
+
+
 def _instance_table(
     console: Console, instances: tuple[InstanceView, ...], look: Look = _PLAIN, age: bool = False
 ) -> Any:
@@ -498,7 +514,11 @@ def _instance_table(
 
 
 def _instance_table_fitted(
-    console: Console, instances: tuple[InstanceView, ...], look: Look = _PLAIN, age: bool = False
+    console: Console,
+    instances: tuple[InstanceView, ...],
+    look: Look = _PLAIN,
+    age: bool = False,
+    dry_run: bool = False,
 ) -> tuple[Any, bool]:
     """The instance table (`list`, `release`, `reclaim`, demo steps), with AGE when `age`, and
     whether it shortened the MIG UUIDs to fit.
@@ -509,7 +529,7 @@ def _instance_table_fitted(
     out; it always shows the owner's index. Where `console` is too narrow for every column the
     table leaves some out and shortens MIG UUIDs (see `_fit`); the owner wraps, never cut."""
 
-    names, rows = _instance_rows(instances, look, age)
+    names, rows = _instance_rows(instances, look, age, dry_run)
     columns, ruled = _fit(
         console.width,
         not look.wide,
@@ -555,6 +575,7 @@ def _instances(
     instances: tuple[InstanceView, ...],
     look: Look = _PLAIN,
     acted: str = "",
+    dry_run: bool = False,
 ) -> None:
     """The instance table under `title`. With `acted` (a verb), a table too narrow for whole
     MIG UUIDs is followed by the ones acted on, whole, so that a prefix given on the command
@@ -562,7 +583,7 @@ def _instances(
     if not instances:
         console.print(f"{title}: none")
         return
-    table, shortened = _instance_table_fitted(console, instances, look)
+    table, shortened = _instance_table_fitted(console, instances, look, dry_run=dry_run)
     _titled(console, title, table)
     if acted and shortened:
         for inst in instances:
@@ -582,7 +603,7 @@ def _allocation(console: Console, result: Allocation, look: Look) -> None:
         f"{how}: {what} ({inst.profile} at {inst.placement} on GPU {inst.gpu_index}) "
         f"for {_owner(inst)}{dry}"
     )
-    _instances(console, "", result.instances, look)
+    _instances(console, "", result.instances, look, dry_run=result.dry_run)
     if result.reclaimed:
         first = "would reclaim first" if result.dry_run else "reclaimed to make room"
         console.print(f"{first}: " + ", ".join(result.reclaimed))
@@ -596,9 +617,8 @@ def _release(console: Console, result: Release, look: Look) -> None:
     title = "would release (dry run): these go Idle" if result.dry_run else "released (now Idle)"
     if result.released and all(i.outcome is Outcome.UNCHANGED for i in result.released):
         title = "already released (Idle): nothing changed"
-    _instances(
-        console, title, result.released, look, "would release" if result.dry_run else "released"
-    )
+    acted = "would release" if result.dry_run else "released"
+    _instances(console, title, result.released, look, acted, result.dry_run)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
@@ -609,11 +629,10 @@ def _reclaim(console: Console, result: Reclaim, look: Look) -> None:
         if result.dry_run
         else "reclaimed (destroyed: no longer on the node)"
     )
-    _instances(
-        console, title, result.reclaimed, look, "would reclaim" if result.dry_run else "reclaimed"
-    )
+    acted = "would reclaim" if result.dry_run else "reclaimed"
+    _instances(console, title, result.reclaimed, look, acted, result.dry_run)
     for skipped in result.skipped:
-        console.print(f"skipped {skipped.mig_uuid}: {skipped.reason}")
+        _wrapped(console, f"skipped {skipped.mig_uuid}: {skipped.reason}", indent=2)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
     for warning in result.warnings:
@@ -959,7 +978,7 @@ def _forget(console: Console, result: Forget, look: Look) -> None:
             if result.dry_run
             else "forgotten (ownership dropped; a live instance is now Unmanaged)"
         )
-        _instances(console, title, result.instances, look)
+        _instances(console, title, result.instances, look, dry_run=result.dry_run)
     for item in result.forgotten:
         if item.intent is not None:
             line = f"{verb} intent {item.intent}"

@@ -12,6 +12,7 @@ from hamimig.cli.context import execute
 from hamimig.cli.options import Gpu, GpuFilter
 from hamimig.errors import UsageError
 from hamimig.sim.ops import (
+    DRIVER_VERSION,
     MAX_SIM_GPUS,
     SIMULATED_NVML,
     BusyKind,
@@ -56,6 +57,14 @@ def init(
     count: Annotated[
         int, typer.Option(metavar="N", help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")
     ] = 1,
+    driver_version: Annotated[
+        str,
+        typer.Option(
+            "--driver-version",
+            metavar="VERSION",
+            help="The driver NVML reports; before 470, MIG UUIDs read MIG-GPU-<uuid>/<gi>/<ci>.",
+        ),
+    ] = DRIVER_VERSION,
 ) -> None:
     """Create the simulated node: N GPUs of MODEL, MIG enabled.
 
@@ -65,7 +74,7 @@ def init(
     def action(node: Node) -> SimView:
         if not 1 <= count <= MAX_SIM_GPUS:
             raise UsageError(f"--count must be between 1 and {MAX_SIM_GPUS}, not {count}")
-        return simulator.sim_init(_sim(node), model.value, count)
+        return simulator.sim_init(_sim(node), model.value, count, driver_version)
 
     execute(ctx, action)
 

@@ -485,20 +485,21 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
     by_key: dict[tuple[str, str], list[Pod]] = {}
     for pod in pods.pods:
         by_key.setdefault((pod.namespace, pod.name), []).append(pod)
-    named: dict[str, list[tuple[str, str]]] = {}  # MIG UUID -> (pod key, where) per claim
+    # MIG UUID (lower case: annotations may spell it either way) -> (pod key, where) per claim
+    named: dict[str, list[tuple[str, str]]] = {}
     for pod in holding_pods(pods):
         for alloc in pod.allocations:
             if alloc.mig_uuid:
                 where = (
                     f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
                 )
-                named.setdefault(alloc.mig_uuid, []).append((pod.key, where))
+                named.setdefault(alloc.mig_uuid.lower(), []).append((pod.key, where))
     _check_holders(durable, by_key, named)
     gone: list[tuple[Record, str]] = []
     for record in durable.records.values():
         if record.state is not RecordState.ACTIVE or record.owner is None:
             continue
-        if record.mig_uuid not in named:
+        if record.mig_uuid.lower() not in named:
             why = _why_gone(record.owner, _owner_pods(record.owner, by_key))
             if why:
                 gone.append((record, why))
@@ -529,12 +530,14 @@ def _check_holders(
     annotations naming it, or an annotation naming an instance whose recorded owner is
     another pod that still holds allocations."""
     refusals: list[str] = []
-    for mig_uuid, claims in sorted(named.items()):
+    records = {mig_uuid.lower(): record for mig_uuid, record in durable.records.items()}
+    for key, claims in sorted(named.items()):
+        record = records.get(key)
+        mig_uuid = record.mig_uuid if record is not None else key
         wheres = [where for _, where in claims]
         if len(claims) > 1:
             refusals.append(f"{mig_uuid} is named by {' and by '.join(wheres)}")
             continue
-        record = durable.records.get(mig_uuid)
         if record is None or record.state is not RecordState.ACTIVE or record.owner is None:
             continue
         owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]

@@ -221,14 +221,13 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
             f"{alloc.gpu_instance_id}, CI {alloc.compute_instance_id}) but the live layout differs"
         )
         return
-    if alloc.mig_uuid in claims.instances:
-        plan.refuse(
-            f"{alloc.mig_uuid} is claimed by {claims.instances[alloc.mig_uuid]} and by {where}"
-        )
+    mig_uuid = pair[1].mig_uuid  # as the driver spells it, which records and claims use
+    if mig_uuid in claims.instances:
+        plan.refuse(f"{mig_uuid} is claimed by {claims.instances[mig_uuid]} and by {where}")
         return
-    claims.instances[alloc.mig_uuid] = where
+    claims.instances[mig_uuid] = where
     claims.gis.add((alloc.gpu_uuid, pair[0].id))
-    record = survey.durable.records.get(alloc.mig_uuid)
+    record = survey.durable.records.get(mig_uuid)
     if record is not None:
         problem = _record_disagrees(survey, record, pod, alloc, where)
         if problem:
@@ -239,7 +238,9 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
 
 
 def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, ComputeInstance] | None:
-    """The live pair an annotation names, when its whole identity matches."""
+    """The live pair an annotation names, when its whole identity matches (the MIG UUID
+    without regard to case, as annotations may spell it)."""
+    assert alloc.mig_uuid is not None
     for gi in gpu.layout:
         if gi.id != (alloc.gpu_instance_id or 0):
             continue
@@ -248,7 +249,7 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
         if gi.shared:
             return None  # one GPU instance is one tenant: a shared GI is never restored
         for ci in gi.compute_instances:
-            if ci.id == (alloc.compute_instance_id or 0) and ci.mig_uuid == alloc.mig_uuid:
+            if ci.id == alloc.compute_instance_id and ci.mig_uuid.lower() == alloc.mig_uuid.lower():
                 return gi, ci
     return None
 

@@ -163,13 +163,24 @@ def state_dir_problems(path: Path) -> list[Warning_]:
     return problems
 
 
+def _uninspectable(path: Path, what: str, exc: OSError) -> Warning_:
+    """A file that decides and cannot be looked at fails closed: nobody can say it is safe."""
+    why = exc.strerror or str(exc)
+    reason = (
+        f"{what} {path} cannot be inspected ({why}): nobody can say whether others can forge it"
+    )
+    return Warning_(str(path), reason, f"check the file system; ls -ld {shlex.quote(str(path))}")
+
+
 def path_problem(path: Path, what: str) -> Warning_ | None:
     """Why others could forge a file or directory whose content decides: group/world-writable,
-    or owned by neither root nor this user. None when it is fine or absent."""
+    owned by neither root nor this user, or beyond inspection. None when it is fine or absent."""
     try:
         st = os.lstat(path)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        return _uninspectable(path, what, exc)
     if stat.S_ISLNK(st.st_mode):  # a link is refused by the stores themselves
         return None
     uid = os.geteuid()
@@ -196,10 +207,13 @@ def decision_file_problems(node: Node) -> list[Warning_]:
 
     found: list[Warning_ | None] = []
     state = node.state_dir
+    names: list[str] = []
     try:
-        names = sorted(os.listdir(state)) if os.path.isdir(state) else []
-    except OSError:
-        names = []
+        names = sorted(os.listdir(state))
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # absent (hamimig creates it), or not a directory: the stores refuse that
+    except OSError as exc:
+        found.append(_uninspectable(state, "the state directory", exc))
     for name in names:
         if name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX):
             found.append(path_problem(state / name, f"the ownership record {name}"))
@@ -211,13 +225,16 @@ def decision_file_problems(node: Node) -> list[Warning_]:
         cdi = node.cdi()
     except (HamimigError, OSError):  # an unreadable config is reported by the command itself
         cdi = None
-    if cdi is not None and os.path.isdir(cdi.directory):
+    if cdi is not None:
         directory = Path(cdi.directory)
         found.append(path_problem(directory, "the CDI directory"))
+        specs: list[str] = []
         try:
             specs = sorted(n for n in os.listdir(directory) if n.startswith(SPEC_PREFIX))
-        except OSError:
-            specs = []
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as exc:
+            found.append(_uninspectable(directory, "the CDI directory", exc))
         for name in specs:
             found.append(path_problem(directory / name, f"the CDI spec {name}"))
     try:

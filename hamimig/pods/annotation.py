@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hamimig.hw.types import Placement
+from hamimig.store._fields import MIG_UUID
 
 ANNOTATION = "hami.io/vgpu-mig-allocations"
 
 _HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # fullmatch, not `$`: `$` also matches before a trailing newline, which would let "MIG-…\n" through.
 _GPU_UUID = re.compile(f"GPU-{_HEX_UUID}")
-_MIG_UUID = re.compile(f"MIG-{_HEX_UUID}")
 _PROFILE = re.compile(r"[0-9]+g\.[0-9]+gb(\+me)?")
 
 _RUNTIME_KEYS = ("migUUID", "gpuInstanceID", "computeInstanceID")
@@ -141,7 +141,9 @@ def _entry(doc: Any, i: int) -> MigAllocation:
         missing = ", ".join(key for key in _RUNTIME_KEYS if key not in present)
         raise AnnotationError(f"{where}: partial runtime identity (missing {missing})")
     else:
-        mig_uuid = _uuid(doc["migUUID"], _MIG_UUID, f"{where}: migUUID", "MIG-<uuid>")
+        mig_uuid = _uuid(
+            doc["migUUID"], MIG_UUID, f"{where}: migUUID", "MIG-<uuid> or MIG-GPU-<uuid>/<gi>/<ci>"
+        )
         gi_id = _uint(doc["gpuInstanceID"], f"{where}: gpuInstanceID")
         ci_id = _uint(doc["computeInstanceID"], f"{where}: computeInstanceID")
     return MigAllocation(

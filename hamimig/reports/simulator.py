@@ -8,7 +8,7 @@ from pathlib import Path
 from hamimig.engine.results import InstanceView
 from hamimig.reports.views import SimView
 from hamimig.sim import admin
-from hamimig.sim.ops import BusyKind
+from hamimig.sim.ops import DRIVER_VERSION, BusyKind
 from hamimig.vocabulary import State
 
 
@@ -32,8 +32,10 @@ def _view(change: admin.Change) -> SimView:
     )
 
 
-def sim_init(path: Path | None, model: str, count: int) -> SimView:
-    return _view(admin.sim_init(path, model, count))
+def sim_init(
+    path: Path | None, model: str, count: int, driver_version: str = DRIVER_VERSION
+) -> SimView:
+    return _view(admin.sim_init(path, model, count, driver_version))
 
 
 def sim_show(path: Path | None) -> SimView:

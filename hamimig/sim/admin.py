@@ -8,6 +8,7 @@ it did; hamimig/reports/simulator.py turns that into the `sim` commands' view.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from hamimig.durations import format_duration, to_rfc3339
 from hamimig.errors import ConflictError, UsageError
 from hamimig.hw.types import Placement, legal_placement, parse_placement
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
-from hamimig.sim.ops import MAX_SIM_GPUS, BusyKind
+from hamimig.sim.ops import DRIVER_VERSION, MAX_SIM_GPUS, BusyKind
 from hamimig.sim.state import (
     MAX_CLOCK_OFFSET,
     NodeState,
@@ -62,15 +63,26 @@ def _store(path: Path | None) -> SimStore:
     return SimStore(path)
 
 
-def sim_init(path: Path | None, model: str, count: int) -> Change:
+_DRIVER_VERSION = re.compile(r"[0-9]{3}(?:\.[0-9]{1,3}){1,2}")
+
+
+def sim_init(
+    path: Path | None, model: str, count: int, driver_version: str = DRIVER_VERSION
+) -> Change:
     store = _store(path)
     spec = MODELS.get(model)
     if spec is None:
         raise UsageError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
     if not 1 <= count <= MAX_SIM_GPUS:
         raise UsageError(f"a simulated node has 1 to {MAX_SIM_GPUS} GPUs, not {count}")
-    store.create(new_node(spec, count))
-    return Change(store, f"simulated node with {count} x {model} at {path}, MIG enabled")
+    if not _DRIVER_VERSION.fullmatch(driver_version):
+        raise UsageError(
+            f"the driver version {driver_version!r} is not one such as {DRIVER_VERSION}"
+        )
+    node = new_node(spec, count, driver_version)
+    store.create(node)
+    old = ", MIG UUIDs in the pre-R470 form" if node.old_mig_uuids else ""
+    return Change(store, f"simulated node with {count} x {model} at {path}, MIG enabled{old}")
 
 
 def sim_show(path: Path | None) -> Change:
@@ -116,7 +128,8 @@ def sim_create(
                 []
                 if no_ci
                 else [
-                    create_ci(gpu, gi, FULL_CI_PROFILE_BY_SLICES[slices]) for _ in range(ci_count)
+                    create_ci(gpu, gi, FULL_CI_PROFILE_BY_SLICES[slices], state.old_mig_uuids)
+                    for _ in range(ci_count)
                 ]
             )
         except SimNvmlFailure as exc:

@@ -541,7 +541,7 @@ class SimNvml:
     def nvmlGpuInstanceCreateComputeInstance(self, gpuInstance: Any, profileId: int) -> Any:
         def body(state: NodeState) -> Any:
             gpu, gi = self._gi(state, gpuInstance)
-            ci = create_ci(gpu, gi, profileId)
+            ci = create_ci(gpu, gi, profileId, state.old_mig_uuids)
             self._store.publish_capability(gpu.minor, gi.id, ci.id)
             return self._handle(_CI, gpu.index, gi.id, ci.id)
 

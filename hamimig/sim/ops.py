@@ -12,6 +12,8 @@ import enum
 from hamimig.sim.models import MODELS
 from hamimig.vocabulary import FileOpName
 
+DRIVER_VERSION = "550.127.05"
+"""The driver a simulated node reports unless `sim init --driver-version` names another."""
 MAX_SIM_GPUS = 32
 """The most GPUs `sim init --count` builds (NVML numbers at most 32 GPU minors here)."""
 

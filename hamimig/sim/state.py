@@ -29,11 +29,12 @@ from typing import Any, cast
 from hamimig.errors import HardwareError, UsageError
 from hamimig.sim.files import NodeFiles, write_access, write_node_files
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
-from hamimig.sim.ops import BusyKind
+from hamimig.sim.ops import DRIVER_VERSION, BusyKind
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
 SCHEMA_VERSION = 1
-DRIVER_VERSION = "550.127.05"
+FIRST_NEW_UUID_DRIVER = 470
+"""Drivers before R470 name a MIG device `MIG-GPU-<gpu uuid>/<gi>/<ci>`, later ones `MIG-<uuid>`."""
 FILE_OPS: tuple[str, ...] = tuple(op.value for op in FileOpName)
 DURABLE_OPS: tuple[str, ...] = tuple(op.value for op in DURABLE_FILE_OPS)
 """The file operations of the durable state (every file op but the event journal's append)."""
@@ -234,6 +235,12 @@ class NodeState:
     """Seconds the node's clock runs ahead of the host's (`sim clock`), so that tests of
     anything that depends on time move it instead of sleeping."""
 
+    @property
+    def old_mig_uuids(self) -> bool:
+        """Whether this node's driver names MIG devices in the pre-R470 form."""
+        major = self.driver_version.split(".", 1)[0]
+        return major.isdigit() and int(major) < FIRST_NEW_UUID_DRIVER
+
     def to_json(self) -> Document:
         doc: Document = {
             "kind": "HamimigSimNode",
@@ -299,15 +306,15 @@ def mig_minors_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def new_node(model: ModelSpec, count: int) -> NodeState:
+def new_node(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> NodeState:
     """A fresh node: COUNT GPUs of MODEL, MIG enabled, no instances."""
     gpus = [SimGpu(i, f"GPU-{uuid.uuid4()}", model.key, i) for i in range(count)]
-    return NodeState(DRIVER_VERSION, gpus)
+    return NodeState(driver_version, gpus)
 
 
-def new_state(model: ModelSpec, count: int) -> Document:
+def new_state(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> Document:
     """A fresh node's JSON document (what an in-memory store holds)."""
-    return new_node(model, count).to_json()
+    return new_node(model, count, driver_version).to_json()
 
 
 class SimStore:
@@ -757,7 +764,8 @@ def ci_profiles_of(gpu: SimGpu, gi: SimGi) -> dict[int, int]:
     return {FULL_CI_PROFILE_BY_SLICES[s]: s for s in offered}
 
 
-def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int) -> SimCi:
+def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int, old_uuid: bool = False) -> SimCi:
+    """`old_uuid`: name it as drivers before R470 do, by its place (`NodeState.old_mig_uuids`)."""
     offered = ci_profiles_of(gpu, gi)
     if ci_profile_id not in offered:
         raise SimNvmlFailure(
@@ -768,8 +776,10 @@ def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int) -> SimCi:
         raise SimNvmlFailure(NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"], "GI has no free slices")
     taken = {ci.id for ci in gi.cis}
     ci_id = next(i for i in range(MINORS_CIS) if i not in taken)
-    # A fresh random UUID every time, so a recreated instance never passes for the old one.
-    ci = SimCi(ci_id, ci_profile_id, f"MIG-{uuid.uuid4()}")
+    # A fresh random UUID every time, so a recreated instance never passes for the old one;
+    # an old driver's name is its place, and a recreated instance does carry the old name.
+    name = f"MIG-{gpu.uuid}/{gi.id}/{ci_id}" if old_uuid else f"MIG-{uuid.uuid4()}"
+    ci = SimCi(ci_id, ci_profile_id, name)
     gi.cis.append(ci)
     gi.cis.sort(key=lambda c: c.id)
     return ci

@@ -41,15 +41,15 @@ def opt_str(value: Any, field: str) -> str | None:
 
 
 _HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-# R470+ drivers: MIG-<uuid>; older ones: MIG-GPU-<gpu uuid>/<gi>/<ci>
-# (docs/formats.md "MIG UUIDs").
-_MIG_UUID = re.compile(rf"^MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/\d{{1,3}}/\d{{1,3}})$")
+MIG_UUID = re.compile(rf"MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/[0-9]{{1,3}}/[0-9]{{1,3}})")
+"""R470+ drivers: MIG-<uuid>; older ones: MIG-GPU-<gpu uuid>/<gi>/<ci> (docs/formats.md "MIG
+UUIDs"). Use fullmatch: `$` also matches before a trailing newline."""
 
 
 def mig_uuid_field(value: Any, field: str = "migUUID") -> str:
     """Stricter than HAMi's "starts with MIG-": an identity we may act on must be exactly
     what a driver prints, never something that could be a path or hide another string."""
-    if not isinstance(value, str) or not _MIG_UUID.match(value):
+    if not isinstance(value, str) or not MIG_UUID.fullmatch(value):
         raise RecordError(
             f"{field} {value!r} is not a MIG UUID (MIG-<uuid>, or MIG-GPU-<uuid>/<gi>/<ci>)"
         )
