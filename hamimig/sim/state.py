@@ -370,7 +370,9 @@ class SimStore:
             return
         state.home = self.path.name + HOME_SUFFIX
         home = self.path.parent / state.home
-        home.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Not group-writable whatever the umask: the state directory's parent (`safety`).
+        home.mkdir(mode=0o755, exist_ok=True)
         with self._locked():
             self._pending.clear()  # counts of the node this one replaces
             self._write(state)
