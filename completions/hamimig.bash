@@ -1,15 +1,16 @@
 # bash completion for hamimig, generated from the CLI by scripts/gen-docs.py: do not edit
 _hamimig_records() {
     # One value a line from the ownership records (hamimig __complete: no NVML, no lock);
-    # the state directory is the one the command line names, else HAMIMIG_STATE_DIR's.
+    # the state directory is the one the command line names (or its --sim node's), else
+    # HAMIMIG_STATE_DIR's.
     local i v statedir=()
     for ((i=1; i<COMP_CWORD; i++)); do
         case "${COMP_WORDS[i]}" in
-            --state-dir)
+            --state-dir|--sim)
                 v="${COMP_WORDS[i+1]}"
                 [[ "$v" == "=" ]] && v="${COMP_WORDS[i+2]}"
-                statedir=(--state-dir "${v/#\~/$HOME}");;
-            --state-dir=*) statedir=("${COMP_WORDS[i]}");;
+                statedir+=("${COMP_WORDS[i]}" "${v/#\~/$HOME}");;
+            --state-dir=*|--sim=*) statedir+=("${COMP_WORDS[i]}");;
         esac
     done
     "${COMP_WORDS[0]}" "${statedir[@]}" __complete "$1" 2>/dev/null

@@ -16,18 +16,19 @@ function __hamimig_at
 end
 function __hamimig_records
     # One value a line from the ownership records (hamimig __complete: no NVML, no lock);
-    # the state directory is the one the command line names, else HAMIMIG_STATE_DIR's.
+    # the state directory is the one the command line names (or its --sim node's), else
+    # HAMIMIG_STATE_DIR's.
     set -l tokens (commandline -opc)
     set -l statedir
     for i in (seq 2 (count $tokens))
         switch $tokens[$i]
-            case --state-dir
+            case --state-dir --sim
                 set -l next (math $i + 1)
                 if test $next -le (count $tokens)
-                    set statedir --state-dir $tokens[$next]
+                    set -a statedir $tokens[$i] $tokens[$next]
                 end
-            case '--state-dir=*'
-                set statedir $tokens[$i]
+            case '--state-dir=*' '--sim=*'
+                set -a statedir $tokens[$i]
         end
     end
     $tokens[1] $statedir __complete $argv[1] 2>/dev/null
@@ -50,10 +51,10 @@ complete -c hamimig -n "__hamimig_at ''" -a recover -d 'Startup recovery: restor
 complete -c hamimig -n "__hamimig_at ''" -a release -d 'Confirmed release: Active -> Idle, kept for reuse.'
 complete -c hamimig -n "__hamimig_at ''" -a show -d 'One instance: record, live identity, CDI spec and owner.'
 complete -c hamimig -n "__hamimig_at ''" -a sim -d 'Manage a simulated MIG node (needs --sim PATH).'
-complete -c hamimig -n "__hamimig_at ''" -l state-dir -r -d 'Ownership records, intents, queues and the node lock.'
-complete -c hamimig -n "__hamimig_at ''" -l cdi-dir -r -d 'Where per-instance CDI specs live.'
-complete -c hamimig -n "__hamimig_at ''" -l config -r -d 'YAML config (a missing file means defaults).'
-complete -c hamimig -n "__hamimig_at ''" -l sim -r -d 'Use the simulated node stored in PATH instead of NVML.'
+complete -c hamimig -n "__hamimig_at ''" -l state-dir -r -d 'Ownership records, intents, queues and the node lock (with --sim: <--sim>.d/state).'
+complete -c hamimig -n "__hamimig_at ''" -l cdi-dir -r -d 'Where per-instance CDI specs live (with --sim: <--sim>.d/cdi).'
+complete -c hamimig -n "__hamimig_at ''" -l config -r -d 'YAML config (a missing file means defaults; with --sim: <--sim>.d/config.yaml).'
+complete -c hamimig -n "__hamimig_at ''" -l sim -r -d 'Use the simulated node stored in PATH instead of NVML; its directories and config are in PATH.d/ unless named.'
 complete -c hamimig -n "__hamimig_at ''" -l node -r -d 'This node\'s Kubernetes name; filters pod lists.'
 complete -c hamimig -n "__hamimig_at ''" -l output -s o -x -a 'table wide json yaml' -d 'How results are printed: table, wide, json, yaml.'
 complete -c hamimig -n "__hamimig_at ''" -l version -d 'Print the version.'

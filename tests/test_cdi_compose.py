@@ -36,7 +36,7 @@ from tests.support.cdi import (
     spec_path,
 )
 from tests.support.cli import Cli, allocate, allocated
-from tests.support.node import sim_state
+from tests.support.node import node_dir, sim_state
 
 DATA = Path(__file__).parent / "data"
 PATHS_ONLY = DATA / "cdi" / "nvidia-paths-only.yaml"
@@ -86,8 +86,8 @@ def test_sim_init_writes_the_nodes_nvidia_spec_proc_devices_and_capabilities(
     cli: Cli, cdi_check: Path
 ) -> None:
     shown = cli.json("sim", "show").json()
-    assert Path(shown["cdiBaseDir"]) == cli.sim.with_name("nvidia-cdi")
-    assert Path(shown["procDevices"]) == cli.sim.with_name("proc-devices")
+    assert Path(shown["cdiBaseDir"]) == node_dir(cli.sim) / "nvidia-cdi"
+    assert Path(shown["procDevices"]) == node_dir(cli.sim) / "proc-devices"
     assert "nvidia-caps" in Path(shown["procDevices"]).read_text()
     base = load_base(cli)
     assert validate_spec(base) == []

@@ -87,6 +87,18 @@ def test_complete_lists_the_records_mig_uuids_and_profiles_quickly(tmp_path: Pat
     assert best < 0.5, f"__complete took {best:.2f} s"
 
 
+def test_complete_reads_a_simulated_nodes_state_dir(tmp_path: Path) -> None:
+    """Under `--sim` the records are in the node's home unless a state directory is named."""
+    sim = tmp_path / "node.json"
+    uuids = _records(tmp_path / "node.json.d" / "state", 2)
+    assert _complete("--sim", str(sim), COMMAND, "mig-uuids").stdout.splitlines() == uuids
+    assert _complete(COMMAND, "mig-uuids", env={"HAMIMIG_SIM": str(sim)}).stdout.splitlines() == (
+        uuids
+    )
+    named = ("--state-dir", str(tmp_path / "absent"), "--sim", str(sim))
+    assert _complete(*named, COMMAND, "mig-uuids").stdout == ""
+
+
 def _timed(args: list[str]) -> float:
     started = time.perf_counter()
     _complete(*args)
@@ -186,6 +198,9 @@ def test_bash_completes_values(tmp_path: Path) -> None:
     assert _bash(["hamimig", "list", "--state", "Id"]) == ["Idle"]
     assert _bash(["hamimig", "sim", "init", "--model", "B2"]) == ["B200-180GB"]
     assert "nvmlGpuInstanceDestroy" in _bash(["hamimig", "sim", "fault", "add", "--op", "nvmlGpuI"])
+    sim, simulated = tmp_path / "node.json", _records(tmp_path / "node.json.d" / "state", 2)
+    assert set(_bash(["hamimig", "--sim", str(sim), "show", "''"])) >= set(simulated)
+    assert _bash(["hamimig", f"--sim={sim}", "show", simulated[1]]) == [simulated[1]]
     # no record, no MIG UUID: still the static values, and no error
     assert set(_bash(["hamimig", "--state-dir", str(tmp_path / "none"), "list", "--profile", "''"]))
     assert _bash(["hamimig", "--state-dir", str(tmp_path / "none"), "show", "MIG-"]) == []
@@ -212,6 +227,9 @@ def test_fish_completes_values(tmp_path: Path) -> None:
     assert fish(f"hamimig --state-dir={state} reclaim --mig-uuid MIG-") == uuids
     assert fish(f"hamimig --state-dir {state} list --profile 9") == ["9g.99gb"]
     assert fish("hamimig -o ") == ["json", "table", "wide", "yaml"]
+    sim, simulated = tmp_path / "node.json", _records(tmp_path / "node.json.d" / "state", 2)
+    assert fish(f"hamimig --sim {sim} show MIG-") == simulated
+    assert fish(f"hamimig --sim={sim} show MIG-") == simulated
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
@@ -221,18 +239,25 @@ def test_zsh_asks_the_records_with_the_state_dir_of_the_command_line(tmp_path: P
     script = (ROOT / "completions" / "_hamimig").read_text(encoding="utf-8")
     helper = re.search(r"^_hamimig_records\(\) \{.*?^\}$", script, re.M | re.S)
     assert helper is not None
-    program = (
-        f"{helper.group(0)}\nwords=(hamimig --state-dir {state} show ''); CURRENT=4; "
-        "_hamimig_records mig-uuids"
-    )
-    done = subprocess.run(
-        ["zsh", "-f", "-c", program],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
-    )
-    assert done.stdout.splitlines() == uuids
+    sim, simulated = tmp_path / "node.json", _records(tmp_path / "node.json.d" / "state", 2)
+    for line, wanted in (
+        (f"--state-dir {state}", uuids),
+        (f"--sim {sim}", simulated),
+        (f"--sim={sim}", simulated),
+    ):
+        words = f"hamimig {line} show ''"
+        program = (
+            f"{helper.group(0)}\nwords=({words}); CURRENT={len(words.split())}; "
+            "_hamimig_records mig-uuids"
+        )
+        done = subprocess.run(
+            ["zsh", "-f", "-c", program],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
+        )
+        assert done.stdout.splitlines() == wanted, line
 
 
 def test_the_scripts_carry_every_board_profile() -> None:

@@ -23,6 +23,7 @@ from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.records import record_name
 from tests.support.cli import Cli, Ran, allocated
 from tests.support.files import tree
+from tests.support.node import node_dir
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -385,7 +386,7 @@ def test_missing_simulated_node_fails_with_exit_4(cli: Cli) -> None:
 
 
 def test_unreadable_mig_minors_fails_with_exit_4(cli: Cli) -> None:
-    cli.sim.with_name("mig-minors").unlink()
+    (node_dir(cli.sim) / "mig-minors").unlink()
     ran, data = doctor(cli)
     assert ran.exit_code == 4
     assert failing(data) == ["mig-minors"]
@@ -393,7 +394,7 @@ def test_unreadable_mig_minors_fails_with_exit_4(cli: Cli) -> None:
 
 
 def test_mig_minors_without_the_gpus_entries_fails(cli: Cli) -> None:
-    cli.sim.with_name("mig-minors").write_text("config 1\nmonitor 2\n")
+    (node_dir(cli.sim) / "mig-minors").write_text("config 1\nmonitor 2\n")
     ran, data = doctor(cli)
     assert ran.exit_code == 4
     assert (
@@ -415,7 +416,7 @@ def test_invalid_config_fails_and_the_other_checks_still_run(cli: Cli) -> None:
 def test_hardware_failure_outranks_unverifiable_state(cli: Cli) -> None:
     healthy_node(cli)
     os.chmod(cli.state_dir, 0o777)
-    cli.sim.with_name("mig-minors").unlink()
+    (node_dir(cli.sim) / "mig-minors").unlink()
     ran, data = doctor(cli)
     assert sorted(failing(data)) == ["mig-minors", "state-dir/mode"]
     assert ran.exit_code == data["exitCode"] == 4

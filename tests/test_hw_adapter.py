@@ -33,7 +33,7 @@ from hamimig.reports.simulator import sim_busy, sim_create, sim_init, sim_mig_mo
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from hamimig.vocabulary import Setting
-from tests.support.node import open_hw, sim_state
+from tests.support.node import node_dir, open_hw, sim_state
 from tests.support.nvml import call_diff, calls
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -488,7 +488,7 @@ def test_processes_of_an_unknown_instance(hw: NvmlHardware) -> None:
 
 
 def test_mig_minors_file_follows_the_driver_layout(sim_path: Path) -> None:
-    lines = (sim_path.parent / "mig-minors").read_text().splitlines()
+    lines = (node_dir(sim_path) / "mig-minors").read_text().splitlines()
     assert lines[:6] == [
         "config 1",
         "monitor 2",

@@ -45,7 +45,7 @@ from tests.support.cli import (
     state_of,
 )
 from tests.support.files import lifecycle_files
-from tests.support.node import gpus, live
+from tests.support.node import gpus, live, node_dir
 from tests.support.nvml import call_diff, calls, mutating
 from tests.support.records import intent_files, record, record_path, sha
 
@@ -97,10 +97,10 @@ def cap_node(cli: Cli, minor: int, capability: str) -> dict[str, Any]:
     `access` file."""
     [major] = [
         int(line.split()[0])
-        for line in cli.sim.with_name("proc-devices").read_text().splitlines()
+        for line in (node_dir(cli.sim) / "proc-devices").read_text().splitlines()
         if line.endswith(" nvidia-caps")
     ]
-    access = cli.sim.with_name("nvidia-capabilities") / capability / "access"
+    access = node_dir(cli.sim) / "nvidia-capabilities" / capability / "access"
     [mode] = [int(line.split(":")[1]) for line in access.read_text().splitlines() if "Mode" in line]
     return {
         "path": f"/dev/nvidia-caps/nvidia-cap{minor}",

@@ -10,6 +10,7 @@ import pytest
 
 from hamimig.cli.app import app
 from tests.support.cli import Cli, idle, ok, refused
+from tests.support.node import node_dir
 
 
 def test_metrics_textfile_warns_when_the_collector_would_ignore_it(
@@ -43,6 +44,7 @@ def test_config_show_names_the_real_source_of_each_global_option(
 ) -> None:
     monkeypatch.setenv("HAMIMIG_CDI_DIR", str(cli.cdi_dir))
     monkeypatch.delenv("NODE_NAME", raising=False)
+    monkeypatch.delenv("HAMIMIG_CONFIG", raising=False)
     argv = ["--sim", str(cli.sim), "--state-dir", str(cli.state_dir), "-o", "json"]
     ran = cli.runner.invoke(app, [*argv, "config", "show"], catch_exceptions=False)
     settings = {s["key"]: (s["value"], s["source"]) for s in json.loads(ran.stdout)["settings"]}
@@ -50,4 +52,4 @@ def test_config_show_names_the_real_source_of_each_global_option(
     assert settings["cdiDir"] == (str(cli.cdi_dir), "env HAMIMIG_CDI_DIR")
     assert settings["sim"] == (str(cli.sim), "option --sim")
     assert settings["node"] == (None, "default")
-    assert settings["config"][1] in ("default", "env HAMIMIG_CONFIG")
+    assert settings["config"] == (str(node_dir(cli.sim) / "config.yaml"), "default (--sim)")

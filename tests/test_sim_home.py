@@ -20,7 +20,7 @@ from hamimig.sim.nvml import WRITES, SimNvml
 from hamimig.sim.state import FILE_OPS, SimStore
 from hamimig.vocabulary import FileOpName
 from tests.support.cli import Cli
-from tests.support.node import open_hw, sim_state
+from tests.support.node import node_dir, open_hw, sim_state
 from tests.support.processes import REPO_ROOT, run_python
 
 # Reads through the real adapter, then exits without closing it (no nvmlShutdown).
@@ -85,9 +85,9 @@ def test_sim_show_reports_the_counts_of_finished_commands(cli: Cli) -> None:
     assert shown["nvmlInit"] == shown["nvmlShutdown"] == 1
 
 
-def test_backend_paths_sit_beside_the_state(sim_path: Path) -> None:
+def test_backend_paths_are_in_the_nodes_directory(sim_path: Path) -> None:
     backend = SimBackend(sim_path)
-    assert backend.files.mig_minors == sim_path.with_name("mig-minors")
+    assert backend.files.mig_minors == node_dir(sim_path) / "mig-minors"
     assert backend.files.mig_minors.is_file()
 
 

@@ -166,13 +166,16 @@ def root(
         typer.Option(
             envvar="HAMIMIG_STATE_DIR",
             metavar=_PATH,
-            help="Ownership records, intents, queues and the node lock.",
+            help="Ownership records, intents, queues and the node lock (with --sim: "
+            "<--sim>.d/state).",
         ),
     ] = str(DEFAULT_STATE_DIR),
     cdi_dir: Annotated[
         str,
         typer.Option(
-            envvar="HAMIMIG_CDI_DIR", metavar=_PATH, help="Where per-instance CDI specs live."
+            envvar="HAMIMIG_CDI_DIR",
+            metavar=_PATH,
+            help="Where per-instance CDI specs live (with --sim: <--sim>.d/cdi).",
         ),
     ] = str(DEFAULT_CDI_DIR),
     config: Annotated[
@@ -180,7 +183,7 @@ def root(
         typer.Option(
             envvar="HAMIMIG_CONFIG",
             metavar=_PATH,
-            help="YAML config (a missing file means defaults).",
+            help="YAML config (a missing file means defaults; with --sim: <--sim>.d/config.yaml).",
         ),
     ] = str(DEFAULT_CONFIG),
     sim: Annotated[
@@ -188,7 +191,8 @@ def root(
         typer.Option(
             envvar="HAMIMIG_SIM",
             metavar=_PATH,
-            help="Use the simulated node stored in PATH instead of NVML.",
+            help="Use the simulated node stored in PATH instead of NVML; its directories and "
+            "config are in PATH.d/ unless named.",
         ),
     ] = None,
     node: Annotated[
@@ -231,20 +235,36 @@ def root(
     except UsageError as err:
         render.error(err, output.value)
         raise typer.Exit(err.exit_code) from None
+    sources = {
+        name: _source_of(ctx, name)
+        for name in ("state_dir", "cdi_dir", "config", "sim", "node", "output")
+    }
+    paths = {"state_dir": Path(state_dir), "cdi_dir": Path(cdi_dir), "config": Path(config)}
+    if sim is not None:
+        # A rehearsal on a GPU node must not leave records or specs that the real device
+        # plugin's recovery and the runtime would read: the real node's paths only when named.
+        from hamimig.sim.files import node_home
+
+        home = node_home(Path(sim))
+        for name, inside in SIM_DEFAULTS.items():
+            if sources[name] == "default":
+                paths[name], sources[name] = home / inside, "default (--sim)"
     ctx.obj = Globals(
         node=Node(
-            state_dir=Path(state_dir),
-            cdi_dir=Path(cdi_dir),
-            config_path=Path(config),
+            state_dir=paths["state_dir"],
+            cdi_dir=paths["cdi_dir"],
+            config_path=paths["config"],
             sim=None if sim is None else Path(sim),
             node_name=node,
-            setting_sources={
-                name: _source_of(ctx, name)
-                for name in ("state_dir", "cdi_dir", "config", "sim", "node", "output")
-            },
+            setting_sources=sources,
         ),
         output=output.value,
     )
+
+
+SIM_DEFAULTS = {"state_dir": "state", "cdi_dir": "cdi", "config": "config.yaml"}
+"""Under `--sim`, the global paths not given on the command line or in the environment: in the
+simulated node's home (`<sim>.d/`)."""
 
 
 def _source_of(ctx: typer.Context, name: str) -> str:

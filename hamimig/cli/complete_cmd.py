@@ -1,7 +1,7 @@
 """`__complete` (hidden): the values the generated shell completions ask the node for.
 
-`hamimig [--state-dir PATH] __complete mig-uuids|profiles` prints one value a line from the
-ownership records only (`reports/completion.py`). It is answered before the command line is
+`hamimig [--state-dir PATH] [--sim PATH] __complete mig-uuids|profiles` prints one value a line
+from the ownership records only (`reports/completion.py`). It is answered before the command line is
 parsed, so it costs little more than `hamimig --help`: no Typer parameter conversion (pydantic),
 no `Node`, no config, PyYAML, rich or pynvml, no lock, no write. It is in no help and in no
 man page, and it never fails: an unknown kind or an unreadable state directory prints nothing,
@@ -22,6 +22,8 @@ from hamimig.sim.models import MODELS
 COMMAND = "__complete"
 STATE_DIR = "--state-dir"
 STATE_DIR_ENV = "HAMIMIG_STATE_DIR"
+SIM = "--sim"
+SIM_ENV = "HAMIMIG_SIM"
 
 
 def board_profiles() -> tuple[str, ...]:
@@ -33,9 +35,11 @@ def board_profiles() -> tuple[str, ...]:
 def answer(argv: list[str], valued: Collection[str]) -> int | None:
     """Print what `argv` asks for and return 0 when its command is `__complete`; None for any
     other command line. `valued` names the global options that take a value (skipped with it
-    when looking for the command); `--state-dir` may come before or after `__complete`, and
-    without it `HAMIMIG_STATE_DIR` or the default directory is read, as for every command."""
-    state_dir = os.environ.get(STATE_DIR_ENV) or str(DEFAULT_STATE_DIR)
+    when looking for the command); `--state-dir` and `--sim` may come before or after
+    `__complete`, and without `--state-dir` `HAMIMIG_STATE_DIR`, else the simulated node's
+    state directory, else the default directory is read, as for every command."""
+    state_dir = os.environ.get(STATE_DIR_ENV) or None
+    sim = os.environ.get(SIM_ENV) or None
     words: list[str] = []
     i = 0
     while i < len(argv):
@@ -46,13 +50,16 @@ def answer(argv: list[str], valued: Collection[str]) -> int | None:
             words += argv[i + 1 :]
             break
         name, eq, value = arg.partition("=")
-        if not words and arg.startswith("-") and name != STATE_DIR and name not in valued:
+        if not words and arg.startswith("-") and name not in (STATE_DIR, SIM, *valued):
             return None  # `--version`, `-h` and the like come first: the line is theirs
-        if name == STATE_DIR:
+        if name in (STATE_DIR, SIM):
             if not eq:
                 value = argv[i + 1] if i + 1 < len(argv) else ""
                 i += 1
-            state_dir = value
+            if name == SIM:
+                sim = value
+            else:
+                state_dir = value
         elif name in valued and not eq:
             i += 1  # its value, which may look like anything
         elif not arg.startswith("-"):
@@ -60,6 +67,12 @@ def answer(argv: list[str], valued: Collection[str]) -> int | None:
         i += 1
     if not words or words[0] != COMMAND:
         return None
+    if state_dir is None and sim:
+        from hamimig.sim.files import node_home
+
+        state_dir = str(node_home(Path(sim)) / "state")
+    if state_dir is None:
+        state_dir = str(DEFAULT_STATE_DIR)
     if len(words) > 1 and state_dir:
         from hamimig.cli import render
         from hamimig.reports.completion import record_values

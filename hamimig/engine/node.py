@@ -25,7 +25,7 @@ from hamimig.hw.types import Gpu, MigHardware
 from hamimig.hw.types import legal_placement as legal_placement  # re-exported
 from hamimig.hw.types import parse_placement as parse_placement  # re-exported
 from hamimig.sim.backend import SimBackend
-from hamimig.sim.files import NodeFiles
+from hamimig.sim.files import NodeFiles, node_home
 from hamimig.store.cdi import CdiStore
 from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters
@@ -131,7 +131,7 @@ class Node:
         )
 
     def files(self) -> NodeFiles:
-        """The driver's files (beside the state file on a simulated node)."""
+        """The driver's files (in a simulated node's home)."""
         if self.sim is not None:
             return SimBackend(self.sim).files
         return NodeFiles(DEFAULT_MIG_MINORS, DEFAULT_PROC_DEVICES, DEFAULT_CAPABILITIES, None)
@@ -174,12 +174,22 @@ class Node:
 
         Mutating commands call this before they touch the hardware: finding out at the first
         write would leave a GI and CI created that can be neither recorded nor handed out. The
-        default paths may have their parents created, as on a fresh node; any other path must
-        have an existing parent, so a typo is an error rather than a new tree.
+        default paths may have their parents created, as on a fresh node (a simulated node's
+        directories: in its home); any other path must have an existing parent, so a typo is an
+        error rather than a new tree.
         """
-        check_usable_dir(self.state_dir, "state directory", self.state_dir == DEFAULT_STATE_DIR)
+        home = None if self.sim is None else node_home(self.sim)
+        check_usable_dir(
+            self.state_dir,
+            "state directory",
+            self.state_dir == DEFAULT_STATE_DIR or self.state_dir.parent == home,
+        )
         if self.config().cdi_enabled:
-            check_usable_dir(self.cdi_dir, "CDI directory", self.cdi_dir == DEFAULT_CDI_DIR)
+            check_usable_dir(
+                self.cdi_dir,
+                "CDI directory",
+                self.cdi_dir == DEFAULT_CDI_DIR or self.cdi_dir.parent == home,
+            )
 
     def lock(self) -> NodeLock:
         if self.read_only:

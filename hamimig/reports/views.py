@@ -145,7 +145,7 @@ class SimView:
         if self.created is not None:
             out["instance"] = self.created.to_json()
         out.update(self.extra)
-        files = NodeFiles.beside(Path(self.path))
+        files = NodeFiles.of(Path(self.path))
         out["migMinors"] = str(files.mig_minors)
         out["procDevices"] = str(files.proc_devices)
         out["capabilitiesDir"] = str(files.capabilities)

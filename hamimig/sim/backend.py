@@ -1,5 +1,5 @@
 """The simulated node as the engine sees it: one object for its hardware, its file-operation
-fault hook and the paths of the driver's files beside it."""
+fault hook and the paths of the driver's files in its home."""
 
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ class SimBackend:
 
     @property
     def files(self) -> NodeFiles:
-        """The driver's and NVIDIA's files, beside the state file (never the host's)."""
-        return NodeFiles.beside(self.path)
+        """The driver's and NVIDIA's files, in the node's home (never the host's)."""
+        files = self.store.files
+        assert files is not None, "a file-backed node"
+        return files
 
     def hardware(self) -> NvmlHardware:
         """The real NVML adapter over the simulated pynvml module (not yet opened)."""

@@ -1,8 +1,10 @@
 """The files a GPU node has besides NVML, for a simulated node: NVIDIA's CDI spec, the kernel's
 `/proc/devices` and the driver's capability `access` files.
 
-They sit beside the simulated node's state file, so a simulated node never reads the host's
-`/etc/cdi` or `/proc`: a test machine without GPUs gets the same spec composition (and, since
+They live in the node's own directory, `<node file>.d/` (recorded in the node file as `home`),
+with its state and CDI directories, so a simulated node never reads the host's `/etc/cdi` or
+`/proc` and never writes the real node's directories; a node file made before homes keeps them
+beside it: a test machine without GPUs gets the same spec composition (and, since
 every node carries type, major and minor, the same CDI injection) as a GPU node. The base spec is
 shaped like `nvidia-ctk cdi generate` output: driver library and binary mounts, `nvidia-cdi-hook`
 hooks, the control and uvm nodes, an `all` device, one device per GPU by index and by UUID, and
@@ -11,6 +13,7 @@ a MIG entry.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,13 +43,48 @@ class NodeFiles:
     (which searches the runtimes' CDI directories)."""
 
     @classmethod
-    def beside(cls, state: Path) -> NodeFiles:
+    def within(cls, directory: Path) -> NodeFiles:
         return cls(
-            mig_minors=state.with_name("mig-minors"),
-            proc_devices=state.with_name("proc-devices"),
-            capabilities=state.with_name("nvidia-capabilities"),
-            cdi_base_dir=state.with_name("nvidia-cdi"),
+            mig_minors=directory / "mig-minors",
+            proc_devices=directory / "proc-devices",
+            capabilities=directory / "nvidia-capabilities",
+            cdi_base_dir=directory / "nvidia-cdi",
         )
+
+    @classmethod
+    def of(cls, node: Path) -> NodeFiles:
+        """In the home the node file records; beside the file for a node made before homes
+        (whose files two nodes in one directory shared)."""
+        home = recorded_home(node)
+        return cls.within(node.parent if home is None else node.parent / home)
+
+
+HOME_SUFFIX = ".d"
+
+
+def home_problem(name: object) -> str | None:
+    """Why a recorded home is not the name of a directory beside the node file, if it is not:
+    a path elsewhere would have the simulator write outside its node."""
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\0" in name:
+        return f"home must be the name of a directory beside the node file, not {name!r}"
+    return None
+
+
+def recorded_home(node: Path) -> str | None:
+    """The home the node file records; None for a node made before homes, and for a file that
+    cannot be read or names no valid one (loading the node refuses it with the reason)."""
+    try:
+        doc = json.loads(node.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = doc.get("home") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) and home_problem(name) is None else None
+
+
+def node_home(node: Path) -> Path:
+    """The node's own directory: its state and CDI directories, config and driver files, unless
+    the command line names others. `<file>.d` for a node made before homes, or not made yet."""
+    return node.parent / (recorded_home(node) or node.name + HOME_SUFFIX)
 
 
 def _node(path: str, major: int, minor: int) -> dict[str, Any]:

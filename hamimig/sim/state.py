@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from hamimig.errors import HardwareError, UsageError
-from hamimig.sim.files import NodeFiles, write_access, write_node_files
+from hamimig.sim.files import (
+    HOME_SUFFIX,
+    NodeFiles,
+    home_problem,
+    write_access,
+    write_node_files,
+)
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
 from hamimig.sim.ops import DRIVER_VERSION, BusyKind
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
@@ -234,6 +240,9 @@ class NodeState:
     clock_offset: float = 0.0
     """Seconds the node's clock runs ahead of the host's (`sim clock`), so that tests of
     anything that depends on time move it instead of sleeping."""
+    home: str | None = None
+    """The name of the node's own directory beside its file (`files.node_home`); None for a
+    node made before homes, or one held in memory."""
 
     @property
     def old_mig_uuids(self) -> bool:
@@ -252,6 +261,8 @@ class NodeState:
         }
         if self.clock_offset:
             doc["clockOffsetSeconds"] = self.clock_offset
+        if self.home is not None:
+            doc["home"] = self.home
         return doc
 
     @classmethod
@@ -263,7 +274,15 @@ class NodeState:
             faults=[SimFault.from_json(f) for f in doc["faults"]],
             calls={str(k): int(v) for k, v in doc["calls"].items()},
             clock_offset=_offset(doc.get("clockOffsetSeconds", 0.0)),
+            home=_home(doc.get("home")),
         )
+
+
+def _home(value: object) -> str | None:
+    problem = None if value is None else home_problem(value)
+    if problem is not None:
+        raise UsageError(problem)
+    return None if value is None else str(value)
 
 
 def _offset(value: object) -> float:
@@ -329,6 +348,7 @@ class SimStore:
         self.path = path
         self._memory = state
         self._pending: dict[str, int] = {}
+        self._files: NodeFiles | None = None
         if path is not None:
             _LIVE.add(self)
 
@@ -339,27 +359,32 @@ class SimStore:
 
     @property
     def minors_path(self) -> Path | None:
-        return None if self.path is None else self.path.with_name("mig-minors")
+        files = self.files
+        return None if files is None else files.mig_minors
 
     @property
     def files(self) -> NodeFiles | None:
-        """The driver's and NVIDIA's files that stand beside the simulated node."""
-        return None if self.path is None else NodeFiles.beside(self.path)
+        """The driver's and NVIDIA's files of the simulated node (read once: only `create`
+        changes where they are)."""
+        if self.path is not None and self._files is None:
+            self._files = NodeFiles.of(self.path)
+        return self._files
 
     def create(self, state: NodeState) -> None:
         """Write a fresh node (and the driver's and NVIDIA's files), replacing any previous one."""
         if self.path is None:
             self._memory = state.to_json()
             return
+        state.home = self.path.name + HOME_SUFFIX
+        home = self.path.parent / state.home
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Not group-writable whatever the umask: the state directory's parent (`safety`).
+        home.mkdir(mode=0o755, exist_ok=True)
         with self._locked():
             self._pending.clear()  # counts of the node this one replaces
             self._write(state)
-        minors = self.minors_path
-        assert minors is not None
-        minors.write_text(mig_minors_text(), encoding="ascii")
-        files = self.files
-        assert files is not None
+        files = self._files = NodeFiles.within(home)
+        files.mig_minors.write_text(mig_minors_text(), encoding="ascii")
         gpus = [g.to_json() for g in state.gpus]
         write_node_files(files, gpus, state.driver_version, capability_minor)
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from tests.support.cli import Cli
+from tests.support.node import node_dir
 from tests.support.processes import REPO_ROOT
 from tests.support.records import sha
 
@@ -53,7 +54,7 @@ def load_base(cli: Cli) -> dict[str, Any]:
 def cap_minors(cli: Cli) -> dict[str, int]:
     """The node's `mig-minors` table: capability path (`gpu0/gi9/access`) -> minor."""
     table = {}
-    for line in cli.sim.with_name("mig-minors").read_text().splitlines():
+    for line in (node_dir(cli.sim) / "mig-minors").read_text().splitlines():
         if line.strip():
             key, value = line.split()
             table[key] = int(value)

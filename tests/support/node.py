@@ -18,6 +18,13 @@ ABSENT_GPU = "GPU-0badc0de-0000-4000-8000-000000000000"
 ABSENT_MIG = "MIG-0badc0de-0000-4000-8000-000000000000"
 
 
+def node_dir(path: Path) -> Path:
+    """The simulated node's own directory beside its file (`<file>.d/`): its driver files
+    (`mig-minors`, `proc-devices`, `nvidia-capabilities/`, `nvidia-cdi/`) and, unless the
+    command line names others, its state, CDI directory and config."""
+    return path.with_name(path.name + ".d")
+
+
 def sim_state(path: Path) -> dict[str, Any]:
     """The simulated node's state document, with every call counted so far in this process."""
     flush_counts()  # what an in-process simulator counted so far, as its exit would publish
