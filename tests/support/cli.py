@@ -126,11 +126,31 @@ def ok(ran: Ran) -> dict[str, Any]:
     return data
 
 
-def refused(ran: Ran, exit_code: int, code: str) -> str:
-    """Assert a refusal with this exit status and error code; returns its message."""
+PLAN_KINDS = {
+    "allocate": "Allocation",
+    "release": "Release",
+    "reclaim": "Reclaim",
+    "forget": "Forget",
+    "recover": "Recovery",
+    "adopt": "Adoption",
+    "reconcile": "Reconcile",
+}
+"""The `kind` of each mutating command's result: a refused dry run's JSON object keeps it."""
+
+
+def refusal_kind(args: tuple[str, ...] | list[str]) -> str:
+    """The `kind` a refusal of this command line prints: `Error`, or, for a dry run, the
+    command's own (see `refused`)."""
+    return PLAN_KINDS[args[0]] if "--dry-run" in args else "Error"
+
+
+def refused(ran: Ran, exit_code: int, code: str, kind: str = "Error") -> str:
+    """Assert a refusal with this exit status and error code; returns its message. A refused
+    dry run carries its error on its plan object: give that object's `kind`."""
     assert ran.exit_code == exit_code, (ran.stdout, ran.stderr)
     data = ran.json()
-    assert data["kind"] == "Error"
+    assert data["kind"] == kind
+    assert kind == "Error" or data["dryRun"] is True
     assert data["error"]["code"] == code
     message: str = data["error"]["message"]
     assert message
