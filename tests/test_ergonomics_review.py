@@ -125,7 +125,7 @@ def test_forget_by_prefix_is_refused_while_a_record_cannot_be_read(cli: Cli) -> 
     bad = cli.state_dir / f"hami-owned-mig-{'0' * 64}.json"
     bad.write_text("{broken")
     bad.chmod(0o600)
-    message = refused(cli.json("forget", mig[:12], "--dry-run"), 5, "unverifiable", "Forget")
+    message = refused(cli.json("forget", mig[:12], "--dry-run"), 5, "unverifiable")
     assert "cannot be read" in message and "give the whole MIG UUID" in message
     ok(cli.json("forget", mig, "--dry-run"))  # the whole UUID still works
 

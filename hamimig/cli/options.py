@@ -128,8 +128,9 @@ DRY_RUN_VERDICTS = tuple(
     e.exit_code for e in (UsageError, ConflictError, UnverifiableError, NotFoundError)
 )
 """The refusals a dry run gives as its verdict (usage, conflict, unverifiable, not found): the
-real run's planning makes them. Never 4 (the dry run applies nothing, so nothing it would
-apply can fail) nor 7 (it takes no lock)."""
+real run's planning makes them. A dry run never exits 7 (it takes no lock) nor 4 for a step
+(it applies none); a read of the node that failed (4) or a bug (1) is the dry run's own
+failure, `kind: Error` as for any command."""
 
 
 def locked(
