@@ -332,7 +332,7 @@ def test_recover_rolls_back_the_bare_gi_of_an_intent_without_gi_id(cli: Cli) -> 
 # Refuse to act on a node that doctor fails
 
 
-def test_world_writable_state_dir_refuses_changes_and_warns_dry_runs(cli: Cli) -> None:
+def test_world_writable_state_dir_refuses_changes_and_dry_runs_alike(cli: Cli) -> None:
     mig = idle(cli, "ns/p", "1g.10gb", "0")
     os.chmod(cli.state_dir, 0o777)
     before = Unchanged(cli)
@@ -345,13 +345,15 @@ def test_world_writable_state_dir_refuses_changes_and_warns_dry_runs(cli: Cli) -
     ):
         message = refused(cli.json(*args), 5, "unverifiable")
         assert "0777" in message and "unsafe node" in message, args
+        # The dry run gives the same verdict on the plan it could make, findings included.
+        ran = cli.json(*args, "--dry-run")
+        assert refused(ran, 5, "unverifiable") == message  # on its plan object, not an Error
+        assert "0777" in ran.json()["warnings"][0]["reason"]
     before.check()
-    dry = ok(cli.json("reclaim", "--mig-uuid", mig, "--dry-run"))
-    assert "0777" in dry["warnings"][0]["reason"]
-    assert (
-        "0777" in ok(cli.json("recover", "--assume-no-pods", "--dry-run"))["warnings"][0]["reason"]
-    )
-    assert "warning:" in cli("reclaim", "--mig-uuid", mig, "--dry-run").stdout
+    table = cli("reclaim", "--mig-uuid", mig, "--dry-run")
+    assert table.exit_code == 5
+    assert "would reclaim" in table.stdout and "warning:" in table.stdout
+    assert table.stderr.startswith("hamimig: error: unsafe node:")
     before.check()
 
 
@@ -368,8 +370,10 @@ def test_foreign_spec_defining_our_device_refuses_changes(cli: Cli) -> None:
     )
     assert str(foreign) in message
     before.check()
-    dry = ok(cli.json("recover", "--assume-no-pods", "--dry-run"))
-    assert dry["warnings"][0]["file"] == str(foreign)
+    dry = cli.json("recover", "--assume-no-pods", "--dry-run")
+    assert str(foreign) in refused(dry, 5, "unverifiable")
+    assert dry.json()["warnings"][0]["file"] == str(foreign)
+    before.check()
     assert any(w["file"] == str(foreign) for w in ok(cli.json("list"))["warnings"])
 
 
@@ -619,8 +623,10 @@ def test_forget_refuses_an_unsafe_node(cli: Cli) -> None:
     before = Unchanged(cli)
     message = refused(cli.json("forget", mig), 5, "unverifiable")
     assert "unsafe node" in message
-    dry = ok(cli.json("forget", mig, "--dry-run"))
-    assert "0777" in dry["warnings"][0]["reason"]
+    dry = cli.json("forget", mig, "--dry-run")
+    assert refused(dry, 5, "unverifiable") == message
+    assert dry.json()["forgotten"][0]["migUUID"] == mig  # the plan it could make
+    assert "0777" in dry.json()["warnings"][0]["reason"]
     before.check()
 
 

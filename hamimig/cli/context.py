@@ -15,6 +15,22 @@ if TYPE_CHECKING:
     from hamimig.engine.results import Result
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A dry run's verdict when the real run would refuse: the plan it could make (None when
+    the refusal came before there was one) and the refusal, whose exit code it exits with.
+
+    Printed as the plan, then the error line; in JSON and YAML as the plan object (`kind`,
+    `dryRun` and whatever it has) carrying the refusal as `error`, not `kind: Error`."""
+
+    kind: str
+    plan: Result | None
+    error: HamimigError
+
+    def plan_json(self) -> dict[str, Any]:
+        return self.plan.to_json() if self.plan is not None else {"kind": self.kind, "dryRun": True}
+
+
 @dataclass
 class Globals:
     node: Node
@@ -38,7 +54,9 @@ def command_name(ctx: typer.Context) -> str:
     return " ".join(reversed(names))
 
 
-def execute(ctx: typer.Context, action: Callable[[Node], Result], headers: bool = True) -> None:
+def execute(
+    ctx: typer.Context, action: Callable[[Node], Result | Refused], headers: bool = True
+) -> None:
     """Run one engine call and render its result or its failure with the contract exit code.
 
     `headers=False` (`list --no-headers`) leaves a table's title and header row out. A table
@@ -59,6 +77,11 @@ def execute(ctx: typer.Context, action: Callable[[Node], Result], headers: bool 
         io_error = HardwareError(f"I/O error: {exc}")
         render.error(io_error, g.output)
         raise typer.Exit(io_error.exit_code) from None
+    if isinstance(result, Refused):
+        if result.plan is not None and g.output not in ("json", "yaml"):
+            render.emit(result.plan, g.output, headers=headers, clock=g.node.now)
+        render.error(result.error, g.output, within=result.plan_json())
+        raise typer.Exit(result.error.exit_code)
     render.emit(result, g.output, headers=headers, clock=g.node.now)
     if result.exit_code:  # a pass that reports what it did and what still failed
         raise typer.Exit(result.exit_code)

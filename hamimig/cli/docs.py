@@ -18,7 +18,7 @@ from hamimig.cli.complete_cmd import board_profiles
 from hamimig.config import ENV_OVERRIDES
 
 EXIT_CODES = (
-    (0, "done (also a --dry-run that found a valid plan)"),
+    (0, "done (also a --dry-run whose plan the real run would carry out)"),
     (1, "internal error (a bug)"),
     (
         2,

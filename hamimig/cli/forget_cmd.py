@@ -47,7 +47,7 @@ def forget(
         target = ByUuid(mig_uuid) if mig_uuid is not None else ByIntent(intent or "")
         return forgetting.forget(node, target, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run))
+    execute(ctx, locked(lock_timeout, action, dry_run, "Forget"))
 
 
 def register(app: typer.Typer) -> None:

@@ -73,7 +73,7 @@ def allocate(
         assert source is not None
         return allocation.allocate(node, request, source, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run))
+    execute(ctx, locked(lock_timeout, action, dry_run, "Allocation"))
 
 
 def release(
@@ -120,7 +120,7 @@ def release(
             target = ByPod(owner.namespace, owner.name, owner.uid)
         return maintenance.release(node, target, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run))
+    execute(ctx, locked(lock_timeout, action, dry_run, "Release"))
 
 
 def reclaim(
@@ -185,7 +185,7 @@ def reclaim(
         assert source is not None
         return maintenance.reclaim(node, target, source, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run))
+    execute(ctx, locked(lock_timeout, action, dry_run, "Reclaim"))
 
 
 def reconcile(
@@ -206,7 +206,7 @@ def reconcile(
         source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False, ctx=ctx)
         return maintenance.reconcile(node, dry_run, source)
 
-    execute(ctx, locked(lock_timeout, action, dry_run))
+    execute(ctx, locked(lock_timeout, action, dry_run, "Reconcile"))
 
 
 def show(

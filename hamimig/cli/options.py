@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hamimig.errors import UsageError
+from hamimig.cli.context import Refused
+from hamimig.errors import (
+    ConflictError,
+    HamimigError,
+    NotFoundError,
+    UnverifiableError,
+    UsageError,
+)
 from hamimig.vocabulary import Setting
 
 if TYPE_CHECKING:
@@ -117,27 +124,45 @@ PROFILE = "PROFILE"
 """The metavariable of every `--profile`: a GI profile name such as 1g.10gb."""
 
 
+DRY_RUN_VERDICTS = tuple(
+    e.exit_code for e in (UsageError, ConflictError, UnverifiableError, NotFoundError)
+)
+"""The refusals a dry run gives as its verdict (usage, conflict, unverifiable, not found): the
+real run's planning makes them. A dry run never exits 7 (it takes no lock) nor 4 for a step
+(it applies none); a read of the node that failed (4) or a bug (1) is the dry run's own
+failure, `kind: Error` as for any command."""
+
+
 def locked(
-    timeout: float, action: Callable[[Node], Result], dry_run: bool = False
-) -> Callable[[Node], Result]:
-    """Wrap a mutating command: its lock wait, and directories checked before any hardware.
+    timeout: float, action: Callable[[Node], Result], dry_run: bool, kind: str
+) -> Callable[[Node], Result | Refused]:
+    """Wrap a mutating command (whose result is a `kind`): its lock wait, and directories
+    checked before any hardware.
 
     A dry run takes no lock (the engine plans on a snapshot without it, and creates neither
     the state directory nor the lock file) and the node is marked read-only, so a step it
     tried to apply would fail before changing anything. `--lock-timeout` is still checked
-    and the directories still judged: a dry run refuses what the real run would refuse.
-    """
+    and the directories still judged: a dry run gives the real run's verdict, as `Refused`
+    with the plan it could make (the whole plan when the engine could plan past the refusal,
+    `Node.refuse`; none when the refusal stopped it)."""
 
-    def run(node: Node) -> Result:
+    def run(node: Node) -> Result | Refused:
         from hamimig.engine import validate
 
-        timeout_s = validate.timeout(timeout, "--lock-timeout")
-        node.check_dirs()
-        if dry_run:
-            node.read_only = True
-        else:
-            node.lock_timeout = timeout_s
-        return action(node)
+        if not dry_run:
+            node.lock_timeout = validate.timeout(timeout, "--lock-timeout")
+            node.check_dirs()
+            return action(node)
+        node.read_only = True
+        try:
+            validate.timeout(timeout, "--lock-timeout")
+            node.check_dirs()
+            plan = action(node)
+        except HamimigError as err:
+            if err.exit_code not in DRY_RUN_VERDICTS:
+                raise
+            return Refused(kind, None, err)
+        return plan if node.deferred is None else Refused(kind, plan, node.deferred)
 
     return run
 

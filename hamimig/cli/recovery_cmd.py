@@ -52,7 +52,7 @@ def recover(
         assert source is not None
         return recovery.recover(node, source, adopt, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run))
+    execute(ctx, locked(lock_timeout, action, dry_run, "Recovery"))
 
 
 def adopt(
@@ -90,7 +90,7 @@ def adopt(
                 "this node: --exclusive-owner or devices.nvidia.adoptExistingMIGInstances: true"
             ) from err
 
-    execute(ctx, locked(lock_timeout, action, dry_run))
+    execute(ctx, locked(lock_timeout, action, dry_run, "Adoption"))
 
 
 def register(app: typer.Typer) -> None:

@@ -159,9 +159,10 @@ def one_line(message: str) -> str:
 
 
 @_tolerates_closed_output
-def error(err: HamimigError, fmt: str) -> None:
+def error(err: HamimigError, fmt: str, within: dict[str, Any] | None = None) -> None:
     """A failure: one JSON/YAML object on stdout (with the error's structured `detail`, such
-    as a conflict's `blockers`), or one line on stderr."""
+    as a conflict's `blockers`), or one line on stderr. `within`: the refused dry run's plan
+    object, which carries the error in place of `kind: Error`."""
     message = one_line(printable(err.message))
     if err.setting is not None:
         from hamimig.cli.options import SETTING_FLAGS
@@ -169,7 +170,7 @@ def error(err: HamimigError, fmt: str) -> None:
         message += f" ({err.setting.value}: {SETTING_FLAGS[err.setting]})"
     if fmt in ("json", "yaml"):
         body: dict[str, Any] = {"code": err.code, "message": message, **err.detail()}
-        _dump({"kind": "Error", "error": body}, fmt)
+        _dump({**(within or {"kind": "Error"}), "error": body}, fmt)
     else:
         text(f"hamimig: error: {message}", err=True)
 

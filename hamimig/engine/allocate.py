@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Iterable
 
 from hamimig.engine.executor import DestroyFailed, apply, tidy_finished
 from hamimig.engine.facts import (
@@ -26,7 +27,7 @@ from hamimig.engine.results import (
     Warning_,
     record_view,
 )
-from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Step
+from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Spec, Step
 from hamimig.errors import (
     ConflictError,
     HamimigError,
@@ -35,7 +36,8 @@ from hamimig.errors import (
     UsageError,
 )
 from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
-from hamimig.store.cdi import device_node_paths
+from hamimig.store.cdi import CdiStore, device_node_paths
+from hamimig.store.queue import QueuedRemoval
 from hamimig.store.records import Record, RecordState
 from hamimig.vocabulary import ActionKind, Outcome, State
 
@@ -133,9 +135,8 @@ def _preview(node: Node, steps: list[Step], durable: Durable) -> Allocation:
         owner=create.owner,
     )
     reclaimed = tuple(step.mig_uuid or "" for step in steps[:-1])
-    return Allocation(
-        view, Outcome.CREATED, reclaimed=reclaimed, dry_run=True, warnings=durable.warnings
-    )
+    warnings = durable.warnings + _retried_first(node, durable, create.gpu)
+    return Allocation(view, Outcome.CREATED, reclaimed=reclaimed, dry_run=True, warnings=warnings)
 
 
 def _idempotent(
@@ -360,23 +361,55 @@ def _clear_stale_specs(node: Node, durable: Durable, gpu: Gpu) -> None:
     cdi = node.cdi()
     if cdi is None or not durable.removals:
         return
+    for step in _queued_removals(durable).steps:
+        with contextlib.suppress(HamimigError, OSError):  # still queued: judged below
+            apply(node, step)
+    queued, _ = node.queue().load()
+    stale = _naming_device(cdi, queued, gpu)  # an entry whose instance is back was dropped
+    if stale:
+        item = stale[0]
+        raise HardwareError(
+            f"the CDI spec {cdi.path_of(item.mig_uuid)} of destroyed instance "
+            f"{item.mig_uuid} names /dev/nvidia{gpu.minor} and its removal failed again "
+            f"({item.last_error}): a new instance on GPU {gpu.index} could get its device "
+            "nodes; remove the file, then retry; nothing was changed"
+        )
+
+
+def _retried_first(node: Node, durable: Durable, gpu: Gpu) -> tuple[Warning_, ...]:
+    """A dry run's word on the queued removals the real run retries before it creates
+    (`_clear_stale_specs`): the dry run applies none, so it cannot know whether one fails
+    again; it warns of each whose spec names the target GPU's device node, which the real run
+    would then refuse (exit 4)."""
+    cdi = node.cdi()
+    if cdi is None or not durable.removals:
+        return ()
+    plan = _queued_removals(durable)
+    retried = {s.mig_uuid for s in plan.steps if isinstance(s.target, Spec) and not s.target.keep}
+    queued = [item for item in durable.removals if item.mig_uuid in retried]
+    return tuple(
+        Warning_(
+            str(cdi.path_of(item.mig_uuid)),
+            f"the CDI spec of destroyed instance {item.mig_uuid} names /dev/nvidia{gpu.minor} "
+            f"and its removal is queued ({item.last_error}): the real run retries it first and "
+            "refuses (exit 4) if it fails again",
+        )
+        for item in _naming_device(cdi, queued, gpu)
+    )
+
+
+def _queued_removals(durable: Durable) -> Plan:
     from hamimig.engine.recovery import plan_queued_removals  # only with removals queued
 
     plan = Plan()
     plan_queued_removals(plan, durable)
-    for step in plan.steps:
-        with contextlib.suppress(HamimigError, OSError):  # still queued: judged below
-            apply(node, step)
-    queued, _ = node.queue().load()
+    return plan
+
+
+def _naming_device(cdi: CdiStore, queued: Iterable[QueuedRemoval], gpu: Gpu) -> list[QueuedRemoval]:
+    """The queued removals whose spec still names `gpu`'s device node."""
     device = f"/dev/nvidia{gpu.minor}"
-    for item in queued:  # an entry whose instance has a record again was dropped above
-        if device in device_node_paths(cdi.read(item.mig_uuid)):
-            raise HardwareError(
-                f"the CDI spec {cdi.path_of(item.mig_uuid)} of destroyed instance "
-                f"{item.mig_uuid} names {device} and its removal failed again ({item.last_error}): "
-                f"a new instance on GPU {gpu.index} could get its device nodes; remove the "
-                "file, then retry; nothing was changed"
-            )
+    return [item for item in queued if device in device_node_paths(cdi.read(item.mig_uuid))]
 
 
 def _create(node: Node, steps: list[Step]) -> Allocation:

@@ -53,7 +53,7 @@ def load_durable(node: Node) -> Durable:
 def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> Durable:
     """Mutating commands refuse to run past any unreadable record, intent or queue (exit 5),
     and on a node others can forge records on or shadow our CDI devices in (exit 5; a dry run
-    reports that as `warnings`).
+    notes that refusal, `Node.refuse`, plans on and lists the findings as `warnings`).
 
     With `tidy`, intents of allocations that had finished (their MIG UUID has a record on the
     same GPU and placement: only the intent's removal failed) are set aside in `finished`, so

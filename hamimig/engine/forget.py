@@ -81,7 +81,8 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     ident = parse_intent_id(node, target.intent_id) if isinstance(target, ByIntent) else None
     with node.lock_unless(dry_run):
         # Like every mutating command, never on a node others can forge records on (a dry run
-        # reports it). Unreadable records do not matter here: forgetting one is the point.
+        # notes the refusal and plans on). Unreadable records do not matter here: forgetting
+        # one is the point.
         from hamimig.engine.safety import refuse_if_unsafe
 
         records, unreadable = node.records().load()

@@ -70,6 +70,18 @@ class Node:
     """The durable-state file operations this command completed, in order (see `file_op`)."""
     command: str | None = None
     """The hamimig command running (`allocate`, `reconcile`...), as the event journal names it."""
+    deferred: HamimigError | None = None
+    """A dry run's verdict: the first refusal the real run would raise where planning found it
+    (`refuse`), kept while the dry run plans on, so that it can show its plan and still exit
+    with the real run's code."""
+
+    def refuse(self, err: HamimigError, dry_run: bool) -> None:
+        """Raise `err`, the refusal of a run that would change the node; a dry run notes it
+        (the first one) and goes on planning."""
+        if not dry_run:
+            raise err
+        if self.deferred is None:
+            self.deferred = err
 
     def now(self) -> float:
         """This node's time: a simulated node's clock runs at the host's pace from wherever

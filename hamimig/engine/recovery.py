@@ -780,7 +780,7 @@ def _run(
         plan = make_plan(durable, pods)
         if (old := stale_warning(node, pods)) is not None:
             plan.warnings.append(old)
-        plan.check()
+        plan.check(node, dry_run)
         done = execute(node, plan, dry_run, tolerate_tracked=True)
     return report(
         dry_run=dry_run,

@@ -294,12 +294,16 @@ def node_problems(node: Node, records: dict[str, Record]) -> list[Warning_]:
 
 
 def refuse_if_unsafe(node: Node, records: dict[str, Record], dry_run: bool) -> tuple[Warning_, ...]:
-    """Raise (exit 5) before a change on an unsafe node; a dry run gets the findings back."""
+    """Raise (exit 5) before a change on an unsafe node; a dry run notes the same refusal
+    (`Node.refuse`) and gets the findings back, one warning each."""
     problems = node_problems(node, records)
-    if problems and not dry_run:
+    if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UnverifiableError(
-            f"unsafe node: {problems[0].file}: {problems[0].reason}{more}; run 'hamimig doctor'; "
-            "nothing was changed"
+        node.refuse(
+            UnverifiableError(
+                f"unsafe node: {problems[0].file}: {problems[0].reason}{more}; run 'hamimig "
+                "doctor'; nothing was changed"
+            ),
+            dry_run,
         )
-    return tuple(problems)
+    return tuple(problems) if dry_run else ()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hamimig.engine.facts import LiveCheck, Liveness
+from hamimig.engine.node import Node
 from hamimig.engine.plans import NOTHING_CHANGED
 from hamimig.engine.results import Action, SkippedGpu, StepError, Warning_
 from hamimig.errors import UnverifiableError
@@ -222,7 +223,10 @@ class Plan:
     def refuse(self, reason: str) -> None:
         self.refusals.append(reason)
 
-    def check(self) -> None:
-        """Raise when anything could not be verified: then no step runs (exit 5)."""
+    def check(self, node: Node, dry_run: bool) -> None:
+        """Refuse (exit 5) when anything could not be verified: then no step runs. A dry run
+        notes the refusal and reports the steps it would take once it is cleared."""
         if self.refusals:
-            raise UnverifiableError("; ".join(self.refusals) + f"; {NOTHING_CHANGED}")
+            node.refuse(
+                UnverifiableError("; ".join(self.refusals) + f"; {NOTHING_CHANGED}"), dry_run
+            )

@@ -24,6 +24,8 @@ class Ran:
     exit_code: int
     stdout: str
     stderr: str
+    args: tuple[str, ...] = ()
+    """The command line after the node's global options, when known (`refused` reads it)."""
 
     def json(self) -> Any:
         return json.loads(self.stdout)
@@ -90,7 +92,7 @@ class Cli:
         if self.pod_source:
             argv = with_pod_source(argv)
         result = self.runner.invoke(app, argv, catch_exceptions=False)
-        return Ran(result.exit_code, result.stdout, result.stderr)
+        return Ran(result.exit_code, result.stdout, result.stderr, tuple(args))
 
     def json(self, *args: str) -> Ran:
         return self(*args, output="json")
@@ -126,11 +128,34 @@ def ok(ran: Ran) -> dict[str, Any]:
     return data
 
 
-def refused(ran: Ran, exit_code: int, code: str) -> str:
-    """Assert a refusal with this exit status and error code; returns its message."""
+PLAN_KINDS = {
+    "allocate": "Allocation",
+    "release": "Release",
+    "reclaim": "Reclaim",
+    "forget": "Forget",
+    "recover": "Recovery",
+    "adopt": "Adoption",
+    "reconcile": "Reconcile",
+}
+"""The `kind` of each mutating command's result: a refused dry run's JSON object keeps it."""
+
+
+def refusal_kind(args: tuple[str, ...] | list[str]) -> str:
+    """The `kind` a refusal of this command line prints: `Error`, or, for a dry run of a
+    mutating command, that command's own (see `refused`)."""
+    command = next((a for a in args if a in PLAN_KINDS), None)
+    return PLAN_KINDS[command] if command is not None and "--dry-run" in args else "Error"
+
+
+def refused(ran: Ran, exit_code: int, code: str, kind: str | None = None) -> str:
+    """Assert a refusal with this exit status and error code; returns its message. A refused
+    dry run carries its error on its plan object, whose `kind` is the command's: by default
+    the kind its command line calls for (`refusal_kind`)."""
     assert ran.exit_code == exit_code, (ran.stdout, ran.stderr)
     data = ran.json()
-    assert data["kind"] == "Error"
+    kind = kind if kind is not None else refusal_kind(ran.args)
+    assert data["kind"] == kind, (kind, ran.stdout)
+    assert kind == "Error" or data["dryRun"] is True
     assert data["error"]["code"] == code
     message: str = data["error"]["message"]
     assert message
