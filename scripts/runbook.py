@@ -3,7 +3,8 @@
 Builds the runbook's simulated node (two H100s: team-a/train-1 holding a 2g.20gb that reclaimed
 team-e/tmp-1's Idle 1g.10gb, team-b/infer-1 a 1g.10gb, one Idle 1g.10gb, an unmanaged 3g.40gb on
 GPU 1), runs every command the Runbook
-shows, in its order, at `COLUMNS=100` (one at 80), and writes what each printed, with its exit
+shows, in its order, at `COLUMNS=100` unless the command sets another width (`COLUMNS=80 hamimig
+list`: what an 80- or 120-column terminal shows), and writes what each printed, with its exit
 status, into the README's text blocks. A second node shows a record that no longer matches its
 hardware, for "When recovery refuses".
 
@@ -68,14 +69,13 @@ class Node:
             "--placement", placement, "--assume-no-pods", *extra,
         )  # fmt: skip
 
-    def shown(self, *commands: str, columns: str = WIDTH) -> str:
+    def shown(self, *commands: str) -> str:
         """`$ command`, what it printed (stdout, then stderr) and `[exit N]`, per command."""
         out: list[str] = []
-        env = dict(self.env, COLUMNS=columns)
         for command in commands:
             line = command.replace("hamimig ", f"{sys.executable} -m hamimig ")
             done = subprocess.run(
-                ["bash", "-c", line], env=env, cwd=self.dir, capture_output=True, text=True
+                ["bash", "-c", line], env=self.env, cwd=self.dir, capture_output=True, text=True
             )
             out.append(f"$ {command}")
             text = (done.stdout + done.stderr).rstrip("\n")
@@ -133,7 +133,8 @@ def main_node() -> list[str]:
     (node.dir / "pods.json").write_text(json.dumps(pods, indent=1))
     blocks = [
         node.shown("hamimig list"),
-        node.shown("hamimig list", columns="80"),
+        node.shown("COLUMNS=80 hamimig list", "COLUMNS=80 hamimig -o wide list"),
+        node.shown("COLUMNS=120 hamimig list", "COLUMNS=120 hamimig -o wide list"),
         node.shown(
             "hamimig list --no-headers --state Active --state Idle",
             "hamimig list --no-headers --pod team-a/train-1 | awk '{print $2, $7, $8}'",
@@ -141,6 +142,7 @@ def main_node() -> list[str]:
         node.shown(f"hamimig show {train}"),
         node.shown("hamimig profiles --gpu 0"),
         node.shown("hamimig events --pod team-e/tmp-1", "hamimig events --limit 3"),
+        node.shown("COLUMNS=80 hamimig config show", "COLUMNS=120 hamimig config show"),
         node.shown("hamimig --node gpu-1 recover --pods pods.json --dry-run"),
         node.shown("hamimig --node gpu-1 recover --pods pods.json"),
         node.shown("hamimig --node gpu-1 recover --pods pods.json"),
@@ -185,21 +187,24 @@ def refusing_node() -> list[str]:
                     ci["migUUID"] = replaced
     state.write_text(json.dumps(doc))
     return [
+        node.shown("COLUMNS=80 hamimig doctor", "COLUMNS=120 hamimig doctor"),
         node.shown(
             "hamimig --node gpu-1 recover --assume-no-pods",
             f"hamimig forget {old} --dry-run",
             f"hamimig forget {old}",
-        )
+        ),
     ]
 
 
 FIRST = [
     r"hamimig list$",
-    r"hamimig list$",
+    r"COLUMNS=80 hamimig list$",
+    r"COLUMNS=120 hamimig list$",
     r"hamimig list --no-headers --state Active --state Idle$",
     r"hamimig show MIG-",
     r"hamimig profiles --gpu 0$",
     r"hamimig events --pod team-e/tmp-1$",
+    r"COLUMNS=80 hamimig config show$",
     r"hamimig --node gpu-1 recover --pods pods.json --dry-run$",
     r"hamimig --node gpu-1 recover --pods pods.json$",
     r"hamimig --node gpu-1 recover --pods pods.json$",
@@ -208,6 +213,7 @@ FIRST = [
     r"hamimig reconcile$",
     r"hamimig metrics --textfile ",
     r"hamimig --node gpu-1 allocate --pod team-c/infer-2",
+    r"COLUMNS=80 hamimig doctor$",
     r"hamimig --node gpu-1 recover --assume-no-pods$",
 ]
 """The first command of each text block of the Runbook, in order."""

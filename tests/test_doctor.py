@@ -213,7 +213,9 @@ def test_corrupt_record_fails_naming_the_file(cli: Cli) -> None:
     assert ran.exit_code == 5
     check = one(data, "record/")
     assert check["status"] == "fail"
-    assert check["name"] == f"record/{record_name(active)[len('hami-owned-') :][:16]}…"
+    # The whole file name's subject, never shortened: it is copied and matched by scripts.
+    subject = record_name(active).removeprefix("hami-owned-").removesuffix(".json")
+    assert check["name"] == f"record/{subject}"
     assert check["message"].startswith(f"{path}: record is not valid JSON")
     assert "records" not in by_name(data)  # the failing file stands in for the summary
     # Its spec now has no record: an orphan, reported but not a failure of its own.

@@ -268,7 +268,11 @@ def test_files_whose_names_hold_nothing_are_named_whole(cli: Cli) -> None:
     code, checks = _checks(cli)
     assert code == 5
     failing = sorted(n for n, c in checks.items() if c["status"] == "fail")
-    assert failing == ["intent/intent-.json", "intent/intent-bad.id.js…", "record/hami-owned-.json"]
+    assert failing == [
+        "intent/intent-.json",
+        "intent/intent-bad.id.json",
+        "record/hami-owned-.json",
+    ]
     assert "records" not in checks  # the unusable record speaks for the records
     refusal = cli.json("allocate", "--pod", "ns/b", "--gpu", "0", "--profile", "1g.10gb")
     assert refusal.exit_code == 5

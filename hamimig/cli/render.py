@@ -12,7 +12,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from hamimig.engine.results import (
@@ -193,6 +193,12 @@ class Look:
             self._now = self._clock()
         return self._now
 
+    def plain(self) -> Look:
+        """This look as `-o table` draws it, on the same reading of the clock."""
+        plain = Look(headers=self.headers)
+        plain._now = self.now()
+        return plain
+
 
 @_tolerates_closed_output
 def emit(
@@ -320,7 +326,7 @@ def _processes(inst: InstanceView) -> str:
 
 _PLAIN = Look()
 
-_FOLD_FLOOR = {"OWNER": 20, "CDI DEVICE": 20, "REASON": 30}
+_FOLD_FLOOR = {"OWNER": 20, "POD": 20, "CDI DEVICE": 20, "REASON": 30}
 """Columns that wrap (folded mid-word where a word is longer than the column, never cut), and
 the width below which a layout would rather drop another column than squeeze them further."""
 _INSTANCE_DROPS = (("CDI", "CDI DEVICE"), ("GI", "CI"), ("POD UID",), ("PROCESSES",), ("AGE",))
@@ -376,8 +382,10 @@ def _fit(
     columns: dict[str, list[str]],
     drops: tuple[tuple[str, ...], ...],
     last_resort: tuple[tuple[str, ...], ...] = (),
+    keep: Collection[str] = (),
 ) -> tuple[dict[str, list[str]], bool]:
-    """The columns (name: plain cells, in order) a table shows on a console `width` wide.
+    """The columns (name: plain cells, in order) a table shows on a console `width` wide;
+    those in `keep` are never left out (the groups of `drops` and `last_resort` lose them).
 
     The first layout that fits wins: every column with whole MIG UUIDs, then without each group
     of `drops` in turn; then the same with MIG UUIDs shortened (`_short_uuids`); then both
@@ -396,6 +404,10 @@ def _fit(
         n = len(shown)
         return total + (3 * n + 1 if ruled else 2 * (n - 1))
 
+    drops, last_resort = (
+        tuple(g for g in (tuple(n for n in group if n not in keep) for group in groups) if g)
+        for groups in (drops, last_resort)
+    )
     shortened = dict(columns)
     if _UUID in columns:
         shortened[_UUID] = _short_uuids(columns[_UUID])
@@ -528,16 +540,11 @@ def _instance_table_fitted(
     of `instances`. `-o wide` is laid out like kubectl's (no rules) and adds AGE, the pod UID,
     whether processes run and the whole CDI device, folded onto more lines where the width runs
     out; it always shows the owner's index. Where `console` is too narrow for every column the
-    table leaves some out and shortens MIG UUIDs (see `_fit`); the owner wraps, never cut."""
+    table leaves some out and shortens MIG UUIDs (see `_fit`); the owner wraps, never cut.
+    `-o wide` shows more than the plain table, never less: it keeps every column the plain one
+    keeps at that width, and leaves out only its own extras."""
 
-    names, rows = _instance_rows(instances, look, age, dry_run)
-    columns, ruled = _fit(
-        console.width,
-        not look.wide,
-        {name: [row[i] for row in rows] for i, name in enumerate(names)},
-        _INSTANCE_DROPS,
-        _LAST_RESORT,
-    )
+    columns, ruled = _instance_columns(console.width, instances, look, age, dry_run)
     table = _fitted_table(columns, ruled)
     for r, inst in enumerate(instances):
         shown = []
@@ -554,6 +561,27 @@ def _instance_table_fitted(
         table.add_row(*shown)
     shortened = _UUID in columns and columns[_UUID] != [i.mig_uuid or "-" for i in instances]
     return table, shortened
+
+
+def _instance_columns(
+    width: int, instances: tuple[InstanceView, ...], look: Look, age: bool, dry_run: bool = False
+) -> tuple[dict[str, list[str]], bool]:
+    """The instance table's columns and whether it has rules (see `_fit`)."""
+    names, rows = _instance_rows(instances, look, age, dry_run)
+    keep: set[str] = set()
+    if look.wide:
+        plain, _ = _instance_columns(width, instances, look.plain(), age, dry_run)
+        keep = {"CDI DEVICE" if name == "CDI" else name for name in plain}
+        if look.headers and any(i.processes for i in instances):
+            keep.add("PROCESSES")  # the plain table's `(busy)`
+    return _fit(
+        width,
+        not look.wide,
+        {name: [row[i] for row in rows] for i, name in enumerate(names)},
+        _INSTANCE_DROPS,
+        _LAST_RESORT,
+        keep,
+    )
 
 
 def _plain_rows(instances: tuple[InstanceView, ...], look: Look, age: bool) -> str:
@@ -713,15 +741,24 @@ def action_summary(result: ActionReport) -> str:
     return f"summary: {parts}; {tail}"
 
 
+_CONFIG_ROOM = 30
+"""What `config show`'s keys leave of the width for the rules and the other two columns (at
+least 10 characters each)."""
+
+
 def _config(console: Console, result: ConfigView) -> None:
     from rich.table import Table
 
     table = Table(header_style="bold")
-    for column in ("SETTING", "VALUE", "SOURCE"):
-        table.add_column(column)
+    # What `config show` exists to show is never cut: keys stay on one line where VALUE and
+    # SOURCE keep room beside them, and everything folds where the width runs out.
+    widest = max((len(s.key) for s in result.settings), default=0)
+    table.add_column("SETTING", overflow="fold", no_wrap=console.width >= widest + _CONFIG_ROOM)
+    table.add_column("VALUE", overflow="fold")
+    table.add_column("SOURCE", overflow="fold")
     for s in result.settings:
         value = json.dumps(s.value) if not isinstance(s.value, str) else s.value
-        table.add_row(s.key, value, s.source)
+        table.add_row(_escape(s.key), _escape(value), _escape(s.source))
     _titled(console, f"configuration ({result.path})", table)
 
 
@@ -936,10 +973,11 @@ def _doctor(console: Console, result: DoctorReport) -> None:
 
     where = f"simulated node {result.sim}" if result.sim else "this node"
     table = Table(header_style="bold")
-    table.add_column("CHECK", no_wrap=True)
+    # Check names, paths and commands are copied: they fold where the width runs out, never cut.
+    table.add_column("CHECK", overflow="fold")
     table.add_column("STATUS", no_wrap=True)
-    table.add_column("DETAIL")
-    table.add_column("FIX")
+    table.add_column("DETAIL", overflow="fold")
+    table.add_column("FIX", overflow="fold")
     for check in result.checks:
         style = CHECK_STYLE[check.status]
         table.add_row(

@@ -27,8 +27,8 @@ Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per 
 GPU; a warning with `cdi.baseSpec: none`, whose containers get no driver libraries);
 `cdi-specs` (a summary of the good ones) and `cdi-spec/NAME` per spec of ours that is not good
 (and per live instance missing its spec); `cdi-conflicts`, or one failing `cdi-conflict/DEVICE`
-per device of ours that another spec also defines. NAME and DEVICE are shortened to `mig-<12
-hex>` (the hash in the file name); the message carries the full path.
+per device of ours that another spec also defines. NAME and DEVICE are whole (`mig-<sha256>`,
+the hash in the file name), never shortened; the message carries the full path.
 """
 
 from __future__ import annotations

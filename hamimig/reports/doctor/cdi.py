@@ -22,7 +22,6 @@ from hamimig.reports.doctor.hardware import Live
 from hamimig.reports.doctor.verdicts import (
     HARDWARE,
     UNVERIFIABLE,
-    clip,
     fail,
     guarded,
     ok,
@@ -318,7 +317,7 @@ def _check_conflicts(
         listed = ", ".join(str(p) for p in others)
         checks.append(
             fail(
-                f"cdi-conflict/{clip(qualified.rsplit('=', 1)[-1])}",
+                f"cdi-conflict/{qualified.rsplit('=', 1)[-1]}",
                 f"{qualified} (ours: {own.name}) is also defined by {listed}: {effect}",
                 f"remove the other spec; never reuse the kind {cdi.kind} or its device names",
             )

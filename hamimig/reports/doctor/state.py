@@ -14,7 +14,6 @@ from hamimig.engine.facts import Durable
 from hamimig.engine.safety import parent_problem
 from hamimig.reports.doctor.verdicts import (
     HARDWARE,
-    clip,
     fail,
     mode_text,
     ok,
@@ -125,7 +124,7 @@ def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
     checks: list[Check] = []
     for store in stores:
         for found in store.inspect_modes():
-            name = f"file-mode/{clip(found.subject or found.store)}"
+            name = f"file-mode/{found.subject or found.store}"
             fix = f"chmod {mode_text(found.expected)} {found.path}"
             if found.writable_by_others:
                 message = f"{found.path}: mode {mode_text(found.mode)} is group- or world-writable"

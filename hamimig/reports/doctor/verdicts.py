@@ -67,13 +67,8 @@ def mode_text(mode: int) -> str:
     return f"{mode:04o}"
 
 
-def clip(subject: str) -> str:
-    """A check's subject short enough for a table column (messages carry the full path): a
-    record's or spec's `mig-<sha256>` reads `mig-<12 hex>…`."""
-    return subject if len(subject) <= 16 else subject[:16] + "…"
-
-
 def subject_of(store: str, subject: str) -> str:
-    """The check name for one file of a store: `record/mig-<12 hex>…`, or the store's own name
-    for a store of one file (the removal queue, the counters)."""
-    return f"{store}/{clip(subject)}" if subject else store
+    """The check name for one file of a store: `record/mig-<sha256>`, or the store's own name
+    for a store of one file (the removal queue, the counters). Whole, never shortened: an
+    operator copies it, and a script matches it (the table folds it)."""
+    return f"{store}/{subject}" if subject else store
