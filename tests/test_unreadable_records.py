@@ -149,6 +149,17 @@ def test_forget_takes_the_names_of_an_unreadable_record(cli: Cli, form: str) -> 
     assert _recover(cli) == 0
 
 
+def test_forget_by_device_name_still_checks_its_kind(cli: Cli) -> None:
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
+    _corrupt(cli, uuid)
+    before = tree(cli.state_dir, cli.cdi_dir)
+    assert "empty kind" in refused(cli.json("forget", f"={_device(uuid)}"), 2, "usage")
+    message = refused(cli.json("forget", f"nvidia.com/gpu={_device(uuid)}"), 2, "usage")
+    assert "not this node's" in message
+    assert "file name" in refused(cli.json("forget", f"../x/{record_name(uuid)}"), 2, "usage")
+    assert tree(cli.state_dir, cli.cdi_dir) == before
+
+
 def test_forget_takes_the_file_name_doctor_gives_a_misnamed_record(cli: Cli) -> None:
     uuid = idle(cli, "ns/done", "1g.10gb", "0")
     stray = cli.state_dir / "hami-owned-copy.json"

@@ -58,7 +58,8 @@ def parse_mig_uuid(text: str) -> str:
     if not _MIG_UUID.fullmatch(text):
         raise UsageError(
             f"invalid MIG UUID {text!r}: use MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
-            "as nvidia-smi -L prints it"
+            "as nvidia-smi -L prints it, or a record's file name (hami-owned-….json, without "
+            "its directory)"
         )
     return text
 

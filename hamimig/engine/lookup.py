@@ -140,10 +140,11 @@ def whole_device(text: str, node_kind: Callable[[], str]) -> str | None:
     too (`hami-owned-mig-<sha256>.json`), so it names a record even when nothing else does."""
     if not _is_device(text):
         return None
-    kind, _, name = text.rpartition("=")
+    kind, eq, name = text.rpartition("=")
     lowered = name.lower()
-    if not _DEVICE.fullmatch(lowered) or len(lowered) != len("mig-") + _DEVICE_DIGITS:
-        return None
+    whole = _DEVICE.fullmatch(lowered) and len(lowered) == len("mig-") + _DEVICE_DIGITS
+    if not whole or (eq and not kind):
+        return None  # `check_reference` says what is wrong with it
     _check_kind(text, kind, node_kind)
     return lowered
 
