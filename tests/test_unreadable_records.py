@@ -73,6 +73,9 @@ def test_doctor_names_the_forget_line_and_that_line_unblocks_the_node(cli: Cli) 
     check = _record_check(cli)
     assert check["status"] == "fail"
     assert f"hamimig forget {_device(uuid)}" in check["hint"]
+    # Its spec is no orphan to remove: the record is there, it cannot be read.
+    checks = cli.json("doctor").json()["checks"]
+    assert not [c for c in checks if c["name"].startswith("cdi-spec/")], checks
 
     ran = cli.json("forget", *_forget_line(check["hint"]))
 
