@@ -14,8 +14,9 @@ class State(str, enum.Enum):
     """An instance's lifecycle state.
 
     A record holds one of `RECORD_STATES`; `Creating` lives in the intent journal (an allocation
-    in flight or crashed), and `Unmanaged`, `OrphanGI` and `Missing` exist only in views: what
-    `list` says of a live instance without a record, or a record without its instance.
+    in flight or crashed), and `Unmanaged`, `OrphanGI`, `Missing` and `Unreadable` exist only in
+    views: what `list` says of a live instance without a record, a record without its instance,
+    or a live instance whose record cannot be read (never written to a record).
     """
 
     CREATING = "Creating"
@@ -26,6 +27,7 @@ class State(str, enum.Enum):
     UNMANAGED = "Unmanaged"
     ORPHAN_GI = "OrphanGI"
     MISSING = "Missing"
+    UNREADABLE = "Unreadable"
 
 
 RECORD_STATES: tuple[State, ...] = (State.ACTIVE, State.IDLE, State.RECLAIMING, State.ERROR)

@@ -362,7 +362,7 @@ def test_filters(cli: Cli) -> None:
         (["--gpu", "gpu0"], "invalid GPU 'gpu0'"),
         (["--mig-uuid", ""], "--mig-uuid must not be empty"),
         (["--mig-uuid", "MIG-"], "names no digits"),
-        (["--mig-uuid", "mig-1234"], "invalid CDI device name"),
+        (["--mig-uuid", "mig-12xz"], "invalid CDI device name"),
     ],
 )
 def test_bad_filters_are_one_line_usage_errors(cli: Cli, args: list[str], says: str) -> None:

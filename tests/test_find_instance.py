@@ -15,7 +15,18 @@ import pytest
 
 import hamimig.sim.state
 from hamimig.store.intents import IntentStore
-from tests.support.cli import Cli, allocate, allocated, idle, ok, refused, sim, sim_create, state_of
+from tests.support.cli import (
+    Cli,
+    allocate,
+    allocated,
+    idle,
+    instances,
+    ok,
+    refused,
+    sim,
+    sim_create,
+    state_of,
+)
 from tests.support.files import tree
 from tests.support.records import an_intent
 
@@ -122,7 +133,9 @@ def test_another_cdi_kind_or_a_bad_device_name_is_a_usage_error(cli: Cli) -> Non
     a = allocated(cli, "ns/a", "1g.10gb", "0")
     message = refused(cli.json("show", f"nvidia.com/gpu=mig-{_sha(a)}"), 2, "usage")
     assert "nvidia.com/gpu" in message and "k8s.device-plugin.nvidia.com/dynamic-mig" in message
-    assert "64 hex" in refused(cli.json("show", "mig-abc"), 2, "usage")
+    for bad in ("mig-xyz", f"mig-{'0' * 65}"):
+        assert "64 hex" in refused(cli.json("show", bad), 2, "usage"), bad
+    assert "names no digits" in refused(cli.json("show", "mig-"), 2, "usage")
 
 
 def test_a_full_mig_uuid_is_answered_as_before(cli: Cli) -> None:
@@ -236,3 +249,114 @@ def test_forget_by_prefix_acts_on_that_record(cli: Cli) -> None:
     assert (state_of(cli, a), state_of(cli, b)) == ("Unmanaged", "Idle")
     forgotten = ok(cli.json("forget", f"mig-{_sha(b)}"))["forgotten"]
     assert [f["migUUID"] for f in forgotten] == [b]
+
+
+# ---------------------------------------------------------------------------------------------
+# What `list` prints is what every command takes
+
+
+def _printed(cli: Cli, monkeypatch: pytest.MonkeyPatch, column: str, width: int) -> dict[str, str]:
+    """MIG UUID -> the cell of `column` (`MIG-…` or `mig-…`) as plain `list` prints it on a
+    terminal `width` columns wide: at 80, MIG UUIDs cut to a unique prefix and `…`; wider, the
+    CDI column (the device name cut to `mig-` and 12 hex digits)."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    ran = cli("list")
+    monkeypatch.delenv("COLUMNS")
+    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
+    rows = {i["migUUID"]: i for i in instances(cli)}
+    out = {}
+    for line in ran.stdout.splitlines():
+        cells = [c.strip().rstrip("…") for c in line.replace("│", "|").split("|")]
+        cell = next((c for c in cells if c.startswith(column)), None)
+        if cell is None:
+            continue
+        [mig] = [u for u in rows if (u if column == "MIG-" else f"mig-{_sha(u)}").startswith(cell)]
+        out[mig] = cell
+    return out
+
+
+def test_every_command_takes_the_cdi_prefix_list_prints(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`list` prints `mig-` and 12 hex digits of the CDI device name; show, release, reclaim,
+    forget, events and sim busy take it (as they take a unique MIG UUID prefix)."""
+    a = allocated(cli, "ns/a", "1g.10gb", "0")
+    b = idle(cli, "ns/b", "1g.10gb", "1")
+    c = idle(cli, "ns/c", "1g.10gb", "2")
+    cdi = _printed(cli, monkeypatch, "mig-", 200)
+    assert cdi[a] == f"mig-{_sha(a)[:12]}"
+    shown = ok(cli.json("show", cdi[a]))
+    assert (shown["migUUID"], shown["state"]) == (a, "Active")
+    assert ok(cli.json("show", cdi[a].upper().replace("MIG-", "mig-")))["migUUID"] == a
+    qualified = f"k8s.device-plugin.nvidia.com/dynamic-mig={cdi[a]}"
+    assert ok(cli.json("show", qualified))["migUUID"] == a
+    events = ok(cli.json("events", "--mig-uuid", cdi[a]))["events"]
+    assert events and {e["migUUID"] for e in events} == {a}
+    sim(cli, "busy", "--mig-uuid", cdi[a])
+    assert ok(cli.json("show", a))["processes"] is True
+    sim(cli, "busy", "--clear", "--mig-uuid", cdi[a])
+    released = ok(cli.json("release", "--mig-uuid", cdi[a]))["released"]
+    assert [r["migUUID"] for r in released] == [a]
+    reclaimed = ok(cli.json("reclaim", "--mig-uuid", cdi[b]))["reclaimed"]
+    assert [r["migUUID"] for r in reclaimed] == [b]
+    forgotten = ok(cli.json("forget", cdi[c]))["forgotten"]
+    assert [f["migUUID"] for f in forgotten] == [c]
+    assert (state_of(cli, a), state_of(cli, c)) == ("Idle", "Unmanaged")
+    assert b not in [i["migUUID"] for i in instances(cli)]
+
+
+def test_sim_busy_takes_the_mig_uuid_prefix_list_prints(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = allocated(cli, "ns/a", "1g.10gb", "0")
+    u = sim_create(cli, "1g.10gb", "3")["migUUID"]
+    printed = _printed(cli, monkeypatch, "MIG-", 80)
+    assert printed[a] == a[:12]  # MIG- and 8 hex digits
+    sim(cli, "busy", "--mig-uuid", printed[a])
+    sim(cli, "busy", "--gi-only", "--mig-uuid", u[:12])
+    assert ok(cli.json("show", a))["processes"] is True
+    assert ok(cli.json("show", u))["processes"] is False  # only its GI is held
+    sim(cli, "busy", "--clear", "--mig-uuid", a[:12])
+    assert ok(cli.json("show", a))["processes"] is False
+
+
+def test_sim_busy_refuses_a_short_or_ambiguous_prefix_and_changes_nothing(
+    cli: Cli, crafted: None
+) -> None:
+    a = sim_create(cli, "1g.10gb", "0")["migUUID"]
+    b = sim_create(cli, "1g.10gb", "1")["migUUID"]
+    before = sim(cli, "show")["gpus"]
+    for short in ("MIG-dead", f"mig-{_sha(a)[:7]}"):
+        message = refused(cli.json("sim", "busy", "--mig-uuid", short), 2, "usage")
+        assert "at least 8 hex digits" in message, message
+    message = refused(cli.json("sim", "busy", "--mig-uuid", "MIG-deadbeef"), 2, "usage")
+    assert "ambiguous" in message and a in message and b in message
+    message = refused(cli.json("sim", "busy", "--mig-uuid", "MIG-ffffffff"), 6, "not-found")
+    assert "matches" in message
+    assert sim(cli, "show")["gpus"] == before
+
+
+def test_a_cdi_prefix_needs_eight_hex_digits_to_change_something(cli: Cli) -> None:
+    a = idle(cli, "ns/a", "1g.10gb", "0")
+    before = _unchanged(cli)
+    short = f"mig-{_sha(a)[:7]}"
+    for args in (
+        ("release", "--mig-uuid", short),
+        ("reclaim", "--mig-uuid", short),
+        ("forget", short),
+        ("forget", "--dry-run", short),
+    ):
+        message = refused(cli.json(*args), 2, "usage")
+        assert "at least 8 hex digits" in message, (args, message)
+    assert _unchanged(cli) == before
+    assert ok(cli.json("show", f"mig-{_sha(a)[:1]}"))["migUUID"] == a  # show needs no 8
+
+
+def test_an_ambiguous_cdi_prefix_names_the_candidates(cli: Cli, crafted: None) -> None:
+    made = [sim_create(cli, "1g.10gb", str(start))["migUUID"] for start in range(7)]
+    # The crafted MIG UUIDs' device names: the 2nd and the 5th both begin mig-3.
+    assert [_sha(u)[0] for u in made] == ["2", "3", "a", "4", "3", "5", "6"]
+    message = refused(cli.json("show", "mig-3"), 2, "usage")
+    assert "ambiguous" in message and "matches 2 instances" in message
+    assert made[1] in message and made[4] in message
+    assert ok(cli.json("show", f"mig-{_sha(made[4])[:2]}"))["migUUID"] == made[4]

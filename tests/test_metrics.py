@@ -57,7 +57,17 @@ FAMILIES = {
     "hamimig_doctor_failed_checks",
     "hamimig_doctor_warned_checks",
 }
-STATES = ["Creating", "Active", "Idle", "Reclaiming", "Error", "Unmanaged", "OrphanGI", "Missing"]
+STATES = [
+    "Creating",
+    "Active",
+    "Idle",
+    "Reclaiming",
+    "Error",
+    "Unmanaged",
+    "OrphanGI",
+    "Missing",
+    "Unreadable",
+]
 ZERO = {
     "creations": 0,
     "reuses": 0,

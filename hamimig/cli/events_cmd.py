@@ -25,7 +25,7 @@ def events(
             metavar="MIG_UUID",
             help=(
                 "Only this instance: its MIG UUID, a prefix of it or its CDI device name "
-                "(mig-<sha256>); it may be long gone."
+                "(mig-<sha256>) or a prefix of that; it may be long gone."
             ),
         ),
     ] = None,

@@ -23,7 +23,9 @@ def forget(
             metavar="MIG_UUID",
             help=(
                 "The instance whose record to drop: its MIG UUID, a unique prefix of it (MIG- "
-                "and at least 8 hex digits) or its CDI device name."
+                "and at least 8 hex digits), its CDI device name (mig-<sha256>) or a unique "
+                "prefix of that, or the record's file name (hami-owned-....json); a record that "
+                "cannot be read by its device or file name, as doctor names it."
             ),
         ),
     ] = None,

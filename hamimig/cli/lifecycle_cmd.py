@@ -217,7 +217,7 @@ def show(
             metavar="MIG_UUID",
             help=(
                 "The instance: its MIG UUID, a unique prefix of it, or its CDI device name "
-                "(mig-<sha256> or KIND=mig-<sha256>)."
+                "(mig-<sha256> or KIND=mig-<sha256>) or a unique prefix of that."
             ),
         ),
     ],

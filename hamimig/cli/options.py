@@ -112,7 +112,8 @@ MigUuid = Annotated[
         metavar="MIG_UUID",
         help=(
             "One instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex "
-            "digits) or its CDI device name (mig-<sha256> or KIND=mig-<sha256>)."
+            "digits) or its CDI device name (mig-<sha256> or KIND=mig-<sha256>) or a unique "
+            "prefix of that (mig- and at least 8 hex digits)."
         ),
     ),
 ]

@@ -54,6 +54,7 @@ STATE_STYLE = {
     State.UNMANAGED: "magenta",
     State.ORPHAN_GI: "red",
     State.MISSING: "red",
+    State.UNREADABLE: "bold red",
 }
 STATE_GLYPH = {
     State.ACTIVE: "A",
@@ -64,6 +65,7 @@ STATE_GLYPH = {
     State.UNMANAGED: "U",
     State.ORPHAN_GI: "O",
     State.MISSING: "M",
+    State.UNREADABLE: "X",
 }
 """The letter that marks each state on the slice map, where colour alone would not tell them
 apart (NO_COLOR, a monochrome terminal, a screenshot in a ticket)."""
@@ -1023,7 +1025,8 @@ def _forget(console: Console, result: Forget, look: Look) -> None:
             line = f"{verb} intent {item.intent}"
         else:
             files = "record and CDI spec" if item.cdi_spec else "record"
-            line = f"{verb} {item.mig_uuid} ({item.state or 'unreadable'}): its {files}"
+            named = item.mig_uuid or (item.record or "").rsplit("/", 1)[-1]  # by file name
+            line = f"{verb} {named} ({item.state or 'unreadable'}): its {files}"
         if item.unreadable:
             line += f" [yellow](unreadable: {_escape(item.unreadable)})[/]"
         console.print(line)

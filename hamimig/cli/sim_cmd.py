@@ -122,7 +122,15 @@ def create(
 def busy(
     ctx: typer.Context,
     mig_uuid: Annotated[
-        str, typer.Option("--mig-uuid", metavar="MIG_UUID", help="The instance's full MIG UUID.")
+        str,
+        typer.Option(
+            "--mig-uuid",
+            metavar="MIG_UUID",
+            help=(
+                "The instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex "
+                "digits) or its CDI device name (mig-<sha256>) or a unique prefix of that."
+            ),
+        ),
     ],
     kind: Annotated[
         BusyKind | None,
@@ -146,7 +154,9 @@ def busy(
             raise UsageError("--gi-only holds the GI and runs no process: drop --kind")
         uuid = options.mig_uuid(mig_uuid)
         assert uuid is not None
-        return simulator.sim_busy(_sim(node), uuid, gi_only, clear, kind)
+        return simulator.sim_busy(
+            _sim(node), uuid, gi_only, clear, kind, lambda: node.config().cdi_kind
+        )
 
     execute(ctx, action)
 

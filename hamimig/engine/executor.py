@@ -62,7 +62,7 @@ from hamimig.store.counters import (
 )
 from hamimig.store.intents import Intent, new_intent_id
 from hamimig.store.records import Owner, Record, RecordState
-from hamimig.vocabulary import ActionKind
+from hamimig.vocabulary import ActionKind, FileOpName
 
 PENDING_FORGET = "forgotten: the spec is removed right after its record"
 """What the CDI removal queue says while a forget is under way (a crash leaves it for reconcile)."""
@@ -719,7 +719,9 @@ def _forget_record(node: Node, target: Target) -> Applied:
     the spec's removal, remove the record, remove the spec, drop the queue entry. Before the
     record goes, a rerun of `forget` starts over; after, the queued removal is `reconcile`'s.
     """
-    assert isinstance(target, Forgettable) and target.mig_uuid is not None
+    assert isinstance(target, Forgettable)
+    if target.mig_uuid is None:
+        return _forget_record_file(node, target)
     uuid = target.mig_uuid
     if target.state is not None:
         check_transition(target.state, None, uuid)
@@ -750,6 +752,32 @@ def _forget_record(node: Node, target: Target) -> Applied:
         lambda: queue.drop(uuid),
         f"the record and CDI spec of {uuid} are gone, but its queue entry is not",
     )
+    return Applied()
+
+
+def _forget_record_file(node: Node, target: Forgettable) -> Applied:
+    """Drop an unreadable record known only by its file name, then the spec of the device that
+    name holds. Its MIG UUID is unknown, so no removal can be queued: a crash between the two
+    leaves a spec no record accounts for, which `recover` removes as an orphan."""
+    name, spec = target.record_file, target.spec_file
+    assert name is not None
+    records, cdi = node.records(), node.cdi()
+    _io(
+        lambda: records.remove_named(FileOpName.RECORD_REMOVE, name),
+        f"cannot remove the record file {name}",
+    )
+    if cdi is None or spec is None:
+        return Applied()
+    try:
+        cdi.remove_name(spec)
+    except ForeignSpec as exc:
+        return Applied(note=str(exc))
+    except OSError as exc:
+        why = str(exc.strerror or exc)
+        return Applied(
+            note=f"the CDI spec {spec} could not be removed ({why}); 'hamimig recover' removes "
+            "it, since no record accounts for it any more"
+        )
     return Applied()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
+from pathlib import Path
 
 from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
@@ -17,9 +18,9 @@ from hamimig.hw.devnodes import capability_nodes
 from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigDevice, MigHardware
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.files import Problem
-from hamimig.store.intents import Intent
+from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.queue import QueuedRemoval
-from hamimig.store.records import Record
+from hamimig.store.records import Record, RecordStore, forget_name
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,21 @@ class Durable:
 
     def on_gpu(self, gpu_uuid: str) -> list[Record]:
         return [r for r in self.records.values() if r.gpu_uuid == gpu_uuid]
+
+    def unreadable_records(self) -> dict[str, Problem]:
+        """The record files that cannot be used, by file name: `list` matches a live instance
+        to its record by name (`record_name` of its MIG UUID) when the content says nothing."""
+        return {Path(p.file).name: p for p in self.problems if p.store == RecordStore.store}
+
+
+def forget_line(problem: Problem) -> str | None:
+    """The `hamimig forget …` line that drops an unusable record or intent file (the way on
+    when recovery and mutating commands refuse the node because of it); None for the queue."""
+    if problem.store == RecordStore.store:
+        return f"hamimig forget {forget_name(Path(problem.file).name)}"
+    if problem.store == IntentStore.store:
+        return f"hamimig forget --intent {problem.subject}"
+    return None
 
 
 def load_durable(node: Node) -> Durable:
@@ -64,8 +80,10 @@ def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> 
     if durable.problems:
         first = durable.problems[0]
         more = f" (and {len(durable.problems) - 1} more)" if len(durable.problems) > 1 else ""
+        line = forget_line(first)
+        way = f"; repair it, or drop it with '{line}'" if line else ""
         raise UnverifiableError(
-            f"cannot verify {first.file}: {first.reason}{more}; nothing was changed"
+            f"cannot verify {first.file}: {first.reason}{more}{way}; nothing was changed"
         )
     from hamimig.engine.safety import refuse_if_unsafe
 

@@ -13,7 +13,10 @@ one exception is an unreadable intent when forgetting a record (see `forget_reco
 The record is the file at `record_name(uuid)`, read on its own rather than through the loader,
 so a record whose content is corrupt (or was written by a newer hamimig, or is a symlink) is
 still dropped by UUID. Its state cannot be read, so the Active check cannot apply to it; the
-result says it was unreadable and why.
+result says it was unreadable and why. Since the MIG UUID of a corrupt record is often what
+cannot be read, a record is also named by its file name or by the whole CDI device name in it
+(`mig-<sha256>`, what `list` and doctor show): the file at that name is the one dropped,
+decoded or not.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import dataclasses
 from dataclasses import dataclass
 
 from hamimig.engine.executor import apply
+from hamimig.engine.facts import forget_line
 from hamimig.engine.lookup import (
     FULL_MIG_UUID,
     check_reference,
     is_reference,
     resolve_instance,
+    whole_device,
 )
 from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
@@ -38,9 +43,10 @@ from hamimig.errors import (
     UnverifiableError,
     UsageError,
 )
+from hamimig.store.cdi import device_name
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent
-from hamimig.store.records import Record, RecordState
+from hamimig.store.records import Record, RecordState, forget_name
 from hamimig.vocabulary import ActionKind, Outcome, State
 
 # The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
@@ -52,7 +58,8 @@ def parse_mig_uuid(text: str) -> str:
     if not _MIG_UUID.fullmatch(text):
         raise UsageError(
             f"invalid MIG UUID {text!r}: use MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
-            "as nvidia-smi -L prints it"
+            "as nvidia-smi -L prints it, or a record's file name (hami-owned-….json, without "
+            "its directory)"
         )
     return text
 
@@ -74,10 +81,15 @@ def parse_intent_id(node: Node, text: str) -> str:
 def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
     text = target.mig_uuid if isinstance(target, ByUuid) else None
+    file = device = None
     if text is not None:
-        check_reference(text, mutating=True)
+        # A record's file name, or a whole CDI device name, names one file: no lookup.
+        device = whole_device(text, lambda: node.config().cdi_kind)
+        file = node.records().named_by(device or text)
+        if file is None:
+            check_reference(text, mutating=True)
     # A prefix or CDI device name is resolved under the lock; anything else must be a MIG UUID.
-    uuid = text if text is None or is_reference(text) else parse_mig_uuid(text)
+    uuid = text if text is None or file or is_reference(text) else parse_mig_uuid(text)
     ident = parse_intent_id(node, target.intent_id) if isinstance(target, ByIntent) else None
     with node.lock_unless(dry_run):
         # Like every mutating command, never on a node others can forge records on (a dry run
@@ -87,18 +99,30 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
 
         records, unreadable = node.records().load()
         warnings = refuse_if_unsafe(node, records, dry_run)
-        if uuid is not None and is_reference(uuid):
-            if unreadable:
+        plan: tuple[Forgotten, Step] | None = None
+        if file is not None:
+            found = node.records().read_named(file)
+            if isinstance(found, Problem):
+                plan = plan_forget_file(node, file, found)
+            elif found is not None:
+                uuid = found.mig_uuid
+            elif device is None:
+                raise NotFoundError(f"no record file {file} in {node.records().directory}")
+        if plan is None and uuid is not None and is_reference(uuid):
+            if unreadable and device is None:
                 # An unreadable record may be the one the prefix names: resolving among the
                 # readable ones could drop the wrong instance's record.
                 raise UnverifiableError(
                     f"{len(unreadable)} record(s) cannot be read ({unreadable[0].file}), so a "
-                    f"prefix or device name may name one of them: give the whole MIG UUID; "
+                    "prefix may name one of them: give the whole MIG UUID, or drop an "
+                    f"unreadable record by its name ('{forget_line(unreadable[0])}'); "
                     "nothing was changed"
                 )
             intents = node.intents().load()[0]
             uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
-        if uuid is not None:
+        if plan is not None:
+            item, step = plan
+        elif uuid is not None:
             item, step = plan_forget_record(node, uuid)
         else:
             assert ident is not None
@@ -214,6 +238,31 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
     step = Step(ActionKind.FORGET_RECORD, forgettable, "forget")
     return item, step
+
+
+def plan_forget_file(node: Node, file: str, problem: Problem) -> tuple[Forgotten, Step]:
+    """Dropping the unreadable record file `file` (named by its file or device name), with the
+    CDI spec of the device its name holds; its MIG UUID is unknown. The caller holds the lock.
+
+    An intent naming an instance of that device name (or an unreadable intent, which might)
+    refuses it as it refuses forgetting by MIG UUID: a rollback could then destroy the
+    instance this record protected."""
+    records, cdi = node.records(), node.cdi()
+    device = forget_name(file) if forget_name(file) != file else None
+    intents, intent_problems = node.intents().load()
+    named = next(
+        (i.mig_uuid for i in intents if i.mig_uuid and device_name(i.mig_uuid) == device), None
+    )
+    _refuse_intents(named or file, None, intents, intent_problems)
+    spec = cdi.file_of_device(device) if cdi is not None and device else None
+    has_spec = cdi is not None and spec is not None and cdi.exists_named(spec)
+    item = Forgotten(
+        record=str(records.directory / file),
+        cdi_spec=str(cdi.directory / spec) if cdi is not None and spec and has_spec else None,
+        unreadable=problem.reason,
+    )
+    forgettable = Forgettable(record_file=file, spec_file=spec if has_spec else None)
+    return item, Step(ActionKind.FORGET_RECORD, forgettable, f"forget {file} (unreadable)")
 
 
 def _record_instance(record: Record) -> InstanceView:

@@ -1,18 +1,19 @@
 """Finding an instance from what an operator types: a MIG UUID, a unique prefix of one, or the
-CDI device name (`mig-<sha256>`, or `kind=mig-<sha256>` as a runtime resolves it).
+CDI device name (`mig-<sha256>`, or `kind=mig-<sha256>` as a runtime resolves it) or a unique
+prefix of that (what `list`'s CDI column shows).
 
 A full MIG UUID is taken as it is, known to the node or not, so every command answers it
 exactly as before; only the other forms are looked up, among every MIG UUID the node knows:
 its usable records, the live MIG devices (Unmanaged ones too) and the intents that name one.
 Mutating commands resolve under the node lock, after loading the durable state, and need at
-least `MIN_MUTATING_DIGITS` hex digits after `MIG-`: a prefix that happens to be unique today
-must not act on another instance tomorrow through a script that kept it.
+least `MIN_MUTATING_DIGITS` hex digits after `MIG-` (or `mig-`): a prefix that happens to be
+unique today must not act on another instance tomorrow through a script that kept it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from hamimig.engine.node import Node
 from hamimig.errors import NotFoundError, UsageError
@@ -22,7 +23,8 @@ from hamimig.store.intents import Intent
 from hamimig.store.records import Record
 
 MIN_MUTATING_DIGITS = 8
-"""Hex digits after `MIG-` a prefix needs on a command that changes something."""
+"""Hex digits after `MIG-` (or a device name's `mig-`) a prefix needs on a command that changes
+something."""
 SHOWN_CANDIDATES = 5
 """How many candidates an ambiguous prefix names before `and N more`."""
 
@@ -30,7 +32,9 @@ _HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-f
 FULL_MIG_UUID = re.compile(rf"MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/\d{{1,3}}/\d{{1,3}})")
 """The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci>), whole."""
 _PREFIX = "MIG-"
-_DEVICE = re.compile(r"mig-[0-9a-f]{64}")
+_DEVICE = re.compile(r"mig-[0-9a-f]{1,64}")
+"""A CDI device name (`mig-` and the 64 hex digits of the MIG UUID's sha256) or a prefix of one."""
+_DEVICE_DIGITS = 64
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
@@ -83,7 +87,13 @@ def check_reference(text: str, mutating: bool) -> None:
         kind, eq, name = text.rpartition("=")
         if eq and not kind:
             raise UsageError(f"CDI device {text!r} has an empty kind: give KIND=mig-<sha256>")
-        _device_part(name, text)
+        digits = len(_device_part(name, text)) - len("mig-")
+        if mutating and digits < MIN_MUTATING_DIGITS:
+            raise UsageError(
+                f"CDI device name prefix {text} is too short for a command that changes "
+                f"something: give at least {MIN_MUTATING_DIGITS} hex digits after 'mig-', or "
+                "the whole device name"
+            )
     elif not mutating and prefix_digits(text) < 1:
         raise UsageError(
             f"MIG UUID prefix {text!r} names no digits: give at least the first hex digits "
@@ -107,13 +117,46 @@ def _is_device(text: str) -> bool:
 
 
 def _device_part(name: str, text: str) -> str:
+    """The device name (or prefix) of `text`, lowered: the hex digits are matched without
+    regard to case, as a MIG UUID prefix is."""
     lowered = name.lower()
+    if lowered == "mig-":
+        raise UsageError(
+            f"CDI device name {text!r} names no digits: give at least the first hex digits "
+            "after 'mig-' (an empty variable?)"
+        )
     if not _DEVICE.fullmatch(lowered):
         raise UsageError(
             f"invalid CDI device name {text!r}: use mig-<sha256 of the MIG UUID> (64 hex "
-            "digits), optionally with its kind (KIND=mig-...), as the CDI spec names it"
+            "digits) or a unique prefix of it (as list's CDI column shows), optionally with "
+            "its kind (KIND=mig-...), as the CDI spec names it"
         )
     return lowered
+
+
+def whole_device(text: str, node_kind: Callable[[], str]) -> str | None:
+    """`mig-<sha256>` (lowered) when `text` is a whole CDI device name of this node's kind
+    (`node_kind`, read only for a qualified name), else None: such a name is a file name
+    too (`hami-owned-mig-<sha256>.json`), so it names a record even when nothing else does."""
+    if not _is_device(text):
+        return None
+    kind, eq, name = text.rpartition("=")
+    lowered = name.lower()
+    whole = _DEVICE.fullmatch(lowered) and len(lowered) == len("mig-") + _DEVICE_DIGITS
+    if not whole or (eq and not kind):
+        return None  # `check_reference` says what is wrong with it
+    _check_kind(text, kind, node_kind)
+    return lowered
+
+
+def _check_kind(text: str, kind: str, node_kind: Callable[[], str]) -> None:
+    if kind:
+        mine = node_kind()
+        if kind != mine:
+            raise UsageError(
+                f"CDI device {text!r} is of kind {kind!r}, not this node's {mine!r} "
+                "(cdi.kind): it names no instance hamimig manages"
+            )
 
 
 def candidates(node: Node, records: Mapping[str, Record], intents: Iterable[Intent]) -> set[str]:
@@ -142,24 +185,29 @@ def resolve_instance(
     if not is_reference(text):
         return text
     known = candidates(node, records, intents)
-    if text in known:
+    return match_reference(text, known, mutating, lambda: node.config().cdi_kind)
+
+
+def match_reference(
+    text: str, known: Iterable[str], mutating: bool, node_kind: Callable[[], str]
+) -> str:
+    """The one MIG UUID of `known` that `text` (a prefix of a MIG UUID, or a CDI device name
+    or a prefix of one) names: `resolve_instance` without the node, for a caller that knows
+    the candidates itself (the simulator's operator actions)."""
+    pool = set(known)
+    if not is_reference(text) or text in pool:
         return text  # a UUID of a form the pattern does not know, named whole
     check_reference(text, mutating)
     if _is_device(text):
         kind, _, name = text.rpartition("=")
         wanted = _device_part(name, text)
-        if kind:
-            mine = node.config().cdi_kind
-            if kind != mine:
-                raise UsageError(
-                    f"CDI device {text!r} is of kind {kind!r}, not this node's {mine!r} "
-                    "(cdi.kind): it names no instance hamimig manages"
-                )
-        matches = sorted(u for u in known if device_name(u) == wanted)
-        what = f"CDI device {text}"
+        _check_kind(text, kind, node_kind)
+        matches = sorted(u for u in pool if device_name(u).startswith(wanted))
+        whole = len(wanted) == len("mig-") + _DEVICE_DIGITS
+        what = f"CDI device {text}" if whole else f"CDI device name prefix {text}"
     else:
         folded = text.casefold()
-        matches = sorted(u for u in known if u.casefold().startswith(folded))
+        matches = sorted(u for u in pool if u.casefold().startswith(folded))
         what = f"MIG UUID prefix {text}"
     if not matches:
         raise NotFoundError(
@@ -172,6 +220,6 @@ def resolve_instance(
         rest = f" and {more} more" if more > 0 else ""
         raise UsageError(
             f"{what} is ambiguous: it matches {len(matches)} instances ({shown}{rest}); "
-            "give more of the MIG UUID"
+            "give more of it"
         )
     return matches[0]

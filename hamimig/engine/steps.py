@@ -151,14 +151,17 @@ class OrphanGi:
 
 @dataclass(frozen=True)
 class Forgettable:
-    """One record file (`mig_uuid`) or intent file (`intent_id`) to drop, never the hardware;
-    `spec` whether the instance has a CDI spec to remove with its record."""
+    """One record file (`mig_uuid`, or `record_file` for an unreadable record named by its file
+    or device name) or intent file (`intent_id`) to drop, never the hardware; `spec` whether
+    the instance has a CDI spec to remove with its record (`spec_file`, by a `record_file`)."""
 
     mig_uuid: str | None = None
     intent_id: str | None = None
     spec: bool = False
     state: State | None = None
     """The record's state, when its file could be read."""
+    record_file: str | None = None
+    spec_file: str | None = None
 
     @property
     def where(self) -> Located:

@@ -8,7 +8,7 @@ Filters are combined with AND. `--pod` also matches the events of the instances 
 after it let them go (the reclaim that destroyed one carries no pod of its own). A GPU given by
 index matches the index the event recorded (an index can change across reboots; a GPU UUID
 never does). A MIG UUID matches in full, by prefix, or by the CDI device name
-(`mig-<sha256>`, with or without its kind).
+(`mig-<sha256>`, with or without its kind) or a prefix of it.
 """
 
 from __future__ import annotations
@@ -48,17 +48,18 @@ class EventQuery:
 
 
 def _uuid_matcher(text: str) -> tuple[str, str]:
-    """How `--mig-uuid` matches: ("device", mig-<sha256>) or ("prefix", lowercased text)."""
+    """How `--mig-uuid` matches: ("device", mig-<sha256> or a prefix of it) or ("prefix",
+    lowercased text)."""
     text = text.strip()
     name = text.rpartition("=")[2]
     lowered = name.lower()
-    if lowered.startswith("mig-") and len(lowered) == 68 and all(c in _HEX for c in lowered[4:]):
+    if name.startswith("mig-") and all(c in _HEX for c in lowered[4:]):
         check_reference(text, mutating=False)
         return "device", lowered
     if not text.upper().startswith("MIG-") or "=" in text:
         raise UsageError(
             f"--mig-uuid {text!r}: give a MIG UUID (MIG-…), a prefix of one, or its CDI device "
-            "name (mig-<sha256>, optionally KIND=mig-<sha256>)"
+            "name (mig-<sha256>, optionally KIND=mig-<sha256>) or a prefix of that"
         )
     check_reference(text, mutating=False)
     return "prefix", text.lower()
@@ -91,7 +92,7 @@ class _Selection:
             how, wanted = self.uuid
             if mig is None:
                 return False
-            if how == "device" and device_name(mig) != wanted:
+            if how == "device" and not device_name(mig).startswith(wanted):
                 return False
             if how == "prefix" and not mig.lower().startswith(wanted):
                 return False

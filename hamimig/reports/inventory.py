@@ -16,6 +16,7 @@ from hamimig.engine.facts import (
     check_record,
     ci_created_by,
     created_by,
+    forget_line,
     load_durable,
     process_count_on,
 )
@@ -33,7 +34,7 @@ from hamimig.reports.views import (
     ProfileView,
 )
 from hamimig.store.intents import Intent
-from hamimig.store.records import Record
+from hamimig.store.records import Record, record_name
 from hamimig.vocabulary import State
 
 _DEFAULT_MEMORY_SLICES = 8
@@ -170,11 +171,20 @@ def _claim_the_rest(
             claims.views.append(_unmanaged(gpu, gi, profile, None, None))
         for ci in cis:
             if (gi.id, ci.id) not in claims.pairs:
-                claims.views.append(_unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid))
+                view = _unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid)
+                claims.views.append(_unreadable(view, durable))
 
 
 _LIVE_PAIR_STATES = frozenset(
-    (State.ACTIVE, State.IDLE, State.RECLAIMING, State.ERROR, State.UNMANAGED, State.CREATING)
+    (
+        State.ACTIVE,
+        State.IDLE,
+        State.RECLAIMING,
+        State.ERROR,
+        State.UNMANAGED,
+        State.CREATING,
+        State.UNREADABLE,
+    )
 )
 
 
@@ -208,6 +218,23 @@ def _unmanaged(
         compute_instance_id=ci_id,
         state=State.UNMANAGED if mig_uuid else State.ORPHAN_GI,
     )
+
+
+def _unreadable(view: InstanceView, durable: Durable) -> InstanceView:
+    """An instance without a usable record is Unreadable, not Unmanaged, when the file at its
+    record's name (the sha256 of its MIG UUID) cannot be read: it may well be someone's, so it
+    is shown as what blocks the node (and what `hamimig forget` takes), never as free to adopt.
+    A view only: mutating commands refuse the node while any record cannot be read."""
+    if view.mig_uuid is None:
+        return view
+    problem = durable.unreadable_records().get(record_name(view.mig_uuid))
+    if problem is None:
+        return view
+    error = (
+        f"its record {problem.file} cannot be read ({problem.reason}): repair it, or drop it "
+        f"with '{forget_line(problem)}'"
+    )
+    return dataclasses.replace(view, state=State.UNREADABLE, error=error)
 
 
 def _warnings(node: Node, durable: Durable) -> tuple[Warning_, ...]:
@@ -350,12 +377,14 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
             compute_instance_id=live.compute_instance_id,
             state=State.UNMANAGED,
         )
-        view = _with_count(hw, view, mig_uuid)
+        view = _with_count(hw, _unreadable(view, durable), mig_uuid)
     if live is not None:
         view = _with_count_of_cis(view, _live_ci_count(hw, live))
     return InstanceDetail(
         instance=view,
-        record=str(node.records().path_of(mig_uuid)) if record is not None else None,
+        record=str(node.records().path_of(mig_uuid))
+        if record is not None or view.state is State.UNREADABLE
+        else None,
         cdi_spec=cdi_path,
         warnings=_warnings(node, durable),
     )

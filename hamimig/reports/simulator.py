@@ -3,8 +3,11 @@ reported as the view the CLI renders."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from hamimig.config import DEFAULT_CDI_KIND
+from hamimig.engine.lookup import is_reference, match_reference
 from hamimig.engine.results import InstanceView
 from hamimig.reports.views import SimView
 from hamimig.sim import admin
@@ -60,7 +63,13 @@ def sim_busy(
     gi_only: bool,
     clear: bool,
     kind: BusyKind | None = None,
+    node_kind: Callable[[], str] = lambda: DEFAULT_CDI_KIND,
 ) -> SimView:
+    """`mig_uuid` may be what `list` shows (a prefix of the MIG UUID or of the CDI device
+    name, with at least 8 hex digits: the mark changes the node), looked up among the
+    simulated node's MIG devices; `node_kind` gives the CDI kind a qualified name must have."""
+    if is_reference(mig_uuid):
+        mig_uuid = match_reference(mig_uuid, admin.mig_uuids(path), True, node_kind)
     return _view(admin.sim_busy(path, mig_uuid, gi_only, clear, kind))
 
 

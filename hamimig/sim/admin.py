@@ -180,6 +180,15 @@ def sim_busy(
     return Change(store, message)
 
 
+def mig_uuids(path: Path | None) -> set[str]:
+    """Every MIG UUID `sim busy` can name: the live MIG devices, and those a GI is held for
+    (the hold can outlive its CI)."""
+    state = _store(path).read()
+    known = {ci.mig_uuid for gpu in state.gpus for gi in gpu.gis for ci in gi.cis}
+    known |= {gi.held_for for gpu in state.gpus for gi in gpu.gis if gi.held_for}
+    return known
+
+
 _KIND_NAMES = {
     BusyKind.COMPUTE: "compute processes",
     BusyKind.GRAPHICS: "graphics processes",

@@ -103,6 +103,11 @@ def uuid_digest(mig_uuid: str) -> str:
     return hashlib.sha256(mig_uuid.encode("utf-8")).hexdigest()
 
 
+def uuid_digest_like(text: str) -> bool:
+    """Whether `text` has the form of `uuid_digest`'s output (64 hex digits, either case)."""
+    return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 _UID = re.compile(r"[!-~]{1,128}")  # printable ASCII, no space: what any API server issues
 

@@ -649,10 +649,18 @@ class CdiStore(StoreFiles):
             d.get("name") == device_name(mig_uuid) for d in _devices_of(found)
         )
 
+    def file_of_device(self, device: str) -> str:
+        """The spec file name of device `mig-<sha256>`: what `subject` reads back."""
+        return f"{SPEC_PREFIX}{device.removeprefix('mig-')}{SPEC_SUFFIX}"
+
     def exists(self, mig_uuid: str) -> bool:
         """Whether anything (even a symlink or a broken file) sits at the spec's name."""
+        return self.exists_named(spec_file_name(mig_uuid))
+
+    def exists_named(self, name: str) -> bool:
+        """Whether anything (even a symlink or a broken file) sits at spec file name `name`."""
         try:
-            describe_entry(self.directory, spec_file_name(mig_uuid))
+            describe_entry(self.directory, name)
         except FileNotFoundError:
             return False
         except NotADirectoryError:

@@ -36,6 +36,7 @@ from hamimig.store._fields import (
     uid_field,
     uint_field,
     uuid_digest,
+    uuid_digest_like,
 )
 from hamimig.store.files import (
     Problem,
@@ -127,6 +128,16 @@ class Record:
 def record_name(mig_uuid: str) -> str:
     """HAMi's file name for the record of `mig_uuid` (hashed: old UUIDs contain `/`)."""
     return f"{RECORD_PREFIX}{uuid_digest(mig_uuid)}{RECORD_SUFFIX}"
+
+
+def forget_name(name: str) -> str:
+    """How `hamimig forget` names the record file `name`: the CDI device name it holds
+    (`mig-<sha256>`, as `list` shows it), else the whole file name."""
+    digest = name.removeprefix(RECORD_PREFIX).removesuffix(RECORD_SUFFIX)
+    whole = name == f"{RECORD_PREFIX}{digest}{RECORD_SUFFIX}"
+    return (
+        f"mig-{digest}" if whole and uuid_digest_like(digest) and digest.lower() == digest else name
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,8 +303,22 @@ class RecordStore(StoreFiles):
     def read_one(self, mig_uuid: str) -> Record | Problem | None:
         """The file at the record's name, read on its own (other files, even one claiming the
         same UUID under another name, play no part): the record, why it is unusable, or None."""
-        name = record_name(mig_uuid)
+        return self.read_named(record_name(mig_uuid))
+
+    def read_named(self, name: str) -> Record | Problem | None:
+        """The record file `name`, read on its own: a record only when its name is the one its
+        MIG UUID gives (`read_one`), else why it is unusable, or None when it is absent."""
         return self.read_file(name, lambda data: decode_record(name, data))
+
+    def named_by(self, name: str) -> str | None:
+        """The record file a name names, as `forget` takes one: its own file name
+        (`hami-owned-….json`, as doctor names it) or a whole CDI device name `mig-<sha256>`
+        (lowered), whose record is `hami-owned-mig-<sha256>.json`; None for anything else."""
+        if "/" not in name and name not in (".", "..") and self.owns(name):
+            return name
+        if name.startswith("mig-") and uuid_digest_like(name.removeprefix("mig-")):
+            return f"{LOADER_PREFIX}{name.lower()}{RECORD_SUFFIX}"
+        return None
 
     def load(self) -> tuple[dict[str, Record], list[Problem]]:
         """Every usable record by MIG UUID, and every `hami-owned-*.json` that is not usable.

@@ -33,7 +33,7 @@ from hamimig.reports.views import Check, CheckStatus
 from hamimig.store.cdi import CdiDevice, CdiStore, spec_file_name
 from hamimig.store.cdi_base import BaseLookup
 from hamimig.store.files import Problem
-from hamimig.store.records import Record, RecordState
+from hamimig.store.records import Record, RecordState, forget_name
 
 DOCTOR_TEMP_PREFIX = ".hamimig-doctor-"
 
@@ -158,8 +158,22 @@ def _check_spec_files(
         by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
         queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
         in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
+        # The spec of a record that cannot be read is no orphan: its record's check says why.
+        unreadable = {
+            cdi.file_of_device(device)
+            for file in durable.unreadable_records()
+            if (device := forget_name(file)) != file
+        }
         results = [
-            _check_spec(cdi, name, by_spec.get(name), live, name in queued, name in in_flight)
+            _check_spec(
+                cdi,
+                name,
+                by_spec.get(name),
+                live,
+                name in queued,
+                name in in_flight,
+                records_known=name not in unreadable,
+            )
             for name in names
         ]
     problems = [c for c in results if c.status is not CheckStatus.OK]

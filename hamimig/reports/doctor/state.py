@@ -10,7 +10,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from hamimig.engine.facts import Durable
+from hamimig.engine.facts import Durable, forget_line
 from hamimig.engine.safety import parent_problem
 from hamimig.reports.doctor.verdicts import (
     HARDWARE,
@@ -145,12 +145,14 @@ def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
 def check_durable(durable: Durable) -> list[Check]:
     checks: list[Check] = []
     for problem in durable.problems:
+        line = forget_line(problem)
+        way = f"drop it: {line}" if line else "move it out of the state directory"
         checks.append(
             fail(
                 subject_of(problem.store or "record", problem.subject),
                 f"{problem.file}: {problem.reason}",
-                "check which instance it describes, then repair it or move it out of the state "
-                "directory; until then mutating commands and recover exit 5",
+                f"check which instance it describes, then repair it or {way}; until then "
+                "mutating commands and recover exit 5",
             )
         )
     if not any(c.name.startswith("record/") for c in checks):  # else the files say why
