@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.cli import Cli, allocated, idle, ok, refused, sim, sim_create
+from tests.support.cli import Cli, allocated, fault, idle, instances, ok, refused, sim, sim_create
 from tests.support.pods import PodsFile, entry, kube_pod
 
 # ---------------------------------------------------------------------------------------------
@@ -61,6 +61,18 @@ def test_allocate_warns_that_the_next_reset_disables_mig(cli: Cli) -> None:
     )
     other = ok(cli.json("allocate", "--pod", "ns/other", "--gpu", "1", "--profile", "1g.10gb"))
     assert "warnings" not in other
+
+
+def test_an_allocation_stands_when_the_mig_mode_cannot_be_read_after_it(cli: Cli) -> None:
+    mig = idle(cli, "ns/first", "1g.10gb", "0")
+    # The reuse path reads the mode only after handing the instance out.
+    fault(cli, "nvmlDeviceGetMigMode", "UNKNOWN")
+    data = ok(cli.json("allocate", "--pod", "ns/next", "--gpu", "0", "--profile", "1g.10gb"))
+    assert (data["reused"], data["instance"]["migUUID"]) == (True, mig)
+    (warning,) = data["warnings"]
+    assert warning["file"] == "GPU 0"
+    assert warning["reason"].startswith("MIG mode after the next GPU reset not read: NVML call")
+    assert [i["owner"]["name"] for i in instances(cli) if i["migUUID"] == mig] == ["next"]
 
 
 def test_allocate_on_a_gpu_whose_mig_waits_for_a_reset_says_so(cli: Cli) -> None:

@@ -32,6 +32,7 @@ from hamimig.errors import (
     ConflictError,
     HamimigError,
     HardwareError,
+    NvmlError,
     UnverifiableError,
     UsageError,
 )
@@ -52,7 +53,10 @@ def allocate(
     the GPU's next reset will disable MIG, destroying the instance with the rest."""
     result = _allocate(node, request, source, dry_run)
     index = result.instance.gpu_index
-    pending = pending_mig_mode(index, *node.hardware().mig_modes(index))
+    try:
+        pending = pending_mig_mode(index, *node.hardware().mig_modes(index))
+    except NvmlError as exc:  # the allocation is done: a failed look at the mode cannot undo it
+        pending = Warning_(f"GPU {index}", f"MIG mode after the next GPU reset not read: {exc}")
     if pending is None:
         return result
     return dataclasses.replace(result, warnings=(*result.warnings, pending))
