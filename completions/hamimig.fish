@@ -56,7 +56,7 @@ complete -c hamimig -n "__hamimig_at ''" -l cdi-dir -r -d 'Where per-instance CD
 complete -c hamimig -n "__hamimig_at ''" -l config -r -d 'YAML config (a missing file means defaults; with --sim: <--sim>.d/config.yaml).'
 complete -c hamimig -n "__hamimig_at ''" -l sim -r -d 'Use the simulated node stored in PATH instead of NVML; its directories and config are in PATH.d/ unless named.'
 complete -c hamimig -n "__hamimig_at ''" -l node -r -d 'This node\'s Kubernetes name; filters pod lists.'
-complete -c hamimig -n "__hamimig_at ''" -l output -s o -x -a 'table wide json yaml' -d 'How results are printed: table, wide, json, yaml.'
+complete -c hamimig -n "__hamimig_at ''" -l output -s o -x -a 'table wide json yaml name' -d 'How results are printed: table, wide, json, yaml, name.'
 complete -c hamimig -n "__hamimig_at ''" -l version -d 'Print the version.'
 complete -c hamimig -n "__hamimig_at ''" -s h -l help -d 'Show the help and exit.'
 complete -c hamimig -n "__hamimig_at 'adopt'" -l pods -r -d 'Pods as \'kubectl get pods -o json|yaml\' prints them; \'-\' reads stdin.'

@@ -25,7 +25,7 @@ from tests.support.files import tree
 ROOT = Path(__file__).resolve().parent.parent
 
 CHOICES: dict[tuple[str, ...], tuple[str, list[str]]] = {
-    (): ("--output", ["table", "wide", "json", "yaml"]),
+    (): ("--output", ["table", "wide", "json", "yaml", "name"]),
     ("list",): ("--state", [s.value for s in State]),
     ("sim", "fault", "add"): ("--action", [a.value for a in FaultAction]),
     ("sim", "init"): ("--model", list(MODELS)),

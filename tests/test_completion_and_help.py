@@ -226,7 +226,7 @@ def test_fish_completes_values(tmp_path: Path) -> None:
     assert fish(f"hamimig --state-dir {state} show MIG-") == uuids
     assert fish(f"hamimig --state-dir={state} reclaim --mig-uuid MIG-") == uuids
     assert fish(f"hamimig --state-dir {state} list --profile 9") == ["9g.99gb"]
-    assert fish("hamimig -o ") == ["json", "table", "wide", "yaml"]
+    assert fish("hamimig -o ") == ["json", "name", "table", "wide", "yaml"]
     sim, simulated = tmp_path / "node.json", _records(tmp_path / "node.json.d" / "state", 2)
     assert fish(f"hamimig --sim {sim} show MIG-") == simulated
     assert fish(f"hamimig --sim={sim} show MIG-") == simulated

@@ -210,7 +210,7 @@ def test_profiles_names_compute_and_memory_slices(
         "ID",
         "COMPUTE SLICES",
         "MEMORY MiB",
-        "MAX",
+        "FREE/TOTAL",
         "MEMORY SLICES (placement start:size)",
     ]
     three = next(row for row in rows if row["PROFILE"] == "3g.40gb")

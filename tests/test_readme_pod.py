@@ -33,7 +33,7 @@ def test_the_readme_pod_is_read_and_adopted(cli: Cli, tmp_path: Path) -> None:
     message = refused(
         cli.json("--node", "gpu-node-1", "recover", "--pods", str(wrong)), 5, "unverifiable"
     )
-    assert "but the live layout differs" in message
+    assert "but the live layout differs: gpuInstanceID is 5 in the annotation, 4 live" in message
     report = ok(cli.json("--node", "gpu-node-1", "recover", "--pods", str(path)))
     assert [(a["action"], a["migUUID"]) for a in report["actions"]] == [
         ("adopt-active", inst["migUUID"])

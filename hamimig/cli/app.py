@@ -27,7 +27,7 @@ from hamimig.cli import (
     sim_cmd,
 )
 from hamimig.cli.context import Globals
-from hamimig.cli.options import Output
+from hamimig.cli.options import NAME_COMMANDS, Output
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import HamimigError, UsageError
 
@@ -96,7 +96,8 @@ def hoist_globals(root: Any, argv: list[str]) -> list[str]:
         name, eq, _ = arg.partition("=")
         short = arg[:2] if arg.startswith("-") and not arg.startswith("--") else None
         if name in globals_ or (short in globals_ and short != arg and globals_[short]):
-            taken = [arg]
+            # `-o=json` as kubectl takes it: click would read the value as `=json`.
+            taken = [short, arg[3:]] if short in globals_ and arg[2:3] == "=" else [arg]
             if name in globals_ and globals_[name] and not eq:
                 if i + 1 == len(argv):
                     # Moved to the front it would take the command name for its value.
@@ -232,6 +233,13 @@ def root(
             ("output", output.value),
         ):
             _refuse_empty(ctx, name, value)
+        if output is Output.NAME and ctx.invoked_subcommand not in NAME_COMMANDS:
+            given = "-o name" if _source_of(ctx, "output").startswith("option") else None
+            raise UsageError(
+                f"{given or 'HAMIMIG_OUTPUT=name'} prints MIG UUIDs, and "
+                f"{ctx.invoked_subcommand} shows no instances: use it with "
+                f"{', '.join(NAME_COMMANDS)}"
+            )
     except UsageError as err:
         render.error(err, output.value)
         raise typer.Exit(err.exit_code) from None
@@ -321,7 +329,7 @@ def _requested_output(argv: list[str]) -> str:
         elif arg.startswith("--output="):
             fmt = arg.split("=", 1)[1]
         elif arg.startswith("-o") and len(arg) > 2:
-            fmt = arg[2:]
+            fmt = arg[2:].removeprefix("=")
     return fmt if fmt in {o.value for o in Output} else Output.TABLE.value
 
 

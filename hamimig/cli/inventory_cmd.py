@@ -67,7 +67,8 @@ def list_(
 def profiles(ctx: typer.Context, gpu: GpuFilter = None) -> None:
     """GI profiles and legal placements per GPU.
 
-    What nvidia-smi mig -lgip -lgipp shows, with the memory and compute slices of each."""
+    What nvidia-smi mig -lgip -lgipp shows: how many more of each fit (FREE/TOTAL), and the
+    memory and compute slices of each."""
     from hamimig.reports import inventory
 
     execute(

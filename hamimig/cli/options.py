@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 SETTING_FLAGS = {
     Setting.NODE_NAME: "--node NAME or NODE_NAME",
-    Setting.POD_LIST: "--pods FILE",
+    Setting.POD_LIST: "--pods FILE|- or --kube",
     Setting.SIMULATED_NODE: "--sim PATH or HAMIMIG_SIM",
 }
 """How the CLI sets each node-wide input that a lower layer may find wrong."""
@@ -67,12 +67,19 @@ class ArgumentsCommand(typer.core.TyperCommand):
 
 class Output(str, enum.Enum):
     """`-o/--output`: how a result is printed. `wide` is a table with more columns where a
-    result shows instances (list, release, reclaim), and the plain table everywhere else."""
+    result shows instances (list, release, reclaim), and the plain table everywhere else.
+    `name` is kubectl's: the MIG UUID of each instance shown, one a line, for the commands in
+    `NAME_COMMANDS` only."""
 
     TABLE = "table"
     WIDE = "wide"
     JSON = "json"
     YAML = "yaml"
+    NAME = "name"
+
+
+NAME_COMMANDS = ("list", "show", "allocate", "release", "reclaim", "forget")
+"""The commands whose results are instances, the only ones `-o name` can print."""
 
 
 LockTimeout = Annotated[

@@ -29,6 +29,7 @@ from hamimig.reports.views import (
     CheckStatus,
     DoctorReport,
     EventList,
+    GpuView,
     InstanceDetail,
     InstanceList,
     Metrics,
@@ -214,6 +215,9 @@ def emit(
     `wide`: see `Look`)."""
     if fmt in ("json", "yaml"):
         _dump(result.to_json(), fmt)
+        return
+    if fmt == "name" and result.kind in _NAMES:
+        _names(result)
         return
     table = _TABLES.get(result.kind)
     if table is None:  # a result without a table of its own still shows everything it has
@@ -816,16 +820,14 @@ def _instance_list(console: Console, result: InstanceList, look: Look) -> None:
         mapped: list[InstanceView] = []
         for gpu in result.gpus:
             on_gpu = [i for i in result.instances if i.gpu_index == gpu.index]
-            console.print(
-                _slice_map(gpu.index, gpu.model, gpu.memory_slices, gpu.mig_mode.value, on_gpu)
-            )
+            console.print(_slice_map(gpu, on_gpu))
             if gpu.mig_mode.value == "enabled":
                 mapped += on_gpu
         if any(gpu.mig_mode.value == "enabled" for gpu in result.gpus):
             _wrapped(console, _slice_legend(mapped))
     else:
         for gpu in result.gpus:
-            console.print(f"GPU {gpu.index} {gpu.uuid} {gpu.model} MIG {gpu.mig_mode.value}")
+            console.print(f"GPU {gpu.index} {gpu.uuid} {gpu.model} {_mig_modes(gpu)}")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
     if result.queued_removals:
@@ -840,9 +842,15 @@ def _queued_note(result: InstanceList) -> str:
     )
 
 
-def _slice_map(
-    index: int, model: str, slices: int, mig_mode: str, instances: list[InstanceView]
-) -> str:
+def _mig_modes(gpu: GpuView) -> str:
+    """`MIG enabled`, and the mode after the next GPU reset when that differs."""
+    now = f"MIG {gpu.mig_mode.value}"
+    if gpu.mig_pending is gpu.mig_mode:
+        return now
+    return f"{now}, {gpu.mig_pending.value} after the next GPU reset"
+
+
+def _slice_map(gpu: GpuView, instances: list[InstanceView]) -> str:
     """Three lines per GPU under its title: the memory slices' numbers; the GI occupying each
     slice (`GI4` on its first slice, `…` on the others, `·` when free); and the state of that
     GI as a letter (`STATE_GLYPH`), so that the map reads the same without colour (NO_COLOR).
@@ -850,7 +858,7 @@ def _slice_map(
     cells: list[str] = []
     states: list[str] = []
     width = 7
-    for s in range(slices):
+    for s in range(gpu.memory_slices):
         owner = next((i for i in instances if i.placement.start <= s < i.placement.end), None)
         if owner is None:
             cells.append("[dim]" + "·".center(width) + "[/]")
@@ -861,9 +869,9 @@ def _slice_map(
         cells.append(f"[{style}]{label.center(width)}[/]")
         pad = " " * ((width - 1) // 2)  # outside the markup: the line's end can be stripped
         states.append(f"{pad}[{style}]{STATE_GLYPH[owner.state]}[/]{pad}")
-    header = " ".join(str(s).center(width) for s in range(slices))  # under each cell
-    title = f"[bold]GPU {index}[/] {_escape(model)} (MIG {mig_mode})"
-    if mig_mode != "enabled":
+    header = " ".join(str(s).center(width) for s in range(gpu.memory_slices))  # under each cell
+    title = f"[bold]GPU {gpu.index}[/] {_escape(gpu.model)} ({_mig_modes(gpu)})"
+    if gpu.mig_mode.value != "enabled":
         return title
     lines = [title, f"  memory slice {header.rstrip()}", f"{'':15}{'|'.join(cells)}"]
     if instances:
@@ -890,7 +898,7 @@ def _profile_list(console: Console, result: ProfileList) -> None:
         # `3g.40gb` takes 3 of the GPU's compute slices but 4 of its memory slices (`0:4`).
         table.add_column("COMPUTE SLICES")
         table.add_column("MEMORY MiB")
-        table.add_column("MAX", no_wrap=True)
+        table.add_column("FREE/TOTAL", no_wrap=True)  # as nvidia-smi mig -lgip
         table.add_column("MEMORY SLICES (placement start:size)")
         for p in gpu.profiles:
             table.add_row(
@@ -898,10 +906,12 @@ def _profile_list(console: Console, result: ProfileList) -> None:
                 str(p.id),
                 str(p.slice_count),
                 str(p.memory_mb),
-                str(p.max_instances),
+                f"{p.free_instances}/{p.max_instances}",
                 " ".join(str(pl) for pl in p.placements),
             )
         _titled(console, f"GPU {gpu.index}  {gpu.model}  {gpu.uuid}", table)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
 
 
 def _sim_view(console: Console, result: SimView) -> None:
@@ -1152,6 +1162,26 @@ def _with_look(draw: Callable[[Console, _R, Look], None]) -> Callable[[_R, Look]
 
     return render
 
+
+def _names(result: Any) -> None:
+    """`-o name`: the MIG UUID of each instance shown, one a line on stdout (an orphan GI, or
+    the instance a dry run would create, has none and no line); warnings go to stderr."""
+    for inst in _NAMES[result.kind](result):
+        if inst.mig_uuid:
+            text(inst.mig_uuid)
+    for warning in getattr(result, "warnings", ()):
+        text(f"warning: {warning.file}: {warning.reason}", err=True)
+
+
+# The instances each kind of result shows (see options.NAME_COMMANDS).
+_NAMES: dict[str, Callable[[Any], tuple[InstanceView, ...]]] = {
+    InstanceList.kind: lambda result: result.instances,
+    InstanceDetail.kind: lambda result: (result.instance,),
+    Allocation.kind: lambda result: result.instances,
+    Release.kind: lambda result: result.released,
+    Reclaim.kind: lambda result: result.reclaimed,
+    Forget.kind: lambda result: result.instances,
+}
 
 # How a table shows each kind of result: the one registry `emit` dispatches through. Kinds whose
 # modules load only for their own command (config, demo, recover and adopt) are spelled out

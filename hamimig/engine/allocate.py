@@ -14,6 +14,7 @@ from hamimig.engine.facts import (
     check_reuse,
     has_processes,
     load_for_mutation,
+    pending_mig_mode,
 )
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, PodHolds, held_by, plan_create, reuse_candidates
@@ -32,6 +33,7 @@ from hamimig.errors import (
     ConflictError,
     HamimigError,
     HardwareError,
+    NvmlError,
     UnverifiableError,
     UsageError,
 )
@@ -49,7 +51,20 @@ def allocate(
     snapshot read without the node lock and reports them, changing nothing.
 
     The pods are read under the lock: an Idle or Error instance that another pod's
-    annotation claims is neither handed out nor destroyed to make room."""
+    annotation claims is neither handed out nor destroyed to make room. The result warns when
+    the GPU's next reset will disable MIG, destroying the instance with the rest."""
+    result = _allocate(node, request, source, dry_run)
+    index = result.instance.gpu_index
+    try:
+        pending = pending_mig_mode(index, *node.hardware().mig_modes(index))
+    except NvmlError as exc:  # the allocation is done: a failed look at the mode cannot undo it
+        pending = Warning_(f"GPU {index}", f"MIG mode after the next GPU reset not read: {exc}")
+    if pending is None:
+        return result
+    return dataclasses.replace(result, warnings=(*result.warnings, pending))
+
+
+def _allocate(node: Node, request: AllocateRequest, source: PodSource, dry_run: bool) -> Allocation:
     gpu_ref = request.gpu
     start, size = request.placement if request.placement is not None else (None, None)
     with node.lock_unless(dry_run):
@@ -293,7 +308,8 @@ def _plan_creation(
     gpu = resolve_gpu(hw, request.gpu)
     _require_base(node, gpu.minor)
     if gpu.mig_mode is not MigMode.ENABLED:
-        raise UsageError(f"GPU {gpu.index} has MIG {gpu.mig_mode.value}")
+        after = f" ({gpu.mig_pending.value} after the next GPU reset)" if gpu.reset_pending else ""
+        raise UsageError(f"GPU {gpu.index} has MIG {gpu.mig_mode.value}{after}")
     profile = hw.find_profile(gpu.index, request.profile)
     if profile is None:
         names = ", ".join(p.name for p in hw.profiles(gpu.index))

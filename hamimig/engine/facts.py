@@ -15,7 +15,7 @@ from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
 from hamimig.errors import HardwareError, NvmlError, UnverifiableError
 from hamimig.hw.devnodes import capability_nodes
-from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigDevice, MigHardware
+from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigDevice, MigHardware, MigMode
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent, IntentStore
@@ -140,6 +140,24 @@ def ci_created_by(intent: Intent, gi: GpuInstance, ci: ComputeInstance) -> bool:
 
 BUSY = "busy: processes run on it"
 """Why a command leaves an instance alone that processes run on (or that NVML cannot show idle)."""
+
+
+def pending_mig_mode(gpu: int, current: MigMode, pending: MigMode) -> Warning_ | None:
+    """A MIG mode change that waits for the GPU's next reset: said wherever instances are
+    planned or listed, since that reset undoes all of it (NVML applies the change only then)."""
+    if current is pending:
+        return None
+    if pending is MigMode.DISABLED:
+        reason = (
+            "MIG is enabled now but disabled after the next GPU reset, which destroys every "
+            f"MIG instance on it; to keep MIG: nvidia-smi -i {gpu} -mig 1"
+        )
+    else:
+        reason = (
+            f"MIG is {current.value} now and {pending.value} after the next GPU reset; no MIG "
+            f"instance can be created before it (nvidia-smi -r -i {gpu} when the GPU is idle)"
+        )
+    return Warning_(f"GPU {gpu}", reason)
 
 
 def profile_names(node: Node, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> dict[int, str]:

@@ -17,7 +17,7 @@ from hamimig.errors import ConflictError, UnverifiableError
 from hamimig.hw.types import GpuInstance, Placement
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record, RecordState
-from hamimig.vocabulary import State
+from hamimig.vocabulary import Setting, State
 
 if TYPE_CHECKING:
     from hamimig.pods.annotation import MigAllocation
@@ -45,7 +45,14 @@ def holding_pods(pods: PodSnapshot) -> list[Pod]:
     pod's allocation annotation readable: a pod list that cannot say who holds what stops a
     command before its first change."""
     if not pods.complete:
-        raise UnverifiableError(f"the pod list from {pods.source} is incomplete; {NOTHING_CHANGED}")
+        raise UnverifiableError(
+            f"the pod list from {pods.source} is incomplete: its metadata.continue is set, so it "
+            "is one page of a paginated list and the pods on the other pages may hold instances; "
+            "give the whole list (kubectl get pods -A -o json joins the pages itself; an API "
+            "request with ?limit= returns one page) or read the pods from the Kubernetes API; "
+            f"{NOTHING_CHANGED}",
+            Setting.POD_LIST,
+        )
     holding = [p for p in pods.pods if p.holds_allocations]
     for pod in holding:
         if pod.annotation_error:

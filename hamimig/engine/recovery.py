@@ -215,10 +215,11 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
             )
         return
     pair = _find_pair(gpu, alloc)
-    if pair is None:
+    if isinstance(pair, str):
         plan.refuse(
             f"{where} names {alloc.mig_uuid} ({alloc.profile} at {alloc.placement}, GI "
-            f"{alloc.gpu_instance_id}, CI {alloc.compute_instance_id}) but the live layout differs"
+            f"{alloc.gpu_instance_id}, CI {alloc.compute_instance_id}) but the live layout "
+            f"differs: {pair}"
         )
         return
     mig_uuid = pair[1].mig_uuid  # as the driver spells it, which records and claims use
@@ -237,21 +238,44 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
     _activate(survey, Pair(gpu.gpu, pair[0], pair[1], alloc.profile, owner, record), where)
 
 
-def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, ComputeInstance] | None:
+def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, ComputeInstance] | str:
     """The live pair an annotation names, when its whole identity matches (the MIG UUID
-    without regard to case, as annotations may spell it)."""
+    without regard to case, as annotations may spell it); else what differs,
+    the annotation's field with its value and the live one, so the operator can see which of
+    the two is wrong."""
     assert alloc.mig_uuid is not None
-    for gi in gpu.layout:
-        if gi.id != (alloc.gpu_instance_id or 0):
-            continue
-        if gi.placement != alloc.placement or gpu.names.get(gi.profile_id) != alloc.profile:
-            return None
-        if gi.shared:
-            return None  # one GPU instance is one tenant: a shared GI is never restored
-        for ci in gi.compute_instances:
-            if ci.id == alloc.compute_instance_id and ci.mig_uuid.lower() == alloc.mig_uuid.lower():
-                return gi, ci
-    return None
+    live = next(
+        (
+            (gi, ci)
+            for gi in gpu.layout
+            for ci in gi.compute_instances
+            if ci.mig_uuid.lower() == alloc.mig_uuid.lower()
+        ),
+        None,
+    )
+    if live is None:
+        gi_id = alloc.gpu_instance_id or 0
+        at = next((gi for gi in gpu.layout if gi.id == gi_id), None)
+        there = (
+            f"no GI {gi_id} is live"
+            if at is None
+            else f"GI {gi_id} holds "
+            + (", ".join(f"CI {c.id} {c.mig_uuid}" for c in at.compute_instances) or "no CI")
+        )
+        return f"migUUID {alloc.mig_uuid} is not live on GPU {gpu.gpu.index} ({there})"
+    gi, ci = live
+    fields = (
+        ("gpuInstanceID", alloc.gpu_instance_id or 0, gi.id),
+        ("computeInstanceID", alloc.compute_instance_id or 0, ci.id),
+        ("placement", alloc.placement, gi.placement),
+        ("profile", alloc.profile, gpu.names.get(gi.profile_id, f"profile {gi.profile_id}")),
+    )
+    for name, named, actual in fields:
+        if named != actual:
+            return f"{name} is {named} in the annotation, {actual} live"
+    if gi.shared:
+        return shared_gi_reason(gi)  # one GPU instance is one tenant: never restored
+    return gi, ci
 
 
 def _record_disagrees(

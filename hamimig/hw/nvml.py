@@ -164,11 +164,7 @@ class NvmlHardware:
         if cached is not None:
             return cached
         handle = self._handle(index)
-        modes = self._try("nvmlDeviceGetMigMode", handle, absent=("NOT_SUPPORTED",))
-        if modes is None:
-            current = pending = MigMode.UNSUPPORTED
-        else:
-            current, pending = (self._mode(m) for m in modes)
+        current, pending = self._modes(handle)
         gpu = Gpu(
             index=index,
             uuid=self._text(self._c("nvmlDeviceGetUUID", handle)),
@@ -179,6 +175,21 @@ class NvmlHardware:
         )
         self._gpus[index] = gpu
         return gpu
+
+    def mig_modes(self, gpu: int) -> tuple[MigMode, MigMode]:
+        """`nvidia-smi -i GPU --query-gpu=mig.mode.current,mig.mode.pending`: one call, none
+        when the GPU's facts were read already."""
+        cached = self._gpus.get(gpu)
+        if cached is not None:
+            return cached.mig_mode, cached.mig_pending
+        return self._modes(self._handle(gpu))
+
+    def _modes(self, handle: Any) -> tuple[MigMode, MigMode]:
+        modes = self._try("nvmlDeviceGetMigMode", handle, absent=("NOT_SUPPORTED",))
+        if modes is None:
+            return MigMode.UNSUPPORTED, MigMode.UNSUPPORTED
+        current, pending = modes
+        return self._mode(current), self._mode(pending)
 
     def _mode(self, value: int) -> MigMode:
         return MigMode.ENABLED if value == self._nv.NVML_DEVICE_MIG_ENABLE else MigMode.DISABLED
@@ -257,6 +268,12 @@ class NvmlHardware:
             )
             self._profiles[gpu] = cached
         return cached
+
+    def remaining_capacity(self, gpu: int, profile_id: int) -> int:
+        """`nvidia-smi mig -i GPU -lgip`'s Free: how many more GIs of the profile fit beside
+        the live ones (MIG enabled only)."""
+        handle = self._handle(gpu)
+        return int(self._c("nvmlDeviceGetGpuInstanceRemainingCapacity", handle, profile_id))
 
     def find_profile(self, gpu: int, name: str) -> GiProfile | None:
         """One profile by name, reading profile infos only until it is found."""
@@ -350,7 +367,8 @@ class NvmlHardware:
 
         Ten calls: the lifecycle verifies an instance before every reuse in eleven NVML calls
         (see `profile_name` for the eleventh; `instance_has_processes` then costs three more on
-        the handle kept here: compute, graphics and MPS processes).
+        the handle kept here: compute, graphics and MPS processes; and `mig_modes` one, to warn
+        of a pending MIG mode change).
         """
         mig = self._try(
             "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")

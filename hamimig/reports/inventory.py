@@ -18,6 +18,7 @@ from hamimig.engine.facts import (
     created_by,
     forget_line,
     load_durable,
+    pending_mig_mode,
     process_count_on,
 )
 from hamimig.engine.lookup import resolve_instance
@@ -291,6 +292,7 @@ def list_instances(
                 memory_slices=_memory_slices(hw, gpu)
                 if gpu.mig_mode is not MigMode.UNSUPPORTED
                 else 0,
+                mig_pending=gpu.mig_pending,
             )
         )
         found, records, intents = gpu_instances(hw, gpu, durable)
@@ -424,9 +426,16 @@ def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
 
 
 def list_profiles(hw: MigHardware, gpu_ref: int | str | None = None) -> ProfileList:
+    """Each GPU's profiles with how many more of each fit now (none while MIG is not enabled),
+    and a warning for a GPU whose next reset changes its MIG mode."""
     out: list[GpuProfiles] = []
+    warnings: list[Warning_] = []
     for gpu in _gpus(hw, gpu_ref):
         profiles = () if gpu.mig_mode is MigMode.UNSUPPORTED else hw.profiles(gpu.index)
+        enabled = gpu.mig_mode is MigMode.ENABLED
+        pending = pending_mig_mode(gpu.index, gpu.mig_mode, gpu.mig_pending)
+        if pending is not None:
+            warnings.append(pending)
         out.append(
             GpuProfiles(
                 index=gpu.index,
@@ -440,9 +449,10 @@ def list_profiles(hw: MigHardware, gpu_ref: int | str | None = None) -> ProfileL
                         memory_mb=p.memory_mb,
                         max_instances=p.max_instances,
                         placements=p.placements,
+                        free_instances=hw.remaining_capacity(gpu.index, p.id) if enabled else 0,
                     )
                     for p in profiles
                 ),
             )
         )
-    return ProfileList(gpus=tuple(out))
+    return ProfileList(gpus=tuple(out), warnings=tuple(warnings))

@@ -80,7 +80,7 @@ from hamimig.engine.facts import Durable, load_durable
 from hamimig.engine.idle_policy import idle_age_of
 from hamimig.engine.node import Node
 from hamimig.engine.results import InstanceView, Warning_
-from hamimig.errors import HamimigError, PathUnusable
+from hamimig.errors import HamimigError, HardwareError, PathUnusable
 from hamimig.hw.types import MigMode
 from hamimig.reports.doctor import run_checks
 from hamimig.reports.inventory import list_instances
@@ -403,7 +403,15 @@ def export(node: Node, textfile: Path | None) -> Metrics:
     if textfile is None:
         return Metrics(path=None, series=series, text=text, warnings=warnings)
     _check_textfile(textfile)
-    atomic_write(textfile.parent, textfile.name, text.encode("utf-8"), TEXTFILE_MODE)
+    try:
+        atomic_write(textfile.parent, textfile.name, text.encode("utf-8"), TEXTFILE_MODE)
+    except OSError as exc:
+        # The error names the temporary file that failed; the operator named the textfile.
+        raise HardwareError(
+            f"cannot write {textfile}: {exc.strerror or exc} (hamimig creates a temporary file "
+            f"in {textfile.parent} and renames it over {textfile.name}: the directory must "
+            "accept new files)"
+        ) from None
     if not textfile.name.endswith(".prom"):
         # Written as asked, but the collector would never read it: say so.
         ignored = "node-exporter's textfile collector reads only *.prom files; name it hamimig.prom"

@@ -49,6 +49,8 @@ class GpuView:
     model: str
     mig_mode: MigMode
     memory_slices: int
+    mig_pending: MigMode
+    """The MIG mode after the GPU's next reset (NVML's pending mode)."""
 
     def to_json(self) -> Json:
         return {
@@ -56,6 +58,7 @@ class GpuView:
             "uuid": self.uuid,
             "model": self.model,
             "migMode": self.mig_mode.value,
+            "migModePending": self.mig_pending.value,
             "memorySlices": self.memory_slices,
         }
 
@@ -88,6 +91,9 @@ class ProfileView:
     memory_mb: int
     max_instances: int
     placements: tuple[Placement, ...]
+    free_instances: int
+    """How many more fit beside the live instances (nvidia-smi's Free; `max_instances` is its
+    Total); 0 while MIG is not enabled."""
 
     def to_json(self) -> Json:
         return {
@@ -96,6 +102,7 @@ class ProfileView:
             "sliceCount": self.slice_count,
             "memoryMB": self.memory_mb,
             "maxInstances": self.max_instances,
+            "freeInstances": self.free_instances,
             "placements": [placement_json(p) for p in self.placements],
         }
 
@@ -121,9 +128,13 @@ class ProfileList:
     kind: ClassVar[str] = "ProfileList"
     exit_code: ClassVar[int] = 0
     gpus: tuple[GpuProfiles, ...]
+    warnings: tuple[Warning_, ...] = ()
 
     def to_json(self) -> Json:
-        return {"kind": self.kind, "gpus": [g.to_json() for g in self.gpus]}
+        out: Json = {"kind": self.kind, "gpus": [g.to_json() for g in self.gpus]}
+        if self.warnings:
+            out["warnings"] = [w.to_json() for w in self.warnings]
+        return out
 
 
 @dataclass(frozen=True)
