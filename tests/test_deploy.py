@@ -28,7 +28,8 @@ from hamimig.cli.app import app
 kubernetes = pytest.importorskip("kubernetes")
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-IMAGE = "ghcr.io/example/hamimig:0.1.0"
+IMAGE = "localhost/hamimig:0.1.0"
+"""The one image every manifest runs: what deploy/README.md builds from the Containerfile."""
 PATCH = "device-plugin-recover-patch.yaml"
 MODELS = {
     "DaemonSet": "V1DaemonSet",

@@ -115,7 +115,7 @@ def test_a_pair_at_the_slot_of_an_intent_without_a_gi_id_is_listed_beside_it(cli
     gpu0 = {
         s.labels["state"]: s.value
         for s in found["hamimig_mig_instances"]
-        if s.labels["gpu_index"] == "0"
+        if s.labels["device_index"] == "0"
     }
     assert (gpu0["Unmanaged"], gpu0["Creating"]) == (1, 1)
     info = [s.labels for s in found["hamimig_mig_instance_info"]]

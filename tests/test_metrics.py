@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,9 @@ HAMI_INFO_LABELS = {
     "placement_start",
     "placement_size",
 }
+GPU_LABELS = ["node", "device_uuid", "device_index"]
+"""How HAMi's scheduler labels a GPU on every series of its own (`node` first), and so every
+series of ours that is about one GPU."""
 # Every family of the exposition, as the parser names them (counters without `_total`).
 FAMILIES = {
     INFO,
@@ -337,9 +341,10 @@ def test_textfile_is_replaced_atomically_and_parses(cli: Cli, tmp_path: Path) ->
             "state": inst["state"],
         }
 
-    # The gauge: every state for every GPU, zeros included.
+    # The gauge: every state for every GPU, zeros included, its GPU named as the info series does.
+    assert all(list(s.labels) == [*GPU_LABELS, "state"] for s in families[GAUGE])
     gauge = {
-        (s.labels["gpu_index"], s.labels["gpu_uuid"], s.labels["state"]): s.value
+        (s.labels["device_index"], s.labels["device_uuid"], s.labels["state"]): s.value
         for s in families[GAUGE]
     }
     nonzero = {
@@ -400,6 +405,33 @@ def test_stdout_and_json_without_textfile(cli: Cli) -> None:
     assert (data["kind"], data["path"]) == ("Metrics", None)
     assert data["text"] == table.stdout
     assert data["series"] == sum(len(s) for s in parse(data["text"]).values())
+
+
+def test_every_series_names_its_node_and_its_gpu_in_hamis_words(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One vocabulary, so that hamimig's series join HAMi's (`on (node, device_uuid)`): `node`
+    on every series, from --node, else NODE_NAME, else the hostname; a GPU is `device_uuid` and
+    `device_index` wherever one is named."""
+    populate(cli)
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    for globals_, env, node in (
+        (["--node", "gpu-node-7"], "from-env", "gpu-node-7"),
+        ([], "from-env", "from-env"),
+        ([], None, socket.gethostname()),
+    ):
+        if env is None:
+            monkeypatch.delenv("NODE_NAME")
+        else:
+            monkeypatch.setenv("NODE_NAME", env)
+        samples = [s for f in exposition(cli, *globals_).values() for s in f]
+        assert {s.name for s in samples} >= {INFO, GAUGE, "hamimig_pending_intents"}
+        for sample in samples:
+            assert sample.labels["node"] == node, sample
+            assert not {"gpu_uuid", "gpu_index"} & set(sample.labels), sample
+            if "device_uuid" in sample.labels:
+                assert list(sample.labels)[:3] == GPU_LABELS, sample
+                assert sample.labels["device_uuid"].startswith("GPU-"), sample
 
 
 def test_label_values_are_escaped(cli: Cli) -> None:

@@ -63,9 +63,9 @@ def families(cli: Cli) -> dict[str, list[Sample]]:
 
 
 def value(cli: Cli, name: str) -> int:
-    """The one sample of an unlabelled family, which must be a whole number."""
+    """The one sample of a family labelled only by its node, which must be a whole number."""
     [sample] = families(cli)[name]
-    assert sample.labels == {} and sample.value == int(sample.value)
+    assert list(sample.labels) == ["node"] and sample.value == int(sample.value)
     return int(sample.value)
 
 
@@ -440,8 +440,8 @@ def test_with_nvml_down_the_health_series_are_still_written(cli: Cli, tmp_path: 
     assert "instances: not exported" in ran.stderr
     text = prom.read_text()
     assert INFO + "{" not in text  # no instance series without NVML
-    failed = [line for line in text.splitlines() if line.startswith(DOCTOR_FAILED + " ")]
-    assert failed and int(failed[0].split()[1]) >= 1  # doctor's nvml check fails
+    failed = [line for line in text.splitlines() if line.startswith(DOCTOR_FAILED + "{")]
+    assert failed and int(failed[0].split()[-1]) >= 1  # doctor's nvml check fails
     if shutil.which("promtool"):
         checked = subprocess.run(
             ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
@@ -466,9 +466,9 @@ def test_an_impossible_counter_reads_as_zeros_and_the_text_stays_valid(cli: Cli)
     (cli.state_dir / COUNTERS_NAME).write_text(
         '{"version": 1, "counters": {"creations": 1' + "0" * 400 + "}}"
     )
-    ran = cli("metrics")
+    ran = cli("--node", "gpu-1", "metrics")
     assert ran.exit_code == 0 and "larger than 2^53" in ran.stderr
-    assert "hamimig_mig_creations_total 0" in ran.stdout
+    assert 'hamimig_mig_creations_total{node="gpu-1"} 0' in ran.stdout
 
 
 def test_an_intent_without_a_valid_time_counts_as_unreadable(cli: Cli) -> None:

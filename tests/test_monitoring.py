@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from hamimig.cli.app import app
@@ -389,7 +390,8 @@ def test_the_dashboard_uses_only_the_exported_metrics() -> None:
 # title -> what its queries must select (a metric name, or a regex over the expr).
 PANELS = {
     "Instances per state": r"sum by \(state\) \(hamimig_mig_instances\{",
-    "Instances per GPU and state": r"by \([^)]*gpu_index[^)]*state[^)]*\) \(hamimig_mig_instances",
+    "Instances per GPU and state": r"by \([^)]*device_index[^)]*state[^)]*\) "
+    r"\(hamimig_mig_instances",
     "Reuse ratio": r"hamimig_mig_reuses_total.* / .*hamimig_mig_reuses_total.*\+.*"
     r"hamimig_mig_creations_total",
     "Creations, reuses and reclaims": "hamimig_mig_reclaims_total",
@@ -514,6 +516,62 @@ def test_the_deploy_readme_names_every_monitoring_file() -> None:
     for path in sorted(p for p in MONITORING.rglob("*") if p.is_file()):
         name = path.relative_to(ROOT / "deploy").as_posix()
         assert name in readme, f"deploy/README.md does not name {name}"
+
+
+SCRAPE_LABELS = {"instance", "job", "pod"}
+"""What the scrape adds to hamimig's series (node-exporter's target; `pod` as
+kube-prometheus-stack adds it)."""
+
+
+def exported_labels(cli: Cli) -> dict[str, set[str]]:
+    """Series name -> the label names `hamimig metrics` writes on it, on a node with an Active
+    and an Idle instance (so every family has a sample)."""
+    idle(cli, "ns/a", "1g.10gb", "0")
+    allocated(cli, "ns/b", "1g.10gb", "1")
+    ran = cli("--node", "gpu-node-1", "metrics")
+    assert ran.exit_code == 0, ran.stderr
+    out: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(ran.stdout):
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels)
+    return out
+
+
+def test_the_rule_tests_series_carry_exactly_the_labels_hamimig_writes(cli: Cli) -> None:
+    """The promtool unit tests feed the rules series labelled as `hamimig metrics` labels them
+    (node on every one, a GPU as HAMi names it), plus the scrape's labels."""
+    exported = exported_labels(cli)
+    assert all("node" in labels for labels in exported.values())
+    doc = yaml.safe_load(RULE_TESTS.read_text(encoding="utf-8"))
+    seen = set()
+    for test in doc["tests"]:
+        for series in test["input_series"]:
+            match = re.fullmatch(r"(\w+)\{(.*)\}", series["series"])
+            assert match, series["series"]
+            name, names = match.group(1), set(re.findall(r'(\w+)="', match.group(2)))
+            assert {"instance", "job"} <= names, series["series"]
+            if name.startswith("hamimig_"):
+                assert names - SCRAPE_LABELS == exported[name], series["series"]
+                seen.add(name)
+    assert "hamimig_mig_instances" in seen
+
+
+def test_the_dashboard_groups_and_labels_only_by_labels_its_series_carry(cli: Cli) -> None:
+    """Every label a dashboard query groups by or its legend shows is a scrape label or one
+    that hamimig writes on a hamimig metric the query selects (a renamed label would leave a
+    panel blank without an error)."""
+    exported = exported_labels(cli)
+    for panel in panels():
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            carried = set(SCRAPE_LABELS)
+            for name in metric_names(substitute(expr)):
+                carried |= exported.get(name, set())
+            used = set()
+            for group in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr):
+                used |= {label.strip() for label in group.split(",") if label.strip()}
+            used |= set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
+            assert used <= carried, f"{panel['title']}: {sorted(used - carried)} in {expr}"
 
 
 def test_the_hamimig_metrics_the_rules_use_are_the_ones_hamimig_exports(cli: Cli) -> None:

@@ -40,8 +40,9 @@ def metrics(
     hamimig_unreadable_records, hamimig_last_reconcile_timestamp_seconds (0 = never),
     hamimig_doctor_failed_checks and hamimig_doctor_warned_checks (doctor's report, without
     pods). Every family has its HELP and TYPE and, but for the per-instance ones, a sample
-    (0 when there is nothing). Takes no lock; like doctor, writes only its temp file probing
-    the CDI directory."""
+    (0 when there is nothing). Labels are HAMi's: node on every series (--node or NODE_NAME;
+    the hostname when neither is set), device_uuid and device_index for a GPU. Takes no lock;
+    like doctor, writes only its temp file probing the CDI directory."""
     from hamimig.reports import metrics as metrics_report
 
     def action(node: Node) -> Result:

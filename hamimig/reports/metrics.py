@@ -5,6 +5,11 @@ Every family is always present (HELP and TYPE, and zeros where a gauge has no da
 alert expression sees a series vanish; only the per-instance families have no sample when there
 is no instance. Values are whole numbers; ages and times are seconds, rounded down.
 
+One vocabulary, HAMi's (its scheduler's `cmd/scheduler/metrics.go`), so that hamimig's series
+join HAMi's: every series carries `node`, the node's Kubernetes name from `--node`/`NODE_NAME`
+(the machine's hostname only when neither is set), and every series about a GPU names it
+`device_uuid` and `device_index`.
+
 Instances:
 
 - `hamimig_mig_instance_info` (gauge, always 1): one series per realized instance (a live GI/CI
@@ -18,9 +23,10 @@ Instances:
   built on HAMi's series. The two now join on `mig_uuid` without colliding, e.g. the Active
   instances the scheduler does not know:
   `hamimig_mig_instance_info{state="Active"} unless on (mig_uuid) hami_node_gpu_mig_instance_info`.
-- `hamimig_mig_instances{gpu_uuid, gpu_index, state}` (gauge): instances per GPU and state, every
-  state docs/formats.md lists (every `hamimig.vocabulary.State`) for every MIG-capable GPU,
-  zeros included, so that no series vanishes when its last instance goes.
+- `hamimig_mig_instances{node, device_uuid, device_index, state}` (gauge): instances per GPU and
+  state, every state docs/formats.md lists (every `hamimig.vocabulary.State`) for every
+  MIG-capable GPU, zeros included, so that no series vanishes when its last instance goes. Its
+  GPU labels were `gpu_uuid` and `gpu_index` before.
 - `hamimig_idle_instance_age_seconds` (gauge): one series per realized Idle instance, with exactly
   the info series' labels (`state="Idle"`): seconds it has been Idle by the node's clock, as the
   idle policy counts it (`idle_policy.idle_age_of`: `idleSince`; else, for hamimig's records, the
@@ -133,9 +139,11 @@ def _escape_help(text: str) -> str:
 
 
 class _Exposition:
-    """Prometheus text format 0.0.4: HELP and TYPE once per family, then its samples."""
+    """Prometheus text format 0.0.4: HELP and TYPE once per family, then its samples, each
+    labelled `node` first, so that every series names its node (and joins HAMi's on it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_name: str) -> None:
+        self.node_name = node_name
         self.lines: list[str] = []
         self.series = 0
 
@@ -144,11 +152,9 @@ class _Exposition:
         self.lines.append(f"# TYPE {name} {kind}")
 
     def sample(self, name: str, labels: dict[str, str], value: int) -> None:
-        if labels:
-            inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
-            self.lines.append(f"{name}{{{inner}}} {value}")
-        else:
-            self.lines.append(f"{name} {value}")
+        labelled = {"node": self.node_name, **labels}
+        inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labelled.items())
+        self.lines.append(f"{name}{{{inner}}} {value}")
         self.series += 1
 
     def text(self) -> str:
@@ -169,12 +175,16 @@ def _realized(view: InstanceView) -> bool:
     )
 
 
-def _instance_labels(node_name: str, view: InstanceView) -> dict[str, str]:
-    """The info series' labels of one realized instance (HAMi's, plus `state`)."""
+def _gpu_labels(gpu_uuid: str, gpu_index: str) -> dict[str, str]:
+    """A GPU's labels, named as HAMi's scheduler names them on every series of its own."""
+    return {"device_uuid": gpu_uuid, "device_index": gpu_index}
+
+
+def _instance_labels(view: InstanceView) -> dict[str, str]:
+    """The info series' labels of one realized instance (HAMi's, plus `state`; `node` is on
+    every sample)."""
     return {
-        "node": node_name,
-        "device_uuid": view.gpu_uuid,
-        "device_index": _index(view),
+        **_gpu_labels(view.gpu_uuid, _index(view)),
         "mig_uuid": view.mig_uuid or "",
         "profile": view.profile,
         "gpu_instance_id": str(view.gpu_instance_id),
@@ -185,7 +195,7 @@ def _instance_labels(node_name: str, view: InstanceView) -> dict[str, str]:
     }
 
 
-def _info(out: _Exposition, node_name: str, inventory: InstanceList) -> None:
+def _info(out: _Exposition, inventory: InstanceList) -> None:
     out.family(
         INFO,
         "gauge",
@@ -194,7 +204,7 @@ def _info(out: _Exposition, node_name: str, inventory: InstanceList) -> None:
     )
     for view in inventory.instances:
         if _realized(view):
-            out.sample(INFO, _instance_labels(node_name, view), 1)
+            out.sample(INFO, _instance_labels(view), 1)
 
 
 def _seconds(value: float) -> int:
@@ -204,7 +214,6 @@ def _seconds(value: float) -> int:
 
 def _idle_ages(
     out: _Exposition,
-    node_name: str,
     inventory: InstanceList,
     durable: Durable,
     seen: dict[str, str],
@@ -224,7 +233,7 @@ def _idle_ages(
             continue
         since = idle_age_of(record, seen).since
         if since is not None:
-            out.sample(IDLE_AGE, _instance_labels(node_name, view), _seconds(now - since))
+            out.sample(IDLE_AGE, _instance_labels(view), _seconds(now - since))
 
 
 def _per_state(out: _Exposition, inventory: InstanceList) -> None:
@@ -238,10 +247,8 @@ def _per_state(out: _Exposition, inventory: InstanceList) -> None:
         per_gpu[view.state] += 1
     order = {(g.uuid, str(g.index)): g.index for g in inventory.gpus}
     for key in sorted(counts, key=lambda k: (order.get(k, len(order)), k)):
-        gpu_uuid, gpu_index = key
         for state, value in counts[key].items():
-            labels = {"gpu_uuid": gpu_uuid, "gpu_index": gpu_index, "state": state.value}
-            out.sample(INSTANCES, labels, value)
+            out.sample(INSTANCES, {**_gpu_labels(*key), "state": state.value}, value)
 
 
 def _counters(out: _Exposition, values: CounterValues) -> None:
@@ -343,11 +350,11 @@ def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
     seen, seen_problem = node.idle_seen().load()
     counters = node.counters().load()
     now = node.now()
-    node_name = node.node_name or socket.gethostname()
-    out = _Exposition()
-    _info(out, node_name, inventory)
+    # --node/NODE_NAME (the DaemonSet sets it to spec.nodeName); the hostname only without it.
+    out = _Exposition(node.node_name or socket.gethostname())
+    _info(out, inventory)
     _per_state(out, inventory)
-    _idle_ages(out, node_name, inventory, durable, seen, now)
+    _idle_ages(out, inventory, durable, seen, now)
     _counters(out, counters)
     _durable_health(out, durable, counters, now)
     doctor_warning = _doctor(out, node)
