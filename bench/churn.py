@@ -481,7 +481,8 @@ def time_cli(runs: int, tmp: Path) -> tuple[float, float]:
 
     reuse: list[float] = []
     create: list[float] = []
-    ask = ("--gpu", "0", "--profile", "1g.10gb", "--placement", "0")
+    # The bench runs no pods: nothing but its own commands holds an instance on this node.
+    ask = ("--gpu", "0", "--profile", "1g.10gb", "--placement", "0", "--assume-no-pods")
     for i in range(runs):
         pod = f"bench/cli-{i}"
         create.append(hamimig("allocate", "--pod", pod, *ask))
@@ -497,7 +498,7 @@ def time_cli(runs: int, tmp: Path) -> tuple[float, float]:
                 check=True,
             ).stdout
         )["instances"][0]["migUUID"]
-        hamimig("reclaim", "--mig-uuid", mig)
+        hamimig("reclaim", "--mig-uuid", mig, "--assume-no-pods")
     return statistics.median(reuse), statistics.median(create)
 
 

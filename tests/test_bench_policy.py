@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.churn import SWEEP, make_timed_trace, replay_timed
+from bench.churn import SWEEP, make_timed_trace, replay_timed, time_cli
 
 
 def test_a_short_sweep_measures_the_policy(tmp_path: Path) -> None:
@@ -24,3 +24,10 @@ def test_a_short_sweep_measures_the_policy(tmp_path: Path) -> None:
     assert none.reused > zero.reused
     assert none.idle_slice_minutes > zero.idle_slice_minutes > 0
     assert none.gi_ci_creations < zero.gi_ci_creations <= destroy.gi_ci_creations
+
+
+def test_the_cli_timing_runs_its_commands(tmp_path: Path) -> None:
+    """The bench's CLI timing runs allocate, release and reclaim as an operator would (it once
+    stopped at "a pod source is required" when those commands began to require one)."""
+    reuse, create = time_cli(1, tmp_path)
+    assert reuse > 0 and create > 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -64,8 +65,8 @@ def _unspaced(text: str) -> str:
 
 
 def _corrupt_record(cli: Cli) -> tuple[str, str]:
-    """A node whose one record is not valid JSON (doctor fails it, and warns that its CDI spec
-    is an orphan); returns the record's check name and the record's path."""
+    """A node whose one record is not valid JSON (doctor fails it and names the `hamimig
+    forget` line); returns the record's check name and the record's path."""
     mig = allocated(cli, LONG_OWNER, "1g.10gb", "0")
     name = record_name(mig)
     (cli.state_dir / name).write_text('{"version": 1, "migUUID": ')
@@ -94,13 +95,15 @@ def test_doctor_folds_a_failing_records_name_path_and_fix(
         assert _unspaced(row["FIX"]) == (_unspaced(c["hint"]) if c["hint"] else "-"), (row, c)
     assert rows[check]["STATUS"] == "FAIL"
     assert path in rows[check]["DETAIL"]
-    orphan = next(c for c in report["checks"] if c["name"].startswith("cdi-spec/"))
-    spec = next(str(p) for p in cli.cdi_dir.iterdir() if p.name in orphan["hint"])
-    assert spec in rows[orphan["name"]]["FIX"]
+    # The way out, a `hamimig forget` line naming the record's device, is in FIX whole.
+    device = Path(path).name.removeprefix("hami-owned-").removesuffix(".json")
+    assert _unspaced(f"hamimig forget {device}") in _unspaced(rows[check]["FIX"])
 
 
 def test_doctors_json_names_each_file_whole(cli: Cli) -> None:
     loose = allocated(cli, "ns/b", "1g.10gb", "1")
+    orphaned = allocated(cli, "ns/c", "1g.10gb", "2")
+    (cli.state_dir / record_name(orphaned)).unlink()  # its spec is now no record's
     check, _ = _corrupt_record(cli)
     os.chmod(cli.state_dir / record_name(loose), 0o644)
     checks = {c["name"]: c for c in cli.json("doctor").json()["checks"]}

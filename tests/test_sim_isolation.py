@@ -225,3 +225,50 @@ def test_a_home_elsewhere_is_refused(cli: Cli) -> None:
         doc["home"] = "../elsewhere"
     message = refused(cli.json("list"), 2, "usage")
     assert "home must be the name of a directory beside the node file" in message
+
+
+def test_a_rehearsal_under_a_group_writable_umask_runs(tmp_path: Path) -> None:
+    """`umask 002` (common for users in a debugging shell) once made the simulated NVIDIA base
+    spec group-writable, so every allocate and recover refused the node (exit 5) as if it could
+    be forged. The simulator writes the driver's files with the driver's modes."""
+    root = _root(tmp_path)
+    sim = tmp_path / "rehearsal" / "node.json"
+    previous = os.umask(0o002)
+    try:
+        codes = _run(root, _lifecycle(sim))
+    finally:
+        os.umask(previous)
+    assert codes == [0] * len(codes), codes
+    loose = [
+        f"{p} {p.stat().st_mode & 0o777:o}"
+        for p in (sim, *node_dir(sim).rglob("*"))
+        if p.stat().st_mode & 0o022
+    ]
+    assert loose == []
+
+
+def test_a_mistyped_node_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
+    """A `--sim` path with no node behind it (a typo) is exit 2 with the way to make one, from
+    every command, before any directory, lock or state of it is made: allocate once made the
+    node's home and state directory, then blamed a missing NVIDIA base spec."""
+    root = _root(tmp_path)
+    typo = tmp_path / "rehearsal" / "nod.json"
+    typo.parent.mkdir()
+    at = ["--sim", str(typo)]
+    commands = [
+        [*at, *_ALLOC, "--pod", "ns/a"],
+        [*at, *_ALLOC, "--pod", "ns/a", "--dry-run"],
+        [*at, "release", "--pod", "ns/a"],
+        [*at, "reclaim", "--gpu", "0", "--all-idle", "--assume-no-pods"],
+        [*at, "recover", "--assume-no-pods"],
+        [*at, "reconcile"],
+        [*at, "forget", "MIG-12345678"],
+        [*at, "list"],
+        [*at, "sim", "show"],
+    ]
+    assert _run(root, commands) == [2] * len(commands)
+    assert list(typo.parent.iterdir()) == [] and _written(root) == []
+    named = Cli(typo, tmp_path / "state", tmp_path / "cdi")
+    message = refused(named.json(*_ALLOC, "--pod", "ns/a"), 2, "usage")
+    assert message == f"no simulated node at {typo}: run 'hamimig --sim {typo} sim init'"
+    assert not named.state_dir.exists() and not named.cdi_dir.exists()

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hamimig.errors import UsageError
+
 GPU_MAJOR = 195
 UVM_MAJOR = 510
 CAPS_MAJOR = 508
@@ -79,6 +81,11 @@ def recorded_home(node: Path) -> str | None:
         return None
     name = doc.get("home") if isinstance(doc, dict) else None
     return name if isinstance(name, str) and home_problem(name) is None else None
+
+
+def no_node(node: Path) -> UsageError:
+    """The refusal of every command but `sim init` on a simulated node that does not exist."""
+    return UsageError(f"no simulated node at {node}: run 'hamimig --sim {node} sim init'")
 
 
 def node_home(node: Path) -> Path:
@@ -192,6 +199,33 @@ def proc_devices_text() -> str:
     )
 
 
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+
+
+def put(path: Path, text: str) -> None:
+    """Write one of the driver's files with the mode the driver leaves, whatever the umask: the
+    commands that read the base spec refuse one others could forge (a umask of 002 would make
+    it group-writable)."""
+    path.write_text(text, encoding="utf-8")
+    path.chmod(FILE_MODE)
+
+
+def make_dirs(root: Path, *parts: str) -> Path:
+    """`root/parts…`, each level made 0755 whatever the umask, as `put` does (levels that exist
+    are kept as they are)."""
+    levels = [root]
+    for part in parts:
+        levels.append(levels[-1] / part)
+    for level in levels:
+        try:
+            level.mkdir()
+        except FileExistsError:
+            continue
+        level.chmod(DIR_MODE)
+    return levels[-1]
+
+
 def access_text(minor: int) -> str:
     """A capability's `access` file as the driver writes it (mode in decimal)."""
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: {CAP_FILE_MODE}\nDeviceFileModify: 1\n"
@@ -201,11 +235,8 @@ def write_access(
     files: NodeFiles, gpu_minor: int, gi_id: int, ci_id: int | None, minor: int
 ) -> None:
     """Publish a capability as the driver does when a GI or CI is created."""
-    directory = files.capabilities / f"gpu{gpu_minor}" / "mig" / f"gi{gi_id}"
-    if ci_id is not None:
-        directory = directory / f"ci{ci_id}"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "access").write_text(access_text(minor), encoding="ascii")
+    parts = [f"gpu{gpu_minor}", "mig", f"gi{gi_id}"] + ([] if ci_id is None else [f"ci{ci_id}"])
+    put(make_dirs(files.capabilities, *parts) / "access", access_text(minor))
 
 
 def write_node_files(
@@ -220,10 +251,10 @@ def write_node_files(
     assert files.cdi_base_dir is not None
     shutil.rmtree(files.capabilities, ignore_errors=True)
     for gpu in gpus:
-        (files.capabilities / f"gpu{gpu['minor']}" / "mig").mkdir(parents=True, exist_ok=True)
-    files.proc_devices.write_text(proc_devices_text(), encoding="ascii")
-    files.cdi_base_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(files.capabilities, f"gpu{gpu['minor']}", "mig")
+    put(files.proc_devices, proc_devices_text())
+    make_dirs(files.cdi_base_dir)
     spec = base_spec(gpus, driver, cap_minor)
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when present
     text = yaml.dump(spec, Dumper=dumper, sort_keys=False, default_flow_style=False)
-    (files.cdi_base_dir / BASE_FILE).write_text(text, encoding="utf-8")
+    put(files.cdi_base_dir / BASE_FILE, text)

@@ -28,9 +28,12 @@ from typing import Any, cast
 
 from hamimig.errors import HardwareError, UsageError
 from hamimig.sim.files import (
+    FILE_MODE,
     HOME_SUFFIX,
     NodeFiles,
     home_problem,
+    no_node,
+    put,
     write_access,
     write_node_files,
 )
@@ -380,11 +383,11 @@ class SimStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Not group-writable whatever the umask: the state directory's parent (`safety`).
         home.mkdir(mode=0o755, exist_ok=True)
-        with self._locked():
+        with self._locked(made=False):
             self._pending.clear()  # counts of the node this one replaces
             self._write(state)
         files = self._files = NodeFiles.within(home)
-        files.mig_minors.write_text(mig_minors_text(), encoding="ascii")
+        put(files.mig_minors, mig_minors_text())
         gpus = [g.to_json() for g in state.gpus]
         write_node_files(files, gpus, state.driver_version, capability_minor)
 
@@ -404,13 +407,16 @@ class SimStore:
         self._pending.clear()
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, made: bool = True) -> Iterator[None]:
+        """The node's lock; for a node already `made` (all but `create`), only when its file
+        exists, so a mistyped `--sim` leaves no lock file behind."""
+        assert self.path is not None
+        if made and not self.path.exists():
+            raise no_node(self.path)
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:  # its directory is missing: there is no node here
-            raise UsageError(
-                f"no simulated node at {self.path}: run 'hamimig --sim {self.path} sim init'"
-            ) from None
+            raise no_node(self.path) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -422,9 +428,7 @@ class SimStore:
         try:
             return self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise UsageError(
-                f"no simulated node at {self.path}: run 'hamimig --sim {self.path} sim init'"
-            ) from None
+            raise no_node(self.path) from None
         except OSError as exc:
             raise UsageError(f"cannot read simulated node {self.path}: {exc.strerror}") from None
         except UnicodeDecodeError:
@@ -495,6 +499,7 @@ class SimStore:
         text = json.dumps(doc, sort_keys=True)  # no indent: C's encoder, 5x Python's
         try:
             tmp.write_text(text, encoding="utf-8")
+            tmp.chmod(FILE_MODE)
             os.replace(tmp, self.path)
         except BaseException:
             # The state in memory may differ from the file now: never serve it again.
