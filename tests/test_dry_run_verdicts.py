@@ -104,6 +104,20 @@ def test_every_command_dry_runs_to_the_real_refusal(
         same_verdict(node.cli, args, 5, "unverifiable")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("forget", UNKNOWN), ("release", "--mig-uuid", UNKNOWN), ("reclaim", "--mig-uuid", UNKNOWN)],
+    ids=["forget", "release", "reclaim"],
+)
+def test_an_unsafe_node_comes_before_what_planning_finds_later(
+    node: Node, args: tuple[str, ...]
+) -> None:
+    """The real run refuses an unsafe node (5) before it looks the instance up; a dry run that
+    planned on past that refusal and then found no such instance once said 6."""
+    unsafe_state_dir(node)
+    assert "0777" in same_verdict(node.cli, args, 5, "unverifiable")["error"]["message"]
+
+
 def test_an_unsafe_node_still_shows_the_whole_plan(node: Node) -> None:
     unsafe_state_dir(node)
     data = same_verdict(node.cli, ("reclaim", "--mig-uuid", node.idle), 5, "unverifiable")

@@ -111,3 +111,43 @@ def test_a_record_whose_mig_uuid_ends_in_a_newline_is_not_read(cli: Cli) -> None
     listed = ok(cli.json("list"))
     assert [i["state"] for i in listed["instances"]] == ["Unmanaged"]
     assert any("is not a MIG UUID" in str(w) for w in listed["warnings"]), listed["warnings"]
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        lambda mig: mig[: len("MIG-GPU-") + 8],  # 8 hex digits, all of them the GPU's
+        lambda mig: mig.rsplit("/", 2)[0] + "/1",  # a GI that is not there (/13 begins /1)
+        lambda mig: mig.rsplit("/", 1)[0],  # the GI without its CI
+    ],
+    ids=["gpu-digits", "gi-digit", "no-ci"],
+)
+def test_a_change_needs_an_old_form_uuid_whole(old: Cli, cut: Any) -> None:
+    """Every instance on a GPU shares an old-form UUID's hex digits, so no prefix of one tells
+    them apart: a command that changes something takes it whole (a prefix once released and
+    reclaimed the GPU's one instance, named by the GPU's digits or by a GI that is not there)."""
+    mig = allocated_at(old, "6")
+    text = cut(mig)
+    for args in (
+        ["release", "--mig-uuid", text],
+        ["reclaim", "--mig-uuid", text, "--assume-no-pods"],
+        ["forget", text],
+    ):
+        message = refused(old.json(*args), 2, "usage")
+        assert "whole MIG-GPU-<GPU UUID>/<GI>/<CI>" in message, message
+    assert state_of(old, mig) == "Active"
+    assert ok(old.json("show", text))["migUUID"] == mig  # reading may still use a prefix
+
+
+def test_an_old_form_uuid_in_capitals_names_that_instance_only(old: Cli) -> None:
+    mig = allocated_at(old, "6")
+    other = allocated_at(old, "1", "ns/other")
+    released = ok(old.json("release", "--mig-uuid", mig.upper()))
+    assert [i["migUUID"] for i in released["released"]] == [mig]
+    assert state_of(old, other) == "Active"
+
+
+def allocated_at(cli: Cli, placement: str, pod: str = "ns/a") -> str:
+    args = [*ALLOCATE[:1], "--pod", pod, *ALLOCATE[3:], "--placement", placement]
+    mig: str = ok(cli.json(*args, "--assume-no-pods"))["instance"]["migUUID"]
+    return mig

@@ -169,7 +169,9 @@ def locked(
         except HamimigError as err:
             if err.exit_code not in DRY_RUN_VERDICTS:
                 raise
-            return Refused(kind, None, err)
+            # A refusal deferred so that planning could go on came first: the real run stops
+            # there, before the one planning met later.
+            return Refused(kind, None, node.deferred or err)
         return plan if node.deferred is None else Refused(kind, plan, node.deferred)
 
     return run

@@ -7,7 +7,8 @@ exactly as before; only the other forms are looked up, among every MIG UUID the 
 its usable records, the live MIG devices (Unmanaged ones too) and the intents that name one.
 Mutating commands resolve under the node lock, after loading the durable state, and need at
 least `MIN_MUTATING_DIGITS` hex digits after `MIG-` (or `mig-`): a prefix that happens to be
-unique today must not act on another instance tomorrow through a script that kept it.
+unique today must not act on another instance tomorrow through a script that kept it. An
+old-form MIG UUID's digits are its GPU's, so those commands take one only whole.
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ def check_reference(text: str, mutating: bool) -> None:
             f"MIG UUID prefix {text!r} names no digits: give at least the first hex digits "
             "after 'MIG-' (an empty variable?)"
         )
+    elif mutating and _is_old_form(text) and not FULL_MIG_UUID.fullmatch(text):
+        raise UsageError(
+            f"MIG UUID {text} is part of an old-form MIG UUID: give a command that changes "
+            "something the whole MIG-GPU-<GPU UUID>/<GI>/<CI>, since every instance on a GPU "
+            "shares its digits"
+        )
     elif mutating and not could_begin(text):
         raise UsageError(
             f"invalid MIG UUID {text}: use MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx as "
@@ -110,6 +117,12 @@ def check_reference(text: str, mutating: bool) -> None:
             f"MIG UUID prefix {text} is too short for a command that changes something: give "
             f"at least {MIN_MUTATING_DIGITS} hex digits after 'MIG-', or the whole MIG UUID"
         )
+
+
+def _is_old_form(text: str) -> bool:
+    """Whether `text` begins a MIG UUID of the form drivers before R470 print, whose hex digits
+    are its GPU's UUID: no prefix of it tells one instance of that GPU from another."""
+    return text.upper().startswith("MIG-GPU-")
 
 
 def _is_device(text: str) -> bool:
@@ -207,7 +220,10 @@ def match_reference(
         what = f"CDI device {text}" if whole else f"CDI device name prefix {text}"
     else:
         folded = text.casefold()
-        matches = sorted(u for u in pool if u.casefold().startswith(folded))
+        if FULL_MIG_UUID.fullmatch(text):  # whole, in another case: that one and no longer one
+            matches = sorted(u for u in pool if u.casefold() == folded)
+        else:
+            matches = sorted(u for u in pool if u.casefold().startswith(folded))
         what = f"MIG UUID prefix {text}"
     if not matches:
         raise NotFoundError(
