@@ -88,7 +88,7 @@ class Outcome(str, enum.Enum):
     dry run, what it would do): allocate made a new one, handed out an Idle one, or found the
     slot already holding its instance; release moved it to Idle; reclaim destroyed it; forget
     dropped its record. `unchanged`: nothing changed (the slot already held it, it was
-    already released)."""
+    already released). `failed`: its step failed."""
 
     CREATED = "created"
     REUSED = "reused"
@@ -96,6 +96,9 @@ class Outcome(str, enum.Enum):
     RECLAIMED = "reclaimed"
     FORGOTTEN = "forgotten"
     UNCHANGED = "unchanged"
+    FAILED = "failed"
+    """The hardware or the disk refused its step (`error` says how); the command carried on
+    with the other instances it names and exits 4."""
 
 
 class FileOpName(str, enum.Enum):

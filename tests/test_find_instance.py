@@ -170,9 +170,12 @@ def test_a_mutating_command_needs_eight_hex_digits(cli: Cli, args: tuple[str, ..
     a = allocated(cli, "ns/a", "1g.10gb", "0")
     idle(cli, "ns/b", "1g.10gb", "1")
     before = _unchanged(cli)
-    for short in ("MIG-", a[:11], "MIG-GPU-1234"):
+    for short in ("MIG-", a[:11]):
         message = refused(cli.json(*args, short), 2, "usage")
         assert "at least 8 hex digits" in message, message
+    # An old-form prefix's digits are its GPU's: taken only whole (tests/test_old_mig_uuids.py).
+    message = refused(cli.json(*args, "MIG-GPU-1234"), 2, "usage")
+    assert "whole MIG-GPU-<GPU UUID>/<GI>/<CI>" in message, message
     assert _unchanged(cli) == before
     # One digit more is enough (when it is unique), for show it never was needed.
     assert ok(cli.json("show", a[:9]))["migUUID"] == a

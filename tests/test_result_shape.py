@@ -465,3 +465,41 @@ def test_show_table_has_the_pod_uid_times_and_processes(cli: Cli) -> None:
     shown = cli("show", mig).stdout
     idle_since = ok(cli.json("show", mig))["idleSince"]
     assert idle_since and f"idle since  {idle_since}" in shown
+
+
+def test_a_reclaim_of_several_reports_each_one_and_goes_on_past_a_failure(cli: Cli) -> None:
+    """`reclaim --all-idle` destroying one instance and failing on the next once printed only
+    an error (exit 4): the destroyed one was unreported, and those after the failure were never
+    tried. Each instance now says what happened to it; the command still exits 4."""
+    migs = [idle(cli, f"ns/p{n}", "1g.10gb", str(n)) for n in range(3)]
+    sim(cli, "fault", "add", "--op", "nvmlGpuInstanceDestroy", "--error", "IN_USE", "--skip", "1")
+    ran = cli.json("reclaim", "--gpu", "0", "--all-idle", "--assume-no-pods")
+    assert ran.exit_code == 4, ran.stderr
+    data = ran.json()
+    assert data["kind"] == "Reclaim"
+    shown = {i["migUUID"]: i for i in data["reclaimed"]}
+    assert sorted(shown) == sorted(migs)
+    outcomes = sorted(i["outcome"] for i in shown.values())
+    assert outcomes == ["failed", "reclaimed", "reclaimed"]
+    [failed] = [i for i in shown.values() if i["outcome"] == "failed"]
+    assert failed["state"] == "Error" and "IN_USE" in failed["error"]
+    states = {i["migUUID"]: i["state"] for i in ok(cli.json("list"))["instances"]}
+    assert states == {failed["migUUID"]: "Error"}  # the other two are gone, as reported
+    table = cli("reclaim", "--gpu", "0", "--all-idle", "--assume-no-pods")
+    assert table.exit_code == 0  # the Error one is destroyed now that the fault is spent
+
+
+def test_a_release_of_several_reports_each_one_and_goes_on_past_a_failure(cli: Cli) -> None:
+    first = allocated(cli, "ns/two", "1g.10gb", "0")
+    second = allocate(cli, "ns/two", "1g.10gb", "1", "0", "--device-index", "1")
+    second_mig = second["instance"]["migUUID"]
+    sim(cli, "fault", "add", "--op", "record.write", "--error", "EIO", "--skip", "1")
+    ran = cli.json("release", "--pod", "ns/two")
+    assert ran.exit_code == 4, ran.stderr
+    shown = {i["migUUID"]: i for i in ran.json()["released"]}
+    assert sorted(shown) == sorted([first, second_mig])
+    assert sorted(i["outcome"] for i in shown.values()) == ["failed", "released"]
+    [failed] = [i for i in shown.values() if i["outcome"] == "failed"]
+    assert failed["state"] == "Active" and "Input/output error" in failed["error"]
+    table = cli("release", "--pod", "ns/two")
+    assert table.exit_code == 0 and "released" in table.stdout

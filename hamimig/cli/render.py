@@ -77,6 +77,7 @@ OUTCOME_STYLE = {
     Outcome.RECLAIMED: "bold yellow",
     Outcome.FORGOTTEN: "bold yellow",
     Outcome.UNCHANGED: "dim",
+    Outcome.FAILED: "bold red",
 }
 WOULD = {
     Outcome.CREATED: "would create",
@@ -654,8 +655,15 @@ def _release(console: Console, result: Release, look: Look) -> None:
         title = "already released (Idle): nothing changed"
     acted = "would release" if result.dry_run else "released"
     _instances(console, title, result.released, look, acted, result.dry_run)
+    _failures(console, result.released)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning.file}: {warning.reason}")
+
+
+def _failures(console: Console, instances: tuple[InstanceView, ...]) -> None:
+    for inst in instances:
+        if inst.outcome is Outcome.FAILED:
+            _wrapped(console, f"failed {inst.mig_uuid}: {inst.error}", indent=2)
 
 
 def _reclaim(console: Console, result: Reclaim, look: Look) -> None:
@@ -666,6 +674,7 @@ def _reclaim(console: Console, result: Reclaim, look: Look) -> None:
     )
     acted = "would reclaim" if result.dry_run else "reclaimed"
     _instances(console, title, result.reclaimed, look, acted, result.dry_run)
+    _failures(console, result.reclaimed)
     for skipped in result.skipped:
         _wrapped(console, f"skipped {skipped.mig_uuid}: {skipped.reason}", indent=2)
     for note in result.notes:

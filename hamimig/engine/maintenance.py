@@ -8,11 +8,12 @@ Each is a planner over one snapshot taken under the node lock (a dry run's witho
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hamimig.engine import validate
 from hamimig.engine.evictions import plan_idle_policy
-from hamimig.engine.executor import apply, execute, tidy_finished
+from hamimig.engine.executor import DestroyFailed, apply, execute, tidy_finished
 from hamimig.engine.facts import (
     BUSY,
     Durable,
@@ -64,6 +65,7 @@ from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
 from hamimig.errors import (
     ConflictError,
     HamimigError,
+    HardwareError,
     NotFoundError,
     UnverifiableError,
     UsageError,
@@ -129,13 +131,48 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
             now = node.clock()
             would = tuple(_would_be_idle(step, now) for step in steps)
             return Release(released=would, dry_run=True, warnings=durable.warnings)
-        released: list[InstanceView] = []
-        for step in steps:
-            idle = apply(node, step).record
-            assert idle is not None
-            released.append(record_view(idle, _index_hint(idle)).with_outcome(Outcome.RELEASED))
+        released = _each(node, steps, _released)
         tidy_finished(node, durable)
-        return Release(released=tuple(released))
+        return Release(released=released)
+
+
+def _each(
+    node: Node,
+    steps: list[Step],
+    shown: Callable[[Managed, Record | None], InstanceView],
+    notes: list[str] | None = None,
+) -> tuple[InstanceView, ...]:
+    """Apply each of several independent steps (one per instance), each instance `shown` from
+    its target and the record its step left. One the hardware or the disk refuses is shown
+    `failed` with the error, as that step left it, and the others still run: what did happen
+    is reported, never lost behind the error (the result exits 4). A single step fails as the
+    command does."""
+    out: list[InstanceView] = []
+    for step in steps:
+        assert isinstance(step.target, Managed)
+        try:
+            applied = apply(node, step)
+        except (HardwareError, OSError) as exc:
+            if len(steps) == 1:
+                raise
+            left = exc.record if isinstance(exc, DestroyFailed) else step.target.record
+            why = exc.message if isinstance(exc, HardwareError) else f"I/O error: {exc}"
+            out.append(record_view(left, _index_hint(left)).failed(why))
+            continue
+        if applied.note and notes is not None:
+            notes.append(applied.note)
+        out.append(shown(step.target, applied.record))
+    return tuple(out)
+
+
+def _released(target: Managed, idle: Record | None) -> InstanceView:
+    assert idle is not None
+    return record_view(idle, _index_hint(idle)).with_outcome(Outcome.RELEASED)
+
+
+def _reclaimed(target: Managed, _: Record | None) -> InstanceView:
+    """Shown as the Idle (or Error) instance it was."""
+    return record_view(target.record, target.gpu_index).with_outcome(Outcome.RECLAIMED)
 
 
 def _would_be_idle(step: Step, now: str) -> InstanceView:
@@ -254,9 +291,9 @@ def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool)
                 warnings=durable.warnings,
             )
         steps = [Step(ActionKind.RECLAIM, t, "requested") for t in kept]
-        notes += [note for step in steps if (note := apply(node, step).note)]
+        done = _each(node, steps, _reclaimed, notes)
         tidy_finished(node, durable)
-        return Reclaim(dry_run=False, reclaimed=views, notes=tuple(notes), skipped=tuple(skipped))
+        return Reclaim(dry_run=False, reclaimed=done, notes=tuple(notes), skipped=tuple(skipped))
 
 
 def _reclaim_targets(

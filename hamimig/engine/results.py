@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from hamimig.errors import HardwareError
 from hamimig.hw.types import Placement
 from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import ActionKind, ActionResult, Outcome, State
@@ -117,6 +118,9 @@ class InstanceView:
 
     def with_outcome(self, outcome: Outcome) -> InstanceView:
         return dataclasses.replace(self, outcome=outcome)
+
+    def failed(self, error: str) -> InstanceView:
+        return dataclasses.replace(self, outcome=Outcome.FAILED, error=error)
 
 
 @dataclass(frozen=True)
@@ -274,15 +278,23 @@ class Allocation:
         return out
 
 
+def failed_exit(instances: tuple[InstanceView, ...]) -> int:
+    """4 (hardware or I/O) when the step of any of `instances` failed, else 0."""
+    return HardwareError.exit_code if any(i.outcome is Outcome.FAILED for i in instances) else 0
+
+
 @dataclass(frozen=True)
 class Release:
     """`release`; in a dry run, the instances that would go Idle (shown as they would be)."""
 
     kind: ClassVar[str] = "Release"
-    exit_code: ClassVar[int] = 0
     released: tuple[InstanceView, ...]
     dry_run: bool = False
     warnings: tuple[Warning_, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return failed_exit(self.released)
 
     def to_json(self) -> Json:
         out: Json = {
@@ -309,12 +321,15 @@ class SkippedInstance:
 @dataclass(frozen=True)
 class Reclaim:
     kind: ClassVar[str] = "Reclaim"
-    exit_code: ClassVar[int] = 0
     dry_run: bool
     reclaimed: tuple[InstanceView, ...]
     notes: tuple[str, ...] = ()
     skipped: tuple[SkippedInstance, ...] = ()
     warnings: tuple[Warning_, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return failed_exit(self.reclaimed)
 
     def to_json(self) -> Json:
         out: Json = {
