@@ -481,13 +481,16 @@ def test_foreign_yaml_spec_in_another_cdi_dir_fails(cli: Cli, tmp_path: Path) ->
     assert "shadows" in conflict.message
 
 
-def test_default_cdi_dirs_include_etc_cdi(cli: Cli) -> None:
+def test_a_simulated_nodes_default_cdi_dirs_are_its_own(cli: Cli) -> None:
+    """Its NVIDIA spec directory stands for /etc/cdi: the host's is never read."""
     node = Node(state_dir=cli.state_dir, cdi_dir=cli.cdi_dir, sim=cli.sim)
     try:
         report = run_checks(node)
     finally:
         node.close()
     assert report.exit_code == 0
+    [check] = [c for c in report.checks if c.name == "cdi-conflicts"]
+    assert check.message.endswith(f"in {node_dir(cli.sim) / 'nvidia-cdi'})")
 
 
 def test_orphan_spec_warns(cli: Cli) -> None:

@@ -39,10 +39,9 @@ devnodes.DEFAULT_PROC_DEVICES = root / "proc/devices"
 devnodes.DEFAULT_CAPABILITIES = root / "proc/driver/nvidia/capabilities"
 import hamimig.engine.node as node
 import hamimig.engine.safety as safety
-import hamimig.reports.doctor as doctor
 
 node.SYSTEM_CDI_DIRS = (root / "etc/cdi", root / "var/run/cdi")
-safety.SYSTEM_CDI_DIR = doctor.SYSTEM_CDI_DIR = root / "etc/cdi"
+safety.SYSTEM_CDI_DIR = root / "etc/cdi"
 from hamimig.cli.app import run
 
 codes = [run(argv) for argv in json.loads(sys.argv[2])]
@@ -177,6 +176,25 @@ def test_the_real_nodes_config_is_not_a_simulated_nodes_default(tmp_path: Path) 
     (node_dir(sim) / "config.yaml").write_text("unknownKey: 1\n")
     named = ["--config", str(root / "etc/hamimig/config.yaml")]
     assert _run(root, [[*at, "list"], [*at, *named, "list"]]) == [2, 2]
+
+
+def test_a_simulated_node_never_reads_the_hosts_cdi_specs(tmp_path: Path) -> None:
+    """A spec in the host's /etc/cdi that defines the device of a simulated instance is the
+    host's business: it neither fails doctor nor blocks a reuse. The node's own stand-in for
+    /etc/cdi (its NVIDIA spec directory) is searched instead."""
+    root = _root(tmp_path)
+    sim = tmp_path / "rehearsal" / "node.json"
+    at = ["--sim", str(sim), "-o", "json"]
+    init = [*at, "sim", "init", "--model", "H100-SXM5-80GB", "--count", "1"]
+    idle = [init, [*at, *_ALLOC, "--pod", "ns/a"], [*at, "release", "--pod", "ns/a"]]
+    assert _run(root, idle) == [0, 0, 0]
+    [spec] = (node_dir(sim) / "cdi").iterdir()
+    forged = json.loads(spec.read_text())
+    forged["devices"][0]["containerEdits"] = {"deviceNodes": [{"path": "/dev/nvidia1"}]}
+    (root / "etc/cdi/forged.json").write_text(json.dumps(forged))
+    assert _run(root, [[*at, "doctor"], [*at, *_ALLOC, "--pod", "ns/b"]]) == [0, 0]
+    (node_dir(sim) / "nvidia-cdi" / "forged.json").write_text(json.dumps(forged))
+    assert _run(root, [[*at, "doctor"], [*at, "release", "--pod", "ns/b"]]) == [5, 5]
 
 
 def test_two_nodes_in_one_directory_share_no_file(tmp_path: Path) -> None:

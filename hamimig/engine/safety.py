@@ -3,13 +3,16 @@
 Ownership records decide which instance belongs to whom. A state directory that other users
 can write (or that another user owns) lets them forge a record and have hamimig hand a tenant's
 slice to someone else; a foreign CDI spec that defines one of our device names makes runtimes
-drop or shadow the device a pod is given. `doctor` fails such a node; mutating commands refuse
-it (exit 5: unsafe, not unusable), and dry runs and read-only commands carry the same findings
-as warnings so an operator sees them before acting.
+drop or shadow the device a pod is given, and a file in a CDI directory that hamimig cannot
+parse might. The config decides too (adoption, the idle policy, what a spec gives a
+container). `doctor` fails such a node; mutating commands refuse it (exit 5: unsafe, not
+unusable), and dry runs and read-only commands carry the same findings as warnings so an
+operator sees them before acting.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import stat
@@ -37,21 +40,31 @@ class CdiScan:
     definers: dict[str, tuple[Path, ...]]
     searched: tuple[str, ...]
     read: int
+    unreadable: tuple[tuple[Path, str], ...] = ()
+    """Files runtimes may load that hamimig could not parse, and why: each may define any
+    device name, ours included, so no conflict check can clear them."""
 
 
 def read_any_spec(path: Path) -> Any:
-    """A spec file of anyone's, parsed; None when it is not a readable JSON/YAML file.
+    """A spec file of anyone's, parsed as runtimes parse it (`read_spec_file`); None when
+    runtimes cannot load it either: it is gone (a link to nothing or in a loop) or it is a
+    directory (the reference loader skips those, and fails to read a link to one).
 
-    Read as the base-spec lookup reads files: non-blocking, a regular file of bounded size,
-    YAML without anchors or aliases, so a FIFO, a huge file or an alias bomb planted in a CDI
-    directory can neither hang nor exhaust a command.
+    Read as the base-spec lookup reads files: non-blocking, a regular file of bounded size, a
+    bounded YAML expansion, so a FIFO, a huge file or an alias bomb planted in a CDI directory
+    can neither hang nor exhaust a command. ValueError (the reason) when it cannot be parsed
+    or is beyond those bounds: runtimes, which have no such bounds, may still load it.
     """
     from hamimig.store.cdi_base import read_spec_file
 
     try:
-        return read_spec_file(path)
-    except ValueError:  # someone else's unparsable file is not ours to judge
-        return None
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP):  # a link to nothing, or in a loop
+            return None
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return read_spec_file(path)
 
 
 def qualified_names(spec: Any) -> list[str]:
@@ -79,6 +92,7 @@ def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object] | None = None) 
     definers: dict[str, list[Path]] = {}
     seen_dirs: set[str] = set()
     searched: list[str] = []
+    unreadable: list[tuple[Path, str]] = []
     read = 0
     for directory in (Path(d) for d in key):
         real = os.path.realpath(directory)
@@ -94,38 +108,86 @@ def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object] | None = None) 
             if not name.endswith(CDI_SUFFIXES):
                 continue
             path = directory / name
-            spec = read_any_spec(path)
+            try:
+                spec = read_any_spec(path)
+            except ValueError as exc:
+                why = str(exc)
+                for named in (f"{path} ", f"cannot read {path}: "):
+                    why = why.removeprefix(named)
+                unreadable.append((path, why))
+                continue
             if spec is None:
                 continue
             read += 1
             for qualified in qualified_names(spec):
                 definers.setdefault(qualified, []).append(path)
-    scan = CdiScan({k: tuple(v) for k, v in definers.items()}, tuple(searched), read)
+    scan = CdiScan(
+        {k: tuple(v) for k, v in definers.items()}, tuple(searched), read, tuple(unreadable)
+    )
     if cache is not None:
         cache[cache_key] = scan
     return scan
 
 
 def default_cdi_dirs(node: Node) -> tuple[Path, ...]:
-    return (SYSTEM_CDI_DIR, node.cdi_dir)
+    """The CDI directories searched for other specs: /etc/cdi and `--cdi-dir`; a simulated
+    node's own stand-in for /etc/cdi instead (never the host's files)."""
+    own = node.files().cdi_base_dir
+    return (SYSTEM_CDI_DIR if own is None else own, node.cdi_dir)
 
 
-def parent_problem(path: Path) -> str | None:
-    """Why others could replace the state directory itself (rename it away and put a forged
-    one in its place while a command holds the lock on the old one): its parent is group- or
-    world-writable without the sticky bit. None when it is not (or cannot be looked at)."""
-    parent = Path(os.path.abspath(path)).parent
+def unreadable_spec_problem(path: Path, why: str) -> Warning_:
+    return Warning_(
+        str(path),
+        f"hamimig cannot read the CDI file {path} ({why}), which runtimes may load: whether "
+        "it defines one of our devices cannot be verified",
+        f"fix or remove {shlex.quote(str(path))}",
+    )
+
+
+def unreadable_specs(cdi: CdiStore, scan: CdiScan) -> list[Warning_]:
+    """The files of `scan` that hamimig could not parse, except a damaged spec of our own
+    (its own check reports it, and repair-cdi rewrites it)."""
+    ours = Path(os.path.abspath(cdi.directory))
+    return [
+        unreadable_spec_problem(path, why)
+        for path, why in scan.unreadable
+        if not (path.parent == ours and path.name.startswith(SPEC_PREFIX))
+    ]
+
+
+def holder_problem(directory: Path, holder: str, held: str) -> Warning_ | None:
+    """Why others could replace `held` (rename it away and put a forged one in its place, for
+    the state directory even while a command holds the lock on the old one): `directory`, which
+    holds it, is owned by neither root nor this user (its owner may rename anything in it,
+    sticky bit or not) or is group- or world-writable without the sticky bit. None when it is
+    fine or absent; a directory that cannot be looked at fails closed."""
     try:
-        st = os.stat(parent)
-    except OSError:
+        st = os.stat(directory)
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        return _uninspectable(directory, holder, exc)
+    uid = os.geteuid()
     mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022 and not mode & stat.S_ISVTX:
-        return (
-            f"the state directory's parent {parent} has mode {mode:04o}: others can replace "
-            f"the state directory (chmod go-w {parent})"
+    if st.st_uid not in (0, uid):
+        fix = f"chown {uid} {shlex.quote(str(directory))}"
+        why = f"is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner"
+        return Warning_(
+            str(directory), f"{holder} {directory} {why} can replace {held} ({fix})", fix
         )
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        fix = f"chmod go-w {shlex.quote(str(directory))}"
+        why = f"has mode {mode:04o}: others can replace {held}"
+        return Warning_(str(directory), f"{holder} {directory} {why} ({fix})", fix)
     return None
+
+
+def parent_problem(path: Path) -> Warning_ | None:
+    """Why others could replace the state directory itself (`holder_problem` of its parent)."""
+    parent = Path(os.path.abspath(path)).parent
+    found = holder_problem(parent, "the state directory's parent", "the state directory")
+    return None if found is None else Warning_(str(path), found.reason, found.fix)
 
 
 def state_dir_problems(path: Path) -> list[Warning_]:
@@ -159,7 +221,7 @@ def state_dir_problems(path: Path) -> list[Warning_]:
         )
     parent = parent_problem(path)
     if parent is not None:
-        problems.append(Warning_(str(path), parent))
+        problems.append(parent)
     return problems
 
 
@@ -196,16 +258,29 @@ def path_problem(path: Path, what: str) -> Warning_ | None:
     return None
 
 
+def config_problems(path: Path) -> list[Warning_ | None]:
+    """The config decides adoption, the idle policy and what a container gets (cdi.kind,
+    cdi.baseSpec): the file read (a link followed, as a ConfigMap mount is one) is guarded as
+    a record is, and the directories holding it and the link as the state directory's parent
+    is. They are checked when the file is absent too: whoever can write the directory can put
+    a config there, and take it away again once a command has read it."""
+    real = Path(os.path.realpath(path))
+    found = [path_problem(real, "the config file")]
+    for directory in dict.fromkeys((Path(os.path.abspath(path)).parent, real.parent)):
+        found.append(holder_problem(directory, "the config file's directory", "the config file"))
+    return found
+
+
 def decision_file_problems(node: Node) -> list[Warning_]:
-    """Every file whose content decides ownership or what a container gets: records, intents,
-    the removal queue, idle-seen.json, our CDI directory and our specs in it, and the NVIDIA
-    base spec hamimig chose."""
+    """Every file whose content decides ownership or what a container gets: the config,
+    records, intents, the removal queue, idle-seen.json, our CDI directory and our specs in
+    it, and the NVIDIA base spec hamimig chose."""
     from hamimig.store.idle_seen import IDLE_SEEN_NAME
     from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
     from hamimig.store.queue import QUEUE_NAME
     from hamimig.store.records import LOADER_PREFIX, RECORD_SUFFIX
 
-    found: list[Warning_ | None] = []
+    found: list[Warning_ | None] = config_problems(node.config_path)
     state = node.state_dir
     names: list[str] = []
     try:
@@ -275,6 +350,7 @@ def node_problems(node: Node, records: dict[str, Record]) -> list[Warning_]:
     if cdi is not None:
         ours = Path(os.path.abspath(cdi.directory))
         scan = scan_cdi_dirs(default_cdi_dirs(node), node.cache)
+        problems += unreadable_specs(cdi, scan)
         for qualified, own, found in cdi_conflicts(cdi, records, scan):
             # A damaged spec of our own is repaired by the command itself (repair-cdi).
             others = tuple(

@@ -13,6 +13,7 @@ every instance.
 
 from __future__ import annotations
 
+import codecs
 import copy
 import json
 import os
@@ -157,7 +158,13 @@ class BaseLookup:
 
 
 def read_spec_file(path: Path) -> Any:
-    """A JSON or YAML spec file parsed; `ValueError` naming the file when it cannot be."""
+    """A JSON or YAML spec file parsed as runtimes parse it; `ValueError` naming the file
+    when it cannot be.
+
+    The reference loader reads every spec, `.json` too, as YAML (of which JSON is a part),
+    in UTF-8 or, after a byte order mark, UTF-16: a `.json` file holding YAML, or starting
+    with a BOM, is a spec to runtimes, so it is one here.
+    """
     try:
         data = read_input(path)
     except OSError as exc:
@@ -165,9 +172,13 @@ def read_spec_file(path: Path) -> Any:
     except ValueError as exc:
         raise ValueError(f"{path} {exc}") from None
     try:
-        text = data.decode("utf-8")
+        utf16 = data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        text = data.decode("utf-16" if utf16 else "utf-8-sig")  # either drops the BOM
         if path.suffix == ".json":
-            return json.loads(text)
+            try:
+                return json.loads(text)  # the common case, and much faster than YAML
+            except ValueError:
+                pass  # perhaps YAML, which runtimes read all the same
         if text not in _YAML_READ:  # a text that fails to parse raises and is not kept
             as_json = json.dumps(_strict_yaml(text))
             while len(_YAML_READ) >= 4:

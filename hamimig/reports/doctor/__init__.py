@@ -14,8 +14,9 @@ CDI directory that this user cannot read or write, no NVIDIA CDI spec to compose
 else 5: state that is readable but cannot be trusted (a record, intent or queue that does not
 load, a state directory that is a symlink, owned by another user or writable by others, a
 record, intent or queue file writable by others, a lock file that is no usable regular file, a
-spec of ours that runtimes reject, another spec defining one of our devices, an NVIDIA CDI spec
-that is invalid, conflicting or lacks a MIG GPU, a config file that does not load). The
+spec of ours that runtimes reject, another spec defining one of our devices or a CDI file
+hamimig cannot parse, an NVIDIA CDI spec that is invalid, conflicting or lacks a MIG GPU, a
+config file that does not load or that others could forge). The
 counters are bookkeeping: an unreadable or others-writable `counters.json` only warns.
 
 Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per GPU;
@@ -27,8 +28,10 @@ Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per 
 GPU; a warning with `cdi.baseSpec: none`, whose containers get no driver libraries);
 `cdi-specs` (a summary of the good ones) and `cdi-spec/NAME` per spec of ours that is not good
 (and per live instance missing its spec); `cdi-conflicts`, or one failing `cdi-conflict/DEVICE`
-per device of ours that another spec also defines. NAME and DEVICE are whole (`mig-<sha256>`,
-the hash in the file name), never shortened; the message carries the full path.
+per device of ours that another spec also defines and one failing `cdi-unreadable/FILE` per file
+in a CDI directory that runtimes may load and hamimig cannot parse (it could define any device).
+NAME and DEVICE are whole (`mig-<sha256>`, the hash in the file name), never shortened; the
+message carries the full path.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from hamimig.config import Config
 from hamimig.engine.facts import Durable, load_durable
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
-from hamimig.engine.safety import SYSTEM_CDI_DIR
+from hamimig.engine.safety import default_cdi_dirs
 from hamimig.errors import HamimigError
 from hamimig.reports.doctor.cdi import DOCTOR_TEMP_PREFIX, check_cdi
 from hamimig.reports.doctor.hardware import check_hardware, check_mig_minors
@@ -80,10 +83,11 @@ def run_checks(
     node: Node, cdi_dirs: Sequence[Path] | None = None, pods: PodSource | None = None
 ) -> DoctorReport:
     """Every check on `node`. `cdi_dirs` are the directories searched for other specs that
-    define one of our devices: by default /etc/cdi and the node's CDI directory. `pods` is
+    define one of our devices: by default /etc/cdi (a simulated node's own stand-in for it)
+    and the node's CDI directory. `pods` is
     the pod source the recovery checks judge pod-held instances by (none: those are skipped).
     """
-    dirs = tuple(cdi_dirs) if cdi_dirs is not None else (SYSTEM_CDI_DIR, node.cdi_dir)
+    dirs = tuple(cdi_dirs) if cdi_dirs is not None else default_cdi_dirs(node)
     checks: list[Check] = []
     config, config_check = check_config(node)
     checks.append(config_check)
@@ -92,8 +96,10 @@ def run_checks(
     checks += guarded("mig-minors", lambda: check_mig_minors(node, live))
     from hamimig.engine.safety import decision_file_problems
 
+    config_file = os.path.realpath(node.config_path)
     for problem in decision_file_problems(node):
-        if os.path.dirname(problem.file) == str(node.state_dir) and "has mode" in problem.reason:
+        in_state = os.path.dirname(problem.file) == str(node.state_dir)
+        if in_state and "has mode" in problem.reason and problem.file != config_file:
             continue  # a state file's loose mode is its `file-mode/NAME` check: one report
         name = f"guarded/{os.path.basename(problem.file)}"
         checks.append(fail(name, problem.reason, problem.fix or "fix its owner and mode"))

@@ -15,7 +15,7 @@ from pathlib import Path
 from hamimig.config import Config
 from hamimig.engine.facts import Durable
 from hamimig.engine.node import Node
-from hamimig.engine.safety import cdi_conflicts, scan_cdi_dirs
+from hamimig.engine.safety import cdi_conflicts, scan_cdi_dirs, unreadable_specs
 from hamimig.errors import HamimigError
 from hamimig.hw.types import MigMode
 from hamimig.reports.doctor.hardware import Live
@@ -320,7 +320,10 @@ def _check_conflicts(
     """No other spec in any CDI directory defines a device of ours (within one directory
     runtimes drop it from both files; across directories one shadows the other)."""
     scan = scan_cdi_dirs(dirs, node.cache)
-    checks: list[Check] = []
+    checks = [
+        fail(f"cdi-unreadable/{Path(p.file).name}", p.reason, p.fix or "")
+        for p in unreadable_specs(cdi, scan)
+    ]
     for qualified, own, others in cdi_conflicts(cdi, records, scan):
         same_dir = [p for p in others if p.parent == own.parent]
         effect = (

@@ -114,7 +114,7 @@ def check_state_dir(path: Path) -> tuple[list[Check], str]:
         )
     parent = parent_problem(path)
     if parent is not None:
-        checks.append(fail(f"{name}/parent", parent, f"chmod go-w {path.parent}"))
+        checks.append(fail(f"{name}/parent", parent.reason, parent.fix or ""))
     return checks, "usable"
 
 
