@@ -19,6 +19,7 @@ from hamimig.engine.facts import (
     Liveness,
     cdi_device_for,
     check_record,
+    check_reuse,
     has_processes,
     load_for_mutation,
     profile_names,
@@ -415,6 +416,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         pods = None if source is None else source.load(node)
         plan = plan_reconcile(node, durable, pods)
+        plan.check(node, dry_run)  # before anything is written, the idle-seen file included
         if (old := stale_warning(node, pods)) is not None:
             plan.warnings.append(old)
         notes: list[str] = []
@@ -554,9 +556,13 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
     """Rewrite the specs of Active and Idle instances that no longer match the NVIDIA base
     spec (a driver upgrade changes library paths), as reuse and recover do.
 
-    Only existing specs are looked at (a missing one is recover's `repair-cdi`), and the
-    instance is taken as its record says: reconcile verifies nothing it does not destroy.
-    With no usable base spec every spec is kept as it is, with a warning.
+    Only existing specs are looked at (a missing one is recover's `repair-cdi`). A spec is
+    compared with what its record says; one that differs is rewritten only once the record is
+    verified against the live instance, as a reuse verifies it (`check_reuse`: its MIG UUID
+    live on the recorded GPU with the recorded GI ID, CI ID, placement and profile, its compute
+    instance spanning its GPU instance). A record that disagrees would point the spec at the
+    device nodes of another tenant's instance: the pass refuses (exit 5). With no usable base
+    spec every spec is kept as it is, with a warning.
     """
     cdi = node.cdi()
     if cdi is None or not cdi.lookup().composes:
@@ -592,6 +598,7 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
         )
         if cdi.matches(dev):
             return
+        problem = _unverified(node, record)
     except UsageError as exc:
         path = str(cdi.path_of(record.mig_uuid))
         plan.warnings.append(Warning_(path, f"kept as it is, not compared: {exc.message}"))
@@ -601,11 +608,26 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
         plan.failures.append(f"CDI spec of {record.mig_uuid}: {why}")
         plan.add(ActionKind.REPAIR_CDI, at, f"failed: {why}")
         return
+    if problem:
+        plan.refuse(
+            f"cannot verify the record whose CDI spec would be rewritten: {problem}; "
+            "run 'hamimig recover'"
+        )
+        return
     base = cdi.lookup().base
     reason = f"its CDI spec differs from what the NVIDIA CDI spec {base.path if base else ''}"
     reason += " and the instance need (a driver upgrade changes library paths)"
     target = Spec(record.mig_uuid, device=dev, gpu_uuid=gpu.uuid, placement=record.placement)
     plan.add(ActionKind.REPAIR_CDI, target, reason)
+
+
+def _unverified(node: Node, record: Record) -> str | None:
+    """Why `record` does not name its live instance (None: verified), read back from its MIG
+    UUID as a reuse reads it: eleven NVML calls, no scan of the node's layout."""
+    hw = node.hardware()
+    live = hw.mig_device(record.mig_uuid)
+    live_profile = None if live is None else hw.profile_name(live.gpu_index, live.profile_id)
+    return check_reuse(record, live, live_profile)
 
 
 def _plan_destroy_retries(
