@@ -16,12 +16,14 @@ from hamimig.engine.executor import apply, execute, tidy_finished
 from hamimig.engine.facts import (
     BUSY,
     Durable,
+    LiveCheck,
     Liveness,
     cdi_device_for,
     check_record,
     check_reuse,
     has_processes,
     load_for_mutation,
+    moved,
     profile_names,
 )
 from hamimig.engine.idle_policy import (
@@ -292,7 +294,7 @@ def _targets_on_gpu(
         window = validate.reclaim_window(target.placement, slices)
         in_flight = [i for i in durable.intents if i.gpu_uuid == gpu.uuid]
         chosen = _window_targets(window, records, layout, names, in_flight, holds)
-    return [_verified(r, layout, names, gpu) for r in chosen]
+    return [_verified(node, r, layout, names, gpu) for r in chosen]
 
 
 def _idle_older_than(
@@ -318,9 +320,19 @@ def _idle_older_than(
 
 
 def _verified(
-    record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str], gpu: Gpu
+    node: Node, record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str], gpu: Gpu
 ) -> Managed:
+    """The record checked against its GPU's layout; one whose instance is gone or lost its CI
+    there must not be live on another GPU either (one NVML call: its MIG UUID not found), or
+    the GI at its placement is not its own to destroy."""
     live = check_record(record, layout, names)
+    if live.status in (Liveness.ABSENT, Liveness.GI_ONLY):
+        hw = node.hardware()
+        dev = hw.mig_device(record.mig_uuid)
+        if dev is not None:
+            name = hw.profile_name(dev.gpu_index, dev.profile_id) or f"profile {dev.profile_id}"
+            at = (dev.gpu_uuid, dev.placement, name, dev.gpu_instance_id, dev.compute_instance_id)
+            live = LiveCheck(Liveness.MISMATCH, moved(record, *at) or "its MIG UUID is live")
     if live.status is Liveness.MISMATCH:
         raise UnverifiableError(f"{record.mig_uuid}: {live.detail}; {NOTHING_CHANGED}")
     if live.status is not Liveness.COMPLETE and record.state is RecordState.IDLE:
@@ -352,7 +364,7 @@ def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Manage
         raise ConflictError(f"{mig_uuid} is Active{owner}: hamimig never reclaims it")
     gpu = hw.gpu_by_uuid(record.gpu_uuid)
     layout = hw.layout(gpu.index)
-    return [_verified(record, layout, profile_names(node, gpu, layout), gpu)]
+    return [_verified(node, record, layout, profile_names(node, gpu, layout), gpu)]
 
 
 def _window_targets(
@@ -654,7 +666,7 @@ def _plan_destroy_retries(
         try:
             gpu = hw.gpu_by_uuid(record.gpu_uuid)
             layout = hw.layout(gpu.index)
-            target = _verified(record, layout, profile_names(node, gpu, layout), gpu)
+            target = _verified(node, record, layout, profile_names(node, gpu, layout), gpu)
         except HamimigError as exc:
             plan.failures.append(exc.message)
             plan.add(ActionKind.RETRY_DESTROY, at, f"skipped: {exc.message}")

@@ -1,8 +1,14 @@
-"""`reconcile` rewrites an instance's CDI spec only for a record verified against the live
-instance (docs/design.md "Trust model"): the spec is made of the GI and CI IDs, so a record
-naming another GI would hand that GI's device nodes, another tenant's slice, to the record's
-pod at its next container start. A record that disagrees with the hardware stops the pass
-(exit 5, nothing changed), its dry run too."""
+"""What `reconcile`, `recover` and `reclaim` do from a record is done only once the record is
+verified against the live instance (docs/design.md "Trust model"), never from what it says alone.
+
+- A spec is made of the GI and CI IDs: `reconcile` rewrites one (a driver upgrade) only for a
+  record verified live, or it would hand another GI's device nodes, another tenant's slice, to
+  the record's pod at its next container start. A record that disagrees stops the pass (exit 5,
+  nothing changed), its dry run too.
+- A GI at a record's placement that lost its CI is the record's to destroy only when the
+  record's MIG UUID is live nowhere else: otherwise the record is wrong, and that GI (an
+  allocation in flight, another's) is left alone, on the same GPU or on another.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +19,10 @@ import pytest
 
 from hamimig.store.cdi import device_name
 from tests.support.cdi import base_file, spec_path
-from tests.support.cli import Cli, allocate, ok, refused, sim, sim_create
-from tests.support.nvml import call_diff, calls, mutating
+from tests.support.cli import Cli, allocate, fail_destroys, ok, refused, sim, sim_create
+from tests.support.files import lifecycle_files
+from tests.support.node import gpus
+from tests.support.nvml import call_diff, calls, mutating, mutating_calls
 from tests.support.records import hami_record, record_path
 from tests.support.unchanged import Unchanged
 
@@ -142,3 +150,73 @@ def test_the_check_costs_eleven_nvml_calls_per_rewritten_spec_and_no_layout_scan
     assert sum(rewrite.values()) == sum(steady.values()) + 2 * VERIFY, (steady, rewrite)
     assert [n for n in LAYOUT_SCAN if n in rewrite] == [] and mutating(rewrite) == {}
     assert rewrite["nvmlDeviceGetAttributes"] == 2  # each CI spans its GI: one tenant each
+
+
+# --------------------------------------------------------------------------------------------
+# A GI that lost its CI is destroyed only for the record whose MIG UUID is live nowhere else
+
+
+def error_record_pointing_at_an_orphan_gi(cli: Cli, other_gpu: bool) -> tuple[str, str]:
+    """An Error instance (a destroy that failed) whose record names, by hand, the GI ID and
+    placement (and, with `other_gpu`, the GPU) of a GI without a CI that is not its own.
+    Returns its MIG UUID and what the mismatch names."""
+    inst = allocate(cli, "ns/job", "1g.10gb", "0")["instance"]
+    mig = inst["migUUID"]
+    ok(cli.json("release", "--mig-uuid", mig))
+    fail_destroys(cli)
+    assert cli.json("reclaim", "--mig-uuid", mig).exit_code == 4
+    sim(cli, "fault", "clear")
+    orphan = sim_create(cli, "1g.10gb", "2", gpu="1" if other_gpu else "0", no_ci=True)
+    changes: dict[str, Any] = {
+        "gpuInstanceID": orphan["gpuInstanceID"],
+        "placement": orphan["placement"],
+    }
+    if other_gpu:
+        changes["parentGPUUUID"] = orphan["gpuUUID"]
+    edit_record(cli, mig, **changes)
+    shown = "parentGPUUUID recorded" if other_gpu else "placement recorded 2:1 but live 0:1"
+    return mig, shown
+
+
+def hardware_and_files(cli: Cli) -> tuple[Any, ...]:
+    """The layout, mutating NVML calls, records and intents, and CDI specs (bookkeeping aside:
+    a reconcile pass with a failed step counts it)."""
+    return (
+        gpus(cli),
+        mutating_calls(cli),
+        lifecycle_files(cli.state_dir),
+        lifecycle_files(cli.cdi_dir),
+    )
+
+
+@pytest.mark.parametrize("other_gpu", [False, True], ids=["same-gpu", "other-gpu"])
+@pytest.mark.parametrize("dry_run", [False, True], ids=["real", "dry-run"])
+def test_reconcile_never_destroys_a_gi_for_a_record_whose_mig_uuid_is_live_elsewhere(
+    cli: Cli, other_gpu: bool, dry_run: bool
+) -> None:
+    mig, shown = error_record_pointing_at_an_orphan_gi(cli, other_gpu)
+    before = hardware_and_files(cli)
+    ran = cli.json("reconcile", *(["--dry-run"] if dry_run else []))
+    assert ran.exit_code == 4, ran.stdout  # a step this pass could not verify, as before
+    [action] = ran.json()["actions"]
+    assert (action["action"], action["changed"]) == ("retry-destroy", False), action
+    assert mig in action["reason"] and shown in action["reason"], action
+    assert hardware_and_files(cli) == before
+
+
+@pytest.mark.parametrize("other_gpu", [False, True], ids=["same-gpu", "other-gpu"])
+@pytest.mark.parametrize(
+    "command",
+    [("recover", "--assume-no-pods"), ("reclaim", "--mig-uuid")],
+    ids=["recover", "reclaim"],
+)
+def test_recover_and_reclaim_refuse_a_record_whose_mig_uuid_is_live_elsewhere(
+    cli: Cli, other_gpu: bool, command: tuple[str, str]
+) -> None:
+    mig, shown = error_record_pointing_at_an_orphan_gi(cli, other_gpu)
+    args = [*command, mig] if command[0] == "reclaim" else list(command)
+    unchanged = Unchanged(cli)
+    for dry in ([], ["--dry-run"]):
+        message = refused(cli.json(*args, *dry), 5, "unverifiable")
+        assert mig in message and f"its MIG UUID is live, {shown}" in message, message
+        unchanged.check()
