@@ -9,7 +9,11 @@ Against the live layout (`check_record`)
   the recorded CI ID and MIG UUID; the check carries that GI.
 - GI only: the recorded GI (GPU, GI ID, placement, profile) without any CI, as a destroy that
   stopped between the CI and the GI leaves it.
-- Absent: nothing overlaps the recorded placement; instances elsewhere on the GPU do not count.
+- Absent: nothing overlaps the recorded placement; other instances elsewhere on the GPU do not
+  count.
+- The record's MIG UUID live elsewhere on the GPU makes it a mismatch, never absent nor "GI
+  only": the record is wrong, and a GI at its placement that lost its CI is another's. The
+  mismatch names each field that differs with both values.
 - Mismatch when anything at the placement differs: the profile (1g.10gb+me is not 1g.10gb, and a
   profile the GPU does not name matches nothing), the placement, the GI ID, the CI ID, the MIG
   UUID or the parent GPU. A mismatch says what is there instead.
@@ -101,8 +105,25 @@ def test_nothing_at_the_recorded_placement_is_absent() -> None:
 
 
 def test_instances_elsewhere_on_the_gpu_do_not_make_the_record_live() -> None:
-    elsewhere = live(id=3, placement=Placement(3, 1))
+    elsewhere = live(
+        id=3, placement=Placement(3, 1), compute_instances=(ComputeInstance(0, OTHER_MIG),)
+    )
     assert status(elsewhere) is Liveness.ABSENT
+
+
+def test_its_mig_uuid_live_elsewhere_on_the_gpu_is_a_mismatch_not_absent() -> None:
+    check = check_record(RECORD, (live(id=3, placement=Placement(3, 1)),), NAMES)
+    assert check.status is Liveness.MISMATCH
+    assert check.detail == (
+        "its MIG UUID is live, placement recorded 2:1 but live 3:1; GI ID recorded 9 but live 3"
+    )
+
+
+def test_its_mig_uuid_live_elsewhere_makes_a_gi_without_a_ci_at_its_placement_anothers() -> None:
+    mine = live(id=3, placement=Placement(3, 1))
+    check = check_record(RECORD, (live(compute_instances=()), mine), NAMES)
+    assert check.status is Liveness.MISMATCH
+    assert "GI ID recorded 9 but live 3" in check.detail
 
 
 def test_another_profile_at_the_placement_is_a_mismatch() -> None:

@@ -15,7 +15,15 @@ from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
 from hamimig.errors import HardwareError, NvmlError, UnverifiableError
 from hamimig.hw.devnodes import capability_nodes
-from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigDevice, MigHardware, MigMode
+from hamimig.hw.types import (
+    ComputeInstance,
+    Gpu,
+    GpuInstance,
+    MigDevice,
+    MigHardware,
+    MigMode,
+    Placement,
+)
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent, IntentStore
@@ -211,8 +219,11 @@ def check_record(
 ) -> LiveCheck:
     """Compare a record with the live layout of its GPU (identity: GPU, profile, placement,
     GI ID, CI ID and MIG UUID; a GI without its CI is identified without the UUID)."""
+    elsewhere = _uuid_elsewhere(record, layout, names)
     overlapping = [gi for gi in layout if gi.placement.overlaps(record.placement)]
     if not overlapping:
+        if elsewhere is not None:
+            return LiveCheck(Liveness.MISMATCH, elsewhere)
         return LiveCheck(Liveness.ABSENT, f"no GPU instance at {record.placement}")
     for gi in overlapping:
         same_gi = (
@@ -224,6 +235,8 @@ def check_record(
         if not same_gi:
             continue
         if not gi.compute_instances:
+            if elsewhere is not None:  # another GI that lost its CI: never destroyed for it
+                return LiveCheck(Liveness.MISMATCH, elsewhere, gi)
             return LiveCheck(Liveness.GI_ONLY, f"GI {gi.id} without its compute instance", gi)
         if gi.shared:
             return LiveCheck(Liveness.MISMATCH, shared_gi_reason(gi), gi)
@@ -239,6 +252,45 @@ def check_record(
         f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement",
         gi,
     )
+
+
+def _uuid_elsewhere(
+    record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str]
+) -> str | None:
+    """Where the record's MIG UUID is live in `layout` other than where it says (None: it is
+    not, or it is there): then the record is wrong, not its instance gone or half destroyed,
+    and the GI at its recorded placement is not its own."""
+    for gi in layout:
+        for ci in gi.compute_instances:
+            if ci.mig_uuid == record.mig_uuid:
+                name = names.get(gi.profile_id, f"profile {gi.profile_id}")
+                return moved(record, gi.gpu_uuid, gi.placement, name, gi.id, ci.id)
+    return None
+
+
+def moved(
+    record: Record, gpu_uuid: str, placement: Placement, profile: str, gi: int, ci: int
+) -> str | None:
+    """How the live instance of the record's MIG UUID differs from the record, each field with
+    both values (None: it does not)."""
+    fields: tuple[tuple[str, object, object], ...] = (
+        ("parentGPUUUID", record.gpu_uuid, gpu_uuid),
+        ("placement", str(record.placement), str(placement)),
+        ("profile", record.profile, profile),
+        ("GI ID", record.gpu_instance_id, gi),
+        ("CI ID", record.compute_instance_id, ci),
+    )
+    found = differs(fields)
+    return None if found == IDENTICAL else f"its MIG UUID is live, {found}"
+
+
+IDENTICAL = "identical"
+
+
+def differs(fields: tuple[tuple[str, object, object], ...]) -> str:
+    """Each field that differs, with both values: `GI ID recorded 9 but live 7`."""
+    wrong = [f"{name} recorded {was} but live {now}" for name, was, now in fields if was != now]
+    return "; ".join(wrong) or IDENTICAL
 
 
 def shared_gi_reason(gi: GpuInstance) -> str:

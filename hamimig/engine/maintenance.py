@@ -17,11 +17,14 @@ from hamimig.engine.executor import DestroyFailed, apply, execute, tidy_finished
 from hamimig.engine.facts import (
     BUSY,
     Durable,
+    LiveCheck,
     Liveness,
     cdi_device_for,
     check_record,
+    check_reuse,
     has_processes,
     load_for_mutation,
+    moved,
     profile_names,
 )
 from hamimig.engine.idle_policy import (
@@ -328,7 +331,7 @@ def _targets_on_gpu(
         window = validate.reclaim_window(target.placement, slices)
         in_flight = [i for i in durable.intents if i.gpu_uuid == gpu.uuid]
         chosen = _window_targets(window, records, layout, names, in_flight, holds)
-    return [_verified(r, layout, names, gpu) for r in chosen]
+    return [_verified(node, r, layout, names, gpu) for r in chosen]
 
 
 def _idle_older_than(
@@ -354,9 +357,19 @@ def _idle_older_than(
 
 
 def _verified(
-    record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str], gpu: Gpu
+    node: Node, record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str], gpu: Gpu
 ) -> Managed:
+    """The record checked against its GPU's layout; one whose instance is gone or lost its CI
+    there must not be live on another GPU either (one NVML call: its MIG UUID not found), or
+    the GI at its placement is not its own to destroy."""
     live = check_record(record, layout, names)
+    if live.status in (Liveness.ABSENT, Liveness.GI_ONLY):
+        hw = node.hardware()
+        dev = hw.mig_device(record.mig_uuid)
+        if dev is not None:
+            name = hw.profile_name(dev.gpu_index, dev.profile_id) or f"profile {dev.profile_id}"
+            at = (dev.gpu_uuid, dev.placement, name, dev.gpu_instance_id, dev.compute_instance_id)
+            live = LiveCheck(Liveness.MISMATCH, moved(record, *at) or "its MIG UUID is live")
     if live.status is Liveness.MISMATCH:
         raise UnverifiableError(f"{record.mig_uuid}: {live.detail}; {NOTHING_CHANGED}")
     if live.status is not Liveness.COMPLETE and record.state is RecordState.IDLE:
@@ -388,7 +401,7 @@ def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Manage
         raise ConflictError(f"{mig_uuid} is Active{owner}: hamimig never reclaims it")
     gpu = hw.gpu_by_uuid(record.gpu_uuid)
     layout = hw.layout(gpu.index)
-    return [_verified(record, layout, profile_names(node, gpu, layout), gpu)]
+    return [_verified(node, record, layout, profile_names(node, gpu, layout), gpu)]
 
 
 def _window_targets(
@@ -452,6 +465,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         pods = None if source is None else source.load(node)
         plan = plan_reconcile(node, durable, pods)
+        plan.check(node, dry_run)  # before anything is written, the idle-seen file included
         if (old := stale_warning(node, pods)) is not None:
             plan.warnings.append(old)
         notes: list[str] = []
@@ -591,9 +605,13 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
     """Rewrite the specs of Active and Idle instances that no longer match the NVIDIA base
     spec (a driver upgrade changes library paths), as reuse and recover do.
 
-    Only existing specs are looked at (a missing one is recover's `repair-cdi`), and the
-    instance is taken as its record says: reconcile verifies nothing it does not destroy.
-    With no usable base spec every spec is kept as it is, with a warning.
+    Only existing specs are looked at (a missing one is recover's `repair-cdi`). A spec is
+    compared with what its record says; one that differs is rewritten only once the record is
+    verified against the live instance, as a reuse verifies it (`check_reuse`: its MIG UUID
+    live on the recorded GPU with the recorded GI ID, CI ID, placement and profile, its compute
+    instance spanning its GPU instance). A record that disagrees would point the spec at the
+    device nodes of another tenant's instance: the pass refuses (exit 5). With no usable base
+    spec every spec is kept as it is, with a warning.
     """
     cdi = node.cdi()
     if cdi is None or not cdi.lookup().composes:
@@ -629,6 +647,7 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
         )
         if cdi.matches(dev):
             return
+        problem = _unverified(node, record)
     except UsageError as exc:
         path = str(cdi.path_of(record.mig_uuid))
         plan.warnings.append(Warning_(path, f"kept as it is, not compared: {exc.message}"))
@@ -638,11 +657,26 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
         plan.failures.append(f"CDI spec of {record.mig_uuid}: {why}")
         plan.add(ActionKind.REPAIR_CDI, at, f"failed: {why}")
         return
+    if problem:
+        plan.refuse(
+            f"cannot verify the record whose CDI spec would be rewritten: {problem}; "
+            "run 'hamimig recover'"
+        )
+        return
     base = cdi.lookup().base
     reason = f"its CDI spec differs from what the NVIDIA CDI spec {base.path if base else ''}"
     reason += " and the instance need (a driver upgrade changes library paths)"
     target = Spec(record.mig_uuid, device=dev, gpu_uuid=gpu.uuid, placement=record.placement)
     plan.add(ActionKind.REPAIR_CDI, target, reason)
+
+
+def _unverified(node: Node, record: Record) -> str | None:
+    """Why `record` does not name its live instance (None: verified), read back from its MIG
+    UUID as a reuse reads it: eleven NVML calls, no scan of the node's layout."""
+    hw = node.hardware()
+    live = hw.mig_device(record.mig_uuid)
+    live_profile = None if live is None else hw.profile_name(live.gpu_index, live.profile_id)
+    return check_reuse(record, live, live_profile)
 
 
 def _plan_destroy_retries(
@@ -669,7 +703,7 @@ def _plan_destroy_retries(
         try:
             gpu = hw.gpu_by_uuid(record.gpu_uuid)
             layout = hw.layout(gpu.index)
-            target = _verified(record, layout, profile_names(node, gpu, layout), gpu)
+            target = _verified(node, record, layout, profile_names(node, gpu, layout), gpu)
         except HamimigError as exc:
             plan.failures.append(exc.message)
             plan.add(ActionKind.RETRY_DESTROY, at, f"skipped: {exc.message}")

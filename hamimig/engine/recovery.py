@@ -24,8 +24,10 @@ from hamimig.engine.facts import (
     cdi_device_for,
     check_record,
     created_by,
+    differs,
     has_processes,
     load_for_mutation,
+    moved,
     same_slot,
     shared_gi_reason,
 )
@@ -355,39 +357,27 @@ def _record_off_gpu(survey: _Survey, record: Record) -> None:
         plan.add(_drop_kind(record), Managed(record, None, skipped.index), reason)
 
 
-def _live_elsewhere(survey: _Survey, record: Record) -> str | None:
+def _live_elsewhere(survey: _Survey, record: Record, by_gi: bool = True) -> str | None:
     """Where a record's identity is live beyond its recorded placement (so the record is wrong,
-    not the instance gone): its MIG UUID on any GPU of the node, or a GI with its GI ID and
-    profile on its GPU. The answer names the field that differs and both values."""
+    not the instance gone): its MIG UUID on any GPU of the node, or (`by_gi`) a GI with its GI
+    ID and profile on its GPU. The answer names the field that differs and both values."""
     for facts in survey.gpus.values():
         for gi in facts.layout:
             for ci in gi.compute_instances:
-                if ci.mig_uuid != record.mig_uuid:
-                    continue
-                live_profile = facts.names.get(gi.profile_id, f"profile {gi.profile_id}")
-                fields: tuple[tuple[str, object, object], ...] = (
-                    ("parentGPUUUID", record.gpu_uuid, gi.gpu_uuid),
-                    ("placement", str(record.placement), str(gi.placement)),
-                    ("profile", record.profile, live_profile),
-                    ("GI ID", record.gpu_instance_id, gi.id),
-                    ("CI ID", record.compute_instance_id, ci.id),
-                )
-                return f"its MIG UUID is live, {_differs(fields)}"
+                if ci.mig_uuid == record.mig_uuid:
+                    name = facts.names.get(gi.profile_id, f"profile {gi.profile_id}")
+                    found = moved(record, gi.gpu_uuid, gi.placement, name, gi.id, ci.id)
+                    return found or "its MIG UUID is live where it says"
     gpu = survey.gpus.get(record.gpu_uuid)
-    if gpu is None:
+    if gpu is None or not by_gi:
         return None
     for gi in gpu.layout:
         if gi.id == record.gpu_instance_id and gpu.names.get(gi.profile_id) == record.profile:
             at: tuple[tuple[str, object, object], ...] = (
                 ("placement", str(record.placement), str(gi.placement)),
             )
-            return f"GI {gi.id} ({record.profile}) is live on its GPU, {_differs(at)}"
+            return f"GI {gi.id} ({record.profile}) is live on its GPU, {differs(at)}"
     return None
-
-
-def _differs(fields: tuple[tuple[str, object, object], ...]) -> str:
-    wrong = [f"{name} recorded {was} but live {now}" for name, was, now in fields if was != now]
-    return "; ".join(wrong) or "identical"
 
 
 def _drop_kind(record: Record) -> ActionKind:
@@ -462,11 +452,13 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
     """No pod holds the instance: finish what was under way, or restore it Idle."""
     record, live, plan = target.record, target.live, survey.plan
     assert live is not None
-    if live.status is Liveness.ABSENT:
-        elsewhere = _live_elsewhere(survey, record)
+    if live.status in (Liveness.ABSENT, Liveness.GI_ONLY):
+        # A GI that lost its CI is the record's only if its MIG UUID is live nowhere else.
+        elsewhere = _live_elsewhere(survey, record, by_gi=live.status is Liveness.ABSENT)
         if elsewhere is not None:
             plan.refuse(f"record {record.mig_uuid} cannot be verified: {elsewhere}")
             return
+    if live.status is Liveness.ABSENT:
         reason = f"no GPU instance at {record.placement} and no pod holds it"
         plan.add(_drop_kind(record), target, reason)
     elif (
