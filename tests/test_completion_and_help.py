@@ -1,6 +1,6 @@
 """Completion of values (static ones in the generated scripts, the records' MIG UUIDs and
-profiles through the hidden, cheap `hamimig __complete`), a man page that documents the
-environment and shows examples, and help that reads well at 80 columns."""
+profiles through the hidden, cheap `hamimig __complete`) and help that reads well at 80
+columns (the man page: tests/test_man_page.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from hamimig.cli.app import app, command
 from hamimig.cli.complete_cmd import COMMAND, board_profiles
-from hamimig.cli.docs import EXAMPLES, _all, command_tree, generate
+from hamimig.cli.docs import _all, command_tree, generate
 from hamimig.hw.types import Placement
 from hamimig.sim.models import MODELS
 from hamimig.store.files import ensure_dir
@@ -268,59 +268,6 @@ def test_the_scripts_carry_every_board_profile() -> None:
     zsh = next(x for x in docs["completions/_hamimig"].splitlines() if " --profile)" in x)
     for line in (bash, zsh):
         assert names <= set(re.split(r'[\s"(]+', line)), line
-
-
-# --- the man page -----------------------------------------------------------------------------
-
-
-def _man() -> str:
-    return generate(app)["man/hamimig.1"].replace("\\-", "-").replace("\\e", "\\")
-
-
-def test_man_page_names_every_hamimig_variable_the_code_reads() -> None:
-    read = set()
-    for path in (ROOT / "hamimig").rglob("*.py"):
-        read |= set(re.findall(r"HAMIMIG_[A-Z_]+[A-Z]", path.read_text(encoding="utf-8")))
-    assert {"HAMIMIG_DEBUG", "HAMIMIG_CDI_KIND", "HAMIMIG_ADOPT_EXISTING_MIG_INSTANCES"} <= read
-    environment = _man().split(".SH ENVIRONMENT", 1)[1].split(".SH ", 1)[0]
-    for name in sorted(read):
-        assert f".B {name}\n" in environment, name
-    for name in ("NODE_NAME", "KUBECONFIG", "COLUMNS", "NO_COLOR"):
-        assert f".B {name}\n" in environment, name
-
-
-def test_every_config_override_says_what_its_value_means() -> None:
-    """Not its own name again ("events.maxBytes: events.maxBytes"); the README's config block
-    and its list of overrides name every key and variable too."""
-    from hamimig.config import ENV_OVERRIDES
-
-    environment = _man().split(".SH ENVIRONMENT", 1)[1].split(".SH ", 1)[0]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = readme.split("Config (`--config`, YAML", 1)[1].split("### ", 1)[0]
-    yaml_blocks = readme.split("```yaml")[1:]
-    for var, key in ENV_OVERRIDES.items():
-        line = environment.split(f".B {var}\n", 1)[1].split("\n", 1)[0]
-        assert not line.endswith(f"{key}: {key}."), line
-        assert f"`{var}`" in block, var
-        leaf = key.rsplit(".", 1)[1]
-        assert any(f"  {leaf}:" in part.split("```")[0] for part in yaml_blocks), key
-
-
-def test_man_page_gives_the_global_defaults_and_examples() -> None:
-    page = _man()
-    globals_ = page.split(".SH GLOBAL OPTIONS", 1)[1].split(".SH COMMANDS", 1)[0]
-    for default in ("/var/run/hami/dynamic-mig-state", "/var/run/cdi", "/etc/hamimig/config.yaml"):
-        assert f"default: {default}]" in globals_, default
-    assert "default: table]" in globals_
-    examples = page.split(".SH EXAMPLES", 1)[1].split(".SH ", 1)[0]
-    top = {c.path[0] for c in _all(command_tree(app))[1:]}
-    named = set()
-    for _, lines in EXAMPLES:
-        for line in lines:
-            assert line in examples
-            words = line.split(" | ")[0].split()
-            named |= {next(w for w in words[words.index("hamimig") + 1 :] if w in top)}
-    assert {"list", "show", "recover", "reclaim", "reconcile", "sim"} <= named
 
 
 # --- help at 80 columns -----------------------------------------------------------------------
