@@ -1,0 +1,81 @@
+"""Shell completion through click's own machinery: the scripts in completions/ are the ones
+Typer generates, and every TAB runs `hamimig` with `_HAMIMIG_COMPLETE` set and the words typed.
+
+Commands, options and the fixed value lists (`-o`, `--state`, `--model`, ...) complete from the
+command tree; the callbacks here add what only the node knows, from its ownership records and a
+simulated node's file: no NVML, no config, no node lock, no write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from hamimig.cli.context import global_paths
+
+COMPLETE_VAR = "_HAMIMIG_COMPLETE"
+"""The environment variable that makes a run answer a TAB (Typer's name for it)."""
+
+
+@contextlib.contextmanager
+def answering() -> Iterator[None]:
+    """While answering a TAB (Typer's completion exits the process when done).
+
+    Typer registers its shells only for `add_completion`, which would add its options to every
+    help. Completion reads the words as typed: Typer's conversion of option values would load
+    pydantic, as long as the rest of a TAB, to check values that completion never uses."""
+    from typer._completion_classes import completion_init
+
+    completion_init()
+    parameter = typer.core._TyperParameter
+    converting = parameter.get_runtime_param
+    setattr(parameter, "get_runtime_param", lambda self: _AsTyped)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(parameter, "get_runtime_param", converting)  # noqa: B010
+
+
+class _AsTyped:
+    @staticmethod
+    def coerce(value: Any, param: Any, ctx: Any) -> Any:
+        return value
+
+
+def _node(ctx: typer.Context) -> tuple[Path, Path | None] | None:
+    """The state directory and simulated node the command line being completed names (given
+    before or after the command), as the command would read them; None when one is empty."""
+    root = ctx.find_root()
+    if "" in (root.params["state_dir"], root.params["sim"]):
+        return None
+    sim = root.params["sim"]
+    return global_paths(root)[0]["state_dir"], None if sim is None else Path(sim)
+
+
+def profiles(ctx: typer.Context) -> list[str]:
+    """The profiles of the boards hamimig knows and those the records name."""
+    from hamimig.reports.completion import board_profiles, record_values
+
+    node = _node(ctx)
+    return sorted({*board_profiles(), *(record_values(node[0], "profiles") if node else ())})
+
+
+def instances(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The records' MIG UUIDs, or their CDI device names once the word starts as those do."""
+    from hamimig.reports.completion import record_values
+
+    node = _node(ctx)
+    kind = "cdi-names" if incomplete.startswith("m") else "mig-uuids"
+    return record_values(node[0], kind) if node else []
+
+
+def gpus(ctx: typer.Context) -> list[str]:
+    """The GPUs the records name and a simulated node's: NVML indexes, then GPU UUIDs."""
+    from hamimig.reports.completion import gpu_values
+
+    node = _node(ctx)
+    return gpu_values(*node) if node else []
