@@ -261,6 +261,12 @@ def test_bash_completes_values(tmp_path: Path) -> None:
     assert set(_bash(["hamimig", "--sim", str(sim), "show", "''"])) >= set(simulated)
     assert _bash(["hamimig", f"--sim={sim}", "show", simulated[1]]) == [simulated[1]]
     assert _bash(["hamimig", "show", "--sim", str(sim), simulated[1]]) == [simulated[1]]
+    # bash itself splits `--sim=PATH` at the `=` (COMP_WORDBREAKS)
+    assert _bash(["hamimig", "--sim", "=", str(sim), "show", "''"]) == simulated
+    assert _bash(["hamimig", "-o", "=", "json", "show", "--state-dir", "=", str(state), "''"]) == (
+        uuids
+    )
+    assert _bash(["hamimig", "--state-dir", "=", str(state), "list", "--gpu", "=", "G"]) == [GPU]
     # no record, no MIG UUID: still the static values, and no error
     assert set(_bash(["hamimig", "--state-dir", str(tmp_path / "none"), "list", "--profile", "''"]))
     assert _bash(["hamimig", "--state-dir", str(tmp_path / "none"), "show", "MIG-"]) == []

@@ -28,9 +28,23 @@ def answering() -> Iterator[None]:
     Typer registers its shells only for `add_completion`, which would add its options to every
     help. Completion reads the words as typed: Typer's conversion of option values would load
     pydantic, as long as the rest of a TAB, to check values that completion never uses."""
-    from typer._completion_classes import completion_init
+    from typer._click.shell_completion import add_completion_class
+    from typer._completion_classes import BashComplete, completion_init
+
+    class Bash(BashComplete):
+        """bash splits `--sim=PATH` into three words at the `=` (`COMP_WORDBREAKS`), which
+        click would read as `--sim` with the value `=`: the words joined back as typed."""
+
+        def get_completion_args(self) -> tuple[list[str], str]:
+            args, incomplete = super().get_completion_args()
+            words = [*args, incomplete]
+            for i in range(len(words) - 2, 0, -1):
+                if words[i] == "=" and words[i - 1].startswith("-"):
+                    words[i - 1 : i + 2] = ["".join(words[i - 1 : i + 2])]
+            return words[:-1], words[-1]
 
     completion_init()
+    add_completion_class(Bash, "bash")
     parameter = typer.core._TyperParameter
     converting = parameter.get_runtime_param
     setattr(parameter, "get_runtime_param", lambda self: _AsTyped)  # noqa: B010
