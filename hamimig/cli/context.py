@@ -42,9 +42,6 @@ class Globals:
 GLOBAL_OPTIONS = ("state_dir", "cdi_dir", "config", "sim", "node", "output")
 """The options every command takes, before or after its name (declared on the root command)."""
 
-NAME_COMMANDS = ("list", "show", "allocate", "release", "reclaim", "forget")
-"""The commands whose results are instances, the only ones `-o name` can print."""
-
 SIM_DEFAULTS = {"state_dir": "state", "cdi_dir": "cdi", "config": "config.yaml"}
 """Under `--sim`, the global paths not given on the command line or in the environment: in the
 simulated node's home (`<sim>.d/`)."""
@@ -63,6 +60,7 @@ def globals_of(ctx: typer.Context) -> Globals:
 
 
 def _settle(root: Any, command: str) -> Globals:
+    from hamimig.cli.options import NAME_COMMANDS
     from hamimig.engine.node import Node
 
     output = str(getattr(root.params["output"], "value", root.params["output"]))

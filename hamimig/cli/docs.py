@@ -258,7 +258,7 @@ def environment() -> list[tuple[str, str]]:
             COMPLETE_VAR,
             "Set by the shell completion scripts in completions/ (complete_bash, complete_zsh "
             "or complete_fish): hamimig prints what completes the command line the script hands "
-            "it, read from the records only, and changes nothing.",
+            "it, read from the records and a simulated node's file only, and changes nothing.",
         ),
         (
             "HAMIMIG_DEBUG",
