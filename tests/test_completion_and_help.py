@@ -103,8 +103,11 @@ def test_a_tab_lists_the_records_mig_uuids_profiles_and_gpus_quickly(tmp_path: P
     assert tab(f"hamimig --state-dir {state} show mig-") == cdi
     assert tab(f"hamimig --state-dir {state} reclaim --mig-uuid m") == cdi
     assert tab(f"hamimig --state-dir {state} list --gpu ") == ["3", GPU]
-    best = min(_timed(f"hamimig --state-dir {state} show ") for _ in range(3))
-    assert best < 0.5, f"a TAB took {best:.2f} s"
+    # The budget: a TAB (a fresh process, as the scripts run it) costs at most 1.5 times
+    # `hamimig --help`; the best of several runs, as the machine's load comes and goes.
+    tab_best = min(_timed(f"hamimig --state-dir {state} show ") for _ in range(5))
+    help_best = min(_timed("hamimig", ["--help"]) for _ in range(5))
+    assert tab_best <= 1.5 * help_best, f"a TAB took {tab_best:.3f} s, --help {help_best:.3f} s"
 
 
 def test_a_tab_reads_a_simulated_nodes_state_dir_and_gpus(tmp_path: Path) -> None:
@@ -134,9 +137,13 @@ def test_a_tab_reads_a_simulated_nodes_state_dir_and_gpus(tmp_path: Path) -> Non
     assert gpus[:3] == ["0", "1", "3"] and GPU in gpus and len(gpus) == 6, gpus
 
 
-def _timed(line: str) -> float:
+def _timed(line: str, args: list[str] | None = None) -> float:
+    """Wall time of a TAB at the end of `line`, or with `args` of `hamimig ARGS`."""
     started = time.perf_counter()
-    _tab(line)
+    if args is None:
+        _tab(line)
+    else:
+        subprocess.run([f"{BIN}/hamimig", *args], capture_output=True, check=True)
     return time.perf_counter() - started
 
 
