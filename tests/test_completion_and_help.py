@@ -274,6 +274,9 @@ def test_bash_completes_values(tmp_path: Path) -> None:
         uuids
     )
     assert _bash(["hamimig", "--state-dir", "=", str(state), "list", "--gpu", "=", "G"]) == [GPU]
+    home = {"HOME": str(tmp_path)}  # a `~` the shell has not expanded yet
+    assert _bash(["hamimig", "--state-dir", "'~/state'", "show", "''"], home) == uuids
+    assert _bash(["hamimig", "show", "--sim", "'~/node.json'", "''"], home) == simulated
     # no record, no MIG UUID: still the static values, and no error
     assert set(_bash(["hamimig", "--state-dir", str(tmp_path / "none"), "list", "--profile", "''"]))
     assert _bash(["hamimig", "--state-dir", str(tmp_path / "none"), "show", "MIG-"]) == []

@@ -9,6 +9,7 @@ simulated node's file: no NVML, no config, no node lock, no write.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,8 @@ def _node(ctx: typer.Context) -> tuple[Path, Path | None] | None:
     root = ctx.find_root()
     if "" in (root.params["state_dir"], root.params["sim"]):
         return None
+    for name in ("state_dir", "sim"):  # the shell expands a `~` only once the line is run
+        root.params[name] = root.params[name] and os.path.expanduser(root.params[name])
     sim = root.params["sim"]
     return global_paths(root)[0]["state_dir"], None if sim is None else Path(sim)
 
