@@ -3,14 +3,17 @@ command is in the README (the man page's content: tests/test_man_page.py)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hamimig.cli.app import app
-from hamimig.cli.docs import _all, command_tree, generate
+from hamimig.cli.docs import generate
+from hamimig.cli.manpage import commands
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,29 +29,40 @@ def test_generated_file_is_up_to_date(relative: str) -> None:
 
 def test_readme_mentions_every_command() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for cmd in _all(command_tree(app))[1:]:
-        if len(cmd.path) == 1:
-            assert f"hamimig {cmd.path[0]}" in readme or f" {cmd.path[0]} " in readme, cmd.path
+    for path, _, _ in commands(app):
+        if len(path) == 1:
+            assert f"hamimig {path[0]}" in readme or f" {path[0]} " in readme, path
 
 
-def _bash_complete(words: list[str]) -> list[str]:
+def _bash_complete(words: list[str], word: str = "''") -> list[str]:
+    """What bash offers for `word` after `words`, through the script in completions/."""
     script = generate(app)["completions/hamimig.bash"]
     line = " ".join(words)
     program = (
-        f"{script}\nCOMP_WORDS=({line} ''); COMP_CWORD={len(words)}; _hamimig; "
-        'printf "%s\\n" "${COMPREPLY[@]}"'
+        f"{script}\nCOMP_WORDS=({line} {word}); COMP_CWORD={len(words)}; "
+        '_hamimig_completion hamimig; printf "%s\\n" "${COMPREPLY[@]}"'
     )
-    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=True)
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    done = subprocess.run(
+        ["bash", "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PATH": path},
+    )
     return done.stdout.split()
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_bash_completion_completes_commands_and_options() -> None:
-    assert {"allocate", "recover", "sim", "--state-dir"} <= set(_bash_complete(["hamimig"]))
+    """Option names once the word starts with a dash, as click completes them."""
+    assert {"allocate", "recover", "sim"} <= set(_bash_complete(["hamimig"]))
+    assert "--state-dir" in _bash_complete(["hamimig"], "--")
     assert set(_bash_complete(["hamimig", "sim"])) >= {"init", "fault", "create"}
     assert set(_bash_complete(["hamimig", "sim", "fault"])) >= {"add", "clear"}
-    assert "--op" in _bash_complete(["hamimig", "--sim", "x.json", "sim", "fault", "add"])
-    assert "--profile" in _bash_complete(["hamimig", "allocate", "--pod", "ns/p"])
+    assert "--op" in _bash_complete(["hamimig", "--sim", "x.json", "sim", "fault", "add"], "-")
+    assert "--profile" in _bash_complete(["hamimig", "allocate", "--pod", "ns/p"], "--")
+    assert "--sim" in _bash_complete(["hamimig", "allocate", "--pod", "ns/p"], "--")
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from hamimig.cli.app import app, command, hoist_globals
+from hamimig.cli.app import app, command
+from hamimig.cli.context import GLOBAL_OPTIONS
 from tests.support.cli import Cli, allocated
 from tests.support.pods import PodsFile, kube_pod
 
@@ -60,38 +61,68 @@ def test_a_parse_error_after_the_command_honours_the_output(cli: Cli) -> None:
     assert error["code"] == "usage" and "No such option: --bogus" in error["message"]
 
 
-def test_values_and_the_end_of_options_stay_where_they_are() -> None:
-    root = command()
-    kept = ["allocate", "--pod", "-o", "--gpu", "0"]
-    assert hoist_globals(root, kept) == kept  # `-o` is the value of --pod here
-    assert hoist_globals(root, ["show", "--", "-o", "json"]) == ["show", "--", "-o", "json"]
-    assert hoist_globals(root, ["list", "--sim", "S", "-o", "json", "--gpu", "1"]) == [
-        *("--sim", "S", "-o", "json"),
-        *("list", "--gpu", "1"),
-    ]
-    # Those given before the command stay first, so the one after it is the last one read.
-    assert hoist_globals(root, ["-o", "yaml", "list", "-o", "json"]) == [
-        *("-o", "yaml", "-o", "json", "list")
-    ]
+def test_values_and_the_end_of_options_stay_where_they_are(cli: Cli) -> None:
+    """`-o` as the value of a command's own option, and after `--`, is never the output option."""
+    ran = run(cli, "allocate", "--pod", "-o", "--gpu", "0", "--profile", "1g.10gb", *cli.globals())
+    assert (ran.exit_code, ran.stdout) == (2, "")
+    assert "invalid pod '-o'" in ran.stderr
+    for word in ("-o", "-o=json"):
+        ran = run(cli, "show", *cli.globals(), "--", word)
+        assert ran.exit_code in (2, 6) and ran.stdout == "", ran.stdout  # a one-line error
+        assert f"'{word}'" in ran.stderr or f" {word} " in ran.stderr, ran.stderr
+
+
+def test_the_environment_never_overrides_an_option_given_before_the_command(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command also takes the global options, whose environment variables it reads too:
+    only a value given on its own command line may replace the one given before its name."""
+    monkeypatch.setenv("HAMIMIG_OUTPUT", "yaml")
+    monkeypatch.setenv("HAMIMIG_STATE_DIR", str(cli.state_dir.parent / "elsewhere"))
+    ran = run(cli, "-o", "json", *cli.globals(), "sim", "show")
+    assert json.loads(ran.stdout)["kind"] == "SimNode"
+    ran = run(cli, "-o", "json", *cli.globals(), "config", "show")
+    settings = {s["key"]: s for s in json.loads(ran.stdout)["settings"]}
+    assert settings["stateDir"]["source"] == "option --state-dir"
+    assert settings["stateDir"]["value"] == str(cli.state_dir)
+    ran = run(cli, "config", "show", *cli.globals(), "-o", "json")
+    assert json.loads(ran.stdout)["kind"] == "Config"
+    ran = run(cli, "config", "show", *cli.globals())
+    assert ran.stdout.startswith("kind: Config")  # not given on the line: the environment's
+
+
+def _paths(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    found = [(path, cmd)]
+    for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+        found += _paths(sub, (*path, name))
+    return found
+
+
+def test_every_commands_help_lists_the_global_options(cli: Cli) -> None:
+    for path, _ in _paths(command()):
+        ran = run(cli, *path, "--help")
+        assert ran.exit_code == 0, path
+        for flag in ("--state-dir PATH", "--cdi-dir PATH", "--config PATH", "--sim PATH"):
+            assert flag in ran.stdout, (path, flag)
+        assert "--node NAME" in ran.stdout and "-o, --output FORMAT" in ran.stdout, path
 
 
 def test_no_command_has_an_option_named_like_a_global_one() -> None:
+    """Each command takes the global options as the root declares them, once each, and has no
+    option of its own that a global one would shadow."""
     root = command()
-    names = {o for p in root.params if p.param_type_name == "option" for o in p.opts}
-    names -= {"--help", "-h", "--version"}
-    assert {"--sim", "--state-dir", "--cdi-dir", "--config", "--node", "-o", "--output"} <= names
-    seen = 0
-
-    def walk(cmd: Any, path: str) -> None:
-        nonlocal seen
-        for sub_name, sub in getattr(cmd, "commands", {}).items():
-            seen += 1
-            own = {o for p in sub.params if p.param_type_name == "option" for o in p.opts}
-            assert not own & names, f"{path} {sub_name}: {sorted(own & names)}"
-            walk(sub, f"{path} {sub_name}")
-
-    walk(root, "hamimig")
-    assert seen > 20
+    declared = {p.name: p for p in root.params if p.name in GLOBAL_OPTIONS}
+    names = {o for p in declared.values() for o in p.opts}
+    assert names == {"--sim", "--state-dir", "--cdi-dir", "--config", "--node", "-o", "--output"}
+    paths = _paths(root)[1:]
+    for path, sub in paths:
+        shared = [p for p in sub.params if p.name in GLOBAL_OPTIONS]
+        assert [p.name for p in shared] == list(GLOBAL_OPTIONS), path
+        assert all(p.opts == declared[p.name].opts for p in shared), path
+        own = {o for p in sub.params if p.param_type_name == "option" for o in p.opts}
+        assert not (own - names) & names, path
+        assert len([p for p in sub.params if set(p.opts) & names]) == len(GLOBAL_OPTIONS), path
+    assert len(paths) > 20
 
 
 @pytest.mark.parametrize(

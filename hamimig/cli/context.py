@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hamimig.errors import HamimigError, HardwareError
+from hamimig.errors import HamimigError, HardwareError, UsageError
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
@@ -37,11 +39,122 @@ class Globals:
     output: str
 
 
+GLOBAL_OPTIONS = ("state_dir", "cdi_dir", "config", "sim", "node", "output")
+"""The options every command takes, before or after its name (declared on the root command)."""
+
+SIM_DEFAULTS = {"state_dir": "state", "cdi_dir": "cdi", "config": "config.yaml"}
+"""Under `--sim`, the global paths not given on the command line or in the environment: in the
+simulated node's home (`<sim>.d/`)."""
+
+
 def globals_of(ctx: typer.Context) -> Globals:
+    """The global options as a `Node` and an output format, settled when a command first asks:
+    only then has every level of its command line been read (a global option given after the
+    command name is recorded on the root, as if given before it)."""
     root = ctx.find_root()
+    if root.obj is None:
+        root.obj = _settle(root, command_name(ctx).split(" ")[0])
     obj = root.obj
-    assert isinstance(obj, Globals), "the root callback sets the globals"
+    assert isinstance(obj, Globals)
     return obj
+
+
+def _settle(root: Any, command: str) -> Globals:
+    from hamimig.cli.options import NAME_COMMANDS
+    from hamimig.engine.node import Node
+
+    output = str(getattr(root.params["output"], "value", root.params["output"]))
+    try:
+        for name in GLOBAL_OPTIONS:
+            _refuse_empty(root, name)
+        if output == "name" and command not in NAME_COMMANDS:
+            given = "-o name" if _source_of(root, "output").startswith("option") else None
+            raise UsageError(
+                f"{given or 'HAMIMIG_OUTPUT=name'} prints MIG UUIDs, and {command} shows no "
+                f"instances: use it with {', '.join(NAME_COMMANDS)}"
+            )
+    except UsageError as err:
+        from hamimig.cli import render
+
+        render.error(err, output)
+        raise typer.Exit(err.exit_code) from None
+    paths, sources = global_paths(root)
+    sim = root.params["sim"]
+    return Globals(
+        node=Node(
+            state_dir=paths["state_dir"],
+            cdi_dir=paths["cdi_dir"],
+            config_path=paths["config"],
+            sim=None if sim is None else Path(sim),
+            node_name=root.params["node"],
+            setting_sources=sources,
+        ),
+        output=output,
+    )
+
+
+def global_paths(root: Any) -> tuple[dict[str, Path], dict[str, str]]:
+    """The state and CDI directories and the config file the root's options name, and where
+    every global option's value came from, in `config show`'s words."""
+    sources = {name: _source_of(root, name) for name in GLOBAL_OPTIONS}
+    paths = {name: Path(root.params[name]) for name in SIM_DEFAULTS}
+    sim = root.params["sim"]
+    if sim is not None:
+        # A rehearsal on a GPU node must not leave records or specs that the real device
+        # plugin's recovery and the runtime would read: the real node's paths only when named.
+        from hamimig.sim.files import node_home
+
+        home = node_home(Path(sim))
+        for name, inside in SIM_DEFAULTS.items():
+            if sources[name] == "default":
+                paths[name], sources[name] = home / inside, "default (--sim)"
+    return paths, sources
+
+
+def _source_of(root: Any, name: str) -> str:
+    """Where a global option's value came from, in `config show`'s words."""
+    param = next(p for p in root.command.params if p.name == name)
+    source = root.get_parameter_source(name)
+    kind = "" if source is None else source.name
+    if kind == "COMMANDLINE":
+        return f"option {param.opts[-1] if param.opts[-1].startswith('--') else param.opts[0]}"
+    if kind == "ENVIRONMENT" and isinstance(param.envvar, str):
+        return f"env {param.envvar}"
+    return "default"
+
+
+def _refuse_empty(root: Any, name: str) -> None:
+    """An empty path or node name is a mistake (an unset shell variable), never "the default".
+
+    The option parser treats an empty environment variable as unset and would fall back to the
+    default silently, so the variable is looked at here when the option did not come from the
+    command line.
+    """
+    param = next(p for p in root.command.params if p.name == name)
+    value = getattr(root.params[name], "value", root.params[name])
+    flag = param.opts[0]
+    if value == "":
+        raise UsageError(f"{flag} must not be empty")
+    if value is not None and undecodable([value]) is not None:  # from the environment
+        where = f" (from {param.envvar})" if isinstance(param.envvar, str) else ""
+        raise UsageError(f"{flag}{where} is not valid UTF-8")
+    envvar = param.envvar
+    from_command_line = _source_of(root, name).startswith("option")
+    if isinstance(envvar, str) and not from_command_line and os.environ.get(envvar) == "":
+        raise UsageError(f"environment variable {envvar} is set but empty (for {flag})")
+
+
+def undecodable(argv: list[str]) -> UsageError | None:
+    """Arguments that were not UTF-8 arrive with lone surrogates (surrogateescape); no name,
+    path or UUID hamimig accepts can contain one, and they would fail later, mid-command."""
+    for position, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")  # fails on exactly the lone surrogates; costs no import
+        except UnicodeEncodeError:
+            from hamimig.cli.render import printable  # output machinery only for output
+
+            return UsageError(f"argument {position} '{printable(arg)}' is not valid UTF-8")
+    return None
 
 
 def command_name(ctx: typer.Context) -> str:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hamimig.cli import options
+from hamimig.cli import completion, options
 from hamimig.cli.context import execute, globals_of
 from hamimig.cli.options import GpuFilter
 from hamimig.errors import UsageError
@@ -27,6 +27,7 @@ def events(
                 "Only this instance: its MIG UUID, a prefix of it or its CDI device name "
                 "(mig-<sha256>) or a prefix of that; it may be long gone."
             ),
+            autocompletion=completion.instances,
         ),
     ] = None,
     pod: Annotated[

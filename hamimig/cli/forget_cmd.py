@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hamimig.cli import completion
 from hamimig.cli.context import execute
 from hamimig.cli.options import ArgumentsCommand, DryRun, LockTimeout, locked
 from hamimig.errors import UsageError
@@ -27,6 +28,7 @@ def forget(
                 "prefix of that, or the record's file name (hami-owned-....json); a record that "
                 "cannot be read by its device or file name, as doctor names it."
             ),
+            autocompletion=completion.instances,
         ),
     ] = None,
     intent: Annotated[

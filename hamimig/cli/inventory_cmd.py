@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hamimig.cli import options
+from hamimig.cli import completion, options
 from hamimig.cli.context import execute
 from hamimig.cli.options import GpuFilter
 from hamimig.errors import UsageError
@@ -36,7 +36,12 @@ def list_(
     ] = None,
     profile: Annotated[
         str | None,
-        typer.Option("--profile", metavar=options.PROFILE, help="Only this GI profile (1g.10gb)."),
+        typer.Option(
+            "--profile",
+            metavar=options.PROFILE,
+            help="Only this GI profile (1g.10gb).",
+            autocompletion=completion.profiles,
+        ),
     ] = None,
     no_headers: Annotated[
         bool,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hamimig.cli import options
+from hamimig.cli import completion, options
 from hamimig.cli.context import execute
 from hamimig.cli.options import (
     AssumeNoPods,
@@ -33,7 +33,12 @@ def allocate(
     ],
     gpu: Gpu,
     profile: Annotated[
-        str, typer.Option(metavar=options.PROFILE, help="GI profile, e.g. 1g.10gb.")
+        str,
+        typer.Option(
+            metavar=options.PROFILE,
+            help="GI profile, e.g. 1g.10gb.",
+            autocompletion=completion.profiles,
+        ),
     ],
     placement: Annotated[
         str | None,
@@ -219,6 +224,7 @@ def show(
                 "The instance: its MIG UUID, a unique prefix of it, or its CDI device name "
                 "(mig-<sha256> or KIND=mig-<sha256>) or a unique prefix of that."
             ),
+            autocompletion=completion.instances,
         ),
     ],
 ) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from hamimig.cli import completion
 from hamimig.cli.context import Refused
 from hamimig.errors import (
     ConflictError,
@@ -106,11 +107,24 @@ AssumeNoPods = Annotated[
 ]
 GpuFilter = Annotated[
     str | None,
-    typer.Option("--gpu", metavar="GPU", help="Only this GPU: NVML index or GPU UUID."),
+    typer.Option(
+        "--gpu",
+        metavar="GPU",
+        help="Only this GPU: NVML index or GPU UUID.",
+        autocompletion=completion.gpus,
+    ),
 ]
-Gpu = Annotated[str, typer.Option("--gpu", metavar="GPU", help="NVML index or GPU UUID.")]
+Gpu = Annotated[
+    str,
+    typer.Option(
+        "--gpu", metavar="GPU", help="NVML index or GPU UUID.", autocompletion=completion.gpus
+    ),
+]
 GpuOrNone = Annotated[
-    str | None, typer.Option("--gpu", metavar="GPU", help="NVML index or GPU UUID.")
+    str | None,
+    typer.Option(
+        "--gpu", metavar="GPU", help="NVML index or GPU UUID.", autocompletion=completion.gpus
+    ),
 ]
 MigUuid = Annotated[
     str | None,
@@ -122,6 +136,7 @@ MigUuid = Annotated[
             "digits) or its CDI device name (mig-<sha256> or KIND=mig-<sha256>) or a unique "
             "prefix of that (mig- and at least 8 hex digits)."
         ),
+        autocompletion=completion.instances,
     ),
 ]
 PLACEMENT = "PLACEMENT"

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hamimig.cli import options
+from hamimig.cli import completion, options
 from hamimig.cli.context import execute
 from hamimig.cli.options import Gpu, GpuFilter
 from hamimig.errors import UsageError
@@ -91,7 +91,14 @@ def show(ctx: typer.Context) -> None:
 def create(
     ctx: typer.Context,
     gpu: Gpu,
-    profile: Annotated[str, typer.Option(metavar=options.PROFILE, help="Profile, e.g. 1g.10gb.")],
+    profile: Annotated[
+        str,
+        typer.Option(
+            metavar=options.PROFILE,
+            help="Profile, e.g. 1g.10gb.",
+            autocompletion=completion.profiles,
+        ),
+    ],
     placement: Annotated[
         str,
         typer.Option(metavar=options.PLACEMENT, help="Memory slices: START or START:SIZE."),
@@ -130,6 +137,7 @@ def busy(
                 "The instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex "
                 "digits) or its CDI device name (mig-<sha256>) or a unique prefix of that."
             ),
+            autocompletion=completion.instances,
         ),
     ],
     kind: Annotated[

@@ -111,6 +111,26 @@ def configured(cli: Cli, text: str) -> Cli:
     return Cli(cli.sim, cli.state_dir, cli.cdi_dir, config=path, pod_source=cli.pod_source)
 
 
+COMPLETION_ENV = {
+    "bash": lambda line: {"COMP_WORDS": line, "COMP_CWORD": str(len(line.split(" ")) - 1)},
+    "zsh": lambda line: {"_TYPER_COMPLETE_ARGS": line},
+    "fish": lambda line: {"_TYPER_COMPLETE_ARGS": line, "_TYPER_COMPLETE_FISH_ACTION": "get-args"},
+}
+"""What each shell's completion script (completions/, Typer's) hands `hamimig` on a TAB."""
+
+
+def tab(line: str, shell: str = "bash", env: dict[str, str] | None = None) -> list[str]:
+    """What a TAB at the end of `line` ("hamimig ...", a word or a space last) offers, asked as
+    `shell`'s completion script asks, in process; the values only (fish and zsh give help too)."""
+    asked = {"_HAMIMIG_COMPLETE": f"complete_{shell}", **COMPLETION_ENV[shell](line), **(env or {})}
+    ran = CliRunner().invoke(app, [], env=asked, catch_exceptions=False)
+    assert (ran.exit_code, ran.stderr) == (0, ""), (ran.exit_code, ran.stderr)
+    if shell == "zsh":  # _arguments '*: :(("value":"help"\n"value"))', or _files for none
+        items = ran.stdout.removeprefix("_arguments '*: :((").rstrip().removesuffix("))'")
+        return [] if items == "_files" else [i[1:].split('"', 1)[0] for i in items.splitlines()]
+    return [line.split("\t")[0] for line in ran.stdout.splitlines() if line]
+
+
 def run_hamimig(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`hamimig ARGS` in a real child process (crash and concurrency tests), forked from this
     one: see `tests/forked.py`; a pod source as `with_pod_source` adds one."""
