@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -334,6 +335,31 @@ def test_zsh_completes_with_the_state_dir_of_the_command_line(tmp_path: Path) ->
             env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
         )
         assert re.findall(r"MIG-[-0-9a-f]+", done.stdout) == wanted, (line, done.stdout)
+
+
+def test_zsh_completes_the_first_tab_of_an_autoloaded_script(tmp_path: Path) -> None:
+    """compinit autoloads `_hamimig` from $fpath: the file is the function's body, and its
+    first run (the first TAB) must complete, not only define the completion function."""
+    state = tmp_path / "state"
+    uuids = _records(state, 2)
+    script = (ROOT / "completions" / "_hamimig").read_text(encoding="utf-8")
+    words = f"hamimig --state-dir {state} show ''"
+    program = (
+        'compdef() { :; }; _arguments() { print -r -- "$@"; }\n'
+        f"functions[_hamimig]={shlex.quote(script)}\n"
+        f"words=({words}); CURRENT={len(words.split())}; _hamimig\n"
+        "print -r -- sourced; source /dev/stdin <<< $functions[_hamimig]"
+    )
+    done = subprocess.run(
+        ["zsh", "-f", "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
+    )
+    first, sourced = done.stdout.split("sourced\n")
+    assert re.findall(r"MIG-[-0-9a-f]+", first) == uuids, done.stdout
+    assert sourced == "", sourced  # sourced (not autoloaded), it only defines the function
 
 
 def test_profile_completion_offers_every_board_profile() -> None:

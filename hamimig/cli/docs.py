@@ -13,6 +13,10 @@ COMPLETIONS = {"bash": "hamimig.bash", "zsh": "_hamimig", "fish": "hamimig.fish"
 """Each shell's completion script, by the file name its completion system looks for."""
 
 
+ZSH_FIRST_TAB = 'if [ "$funcstack[1]" = "_hamimig" ]; then _hamimig_completion "$@"; fi\n'
+"""Completes the first TAB too when zsh autoloads the script as `_hamimig`."""
+
+
 def generate(app: typer.Typer) -> dict[str, str]:
     """Relative path -> content, for everything `scripts/gen-docs.py` writes."""
     from typer._completion_shared import get_completion_script
@@ -24,4 +28,7 @@ def generate(app: typer.Typer) -> dict[str, str]:
         + "\n"
         for shell, name in COMPLETIONS.items()
     }
+    # Loaded from $fpath, the file is the body of `_hamimig`, run at the first TAB: Typer's
+    # script only defines its function there, so that TAB would complete nothing.
+    scripts["completions/_hamimig"] += ZSH_FIRST_TAB
     return {**scripts, "man/hamimig.1": man_page(app)}
