@@ -547,7 +547,7 @@ def _created_gi(
     survey: _Survey, intent: Intent, gpu: GpuFacts
 ) -> tuple[GpuInstance | None, str | None]:
     """The live GI the intent's request created (None: nothing), or why that is uncertain."""
-    forget = f"'hamimig forget --intent {intent.id}' drops the intent"
+    forget = "drop the intent with: " + survey.node.pasteable(f"forget --intent {intent.id}")
     what = f"intent {intent.id} ({intent.profile} at {intent.placement})"
     created: GpuInstance | None = None
     for gi in gpu.layout:

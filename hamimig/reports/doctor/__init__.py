@@ -122,7 +122,7 @@ def run_checks(
                 )
             )
         else:
-            checks += check_durable(durable)
+            checks += check_durable(node, durable)
         checks += guarded("counters", lambda: [check_counters(node.counters())])
         checks += guarded("idle-seen", lambda: [check_idle_seen(node.idle_seen())])
         checks += guarded("events", lambda: [check_events(node.events(), node.counters())])

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hamimig.engine.facts import Durable, forget_line
+from hamimig.engine.node import Node
 from hamimig.engine.safety import parent_problem
 from hamimig.reports.doctor.verdicts import (
     HARDWARE,
@@ -142,17 +143,17 @@ def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
     return checks
 
 
-def check_durable(durable: Durable) -> list[Check]:
+def check_durable(node: Node, durable: Durable) -> list[Check]:
     checks: list[Check] = []
     for problem in durable.problems:
-        line = forget_line(problem)
+        line = forget_line(problem, node)
         way = f"drop it: {line}" if line else "move it out of the state directory"
         checks.append(
             fail(
                 subject_of(problem.store or "record", problem.subject),
                 f"{problem.file}: {problem.reason}",
-                f"check which instance it describes, then repair it or {way}; until then "
-                "mutating commands and recover exit 5",
+                "mutating commands and recover exit 5 until it is repaired or gone: check "
+                f"which instance it describes, then repair it or {way}",
             )
         )
     if not any(c.name.startswith("record/") for c in checks):  # else the files say why
