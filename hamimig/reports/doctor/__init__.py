@@ -27,7 +27,10 @@ Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per 
 GPU; a warning with `cdi.baseSpec: none`, whose containers get no driver libraries);
 `cdi-specs` (a summary of the good ones) and `cdi-spec/NAME` per spec of ours that is not good
 (and per live instance missing its spec); `cdi-conflicts`, or one failing `cdi-conflict/DEVICE`
-per device of ours that another spec also defines. NAME and DEVICE are whole (`mig-<sha256>`,
+per device of ours that another spec also defines; last `recovery` (or one failing
+`recovery/N` per refusal `recover` would make) and `recovery/pods`, both `skipped` with the
+reason while what recover needs fails (NVML, the state or CDI directory, a record, intent or
+queue that does not load). NAME and DEVICE are whole (`mig-<sha256>`,
 the hash in the file name), never shortened; the message carries the full path.
 """
 
@@ -131,8 +134,7 @@ def run_checks(
         none = "none (no state directory yet)"
         checks += [ok("records", none), ok("intents", none), ok("cdi-removal-queue", none)]
     checks += check_cdi(node, config, live, durable, dirs)
-    if live.hw is not None and durable is not None and not durable.problems:
-        checks = with_recovery(checks, node, config, durable, pods)
+    checks = with_recovery(checks, node, config, None if live.hw is None else durable, pods)
     return DoctorReport(
         checks=tuple(checks),
         sim=None if node.sim is None else str(node.sim),

@@ -59,7 +59,8 @@ def check_state_dir(path: Path) -> tuple[list[Check], str]:
         ], "bad"
     if not stat.S_ISDIR(st.st_mode):
         return [
-            fail(name, f"{path} is not a directory", f"move it away; hamimig creates {path}")
+            # A file, or `/dev/null`: the option is what is wrong, never the file.
+            fail(name, f"{path} is not a directory", "not a directory: check --state-dir")
         ], "bad"
     checks: list[Check] = []
     if os.access(path, os.R_OK | os.W_OK | os.X_OK):
