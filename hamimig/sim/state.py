@@ -38,7 +38,7 @@ from hamimig.sim.files import (
     write_node_files,
 )
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
-from hamimig.sim.ops import DRIVER_VERSION, BusyKind
+from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
 SCHEMA_VERSION = 1
@@ -413,6 +413,8 @@ class SimStore:
         assert self.path is not None
         if made and not self.path.exists():
             raise no_node(self.path)
+        if self.path.exists() and not self.path.is_file():  # a FIFO would block the read
+            raise UsageError(f"{self.path} is no regular file, so no simulated node")
         fd = self._lock_file(made)
         try:
             if fd is not None:
@@ -694,10 +696,10 @@ def normalise_fault(
             raise UsageError(
                 f"unknown NVML error name {name!r}: use one of {', '.join(NVML_ERROR_CODES)}"
             )
-    if times < 1:
-        raise UsageError(f"a fault's times must be at least 1, not {times}")
-    if skip < 0:
-        raise UsageError(f"a fault's skip must not be negative, not {skip}")
+    if not 1 <= times <= MAX_FAULT_CALLS:
+        raise UsageError(f"a fault's times must be between 1 and {MAX_FAULT_CALLS}, not {times}")
+    if not 0 <= skip <= MAX_FAULT_CALLS:
+        raise UsageError(f"a fault's skip must be between 0 and {MAX_FAULT_CALLS}, not {skip}")
     return SimFault(op, name, action, times, skip, gpu)
 
 
