@@ -252,17 +252,20 @@ def test_recovery_is_reported_skipped_without_the_hardware(cli: Cli) -> None:
 
 
 @pytest.mark.parametrize("option", ["--cdi-dir", "--state-dir"])
-@pytest.mark.parametrize("kind", ["file", "device"])
+@pytest.mark.parametrize("kind", ["file", "fifo"])
 def test_a_directory_option_naming_no_directory_says_so_and_nothing_else(
     cli: Cli, tmp_path: Path, option: str, kind: str
 ) -> None:
     """`--cdi-dir /dev/null` (or a regular file): no `chmod` of it, no "make it a directory"
     or "move it away" (of /dev/null!): the option is wrong. Recovery is `skipped`."""
     healthy_node(cli)
-    target = Path("/dev/null") if kind == "device" else tmp_path / "a-file"
+    # A FIFO stands for a device such as /dev/null: a test must never risk the real one.
+    target = tmp_path / ("a-file" if kind == "file" else "a-fifo")
     if kind == "file":
         target.write_text("")
-        target.chmod(0o666)  # as loose as /dev/null: still nothing to chmod
+    else:
+        os.mkfifo(target)
+    target.chmod(0o666)  # as loose as /dev/null: still nothing to chmod
     ran = cli.json(option, str(target), "doctor")
     data = ran.json()
     name = option.removeprefix("--")
