@@ -241,7 +241,18 @@ def _raised_texts(tree: ast.Module) -> list[tuple[int, str]]:
         if not isinstance(node, ast.Raise) or node.exc is None:
             continue
         parts: list[str] = []
+        # A command line built for the operator to paste (`Node.pasteable`) names its flags.
+        pasted = {
+            id(c)
+            for call in ast.walk(node.exc)
+            if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "pasteable"
+            for c in ast.walk(call)
+        }
         for inner in ast.walk(node.exc):
+            if id(inner) in pasted:
+                continue
             if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
                 parts.append(inner.value)
             elif isinstance(inner, ast.Name) and inner.id in constants:
@@ -276,6 +287,8 @@ def test_the_flag_check_finds_a_flag() -> None:
     texts = [text for _, text in _raised_texts(tree)]
     assert [bool(_FLAG.search(t)) for t in texts] == [True, True]
     assert not _FLAG.search(_REMEDY.sub("", "run 'hamimig forget --intent x' first"))
+    pasted = ast.parse('def f(node):\n    raise E("a " + node.pasteable("forget --intent x"))\n')
+    assert [t for _, t in _raised_texts(pasted)] == ["a "]
 
 
 # --- found by a red team ----------------------------------------------------------------------

@@ -225,7 +225,8 @@ def test_the_scripts_are_the_ones_typer_generates() -> None:
         made = get_completion_script(
             prog_name="hamimig", complete_var="_HAMIMIG_COMPLETE", shell=shell
         )
-        assert script == made + "\n", shell
+        extra = ZSH_FIRST_TAB if shell == "zsh" else ""  # an autoloaded file's first TAB
+        assert script == made + "\n" + extra, shell
 
 
 def _bash(words: list[str], env: dict[str, str] | None = None) -> list[str]:

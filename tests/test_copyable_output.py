@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,8 @@ def test_doctor_folds_a_failing_records_name_path_and_fix(
     assert path in rows[check]["DETAIL"]
     # The way out, a `hamimig forget` line naming the record's device, is in FIX whole.
     device = Path(path).name.removeprefix("hami-owned-").removesuffix(".json")
-    assert _unspaced(f"hamimig forget {device}") in _unspaced(rows[check]["FIX"])
+    line = shlex.join(["hamimig", *cli.globals(), "forget", device])
+    assert _unspaced(line) in _unspaced(rows[check]["FIX"])
 
 
 def test_doctors_json_names_each_file_whole(cli: Cli) -> None:

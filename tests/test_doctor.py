@@ -224,6 +224,61 @@ def test_corrupt_record_fails_naming_the_file(cli: Cli) -> None:
     assert by_name(data)["cdi-specs"]["status"] == "ok"
 
 
+def skipped_recovery(data: dict[str, Any], blocker: str) -> None:
+    """The recovery checks that could not run are there, `skipped`, naming what blocks them."""
+    checks = by_name(data)
+    for name in ("recovery", "recovery/pods"):
+        assert checks[name]["status"] == "skipped", checks.get(name)
+        assert checks[name]["message"].startswith("not checked while "), checks[name]
+        assert blocker in checks[name]["message"], checks[name]
+    assert data["summary"]["skipped"] == sum(c["status"] == "skipped" for c in data["checks"])
+    assert data["summary"]["skipped"] >= 2
+
+
+def test_recovery_is_reported_skipped_while_a_record_cannot_be_read(cli: Cli) -> None:
+    active, _ = healthy_node(cli)
+    (cli.state_dir / record_name(active)).write_text("{bad")
+    ran, data = doctor(cli)
+    assert ran.exit_code == 5
+    skipped_recovery(data, one(data, "record/")["name"])
+
+
+def test_recovery_is_reported_skipped_without_the_hardware(cli: Cli) -> None:
+    healthy_node(cli)
+    cli.sim.unlink()
+    ran, data = doctor(cli)
+    assert ran.exit_code == 4
+    skipped_recovery(data, "nvml")
+
+
+@pytest.mark.parametrize("option", ["--cdi-dir", "--state-dir"])
+@pytest.mark.parametrize("kind", ["file", "fifo"])
+def test_a_directory_option_naming_no_directory_says_so_and_nothing_else(
+    cli: Cli, tmp_path: Path, option: str, kind: str
+) -> None:
+    """`--cdi-dir /dev/null` (or a regular file): no `chmod` of it, no "make it a directory"
+    or "move it away" (of /dev/null!): the option is wrong. Recovery is `skipped`."""
+    healthy_node(cli)
+    # A FIFO stands for a device such as /dev/null: a test must never risk the real one.
+    target = tmp_path / ("a-file" if kind == "file" else "a-fifo")
+    if kind == "file":
+        target.write_text("")
+    else:
+        os.mkfifo(target)
+    target.chmod(0o666)  # as loose as /dev/null: still nothing to chmod
+    ran = cli.json(option, str(target), "doctor")
+    data = ran.json()
+    name = option.removeprefix("--")
+    assert failing(data) == [name], data["checks"]
+    check = by_name(data)[name]
+    assert check["message"].startswith(f"{target} is not a directory"), check
+    assert check["hint"] == f"not a directory: check {option}"
+    for c in data["checks"]:
+        assert "chmod" not in (c["hint"] or ""), c
+        assert str(target) not in (c["hint"] or ""), c
+    skipped_recovery(data, name)
+
+
 def test_record_that_is_a_symlink_fails(cli: Cli, tmp_path: Path) -> None:
     active, _ = healthy_node(cli)
     path = cli.state_dir / record_name(active)

@@ -181,6 +181,31 @@ def test_a_mutating_command_needs_eight_hex_digits(cli: Cli, args: tuple[str, ..
     assert ok(cli.json("show", a[:9]))["migUUID"] == a
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("show",),
+        ("release", "--mig-uuid"),
+        ("release", "--dry-run", "--mig-uuid"),
+        ("reclaim", "--mig-uuid"),
+        ("forget",),
+        ("sim", "busy", "--mig-uuid"),
+    ],
+)
+def test_a_uuid_a_table_shortened_is_refused_alike_everywhere(
+    cli: Cli, args: tuple[str, ...]
+) -> None:
+    """Pasted from a table with its '…' (or as '...'), a MIG UUID or device name is the same
+    usage error (exit 2) for show and for commands that change something, saying what to give."""
+    a = idle(cli, "ns/a", "1g.10gb", "0")
+    before = _unchanged(cli)
+    for shortened in (f"{a[:12]}…", f"{a[:12]}...", f"mig-{_sha(a)[:12]}…"):
+        message = refused(cli.json(*args, shortened), 2, "usage")
+        assert message.startswith(f"{shortened} was shortened by a table"), message
+        assert "give the whole MIG UUID" in message and "without the '…'" in message
+    assert _unchanged(cli) == before
+
+
 def test_an_ambiguous_eight_digit_prefix_changes_nothing(cli: Cli, crafted: None) -> None:
     a = allocated(cli, "ns/a", "1g.10gb", "0")
     b = idle(cli, "ns/b", "1g.10gb", "1")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -312,7 +313,8 @@ def test_recover_never_takes_a_complete_pair_for_an_intent_without_gi_id(cli: Cl
     other = sim_create(cli, "1g.10gb", "4")  # a pair that appeared there since
     before = Unchanged(cli)
     message = refused(cli.json("recover", "--assume-no-pods"), 5, "unverifiable")
-    assert intent in message and f"hamimig forget --intent {intent}" in message
+    line = shlex.join(["hamimig", *cli.globals(), "forget", "--intent", intent])
+    assert f"drop the intent with: {line};" in message
     before.check()
     assert [m for _, _, m in live(cli)] == [other["migUUID"]]
 

@@ -227,6 +227,11 @@ def test_an_incomplete_pod_list_says_why_and_what_to_do(cli: Cli, pods_file: Pod
         ({"placement": {"start": 4, "size": 2}}, "placement is 4:2 in the annotation, 2:2 live"),
         ({"profile": "1g.10gb"}, "profile is 1g.10gb in the annotation, 2g.20gb live"),
         (
+            {"profile": "1g.10gb", "placement": {"start": 4, "size": 1}},
+            "placement is 4:1 in the annotation, 2:2 live; "
+            "profile is 1g.10gb in the annotation, 2g.20gb live",
+        ),
+        (
             {"migUUID": "MIG-00000000-0000-0000-0000-000000000000"},
             "migUUID MIG-00000000-0000-0000-0000-000000000000 is not live on GPU 0 "
             "(GI {gi} holds CI 0 {mig})",

@@ -191,3 +191,54 @@ def _every_read_directly(sim_path: Path) -> None:
         nv.nvmlDeviceGetComputeRunningProcesses(mig)
     finally:
         nv.nvmlShutdown()
+
+
+@pytest.mark.parametrize("lock_file", [True, False], ids=["lock-file", "no-lock-file"])
+def test_a_node_in_a_read_only_directory_serves_the_commands_that_only_read(
+    lock_file: bool,
+) -> None:
+    """Reads take the lock through the lock file opened read-only (flock needs no write
+    access), or go without it where there is none (the node file is replaced by atomic
+    rename, so a read sees one whole version); a write still fails, at exit 4. Run as another
+    user when the tests run as root, whom a mode 0555 does not stop."""
+    import shutil
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="hamimig-ro-"))  # reachable by that other user
+    try:
+        home.chmod(0o755)
+        node = home / "ro" / "node.json"
+        node.parent.mkdir(mode=0o755)
+        assert Cli(node, home / "state", home / "cdi")("sim", "init", "--model",
+            "H100-SXM5-80GB").exit_code == 0  # fmt: skip
+        lock = node.with_name("node.json.lock")
+        if not lock_file:
+            lock.unlink()
+        node.parent.chmod(0o555)
+        as_user: list[str] = []
+        if os.geteuid() == 0:
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                pytest.skip("runs as root, and setpriv (to run as another user) is missing")
+            as_user = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*as_user, sys.executable, "-m", "hamimig", "--sim", str(node), *args],
+                capture_output=True, text=True, timeout=120, cwd=home, check=False,
+                env={k: v for k, v in os.environ.items() if not k.startswith("HAMIMIG_")},
+            )  # fmt: skip
+
+        before = _stamp(node)
+        for args in (["list"], ["profiles"], ["metrics"], ["sim", "show"]):
+            ran = run(*args)
+            assert ran.returncode == 0, (args, ran.stderr)
+            assert ran.stderr == "", (args, ran.stderr)
+        assert _stamp(node) == before and lock.exists() == lock_file
+        ran = run("sim", "create", "--gpu", "0", "--profile", "1g.10gb", "--placement", "0")
+        assert ran.returncode == 4, ran.stderr
+        assert ran.stderr.startswith("hamimig: error: ") and "Traceback" not in ran.stderr
+        assert _stamp(node) == before
+    finally:
+        node.parent.chmod(0o755)
+        shutil.rmtree(home, ignore_errors=True)

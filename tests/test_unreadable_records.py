@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
+from hamimig.cli.app import app
 from hamimig.hw.types import Placement
+from hamimig.reports.simulator import sim_init
 from hamimig.sim.state import CRASH_EXIT_STATUS
 from hamimig.store.cdi import DEFAULT_KIND, spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.records import Owner, record_name
 from tests.support.cli import (
     Cli,
+    Ran,
     allocated,
     idle,
     instances,
@@ -49,10 +54,18 @@ def _recover(cli: Cli) -> int:
     return cli("--node", "n", "recover", "--assume-no-pods").exit_code
 
 
-def _forget_line(text: str) -> list[str]:
-    """The arguments of the one `hamimig forget …` line `text` names."""
-    [line] = re.findall(r"hamimig forget ([^\s';]+)", text)
-    return [line]
+def _pasteable(cli: Cli, words: str) -> str:
+    """`hamimig WORDS` as hamimig prints it for this node: with the options that chose it."""
+    return shlex.join(["hamimig", *cli.globals(), *shlex.split(words)])
+
+
+def _paste(text: str) -> Ran:
+    """Run the one `hamimig … forget …` line `text` ends with, as an operator pastes it: in a
+    shell of its own (no option of the test's node added), the JSON output asked for."""
+    [line] = re.findall(r"hamimig .*forget \S+$", text)
+    words = shlex.split(line)[1:]
+    result = CliRunner().invoke(app, ["-o", "json", *words], catch_exceptions=False)
+    return Ran(result.exit_code, result.stdout, result.stderr)
 
 
 def _record_check(cli: Cli) -> dict[str, str]:
@@ -72,12 +85,12 @@ def test_doctor_names_the_forget_line_and_that_line_unblocks_the_node(cli: Cli) 
     assert _recover(cli) == 5
     check = _record_check(cli)
     assert check["status"] == "fail"
-    assert f"hamimig forget {_device(uuid)}" in check["hint"]
+    assert check["hint"].endswith(_pasteable(cli, f"forget {_device(uuid)}"))
     # Its spec is no orphan to remove: the record is there, it cannot be read.
     checks = cli.json("doctor").json()["checks"]
     assert not [c for c in checks if c["name"].startswith("cdi-spec/")], checks
 
-    ran = cli.json("forget", *_forget_line(check["hint"]))
+    ran = _paste(check["hint"])
 
     assert ran.exit_code == 0, (ran.stdout, ran.stderr)
     [item] = ran.json()["forgotten"]
@@ -104,8 +117,33 @@ def test_a_refusal_names_the_forget_line(cli: Cli, args: tuple[str, ...]) -> Non
     _corrupt(cli, uuid)
     before = tree(cli.state_dir, cli.cdi_dir)
     message = refused(cli.json(*(a.format(uuid=uuid) for a in args)), 5, "unverifiable")
-    assert f"'hamimig forget {_device(uuid)}'" in message, message
+    assert message.endswith(_pasteable(cli, f"forget {_device(uuid)}")), message
     assert tree(cli.state_dir, cli.cdi_dir) == before
+    ok(_paste(message))
+    assert _recover(cli) == 0
+
+
+def test_the_forget_line_names_the_options_given_quoted_and_not_those_of_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pasted in another shell in the same directory, the line acts on the same node: an
+    option given on the command line comes with it (quoted for the shell); one set in the
+    environment is inherited by the paste, so it is not repeated."""
+    home = tmp_path / "a node's $HOME"
+    sim_init(home / "node.json", "H100-SXM5-80GB", 1)
+    cli = Cli(home / "node.json", home / "state dir", home / "cdi")
+    uuid = idle(cli, "ns/done", "1g.10gb", "0")
+    _corrupt(cli, uuid)
+    monkeypatch.setenv("HAMIMIG_SIM", str(cli.sim))
+    monkeypatch.setenv("HAMIMIG_CDI_DIR", str(cli.cdi_dir))
+    runner = CliRunner()
+    ran = runner.invoke(app, ["--state-dir", str(cli.state_dir), "release", "--mig-uuid", uuid])
+    assert ran.exit_code == 5, ran.stderr
+    device = _device(uuid)
+    line = shlex.join(["hamimig", "--state-dir", str(cli.state_dir), "forget", device])
+    assert ran.stderr.strip().endswith(line), ran.stderr
+    ok(_paste(ran.stderr.strip()))
+    assert not (cli.state_dir / record_name(uuid)).exists()
 
 
 def test_a_prefix_is_still_refused_while_a_record_cannot_be_read_and_says_how_on(
@@ -118,7 +156,7 @@ def test_a_prefix_is_still_refused_while_a_record_cannot_be_read_and_says_how_on
     _corrupt(cli, uuid)
     before = tree(cli.state_dir, cli.cdi_dir)
     message = refused(cli.json("forget", other[:12]), 5, "unverifiable")
-    assert f"'hamimig forget {_device(uuid)}'" in message, message
+    assert message.endswith(_pasteable(cli, f"forget {_device(uuid)}")), message
     assert tree(cli.state_dir, cli.cdi_dir) == before
 
 
@@ -169,8 +207,8 @@ def test_forget_takes_the_file_name_doctor_gives_a_misnamed_record(cli: Cli) -> 
     stray.write_text("garbage")
     assert _recover(cli) == 5
     fix = _record_check(cli)["hint"]
-    assert "hamimig forget hami-owned-copy.json" in fix
-    ran = cli.json("forget", *_forget_line(fix))
+    assert fix.endswith(_pasteable(cli, "forget hami-owned-copy.json"))
+    ran = _paste(fix)
     assert ran.exit_code == 0, (ran.stdout, ran.stderr)
     [item] = ran.json()["forgotten"]
     assert (item["record"], item["cdiSpec"]) == (str(stray), None)
@@ -216,7 +254,8 @@ def test_an_intent_naming_the_instance_blocks_forgetting_its_record_by_name(cli:
         )
     )
     message = refused(cli.json("forget", _device(uuid)), 3, "conflict")
-    assert "intent half" in message and "hamimig forget --intent half" in message
+    assert "intent half" in message
+    assert message.endswith(_pasteable(cli, "forget --intent half")), message
     assert record.exists()
 
 
@@ -241,7 +280,7 @@ def test_list_show_and_metrics_call_the_instance_unreadable(cli: Cli) -> None:
 
     shown = ok(cli.json("show", uuid[:12]))
     assert (shown["migUUID"], shown["state"], shown["record"]) == (uuid, "Unreadable", str(record))
-    assert f"hamimig forget {_device(uuid)}" in shown["error"]
+    assert shown["error"].endswith(_pasteable(cli, f"forget {_device(uuid)}"))
     assert ok(cli.json("show", _device(uuid)[:16]))["state"] == "Unreadable"
 
     ran = cli("metrics")

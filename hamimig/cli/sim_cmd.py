@@ -13,6 +13,7 @@ from hamimig.cli.options import Gpu, GpuFilter
 from hamimig.errors import UsageError
 from hamimig.sim.ops import (
     DRIVER_VERSION,
+    MAX_FAULT_CALLS,
     MAX_SIM_GPUS,
     SIMULATED_NVML,
     BusyKind,
@@ -270,10 +271,10 @@ def fault_add(
     from hamimig.reports import simulator
 
     def add(node: Node) -> SimView:
-        if times < 1:
-            raise UsageError(f"--times must be at least 1, not {times}")
-        if skip < 0:
-            raise UsageError(f"--skip must not be negative, not {skip}")
+        if not 1 <= times <= MAX_FAULT_CALLS:
+            raise UsageError(f"--times must be between 1 and {MAX_FAULT_CALLS}, not {times}")
+        if not 0 <= skip <= MAX_FAULT_CALLS:
+            raise UsageError(f"--skip must be between 0 and {MAX_FAULT_CALLS}, not {skip}")
         if error == "":
             raise UsageError("--error must not be empty: name an NVML error or an errno")
         return simulator.sim_fault_add(_sim(node), op.value, error, action.value, times, skip, gpu)

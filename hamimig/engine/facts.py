@@ -52,13 +52,14 @@ class Durable:
         return {Path(p.file).name: p for p in self.problems if p.store == RecordStore.store}
 
 
-def forget_line(problem: Problem) -> str | None:
+def forget_line(problem: Problem, node: Node) -> str | None:
     """The `hamimig forget …` line that drops an unusable record or intent file (the way on
-    when recovery and mutating commands refuse the node because of it); None for the queue."""
+    when recovery and mutating commands refuse the node because of it), as it is pasted on
+    `node` (`Node.pasteable`); None for the queue."""
     if problem.store == RecordStore.store:
-        return f"hamimig forget {forget_name(Path(problem.file).name)}"
+        return node.pasteable(f"forget {forget_name(Path(problem.file).name)}")
     if problem.store == IntentStore.store:
-        return f"hamimig forget --intent {problem.subject}"
+        return node.pasteable(f"forget --intent {problem.subject}")
     return None
 
 
@@ -88,10 +89,11 @@ def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> 
     if durable.problems:
         first = durable.problems[0]
         more = f" (and {len(durable.problems) - 1} more)" if len(durable.problems) > 1 else ""
-        line = forget_line(first)
-        way = f"; repair it, or drop it with '{line}'" if line else ""
+        line = forget_line(first, node)
+        # The line comes last, unquoted: pasted as it stands (its own words may be quoted).
+        way = f"; repair it, or drop it with: {line}" if line else ""
         raise UnverifiableError(
-            f"cannot verify {first.file}: {first.reason}{more}{way}; nothing was changed"
+            f"cannot verify {first.file}: {first.reason}{more}; nothing was changed{way}"
         )
     from hamimig.engine.safety import refuse_if_unsafe
 

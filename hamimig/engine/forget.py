@@ -114,9 +114,9 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
                 # readable ones could drop the wrong instance's record.
                 raise UnverifiableError(
                     f"{len(unreadable)} record(s) cannot be read ({unreadable[0].file}), so a "
-                    "prefix may name one of them: give the whole MIG UUID, or drop an "
-                    f"unreadable record by its name ('{forget_line(unreadable[0])}'); "
-                    "nothing was changed"
+                    "prefix may name one of them; nothing was changed: give the whole MIG "
+                    "UUID, or drop an unreadable record by its name: "
+                    f"{forget_line(unreadable[0], node)}"
                 )
             intents = node.intents().load()[0]
             uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
@@ -185,7 +185,7 @@ def _covering_intent(mig_uuid: str, record: Record | None, intents: list[Intent]
 
 
 def _refuse_intents(
-    mig_uuid: str, record: Record | None, intents: list[Intent], bad: list[Problem]
+    node: Node, mig_uuid: str, record: Record | None, intents: list[Intent], bad: list[Problem]
 ) -> None:
     """Forgetting a record that an intent covers would let `recover` roll the intent back by
     destroying a live instance that no record protects any more; an unreadable intent might be
@@ -196,15 +196,16 @@ def _refuse_intents(
         how = "named" if intent.mig_uuid == mig_uuid else "overlapped"
         raise ConflictError(
             f"{mig_uuid} is {how} by intent {intent.id} (an allocation{owner} at "
-            f"{intent.placement} that did not finish): run 'hamimig recover', or forget the "
-            f"intent first ('hamimig forget --intent {intent.id}'); nothing was changed"
+            f"{intent.placement} that did not finish); nothing was changed: run 'hamimig "
+            "recover', or forget the intent first: "
+            + node.pasteable(f"forget --intent {intent.id}")
         )
     if bad:
         first = bad[0]
         raise UnverifiableError(
-            f"cannot read intent {first.file} ({first.reason}), which may name {mig_uuid}: "
-            f"forget it first ('hamimig forget --intent {first.subject}'); "
-            "nothing was changed"
+            f"cannot read intent {first.file} ({first.reason}), which may name {mig_uuid}; "
+            "nothing was changed: forget it first: "
+            + node.pasteable(f"forget --intent {first.subject}")
         )
 
 
@@ -215,7 +216,7 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     if target.record is not None:
         _refuse_active(mig_uuid, target.record)
     intents, intent_problems = node.intents().load()
-    _refuse_intents(mig_uuid, target.record, intents, intent_problems)
+    _refuse_intents(node, mig_uuid, target.record, intents, intent_problems)
     cdi = node.cdi()
     has_spec = cdi is not None and cdi.exists(mig_uuid)
     if has_spec:
@@ -253,7 +254,7 @@ def plan_forget_file(node: Node, file: str, problem: Problem) -> tuple[Forgotten
     named = next(
         (i.mig_uuid for i in intents if i.mig_uuid and device_name(i.mig_uuid) == device), None
     )
-    _refuse_intents(named or file, None, intents, intent_problems)
+    _refuse_intents(node, named or file, None, intents, intent_problems)
     spec = cdi.file_of_device(device) if cdi is not None and device else None
     has_spec = cdi is not None and spec is not None and cdi.exists_named(spec)
     item = Forgotten(

@@ -80,10 +80,19 @@ def could_begin(text: str) -> bool:
     return len(rest) <= len(old) or _OLD_TAIL.fullmatch(rest[len(old) :]) is not None
 
 
+SHORTENED = ("…", "...")
+"""What a table puts where it cuts a MIG UUID or device name short (and its ASCII spelling)."""
+
+
 def check_reference(text: str, mutating: bool) -> None:
     """Refuse (exit 2) a form that could never resolve for this command, before any lock."""
     if not is_reference(text):
         return
+    if any(mark in text for mark in SHORTENED):
+        raise UsageError(
+            f"{text} was shortened by a table (the '…'): give the whole MIG UUID or CDI "
+            "device name, or a prefix of it without the '…'"
+        )
     if _is_device(text):
         kind, eq, name = text.rpartition("=")
         if eq and not kind:

@@ -83,6 +83,25 @@ class Node:
         if self.deferred is None:
             self.deferred = err
 
+    def pasteable(self, line: str) -> str:
+        """`hamimig LINE` as the operator pastes it to act on this node: with the global options
+        given on the command line that chose it (`--sim`, `--state-dir`, `--cdi-dir`,
+        `--config`), shell-quoted; those set in the environment reach the paste anyway."""
+        import shlex
+
+        given = {
+            "sim": self.sim,
+            "state_dir": self.state_dir,
+            "cdi_dir": self.cdi_dir,
+            "config": self.config_path,
+        }
+        words = ["hamimig"]
+        for name, value in given.items():
+            source = self.setting_sources.get(name, "")
+            if source.startswith("option ") and value is not None:
+                words += [source.removeprefix("option "), shlex.quote(str(value))]
+        return " ".join([*words, line])
+
     def now(self) -> float:
         """This node's time: a simulated node's clock runs at the host's pace from wherever
         `sim clock` set it, read once per command (a command is one moment to the policy)."""

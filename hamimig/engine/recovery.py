@@ -242,8 +242,8 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
 
 def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, ComputeInstance] | str:
     """The live pair an annotation names, when its whole identity matches (the MIG UUID
-    without regard to case, as annotations may spell it); else what differs,
-    the annotation's field with its value and the live one, so the operator can see which of
+    without regard to case, as annotations may spell it); else what differs: every field
+    that does, with the annotation's value and the live one, so the operator can see which of
     the two is wrong."""
     assert alloc.mig_uuid is not None
     live = next(
@@ -272,9 +272,13 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
         ("placement", alloc.placement, gi.placement),
         ("profile", alloc.profile, gpu.names.get(gi.profile_id, f"profile {gi.profile_id}")),
     )
-    for name, named, actual in fields:
-        if named != actual:
-            return f"{name} is {named} in the annotation, {actual} live"
+    wrong = [
+        f"{name} is {named} in the annotation, {actual} live"
+        for name, named, actual in fields
+        if named != actual
+    ]
+    if wrong:
+        return "; ".join(wrong)  # every field that differs: which of the two is wrong shows
     if gi.shared:
         return shared_gi_reason(gi)  # one GPU instance is one tenant: never restored
     return gi, ci
@@ -539,7 +543,7 @@ def _created_gi(
     survey: _Survey, intent: Intent, gpu: GpuFacts
 ) -> tuple[GpuInstance | None, str | None]:
     """The live GI the intent's request created (None: nothing), or why that is uncertain."""
-    forget = f"'hamimig forget --intent {intent.id}' drops the intent"
+    forget = "drop the intent with: " + survey.node.pasteable(f"forget --intent {intent.id}")
     what = f"intent {intent.id} ({intent.profile} at {intent.placement})"
     created: GpuInstance | None = None
     for gi in gpu.layout:

@@ -302,7 +302,8 @@ def decision_file_problems(node: Node) -> list[Warning_]:
         cdi = None
     if cdi is not None:
         directory = Path(cdi.directory)
-        found.append(path_problem(directory, "the CDI directory"))
+        if directory.is_dir():  # not a directory (`--cdi-dir /dev/null`): no mode to fix there
+            found.append(path_problem(directory, "the CDI directory"))
         specs: list[str] = []
         try:
             specs = sorted(n for n in os.listdir(directory) if n.startswith(SPEC_PREFIX))

@@ -80,7 +80,7 @@ class _Claims:
 
 
 def gpu_instances(
-    hw: MigHardware, gpu: Gpu, durable: Durable
+    node: Node, hw: MigHardware, gpu: Gpu, durable: Durable
 ) -> tuple[list[InstanceView], set[str], set[str]]:
     """One GPU's instances: live GI/CI pairs and orphan GIs, named by the record or intent that
     owns them. Returns the views and the record UUIDs and intent IDs that were matched."""
@@ -90,7 +90,7 @@ def gpu_instances(
     layout = hw.layout(gpu.index)
     claims = _Claims()
     _claim_recorded(claims, gpu, layout, names, durable)
-    _claim_the_rest(claims, gpu, layout, names, durable)
+    _claim_the_rest(node, claims, gpu, layout, names, durable)
     counts = {gi.id: len(gi.compute_instances) for gi in layout}
     out = [_with_count_of_cis(_with_processes(hw, v), counts) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
@@ -146,6 +146,7 @@ def _claim_recorded(
 
 
 def _claim_the_rest(
+    node: Node,
     claims: _Claims,
     gpu: Gpu,
     layout: tuple[GpuInstance, ...],
@@ -173,7 +174,7 @@ def _claim_the_rest(
         for ci in cis:
             if (gi.id, ci.id) not in claims.pairs:
                 view = _unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid)
-                claims.views.append(_unreadable(view, durable))
+                claims.views.append(_unreadable(node, view, durable))
 
 
 _LIVE_PAIR_STATES = frozenset(
@@ -221,7 +222,7 @@ def _unmanaged(
     )
 
 
-def _unreadable(view: InstanceView, durable: Durable) -> InstanceView:
+def _unreadable(node: Node, view: InstanceView, durable: Durable) -> InstanceView:
     """An instance without a usable record is Unreadable, not Unmanaged, when the file at its
     record's name (the sha256 of its MIG UUID) cannot be read: it may well be someone's, so it
     is shown as what blocks the node (and what `hamimig forget` takes), never as free to adopt.
@@ -233,7 +234,7 @@ def _unreadable(view: InstanceView, durable: Durable) -> InstanceView:
         return view
     error = (
         f"its record {problem.file} cannot be read ({problem.reason}): repair it, or drop it "
-        f"with '{forget_line(problem)}'"
+        f"with: {forget_line(problem, node)}"
     )
     return dataclasses.replace(view, state=State.UNREADABLE, error=error)
 
@@ -295,7 +296,7 @@ def list_instances(
                 mig_pending=gpu.mig_pending,
             )
         )
-        found, records, intents = gpu_instances(hw, gpu, durable)
+        found, records, intents = gpu_instances(node, hw, gpu, durable)
         instances.extend(found)
         seen_records |= records
         seen_intents |= intents
@@ -379,7 +380,7 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
             compute_instance_id=live.compute_instance_id,
             state=State.UNMANAGED,
         )
-        view = _with_count(hw, _unreadable(view, durable), mig_uuid)
+        view = _with_count(hw, _unreadable(node, view, durable), mig_uuid)
     if live is not None:
         view = _with_count_of_cis(view, _live_ci_count(hw, live))
     return InstanceDetail(

@@ -79,6 +79,14 @@ def sim_init(
         raise UsageError(
             f"the driver version {driver_version!r} is not one such as {DRIVER_VERSION}"
         )
+    if path is not None and (path.is_dir() or (path.exists() and not path.is_file())):
+        # A directory (another node's home, `<sim>.d`): refused before anything is made.
+        inside = f" (such as {path / 'node.json'})" if path.is_dir() else ""
+        what = "a directory" if path.is_dir() else "no regular file"
+        raise UsageError(
+            f"{path} is {what}, so it cannot be a simulated node's file: name the node's "
+            f"JSON file{inside}"
+        )
     node = new_node(spec, count, driver_version)
     store.create(node)
     old = ", MIG UUIDs in the pre-R470 form" if node.old_mig_uuids else ""

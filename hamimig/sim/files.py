@@ -75,6 +75,8 @@ def home_problem(name: object) -> str | None:
 def recorded_home(node: Path) -> str | None:
     """The home the node file records; None for a node made before homes, and for a file that
     cannot be read or names no valid one (loading the node refuses it with the reason)."""
+    if not node.is_file():  # a FIFO or device would block the read, or never end it
+        return None
     try:
         doc = json.loads(node.read_text(encoding="utf-8"))
     except (OSError, ValueError):

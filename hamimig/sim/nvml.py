@@ -122,7 +122,8 @@ class SimNvml:
         with self._store.session() as session:
             state = session.state
             self._store.count(name)
-            session.dirty = name in WRITES or fault_armed(state, name)
+            # nvmlShutdown publishes this process's counts after the call (`publish_counts`).
+            session.dirty = (name in WRITES and name != "nvmlShutdown") or fault_armed(state, name)
             if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
                 raise self._error(_ERR["UNINITIALIZED"])
             fault = take_fault(state, name, gpu) if session.dirty else None
@@ -236,6 +237,7 @@ class SimNvml:
             self._init_count -= 1
 
         self._call("nvmlShutdown", None, body)
+        self._store.publish_counts()
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return self._call("nvmlSystemGetDriverVersion", None, lambda s: s.driver_version)

@@ -16,6 +16,8 @@ DRIVER_VERSION = "550.127.05"
 """The driver a simulated node reports unless `sim init --driver-version` names another."""
 MAX_SIM_GPUS = 32
 """The most GPUs `sim init --count` builds (NVML numbers at most 32 GPU minors here)."""
+MAX_FAULT_CALLS = 2**31 - 1
+"""The most calls a fault fires on or lets pass first (`sim fault add --times`, `--skip`)."""
 
 SIMULATED_NVML: tuple[str, ...] = (
     "nvmlInit",

@@ -38,7 +38,7 @@ from hamimig.sim.files import (
     write_node_files,
 )
 from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES, MODELS, ModelSpec
-from hamimig.sim.ops import DRIVER_VERSION, BusyKind
+from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
 SCHEMA_VERSION = 1
@@ -413,15 +413,35 @@ class SimStore:
         assert self.path is not None
         if made and not self.path.exists():
             raise no_node(self.path)
+        if self.path.exists() and not self.path.is_file():  # a FIFO would block the read
+            raise UsageError(f"{self.path} is no regular file, so no simulated node")
+        fd = self._lock_file(made)
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except FileNotFoundError:  # its directory is missing: there is no node here
-            raise no_node(self.path) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
+
+    def _lock_file(self, made: bool) -> int | None:
+        """The lock file, opened read-write (created if need be). Where this user may not write
+        beside a node that exists (a read-only directory or file system), its lock file opened
+        read-only, which flock takes as well; None where there is none: the node is then read
+        without the lock, which is sound, as a writer replaces the node file by an atomic rename
+        (a read sees one whole version), and a write fails at its temp file as it must."""
+        assert self.path is not None
+        try:
+            return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # its directory is missing: there is no node here
+            raise no_node(self.path) from None
+        except OSError as exc:
+            if not made or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+        try:
+            return os.open(self.lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
 
     def _raw(self) -> str:
         assert self.path is not None
@@ -578,6 +598,16 @@ class SimStore:
         """Write the state immediately (inside a session, before a simulated crash)."""
         self._write(state)
 
+    def publish_counts(self) -> None:
+        """`flush` where the node can be written (at `nvmlShutdown`). The counts are
+        bookkeeping: a node in a read-only directory keeps this process's unpublished rather
+        than failing a command that only reads it."""
+        try:
+            self.flush()
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+
     def flush(self) -> None:
         """Merge this process's call counts into the file (at `nvmlShutdown` and at exit)."""
         if self.path is None or not self._pending:
@@ -666,10 +696,10 @@ def normalise_fault(
             raise UsageError(
                 f"unknown NVML error name {name!r}: use one of {', '.join(NVML_ERROR_CODES)}"
             )
-    if times < 1:
-        raise UsageError(f"a fault's times must be at least 1, not {times}")
-    if skip < 0:
-        raise UsageError(f"a fault's skip must not be negative, not {skip}")
+    if not 1 <= times <= MAX_FAULT_CALLS:
+        raise UsageError(f"a fault's times must be between 1 and {MAX_FAULT_CALLS}, not {times}")
+    if not 0 <= skip <= MAX_FAULT_CALLS:
+        raise UsageError(f"a fault's skip must be between 0 and {MAX_FAULT_CALLS}, not {skip}")
     return SimFault(op, name, action, times, skip, gpu)
 
 

@@ -29,9 +29,11 @@ GPU; a warning with `cdi.baseSpec: none`, whose containers get no driver librari
 `cdi-specs` (a summary of the good ones) and `cdi-spec/NAME` per spec of ours that is not good
 (and per live instance missing its spec); `cdi-conflicts`, or one failing `cdi-conflict/DEVICE`
 per device of ours that another spec also defines and one failing `cdi-unreadable/FILE` per file
-in a CDI directory that runtimes may load and hamimig cannot parse (it could define any device).
-NAME and DEVICE are whole (`mig-<sha256>`, the hash in the file name), never shortened; the
-message carries the full path.
+in a CDI directory that runtimes may load and hamimig cannot parse (it could define any device);
+last `recovery` (or one failing `recovery/N` per refusal `recover` would make) and
+`recovery/pods`, both `skipped` with the reason while what recover needs fails (NVML, the state
+or CDI directory, a record, intent or queue that does not load). NAME and DEVICE are whole
+(`mig-<sha256>`, the hash in the file name), never shortened; the message carries the full path.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def run_checks(
                 )
             )
         else:
-            checks += check_durable(durable)
+            checks += check_durable(node, durable)
         checks += guarded("counters", lambda: [check_counters(node.counters())])
         checks += guarded("idle-seen", lambda: [check_idle_seen(node.idle_seen())])
         checks += guarded("events", lambda: [check_events(node.events(), node.counters())])
@@ -137,8 +139,7 @@ def run_checks(
         none = "none (no state directory yet)"
         checks += [ok("records", none), ok("intents", none), ok("cdi-removal-queue", none)]
     checks += check_cdi(node, config, live, durable, dirs)
-    if live.hw is not None and durable is not None and not durable.problems:
-        checks = with_recovery(checks, node, config, durable, pods)
+    checks = with_recovery(checks, node, config, None if live.hw is None else durable, pods)
     return DoctorReport(
         checks=tuple(checks),
         sim=None if node.sim is None else str(node.sim),

@@ -118,12 +118,17 @@ def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
         ), False
     except OSError as exc:
         return fail("cdi-dir", f"cannot inspect {path}: {why(exc)}", "run as root", HARDWARE), False
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+    if stat.S_ISLNK(st.st_mode):
         return fail(
             "cdi-dir",
-            f"{path} is {what}; hamimig refuses to write specs there",
+            f"{path} is a symbolic link; hamimig refuses to write specs there",
             f"make {path} a real directory",
+        ), False
+    if not stat.S_ISDIR(st.st_mode):  # a file, or `/dev/null`: the option is what is wrong
+        return fail(
+            "cdi-dir",
+            f"{path} is not a directory; hamimig refuses to write specs there",
+            "not a directory: check --cdi-dir",
         ), False
     fix = "mount it read-write and run hamimig as root"
     if not os.access(path, os.W_OK | os.X_OK):

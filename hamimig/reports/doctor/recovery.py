@@ -23,28 +23,39 @@ RECOVER_REFUSES = (
 
 
 def with_recovery(
-    checks: list[Check], node: Node, config: Config, durable: Durable, source: PodSource | None
+    checks: list[Check],
+    node: Node,
+    config: Config,
+    durable: Durable | None,
+    source: PodSource | None,
 ) -> list[Check]:
     """The recovery planner's own verdict, so that every condition that makes `recover`
     exit 5 is a failing check here, found by the same code. Hints that would send the
-    operator to `recover` are replaced while recover refuses."""
+    operator to `recover` are replaced while recover refuses.
+
+    `durable` is None when the hardware or the state directory could not be read. Then, as
+    while the environment fails or a state file cannot be loaded (recover cannot run, or
+    refuses before planning), the recovery checks are `skipped`, saying why: never left out."""
     from hamimig.engine.recovery import plan_recovery
 
-    environment = [
+    blockers = [
         c.name
         for c in checks
         if c.status is CheckStatus.FAIL
-        and (c.exit_code == HARDWARE or c.name in ("config", "state-dir", "cdi-dir"))
+        and (
+            c.exit_code == HARDWARE
+            or c.name in ("config", "state-dir", "cdi-dir", "cdi-removal-queue")
+            or c.name.startswith(("record/", "intent/"))
+        )
         and c.name != "cdi-base"  # recover keeps existing specs without one (and warns)
     ]
-    if environment:
+    if blockers or durable is None or durable.problems:
+        failing = ", ".join(blockers) or "the hardware or the state directory"
+        why = f"not checked while {failing} fail(s): recover cannot get that far either"
         return [
             *checks,
-            warn(
-                "recovery",
-                f"not checked while {', '.join(environment)} fail(s): recover cannot run either",
-                "fix those first",
-            ),
+            skipped("recovery", why, "fix those first"),
+            skipped("recovery/pods", why, "fix those first"),
         ]
     found: list[Check] = []
     try:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hamimig.engine.facts import Durable, forget_line
+from hamimig.engine.node import Node
 from hamimig.engine.safety import parent_problem
 from hamimig.reports.doctor.verdicts import (
     HARDWARE,
@@ -58,7 +59,8 @@ def check_state_dir(path: Path) -> tuple[list[Check], str]:
         ], "bad"
     if not stat.S_ISDIR(st.st_mode):
         return [
-            fail(name, f"{path} is not a directory", f"move it away; hamimig creates {path}")
+            # A file, or `/dev/null`: the option is what is wrong, never the file.
+            fail(name, f"{path} is not a directory", "not a directory: check --state-dir")
         ], "bad"
     checks: list[Check] = []
     if os.access(path, os.R_OK | os.W_OK | os.X_OK):
@@ -142,17 +144,17 @@ def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
     return checks
 
 
-def check_durable(durable: Durable) -> list[Check]:
+def check_durable(node: Node, durable: Durable) -> list[Check]:
     checks: list[Check] = []
     for problem in durable.problems:
-        line = forget_line(problem)
+        line = forget_line(problem, node)
         way = f"drop it: {line}" if line else "move it out of the state directory"
         checks.append(
             fail(
                 subject_of(problem.store or "record", problem.subject),
                 f"{problem.file}: {problem.reason}",
-                f"check which instance it describes, then repair it or {way}; until then "
-                "mutating commands and recover exit 5",
+                "mutating commands and recover exit 5 until it is repaired or gone: check "
+                f"which instance it describes, then repair it or {way}",
             )
         )
     if not any(c.name.startswith("record/") for c in checks):  # else the files say why
