@@ -20,6 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hamimig.cli.app import app, command
+from hamimig.cli.docs import ZSH_FIRST_TAB
 from hamimig.hw.types import Placement
 from hamimig.reports.completion import board_profiles
 from hamimig.sim.models import MODELS
