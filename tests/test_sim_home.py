@@ -211,7 +211,7 @@ def test_a_node_in_a_read_only_directory_serves_the_commands_that_only_read(
         node.parent.mkdir(mode=0o755)
         assert Cli(node, home / "state", home / "cdi")("sim", "init", "--model",
             "H100-SXM5-80GB").exit_code == 0  # fmt: skip
-        lock = node.with_name("node.json.lock")
+        lock = node_dir(node) / "node.lock"
         if not lock_file:
             lock.unlink()
         node.parent.chmod(0o555)

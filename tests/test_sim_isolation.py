@@ -129,8 +129,8 @@ def test_a_simulated_node_writes_nothing_to_the_real_nodes_directories(tmp_path:
     assert sorted(p.name for p in sim.parent.iterdir()) == [
         "node.json",
         "node.json.d",
-        "node.json.lock",
     ]
+    assert (home / "node.lock").is_file()  # the lock too is in the node's home
 
 
 def test_the_real_nodes_directories_are_used_when_named(tmp_path: Path) -> None:

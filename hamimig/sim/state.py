@@ -34,6 +34,7 @@ from hamimig.sim.files import (
     home_problem,
     no_node,
     put,
+    recorded_home,
     write_access,
     write_node_files,
 )
@@ -42,6 +43,8 @@ from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
 SCHEMA_VERSION = 1
+LOCK_FILE = "node.lock"
+"""The simulated node's lock, in its home: it serialises the processes that use the node."""
 FIRST_NEW_UUID_DRIVER = 470
 """Drivers before R470 name a MIG device `MIG-GPU-<gpu uuid>/<gi>/<ci>`, later ones `MIG-<uuid>`."""
 FILE_OPS: tuple[str, ...] = tuple(op.value for op in FileOpName)
@@ -352,13 +355,25 @@ class SimStore:
         self._memory = state
         self._pending: dict[str, int] = {}
         self._files: NodeFiles | None = None
+        self._lock: Path | None = None
         if path is not None:
             _LIVE.add(self)
 
     @property
     def lock_path(self) -> Path:
+        """In the node's home, with everything else of it; beside the file for a node made
+        before homes."""
         assert self.path is not None
-        return self.path.with_name(self.path.name + ".lock")
+        if self._lock is None:
+            home = recorded_home(self.path)
+            if home is None and not self.path.exists():
+                home = self.path.name + HOME_SUFFIX  # the node `create` is about to make
+            self._lock = (
+                self.path.with_name(self.path.name + ".lock")
+                if home is None
+                else self.path.parent / home / LOCK_FILE
+            )
+        return self._lock
 
     @property
     def minors_path(self) -> Path | None:
@@ -383,6 +398,7 @@ class SimStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Not group-writable whatever the umask: the state directory's parent (`safety`).
         home.mkdir(mode=0o755, exist_ok=True)
+        self._lock = home / LOCK_FILE
         with self._locked(made=False):
             self._pending.clear()  # counts of the node this one replaces
             self._write(state)
