@@ -47,6 +47,7 @@ def allocate(
     placement: Annotated[str, typer.Option()] = "",
     container_index: Annotated[int, typer.Option()] = 0,
     device_index: Annotated[int, typer.Option()] = 0,
+    assume_no_pods: Annotated[bool, typer.Option()] = False,
 ) -> None:
     print(json.dumps({"kind": "Allocation", "pod": pod, "gpu": gpu, "profile": profile}))
 
@@ -75,6 +76,7 @@ def main() -> None:
         hamimig = [sys.executable, "-m", "hamimig", *base]
         timed([*hamimig, "sim", "init", "--model", "H100-SXM5-80GB"])
         request = ["--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb", "--placement", "0"]
+        request.append("--assume-no-pods")  # the bench runs no pods
         allocate = [*hamimig, "-o", "json", "allocate", *request]
         first = subprocess.run(allocate, capture_output=True, text=True, check=True)
         assert json.loads(first.stdout)["created"] is True

@@ -31,3 +31,21 @@ def test_the_cli_timing_runs_its_commands(tmp_path: Path) -> None:
     stopped at "a pod source is required" when those commands began to require one)."""
     reuse, create = time_cli(1, tmp_path)
     assert reuse > 0 and create > 0
+
+
+def test_the_startup_bench_runs() -> None:
+    """bench/startup.py's allocate once stopped at "a pod source is required" unnoticed."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.startup", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "idempotent hamimig allocate" in done.stdout
