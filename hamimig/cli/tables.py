@@ -98,6 +98,41 @@ class Col(NamedTuple):
     mark: Callable[[Any, str], str] | None = None
 
 
+_PREFIX_HEX = 8
+"""Hex digits a shortened MIG UUID keeps at least: as many as a command that changes something
+wants of a prefix (a prefix unique today must not name another instance tomorrow)."""
+
+
+def short_uuids(uuids: list[str]) -> list[str]:
+    """`uuids` cut to the shortest prefix unique among them, with `…` for what was left out.
+
+    A prefix keeps at least `_PREFIX_HEX` hex digits after `MIG-` (and an old-style `GPU-`),
+    never ends on a dash, and is the same length on every row; `-` (no MIG device) stays."""
+    known = sorted({u for u in uuids if u != "-"})
+    if not known:
+        return uuids
+
+    def unique(length: int) -> bool:
+        return len({u[:length] for u in known}) == len(known)
+
+    def usable(uuid: str) -> int:
+        """The length of the prefix of `uuid` that holds `_PREFIX_HEX` hex digits."""
+        head = len("MIG-") + (len("GPU-") if uuid.startswith("MIG-GPU-") else 0)
+        digits = 0
+        for n, c in enumerate(uuid[head:], start=head + 1):
+            digits += c in "0123456789abcdefABCDEF"
+            if digits == _PREFIX_HEX:
+                return n
+        return len(uuid)
+
+    length = max(usable(u) for u in known)
+    while not unique(length) or any(u[length - 1 : length] == "-" for u in known):
+        length += 1
+        if length >= max(len(u) for u in known):
+            return uuids
+    return [u if u == "-" or len(u) <= length else u[:length] + "…" for u in uuids]
+
+
 def owner(inst: InstanceView, slot: bool = False) -> str:
     """`ns/pod`, or `ns/pod[container/device]` with `slot`; for an instance a release just
     made (or found) Idle, the pod it was released from."""
