@@ -290,3 +290,27 @@ def test_a_mistyped_node_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
     message = refused(named.json(*_ALLOC, "--pod", "ns/a"), 2, "usage")
     assert message == f"no simulated node at {typo}: run 'hamimig --sim {typo} sim init'"
     assert not named.state_dir.exists() and not named.cdi_dir.exists()
+
+
+def test_a_directory_or_fifo_named_as_the_node_makes_nothing(tmp_path: Path) -> None:
+    """A `--sim` that is a directory or a FIFO is no node: every command that takes the node
+    lock refuses it (exit 2) before it makes the home, the state directory or a lock; they
+    once left `<sim>.d/state/hamimig.lock` behind and refused for another reason."""
+    root = _root(tmp_path)
+    where = tmp_path / "rehearsal"
+    where.mkdir()
+    (where / "dir.json").mkdir()
+    os.mkfifo(where / "fifo.json")
+    for name in ("dir.json", "fifo.json"):
+        at = ["--sim", str(where / name)]
+        commands = [
+            [*at, *_ALLOC, "--pod", "ns/a"],
+            [*at, "release", "--pod", "ns/a"],
+            [*at, "reclaim", "--gpu", "0", "--all-idle", "--assume-no-pods"],
+            [*at, "recover", "--assume-no-pods"],
+            [*at, "reconcile"],
+            [*at, "forget", "MIG-12345678"],
+        ]
+        assert _run(root, commands) == [2] * len(commands), name
+    assert sorted(p.name for p in where.iterdir()) == ["dir.json", "fifo.json"]
+    assert list((where / "dir.json").iterdir()) == []

@@ -209,9 +209,12 @@ class Node:
         directories: in its home); any other path must have an existing parent, so a typo is an
         error rather than a new tree.
         """
-        if self.sim is not None and not self.sim.exists():
-            # Before the directories in its home are made: nothing of a node that is not there.
-            raise no_node(self.sim)
+        if self.sim is not None and not self.sim.is_file():
+            # Before the directories in its home are made: nothing of a node that is not there
+            # (a directory or a FIFO named as the node file is no node either).
+            if not self.sim.exists():
+                raise no_node(self.sim)
+            raise UsageError(f"{self.sim} is no regular file, so no simulated node")
         home = None if self.sim is None else node_home(self.sim)
         check_usable_dir(
             self.state_dir,
