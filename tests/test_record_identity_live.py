@@ -95,6 +95,21 @@ def test_a_spec_a_driver_upgrade_changed_is_rewritten_only_for_a_verified_record
     refuses(cli, mig, shown)
 
 
+@pytest.mark.parametrize("gpu", [str.lower, lambda uuid: uuid.removeprefix("GPU-")])
+def test_a_record_naming_no_gpu_of_the_node_while_its_instance_is_live_is_refused(
+    cli: Cli, gpu: Any
+) -> None:
+    """A record whose parentGPUUUID names no GPU here, while its MIG UUID is live: reconcile
+    once said "nothing to change" (and left a stale spec) where recover refuses the record."""
+    inst = allocate(cli, "ns/job", "1g.10gb", "0")["instance"]
+    mig, uuid = inst["migUUID"], inst["gpuUUID"]
+    edit_record(cli, mig, parentGPUUUID=gpu(uuid))
+    upgrade_driver(cli)
+    refuses(
+        cli, mig, f"names GPU {gpu(uuid)}, which is not on this node", f"live on GPU 0 ({uuid})"
+    )
+
+
 def test_an_instance_that_is_gone_gets_no_spec_rewritten(cli: Cli) -> None:
     mig = allocate(cli, "ns/job", "1g.10gb", "0")["instance"]["migUUID"]
     sim(cli, "reset", "--gpu", "0")

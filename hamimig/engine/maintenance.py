@@ -635,7 +635,16 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
     try:
         gpu = node.hardware().gpu_by_uuid(record.gpu_uuid)
     except HamimigError:
-        return  # its GPU is gone: recover's business
+        # Its GPU is not on the node: recover's business when the instance is gone with it,
+        # but a record whose instance is live on another GPU disagrees with the hardware.
+        live = node.hardware().mig_device(record.mig_uuid)
+        if live is not None:
+            plan.refuse(
+                f"cannot verify the record of {record.mig_uuid}: it names GPU "
+                f"{record.gpu_uuid}, which is not on this node, but the instance is live on "
+                f"GPU {live.gpu_index} ({live.gpu_uuid}); run 'hamimig recover'"
+            )
+        return
     try:
         dev = cdi_device_for(
             node,
