@@ -15,6 +15,7 @@ import pytest
 
 from hamimig.store.records import record_name
 from tests.support.cli import Cli, allocated, idle, ok, sim, sim_create
+from tests.support.tables import plain_rows
 
 LONG_OWNER = "team-a/a-very-long-pod-name-for-training-0"
 
@@ -56,24 +57,6 @@ def _table(lines: list[str], first: str, key: str) -> list[dict[str, str]]:
         cells = dict(zip(header, (c.strip() for c in line.split("│")[1:-1]), strict=True))
         if cells[key] or not rows:
             rows.append({name: [] for name in header})
-        for name, cell in cells.items():
-            rows[-1][name].extend([cell] if cell else [])
-    return [{name: "".join(fragments) for name, fragments in row.items()} for row in rows]
-
-
-def _plain(lines: list[str], key: str) -> list[dict[str, str]]:
-    """The rows of a table without rules (kubectl's look): each column starts under its name,
-    and a row starts on the line where column `key` has text."""
-    names = re.split(r" {2,}", lines[0].strip())
-    starts = [lines[0].index(name) for name in names]
-    rows: list[dict[str, list[str]]] = []
-    for line in lines[1:]:
-        cells = {
-            name: line[start:end].strip()
-            for name, start, end in zip(names, starts, [*starts[1:], None], strict=True)
-        }
-        if cells[key] or not rows:
-            rows.append({name: [] for name in names})
         for name, cell in cells.items():
             rows[-1][name].extend([cell] if cell else [])
     return [{name: "".join(fragments) for name, fragments in row.items()} for row in rows]
@@ -208,7 +191,7 @@ def test_events_fold_long_pods_instead_of_cutting_the_row(
     events = ok(cli.json("events"))["events"]
     lines = _printed(cli, monkeypatch, width, "events")
     # Rules where they fit (120); kubectl's look where they would leave REASON no room (80).
-    rows = _table(lines, "TIME", "TIME") if width > 80 else _plain(lines, "TIME")
+    rows = _table(lines, "TIME", "TIME") if width > 80 else plain_rows(lines, "TIME")
     assert len(rows) == len(events)
     for row, event in zip(rows, events, strict=True):
         assert row["ACTION"] == event["action"], row
