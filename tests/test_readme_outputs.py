@@ -13,7 +13,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def _dry_run_outcomes(text: str) -> list[tuple[int, str]]:
-    """(line number, OUTCOME cell) of every row of a table printed under a dry run's title."""
+    """(line number, OUTCOME cell) of every row of a table printed under a dry run's title (a
+    cell wrapped over lines joined)."""
     lines = text.splitlines()
     found: list[tuple[int, str]] = []
     for number, line in enumerate(lines):
@@ -28,9 +29,11 @@ def _dry_run_outcomes(text: str) -> list[tuple[int, str]]:
             if row.startswith("└"):
                 break
             if row.startswith("│"):
-                cell = [c.strip() for c in row.split("│")][column]
-                if cell:
-                    found.append((row_number + 1, cell))
+                cells = [c.strip() for c in row.split("│")]
+                if not cells[1] and found and cells[column]:  # a cell wrapped over lines
+                    found[-1] = (found[-1][0], f"{found[-1][1]} {cells[column]}")
+                elif cells[column]:
+                    found.append((row_number + 1, cells[column]))
     return found
 
 

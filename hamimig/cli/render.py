@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 from hamimig.cli import tables
 from hamimig.cli.tables import LAST, STATE_STYLE, Col, Look
 from hamimig.cli.tables import short_uuids as _short_uuids
+from hamimig.cli.tables import uuid_floor as _uuid_floor
 from hamimig.engine import results as r
 from hamimig.errors import HamimigError
 from hamimig.reports import views as v
@@ -212,34 +213,31 @@ Cells = dict[str, list[str]]
 
 
 def _fit(
-    width: int, boxed: bool, cols: Sequence[Col], cells: Cells, keep: Collection[str]
-) -> tuple[Cells, bool]:
-    """The columns (name: plain cells, in order) a table shows on a console `width` wide, and
-    whether it has rules; those in `keep` are never left out.
-
-    The first layout that fits wins: every column with whole MIG UUIDs, then without each group
-    of columns in their `drop` order in turn; then the same with MIG UUIDs shortened
-    (`_short_uuids`); then both again without rules (kubectl's look); then, shortened and
-    without rules, also without the groups from `LAST` on; else the narrowest of them. A folding
-    column counts as wide as its `fold` (it wraps), any other as its widest cell or header.
-    `boxed`: rich's default box (a rule between columns and at both edges); else kubectl's look
-    (two spaces apart)."""
+    width: int, boxed: bool | None, cols: Sequence[Col], cells: Cells, keep: Collection[str]
+) -> tuple[Cells, bool, bool]:
+    """The columns (name: plain cells) a table shows on a console `width` wide, whether it has
+    rules, and whether they fit; those in `keep` are never left out. The first layout that fits
+    wins: whole MIG UUIDs, then shortened (`_short_uuids`), each with every column then without
+    each group in `drop` order; the same without rules below 80 columns or where `boxed` is None
+    (rules where they fit); below 80 or without rules, also without the groups from `LAST` on;
+    else the last of them. A folding column counts as its `fold` at most, a MIG UUID column as
+    `_uuid_floor`, any other as its widest cell or header."""
     drops, groups = _drop_groups(cols, cells, keep)
     shortened = {**cells, _UUID: _short_uuids(cells[_UUID])} if _UUID in cells else cells
-    passes = [(boxed, cells, drops), (boxed, shortened, drops)]
-    if not boxed or width < _NARROW:
-        # Without rules, then without what is kept at 80 columns: only where it must be.
-        if boxed:
-            passes += [(False, cells, drops), (False, shortened, drops)]
+    ruled = boxed is not False
+    passes = [(ruled, cells, drops), (ruled, shortened, drops)]
+    if ruled and (boxed is None or width < _NARROW):  # None: rules where they fit, any width
+        passes += [(False, cells, drops), (False, shortened, drops)]
+    if not boxed or width < _NARROW:  # without what is kept at 80 columns: where it must be
         passes.append((False, shortened, groups))
-    shown, ruled = cells, boxed
+    shown = cells
     for ruled, candidate, dropping in passes:
         shown = dict(candidate)
         for group in ([], *dropping):
             shown = {name: column for name, column in shown.items() if name not in group}
             if _needed(cols, shown, ruled) <= width:
-                return shown, ruled
-    return shown, ruled  # the narrowest: its folding columns give the rest
+                return shown, ruled, True
+    return shown, ruled, False
 
 
 def _drop_groups(
@@ -256,6 +254,8 @@ def _needed(cols: Sequence[Col], shown: Cells, ruled: bool) -> int:
     from rich.cells import cell_len
 
     floor = {c.name: c.fold for c in cols if c.fold}
+    if _UUID in shown:
+        floor[_UUID] = max(_uuid_floor(shown[_UUID]), len(_UUID))
     total = 0
     for name, column in shown.items():
         natural = max([cell_len(name), *(cell_len(c) for c in column)])
@@ -271,35 +271,28 @@ def _table(
     look: Look,
     fit: bool = False,
     keep: Collection[str] = (),
-    boxed: bool = True,
+    boxed: bool | None = True,
 ) -> Cells:
     """The one table builder: the columns of `cols` that `look` shows, as they declare, one row
     per item, under `title` (printed as lines of its own: rich would pad it with spaces to the
     table's width). With `fit`, the columns and rules `_fit` chooses for the console (`boxed`:
-    rules if they fit); a MIG UUID (whole or a unique prefix) is never cut further. Returns
-    the cells shown."""
-    from rich.cells import cell_len
+    rules if they fit). Returns the cells shown."""
     from rich.table import Table
 
     cols = [c for c in cols if c.wide in (None, look.wide)]
     cells = {c.name: [c.get(item, look) for item in items] for c in cols}
-    ruled = True
-    if fit:
-        cells, ruled = _fit(console.width, boxed, cols, cells, keep)
+    ruled, fits = True, None
+    if fit:  # no layout fits: all cells fold where folding ones would get under 10 columns
+        cells, ruled, fits = _fit(console.width, boxed, cols, cells, keep)
+        squeezed = [c._replace(fold=min(c.fold, 10)) for c in cols]
+        fits = fits or _needed(squeezed, cells, ruled) <= console.width
     table = Table(header_style="bold")
     if not ruled:
         table.box = None
         table.pad_edge = False
     cols = [c for c in cols if c.name in cells]
     for c in cols:
-        whole = fit and c.name == _UUID
-        table.add_column(
-            c.name,
-            no_wrap=not (bool(c.fold) if c.wrap is None else c.wrap),
-            overflow="fold" if c.fold else "ellipsis",
-            max_width=c.cut,
-            min_width=max(map(cell_len, [c.name, *cells[c.name]])) if whole else None,
-        )
+        table.add_column(c.name, **_column(c, cells[c.name], fits))
     for n, item in enumerate(items):
         row = [(c, _escape(cells[c.name][n])) for c in cols]
         table.add_row(*(c.mark(item, cell) if c.mark else cell for c, cell in row))
@@ -307,6 +300,21 @@ def _table(
         _wrapped(console, title, "table.title")
     console.print(table)
     return cells
+
+
+def _column(c: Col, column: list[str], fits: bool | None) -> dict[str, Any]:
+    """How rich draws `c`: where the layout `fits`, whole MIG UUIDs (or prefixes) keep their
+    width; where none does, every cell and header folds; not fitted (None), what wraps folds."""
+    from rich.cells import cell_len
+
+    widest = max(map(cell_len, [c.name, *column]))
+    whole = fits is True and c.name == _UUID and _uuid_floor(column) >= widest
+    wraps = (bool(c.fold) if c.wrap is None else c.wrap) or (c.name == _UUID and not whole)
+    no_wrap = fits is not False and not wraps  # `…` only in a `cut` column or one that fits
+    overflow = "ellipsis" if c.cut or no_wrap else "fold"
+    return dict(
+        no_wrap=no_wrap, overflow=overflow, max_width=c.cut, min_width=widest if whole else None
+    )
 
 
 def _wrapped(console: Console, plain: str, style: str = "", indent: int = 0) -> None:
@@ -364,7 +372,7 @@ def _instances(
         plain = look.but(wide=False)
         plain_cols, _ = _instance_cols(instances, plain, age)
         shown = {c.name: [c.get(i, plain) for i in instances] for c in plain_cols}
-        fitted, _ = _fit(console.width, True, plain_cols, shown, ())
+        fitted, _, _ = _fit(console.width, True, plain_cols, shown, ())
         keep = {"CDI DEVICE" if name == "CDI" else name for name in fitted}
         if look.headers and any(i.processes for i in instances):
             keep.add("PROCESSES")  # the plain table's `(busy)`
@@ -550,7 +558,7 @@ def _events(console: Console, result: v.EventList, look: Look) -> None:
     if not events:
         console.print(f"no events{f' in {result.path}' if result.path else ''} match")
     else:
-        _table(console, "", tables.EVENTS, events, look, True)
+        _table(console, "", tables.EVENTS, events, look, True, boxed=None)
         if result.matched > len(events):
             older = f"{result.matched - len(events)} older matching event(s) not shown"
             console.print(f"{older}: --limit N, a filter or -o json")

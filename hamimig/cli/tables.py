@@ -107,10 +107,12 @@ wants of a prefix (a prefix unique today must not name another instance tomorrow
 def short_uuids(uuids: list[str]) -> list[str]:
     """`uuids` cut to the shortest prefix unique among them, with `…` for what was left out.
 
-    A prefix keeps at least `_PREFIX_HEX` hex digits after `MIG-` (and an old-style `GPU-`),
-    never ends on a dash, and is the same length on every row; `-` (no MIG device) stays."""
+    A prefix keeps at least `_PREFIX_HEX` hex digits after `MIG-`, never ends on a dash, and is
+    the same length on every row; `-` (no MIG device) stays. UUIDs in the form of drivers
+    before R470 (`MIG-GPU-<gpu uuid>/<gi>/<ci>`) stay whole: every instance on a GPU shares its
+    digits, so no prefix of one would name it (the table folds them instead)."""
     known = sorted({u for u in uuids if u != "-"})
-    if not known:
+    if not known or any(u.startswith("MIG-GPU-") for u in known):
         return uuids
 
     def unique(length: int) -> bool:
@@ -118,9 +120,8 @@ def short_uuids(uuids: list[str]) -> list[str]:
 
     def usable(uuid: str) -> int:
         """The length of the prefix of `uuid` that holds `_PREFIX_HEX` hex digits."""
-        head = len("MIG-") + (len("GPU-") if uuid.startswith("MIG-GPU-") else 0)
         digits = 0
-        for n, c in enumerate(uuid[head:], start=head + 1):
+        for n, c in enumerate(uuid[4:], start=5):
             digits += c in "0123456789abcdefABCDEF"
             if digits == _PREFIX_HEX:
                 return n
@@ -132,6 +133,13 @@ def short_uuids(uuids: list[str]) -> list[str]:
         if length >= max(len(u) for u in known):
             return uuids
     return [u if u == "-" or len(u) <= length else u[:length] + "…" for u in uuids]
+
+
+def uuid_floor(column: list[str]) -> int:
+    """How wide a table keeps a MIG UUID column: its widest cell; half of it for UUIDs of
+    drivers before R470, which fold onto two lines rather than take the table's width."""
+    widest = max(map(len, column), default=0)
+    return (widest + 1) // 2 if any(c.startswith("MIG-GPU-") for c in column) else widest
 
 
 def owner(inst: InstanceView, slot: bool = False) -> str:
@@ -208,6 +216,7 @@ INSTANCE = (
     Col(
         "OUTCOME",
         lambda i, look: outcome(i.outcome, look.dry_run),
+        fold=len(Outcome.RECLAIMED.value),  # a dry run's `would …` wraps: laid out as the run
         mark=lambda i, c: c if i.outcome is None else f"[{OUTCOME_STYLE[i.outcome]}]{c}[/]",
     ),
     Col("OWNER", _owner_cell, fold=20),
@@ -229,9 +238,9 @@ def _changed(a: Any, look: Look) -> str:
 
 ACTIONS = (
     Col("ACTION", lambda a, _: a.action),
-    Col("CHANGED", _changed),
+    Col("CHANGED", _changed, drop=LAST),
     Col("MIG UUID", lambda a, _: a.mig_uuid or "-"),
-    Col("GPU", lambda a, _: (a.gpu_uuid or "-")[:12], drop=1),
+    Col("GPU UUID", lambda a, _: a.gpu_uuid or "-", fold=12, drop=1),
     Col("PLACEMENT", lambda a, _: str(a.placement) if a.placement else "-", drop=2),
     Col("REASON", lambda a, _: a.reason, fold=30),
 )
@@ -270,8 +279,6 @@ def _field(key: str) -> Callable[[dict[str, object], Look], str]:
             return "-"
         if key == "placement" and isinstance(value, dict):
             return _visible(f"{value.get('start')}:{value.get('size')}")
-        if key == "action" and event.get("outcome") == "failed":
-            return _visible(f"{value} (failed)")
         return _visible(str(value))
 
     return cell
@@ -287,9 +294,14 @@ def _event_reason(event: dict[str, object], look: Look) -> str:
     return reason
 
 
+def _failed(event: dict[str, object], cell: str) -> str:
+    return f"[bold red]{cell}[/]" if event.get("outcome") == "failed" else cell
+
+
 EVENTS = (
     Col("TIME", _event_time),
-    Col("ACTION", _field("action")),
+    # A failed step's ACTION is red, and its REASON starts `FAILED:` (said without colour too).
+    Col("ACTION", _field("action"), mark=lambda e, c: _failed(e, c)),
     Col("MIG UUID", _field("migUUID")),
     Col("GPU", _field("gpuIndex"), drop=7),
     Col("PROFILE", _field("profile"), drop=5),
@@ -298,19 +310,21 @@ EVENTS = (
     Col("STATE", _field("state"), drop=8),
     Col("CDI", _field("cdi"), drop=6),
     Col("COMMAND", _field("command"), drop=3),
-    Col("REASON", _event_reason, fold=30),
+    Col("REASON", _event_reason, fold=20),
     Col("PID", _field("pid"), True, drop=2),
     Col("GPU UUID", _field("gpuUUID"), True, drop=1),
 )
 """`events`: TIME, ACTION, MIG UUID (shortened), POD and REASON always stay."""
 
 PROFILES = (
-    Col("PROFILE", lambda p, _: p.name),
-    Col("ID", lambda p, _: str(p.id)),
+    Col("PROFILE", lambda p, _: p.name, wrap=True),
+    Col("ID", lambda p, _: str(p.id), wrap=True),
     # `3g.40gb` takes 3 of the GPU's compute slices but 4 of its memory slices (`0:4`).
     Col("COMPUTE SLICES", lambda p, _: str(p.slice_count), wrap=True),
     Col("MEMORY MiB", lambda p, _: str(p.memory_mb), wrap=True),
-    Col("FREE/TOTAL", lambda p, _: f"{p.free_instances}/{p.max_instances}"),  # as nvidia-smi
+    Col(
+        "FREE/TOTAL", lambda p, _: f"{p.free_instances}/{p.max_instances}", wrap=True
+    ),  # as nvidia-smi
     Col(
         "MEMORY SLICES (placement start:size)",
         lambda p, _: " ".join(map(str, p.placements)),
