@@ -702,7 +702,12 @@ def test_an_idle_record_whose_gpu_is_gone_is_left_to_recover(cli: Cli, pods_file
     doc["parentGPUUUID"] = "GPU-00000000-0000-0000-0000-000000000000"
     path.write_text(json.dumps(doc))
     advance(cli, "2h")
-    assert ok(policy(cli, "1h", 0).json("reconcile", "--pods", pods_file()))["actions"] == []
+    # Its instance is still live (on GPU 0): the record disagrees with the hardware, so the
+    # pass stops there (exit 5) rather than act on it; the policy destroys nothing.
+    ran = policy(cli, "1h", 0).json("reconcile", "--pods", pods_file())
+    assert "which is not on this node, but the instance is live" in refused(ran, 5, "unverifiable")
+    shown = [i["state"] for i in ok(cli.json("list"))["instances"] if i["migUUID"] == mig]
+    assert sorted(shown) == ["Missing", "Unmanaged"]  # the record, and the live pair, kept
 
 
 def test_the_environment_cap_reads_the_whole_number(
