@@ -60,6 +60,7 @@ def setup(root: Path, pods: int) -> tuple[list[str], Path]:
                 base,
                 *("-o", "json", "allocate", "--pod", f"bench/{name}", "--gpu", str(gpu)),
                 *("--profile", "1g.10gb", "--placement", str(start)),
+                "--assume-no-pods",  # the node is being built: no pod holds anything yet
             )
             assert ran.returncode == 0, ran.stdout + ran.stderr
             inst = json.loads(ran.stdout)["instance"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.churn import SWEEP, make_timed_trace, replay_timed, time_cli
 
 
@@ -49,3 +51,23 @@ def test_the_startup_bench_runs() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "idempotent hamimig allocate" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_recover_bench_runs() -> None:
+    """bench/recover.py builds its node with allocate, which needs a pod source since it
+    began to require one; that once stopped the bench unnoticed."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.recover", "--pods", "100", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "recover - help" in done.stdout
