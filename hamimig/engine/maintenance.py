@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hamimig.engine import validate
-from hamimig.engine.evictions import plan_idle_policy
 from hamimig.engine.executor import DestroyFailed, apply, execute, tidy_finished
 from hamimig.engine.facts import (
     BUSY,
@@ -31,6 +30,7 @@ from hamimig.engine.idle_policy import (
     IdlePolicy,
     idle_age_of,
     idle_records,
+    plan_idle_policy,
 )
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
