@@ -55,8 +55,7 @@ from hamimig.reports.simulator import sim_init
 from hamimig.sim.models import MEMORY_SLICES, MODELS
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore, mig_minors_text, new_state
-from hamimig.store.records import RecordState
-from hamimig.vocabulary import ActionKind
+from hamimig.vocabulary import ActionKind, State
 
 GPUS = 8
 MODEL = "H100-SXM5-80GB"
@@ -336,7 +335,7 @@ def replay_timed(trace: TimedTrace, point: SweepPoint, every: float, tmp: Path) 
 
     def check(when: str) -> None:
         records, _ = node.records().load()
-        found = {u: r.placement.size for u, r in records.items() if r.state is RecordState.IDLE}
+        found = {u: r.placement.size for u, r in records.items() if r.state is State.IDLE}
         if found != idle:
             raise SystemExit(f"{point.label}: the Idle records {when} are not what the steps said")
 

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from hamimig.store.cdi import spec_file_name
-from hamimig.store.records import Owner, RecordState
+from hamimig.store.records import Owner
+from hamimig.vocabulary import State
 from tests.support.cli import Cli
 from tests.support.crash import check_invariants, snapshot
 
@@ -190,7 +191,7 @@ def test_eight_processes_allocate_and_release_on_one_node(cli: Cli, tmp_path: Pa
     assert set(by_uuid) == snap.live_uuids() == set(snap.records)
     assert snap.specs == {spec_file_name(u) for u in snap.records}
 
-    active = {u: r for u, r in snap.records.items() if r.state is RecordState.ACTIVE}
+    active = {u: r for u, r in snap.records.items() if r.state is State.ACTIVE}
     finals = {pod: mig for pod, mig, _, until in holdings if until == float("inf")}
     assert {r.owner for r in active.values()} == {
         Owner("ns", f"p{i}-{ROUNDS}") for i in range(WORKERS)
@@ -203,7 +204,7 @@ def test_eight_processes_allocate_and_release_on_one_node(cli: Cli, tmp_path: Pa
         assert r.owner is not None
         worker = int(r.owner.name.removeprefix("p").split("-")[0])
         assert r.gpu_uuid == gpu_uuids[worker % 2], u
-    idle = [r for r in snap.records.values() if r.state is RecordState.IDLE]
+    idle = [r for r in snap.records.values() if r.state is State.IDLE]
     assert len(idle) == len(snap.records) - WORKERS
 
     listed = cli.json("list")

@@ -56,7 +56,8 @@ from hamimig.hw.types import Placement
 from hamimig.reports.simulator import sim_create, sim_fault_add, sim_fault_clear, sim_init
 from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS, SimStore
 from hamimig.store.cdi import spec_file_name
-from hamimig.store.records import Owner, Record, RecordState
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import State
 from tests import forked
 from tests.support.cli import Cli, allocate_args, run_hamimig, with_pod_source
 from tests.support.crash import (
@@ -93,8 +94,8 @@ from tests.support.nvml import DESTROY_CI, DESTROY_GI, MUTATING_NVML
 pytestmark = pytest.mark.slow
 
 MODEL = "H100-SXM5-80GB"
-IDLE = RecordState.IDLE
-ACTIVE = RecordState.ACTIVE
+IDLE = State.IDLE
+ACTIVE = State.ACTIVE
 
 # ---------------------------------------------------------------------------------------------
 # Helpers shared by both parts
@@ -602,10 +603,10 @@ def _build_mixed(base: Path) -> tuple[Template, Mixed]:
     assert {u: r.state for u, r in before.records.items()} == {
         keep: ACTIVE,
         gone: ACTIVE,
-        reclaiming: RecordState.RECLAIMING,
+        reclaiming: State.RECLAIMING,
         missing: IDLE,
         finished: ACTIVE,
-        errored: RecordState.ERROR,
+        errored: State.ERROR,
     }
     assert (
         before.records[errored].error

@@ -84,7 +84,8 @@ from hamimig.store.files import FileOp
 from hamimig.store.intents import IntentStore
 from hamimig.store.lock import LOCK_NAME
 from hamimig.store.queue import RemovalQueue
-from hamimig.store.records import Record, RecordState, RecordStore
+from hamimig.store.records import Record, RecordStore
+from hamimig.vocabulary import State
 from tests.support.nvml import MUTATING_NVML, NOT_COUNTED
 
 MODEL = MODELS["H100-SXM5-80GB"]
@@ -533,7 +534,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             f"{allowed_new}; exit {code}: {result}"
         )
         for record in new:
-            assert record.state is RecordState.ACTIVE and _slot(record) == new_owner
+            assert record.state is State.ACTIVE and _slot(record) == new_owner
             self.handed_out.add(record.mig_uuid)
             self.model[record.mig_uuid] = Inst(
                 mig=record.mig_uuid,
@@ -570,7 +571,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self, slot: Slot, gpu: int, profile: str, placement: tuple[int, int] | None
     ) -> tuple[str, Expect, Any]:
         records = self._records()
-        held = [r for r in records.values() if r.state is RecordState.ACTIVE and _slot(r) == slot]
+        held = [r for r in records.values() if r.state is State.ACTIVE and _slot(r) == slot]
         if held:
             record = held[0]
             same = (
@@ -587,7 +588,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         candidates = [
             r
             for r in records.values()
-            if r.state is RecordState.IDLE
+            if r.state is State.IDLE
             and self._gpu_of(r.gpu_uuid) == gpu
             and r.profile == profile
             and (placement is None or (r.placement.start, r.placement.size) == placement)
@@ -611,7 +612,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 if not gi.overlaps(p):
                     continue
                 record = on_gpu.get((gi.id, gi.start, gi.size))
-                if record is None or record.state is RecordState.ACTIVE or self._processes(record):
+                if record is None or record.state is State.ACTIVE or self._processes(record):
                     hard = True
                 else:
                     soft.append(record)
@@ -642,7 +643,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             r
             for r in records.values()
             if self._gpu_of(r.gpu_uuid) == gpu
-            and r.state is not RecordState.ACTIVE
+            and r.state is not State.ACTIVE
             and self._liveness(r, live) == "absent"
         ]
         live_soft = soft
@@ -657,7 +658,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         # an Error blocker that still cannot be destroyed is one too (contract, exit 3).
         fault_codes = {3, 4}
         if failed is not None:
-            code = 3 if failed.state is RecordState.ERROR else 4
+            code = 3 if failed.state is State.ERROR else 4
             return "create", Expect({code}, final, 0, touched, fault_codes), (chosen, soft)
         spec = SPECS[profile]
         destroyed = {r.gpu_instance_id for r in live_soft}
@@ -753,7 +754,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         busy_matches = sum(
             1
             for r in self._records().values()
-            if r.state is RecordState.IDLE
+            if r.state is State.IDLE
             and r.profile == profile
             and (placement is None or (r.placement.start, r.placement.size) == placement)
             and self._processes(r)
@@ -912,7 +913,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         listed: list[str] = []
         if record is None:
             exp = Expect({3 if mig in self.external else 6})
-        elif record.state is RecordState.ACTIVE or self._processes(record):
+        elif record.state is State.ACTIVE or self._processes(record):
             exp = Expect({3})
         else:
             exp, listed = self._reclaim_targets_expect([record], dry_run)
@@ -942,7 +943,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         targets = [
             r
             for r in records.values()
-            if self._gpu_of(r.gpu_uuid) == gpu and r.state is not RecordState.ACTIVE
+            if self._gpu_of(r.gpu_uuid) == gpu and r.state is not State.ACTIVE
         ]
         exp, listed = self._reclaim_targets_expect(targets, dry_run)
         self._begin()
@@ -975,7 +976,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         chosen = [
             r
             for r in on_gpu
-            if r.state is not RecordState.ACTIVE
+            if r.state is not State.ACTIVE
             and _overlap((r.placement.start, r.placement.size), window)
         ]
         owned = {(r.gpu_instance_id, r.placement.start, r.placement.size) for r in chosen}
@@ -1007,7 +1008,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         failing = [
             r
             for r in records.values()
-            if r.state in (RecordState.ERROR, RecordState.RECLAIMING) and not self._processes(r)
+            if r.state in (State.ERROR, State.RECLAIMING) and not self._processes(r)
         ]  # a busy one is skipped
         final = {r.mig_uuid: {self._destroy_outcome(r)} for r in failing}
         exp = Expect(
@@ -1169,9 +1170,9 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"record {mig} ({record.state.value}, GI {record.gpu_instance_id} "
                 f"{record.profile} at {record.placement}) names another live instance"
             )
-            if record.state in (RecordState.ACTIVE, RecordState.IDLE):
+            if record.state in (State.ACTIVE, State.IDLE):
                 assert liveness == "complete", f"{record.state.value} {mig} is {liveness}"
-            if record.state is RecordState.ACTIVE:
+            if record.state is State.ACTIVE:
                 slot = _slot(record)
                 assert slot is not None, f"Active {mig} without an owner"
                 assert slot not in owners, f"{slot} owns {owners.get(slot)} and {mig}"
@@ -1179,7 +1180,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert slot == inst.owner
             else:
                 assert record.owner is None, f"{record.state.value} {mig} keeps an owner"
-            if record.state is RecordState.ERROR:
+            if record.state is State.ERROR:
                 assert record.error, f"Error {mig} without an error text"
                 assert liveness in ("complete", "gi-only"), f"Error {mig} is {liveness}"
 
@@ -1229,10 +1230,10 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"CDI spec of destroyed {owner} is neither removed nor queued"
             )
         for mig, record in records.items():
-            if record.state is RecordState.RECLAIMING or mig in self.damaged:
+            if record.state is State.RECLAIMING or mig in self.damaged:
                 continue
             assert spec_file_name(mig) in specs, f"{record.state.value} {mig} has no CDI spec"
-            if record.state is RecordState.ERROR:
+            if record.state is State.ERROR:
                 continue
             assert self.cdi.path_of(mig).read_bytes() == self._spec_bytes(record), (
                 f"CDI spec of {record.state.value} {mig} is stale"

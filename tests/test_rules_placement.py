@@ -55,7 +55,8 @@ from hamimig.engine.plans import Blocker, CreatePlan, plan_create
 from hamimig.errors import ConflictError, UnverifiableError
 from hamimig.hw.types import ComputeInstance, GpuInstance, Placement
 from hamimig.store.intents import Intent
-from hamimig.store.records import Owner, Record, RecordState
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import State
 
 GPU = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 OTHER_GPU = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
@@ -90,12 +91,12 @@ class Board:
     def instance(
         self,
         start: int,
-        state: RecordState,
+        state: State,
         profile_id: int = P_1G,
         updated_at: str | None = None,
     ) -> Record:
         """A live GI/CI pair with its record (Reclaiming: the CI already gone)."""
-        gi = self._gi(start, profile_id, ci=state is not RecordState.RECLAIMING)
+        gi = self._gi(start, profile_id, ci=state is not State.RECLAIMING)
         record = Record(
             mig_uuid=mig(gi.id),
             gpu_uuid=GPU,
@@ -104,17 +105,17 @@ class Board:
             gpu_instance_id=gi.id,
             compute_instance_id=0,
             state=state,
-            owner=Owner("ns", f"pod-{gi.id}") if state is RecordState.ACTIVE else None,
+            owner=Owner("ns", f"pod-{gi.id}") if state is State.ACTIVE else None,
             updated_at=updated_at,
         )
         self.records.append(record)
         return record
 
     def idle(self, start: int, profile_id: int = P_1G, updated_at: str | None = None) -> Record:
-        return self.instance(start, RecordState.IDLE, profile_id, updated_at)
+        return self.instance(start, State.IDLE, profile_id, updated_at)
 
     def active(self, start: int, profile_id: int = P_1G) -> Record:
-        return self.instance(start, RecordState.ACTIVE, profile_id)
+        return self.instance(start, State.ACTIVE, profile_id)
 
     def unmanaged(self, start: int, profile_id: int = P_1G) -> GpuInstance:
         return self._gi(start, profile_id, ci=True)
@@ -122,7 +123,7 @@ class Board:
     def orphan_gi(self, start: int, profile_id: int = P_1G) -> GpuInstance:
         return self._gi(start, profile_id, ci=False)
 
-    def gone(self, start: int, state: RecordState, profile_id: int = P_1G) -> Record:
+    def gone(self, start: int, state: State, profile_id: int = P_1G) -> Record:
         """A record whose hardware is already destroyed."""
         n = next(_ids)
         record = Record(
@@ -290,7 +291,7 @@ def test_a_busy_idle_instance_blocks_its_slices_like_an_active_one() -> None:
 
 def test_a_busy_error_instance_blocks_its_slices() -> None:
     board = Board()
-    busy = board.instance(0, RecordState.ERROR, P_2G)
+    busy = board.instance(0, State.ERROR, P_2G)
     with pytest.raises(ConflictError):
         board.plan(TWO_G[:1], is_busy=lambda r: r.mig_uuid == busy.mig_uuid)
 
@@ -337,7 +338,7 @@ def test_when_every_placement_is_blocked_for_good_the_request_is_refused() -> No
 
 def test_an_error_instance_in_the_way_has_its_destruction_retried() -> None:
     board = Board()
-    error = board.instance(0, RecordState.ERROR, P_2G)
+    error = board.instance(0, State.ERROR, P_2G)
     plan = board.plan(TWO_G[:1])
     assert plan.placement == Placement(0, 2)
     assert reclaimed(plan) == [error.mig_uuid]
@@ -345,15 +346,15 @@ def test_an_error_instance_in_the_way_has_its_destruction_retried() -> None:
 
 def test_a_reclaiming_instance_in_the_way_has_its_reclaim_finished() -> None:
     board = Board()
-    reclaiming = board.instance(0, RecordState.RECLAIMING, P_2G)
+    reclaiming = board.instance(0, State.RECLAIMING, P_2G)
     plan = board.plan(TWO_G[:1])
     assert reclaimed(plan) == [reclaiming.mig_uuid]
     assert plan.reclaim[0][1].status is Liveness.GI_ONLY
 
 
-@pytest.mark.parametrize("state", [RecordState.RECLAIMING, RecordState.ERROR])
+@pytest.mark.parametrize("state", [State.RECLAIMING, State.ERROR])
 def test_a_leftover_record_whose_hardware_is_gone_is_finished_before_the_create(
-    state: RecordState,
+    state: State,
 ) -> None:
     board = Board()
     leftover = board.gone(0, state)
@@ -365,7 +366,7 @@ def test_a_leftover_record_whose_hardware_is_gone_is_finished_before_the_create(
 
 def test_a_leftover_record_elsewhere_on_the_gpu_is_left_alone() -> None:
     board = Board()
-    board.gone(5, RecordState.RECLAIMING)
+    board.gone(5, State.RECLAIMING)
     plan = board.plan()
     assert plan.placement == Placement(0, 1)
     assert plan.reclaim == ()
@@ -457,9 +458,9 @@ def test_an_intent_whose_instance_already_has_a_record_does_not_stop_planning() 
     assert plan.placement == Placement(0, 1)
 
 
-@pytest.mark.parametrize("state", [RecordState.IDLE, RecordState.ACTIVE])
+@pytest.mark.parametrize("state", [State.IDLE, State.ACTIVE])
 def test_an_idle_or_active_record_whose_instance_is_not_live_stops_planning(
-    state: RecordState,
+    state: State,
 ) -> None:
     board = Board()
     board.gone(5, state)
@@ -467,17 +468,17 @@ def test_an_idle_or_active_record_whose_instance_is_not_live_stops_planning(
         board.plan()
 
 
-@pytest.mark.parametrize("state", [RecordState.IDLE, RecordState.ACTIVE])
-def test_an_idle_or_active_record_whose_ci_is_gone_stops_planning(state: RecordState) -> None:
+@pytest.mark.parametrize("state", [State.IDLE, State.ACTIVE])
+def test_an_idle_or_active_record_whose_ci_is_gone_stops_planning(state: State) -> None:
     board = Board()
-    record = board.instance(5, RecordState.RECLAIMING)
+    record = board.instance(5, State.RECLAIMING)
     board.records[-1] = dataclasses.replace(record, state=state)
     with pytest.raises(UnverifiableError, match="does not match the hardware"):
         board.plan()
 
 
-@pytest.mark.parametrize("state", [RecordState.ERROR, RecordState.RECLAIMING])
-def test_any_record_the_hardware_contradicts_stops_planning(state: RecordState) -> None:
+@pytest.mark.parametrize("state", [State.ERROR, State.RECLAIMING])
+def test_any_record_the_hardware_contradicts_stops_planning(state: State) -> None:
     board = Board()
     board.unmanaged(5)
     board.gone(5, state)  # recorded at 5:1 with a GI ID that is not the live one
@@ -493,7 +494,7 @@ def _gi(profile_id: int = P_1G, cis: tuple[ComputeInstance, ...] = ()) -> GpuIns
     return GpuInstance(0, GPU, 7, profile_id, Placement(2, 1), cis)
 
 
-def _record(state: RecordState) -> Record:
+def _record(state: State) -> Record:
     return Record(mig(7), GPU, "1g.10gb", Placement(2, 1), 7, 0, state=state)
 
 
@@ -510,12 +511,12 @@ def test_a_blocker_without_a_record_or_a_ci_is_an_orphan_gi() -> None:
 
 
 def test_a_recorded_blocker_names_its_state_and_mig_uuid() -> None:
-    blocker = Blocker(_gi(), _record(RecordState.ACTIVE), VERIFIED)
+    blocker = Blocker(_gi(), _record(State.ACTIVE), VERIFIED)
     assert blocker.describe(NAMES) == f"GI 7 (1g.10gb at 2:1) is Active ({mig(7)})"
 
 
 def test_a_busy_blocker_says_processes_run_on_it() -> None:
-    blocker = Blocker(_gi(), _record(RecordState.IDLE), VERIFIED, busy=True)
+    blocker = Blocker(_gi(), _record(State.IDLE), VERIFIED, busy=True)
     assert blocker.describe(NAMES) == (
         f"GI 7 (1g.10gb at 2:1) is Idle ({mig(7)}, busy: processes run on it)"
     )

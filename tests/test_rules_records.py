@@ -36,7 +36,8 @@ import pytest
 
 from hamimig.engine.facts import Liveness, check_record, check_reuse
 from hamimig.hw.types import ComputeInstance, GpuInstance, MigDevice, Placement
-from hamimig.store.records import Record, RecordState
+from hamimig.store.records import Record
+from hamimig.vocabulary import State
 
 GPU = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 OTHER_GPU = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
@@ -51,7 +52,7 @@ RECORD = Record(
     placement=Placement(2, 1),
     gpu_instance_id=9,
     compute_instance_id=0,
-    state=RecordState.IDLE,
+    state=State.IDLE,
     gpu_index=0,
 )
 

@@ -26,7 +26,8 @@ from hamimig.engine.recovery import created_by, owner_pod
 from hamimig.hw.types import ComputeInstance, GpuInstance, Placement
 from hamimig.pods.model import Pod
 from hamimig.store.intents import Intent
-from hamimig.store.records import Owner, Record, RecordState
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import State
 
 GPU = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 MIG = "MIG-11111111-0000-0000-0000-000000000000"
@@ -104,7 +105,7 @@ def test_without_a_journaled_gi_id_a_gi_holding_a_ci_is_never_its_own() -> None:
 # The pod that owns a record
 
 
-def record(state: RecordState = RecordState.ACTIVE, owner: Owner | None = None) -> Record:
+def record(state: State = State.ACTIVE, owner: Owner | None = None) -> Record:
     return Record(
         mig_uuid=MIG,
         gpu_uuid=GPU,
@@ -126,8 +127,8 @@ def test_an_active_records_owner_pod_is_the_pod_it_names() -> None:
     assert owner_pod(record(), [pod("q"), pod(namespace="other"), owner]) == owner
 
 
-@pytest.mark.parametrize("state", [RecordState.IDLE, RecordState.RECLAIMING, RecordState.ERROR])
-def test_a_record_that_is_not_active_has_no_owner_pod(state: RecordState) -> None:
+@pytest.mark.parametrize("state", [State.IDLE, State.RECLAIMING, State.ERROR])
+def test_a_record_that_is_not_active_has_no_owner_pod(state: State) -> None:
     assert owner_pod(record(state), [pod()]) is None
 
 

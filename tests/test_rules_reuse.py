@@ -48,7 +48,8 @@ from hamimig.engine.plans import (
 from hamimig.errors import UnverifiableError
 from hamimig.hw.types import Placement
 from hamimig.pods.model import Pod, PodSnapshot
-from hamimig.store.records import Owner, Record, RecordState
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import State
 
 GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 GPU1 = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
@@ -64,7 +65,7 @@ def record(
     profile: str = "1g.10gb",
     start: int = 0,
     size: int = 1,
-    state: RecordState = RecordState.IDLE,
+    state: State = State.IDLE,
     gpu_uuid: str = GPU0,
     gpu_index: int | None = 0,
     updated_at: str | None = None,
@@ -126,13 +127,13 @@ def test_an_idle_record_of_the_requested_profile_is_a_candidate() -> None:
     assert candidates(record(1)) == [mig(1)]
 
 
-@pytest.mark.parametrize("state", [RecordState.ACTIVE, RecordState.RECLAIMING, RecordState.ERROR])
-def test_only_idle_records_are_candidates(state: RecordState) -> None:
+@pytest.mark.parametrize("state", [State.ACTIVE, State.RECLAIMING, State.ERROR])
+def test_only_idle_records_are_candidates(state: State) -> None:
     assert candidates(record(1, state=state)) == []
 
 
 def test_an_error_instance_is_never_a_reuse_candidate() -> None:
-    assert candidates(record(1, state=RecordState.ERROR), record(2)) == [mig(2)]
+    assert candidates(record(1, state=State.ERROR), record(2)) == [mig(2)]
 
 
 def test_a_media_extension_profile_is_not_reused_for_the_plain_profile() -> None:
@@ -204,12 +205,12 @@ def slot(
 
 
 def test_a_slot_is_held_by_the_active_record_naming_it() -> None:
-    held = record(1, state=RecordState.ACTIVE, owner=slot())
+    held = record(1, state=State.ACTIVE, owner=slot())
     assert held_by(by_uuid(record(2), held), slot()) == held
 
 
-@pytest.mark.parametrize("state", [RecordState.IDLE, RecordState.RECLAIMING, RecordState.ERROR])
-def test_a_record_that_is_not_active_holds_no_slot(state: RecordState) -> None:
+@pytest.mark.parametrize("state", [State.IDLE, State.RECLAIMING, State.ERROR])
+def test_a_record_that_is_not_active_holds_no_slot(state: State) -> None:
     assert held_by(by_uuid(record(1, state=state, owner=slot())), slot()) is None
 
 
@@ -225,13 +226,13 @@ def test_a_record_that_is_not_active_holds_no_slot(state: RecordState) -> None:
 )
 def test_another_namespace_pod_container_or_device_is_another_slot(other: Owner) -> None:
     assert not same_slot(slot(), other)
-    assert held_by(by_uuid(record(1, state=RecordState.ACTIVE, owner=slot())), other) is None
+    assert held_by(by_uuid(record(1, state=State.ACTIVE, owner=slot())), other) is None
 
 
 def test_a_slot_with_another_pod_uid_is_another_slot() -> None:
     recreated = slot(uid="ffffffff-0000-4000-8000-000000000000")
     assert not same_slot(slot(), recreated)
-    assert held_by(by_uuid(record(1, state=RecordState.ACTIVE, owner=slot())), recreated) is None
+    assert held_by(by_uuid(record(1, state=State.ACTIVE, owner=slot())), recreated) is None
 
 
 def test_a_slot_without_a_uid_on_either_side_matches_any_uid() -> None:

@@ -23,12 +23,12 @@ from hamimig.store.records import (
     Owner,
     Record,
     RecordError,
-    RecordState,
     RecordStore,
     decode_record,
     encode_record,
     record_name,
 )
+from hamimig.vocabulary import State
 from tests.support.records import GPU, MIG, MIG2
 
 
@@ -62,7 +62,7 @@ def full_record(**changes: Any) -> Record:
         placement=Placement(2, 1),
         gpu_instance_id=9,
         compute_instance_id=0,
-        state=RecordState.ACTIVE,
+        state=State.ACTIVE,
         owner=Owner("ns", "pod", "uid-1", 1, 2),
         cdi_device="k8s.device-plugin.nvidia.com/dynamic-mig=mig-x",
         error=None,
@@ -81,9 +81,9 @@ def test_record_name_is_hamis() -> None:
 def test_round_trip() -> None:
     for record in (
         full_record(),
-        full_record(state=RecordState.IDLE, owner=None, cdi_device=None),
-        full_record(state=RecordState.ERROR, owner=None, error="NVML IN_USE"),
-        full_record(state=RecordState.RECLAIMING, owner=Owner("a", "b")),
+        full_record(state=State.IDLE, owner=None, cdi_device=None),
+        full_record(state=State.ERROR, owner=None, error="NVML IN_USE"),
+        full_record(state=State.RECLAIMING, owner=Owner("a", "b")),
         full_record(gpu_index=None),
     ):
         assert decode_record(record_name(MIG), encode_record(record)) == record
@@ -127,7 +127,7 @@ def test_a_record_written_by_hami_loads_as_unmanaged_idle(tmp_path: Path) -> Non
     records, problems = RecordStore(tmp_path).load()
     assert problems == []
     record = records[MIG]
-    assert record.state is RecordState.IDLE
+    assert record.state is State.IDLE
     assert record.managed is False
     assert record.owner is None
     assert (record.gpu_uuid, record.profile, record.placement) == (GPU, "1g.10gb", Placement(2, 1))
@@ -266,7 +266,7 @@ def test_write_modes_and_no_leftovers(tmp_path: Path) -> None:
         state = tmp_path / "run" / "state"
         store = RecordStore(state)
         store.write(full_record())
-        store.write(full_record(state=RecordState.IDLE, owner=None))
+        store.write(full_record(state=State.IDLE, owner=None))
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o750
@@ -274,7 +274,7 @@ def test_write_modes_and_no_leftovers(tmp_path: Path) -> None:
     assert os.listdir(state) == [record_name(MIG)]
     records, problems = store.load()
     assert problems == []
-    assert records[MIG].state is RecordState.IDLE
+    assert records[MIG].state is State.IDLE
 
 
 def test_remove_is_idempotent(tmp_path: Path) -> None:

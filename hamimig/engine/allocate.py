@@ -40,7 +40,7 @@ from hamimig.errors import (
 from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
 from hamimig.store.cdi import CdiStore, device_node_paths
 from hamimig.store.queue import QueuedRemoval
-from hamimig.store.records import Record, RecordState
+from hamimig.store.records import Record
 from hamimig.vocabulary import ActionKind, Outcome, State
 
 
@@ -112,7 +112,7 @@ def _check_own_entries(durable: Durable, holds: PodHolds, request: AllocateReque
     by_uuid = {uuid.lower(): record for uuid, record in durable.records.items()}
     for alloc in holds.own:
         record = by_uuid.get((alloc.mig_uuid or "").lower())
-        if record is not None and record.state in (RecordState.IDLE, RecordState.ERROR):
+        if record is not None and record.state in (State.IDLE, State.ERROR):
             raise UnverifiableError(
                 f"pod {request.owner.namespace}/{request.owner.name}'s allocation annotation "
                 f"(container {alloc.container_index} device {alloc.device_index}) names "
@@ -132,7 +132,7 @@ def _preview(node: Node, steps: list[Step], durable: Durable) -> Allocation:
         if cdi is not None and handout.spec is not None:
             name = cdi.qualified_name(handout.record.mig_uuid)
         record = dataclasses.replace(
-            handout.record, state=RecordState.ACTIVE, owner=handout.owner, cdi_device=name
+            handout.record, state=State.ACTIVE, owner=handout.owner, cdi_device=name
         )
         view = record_view(record, handout.device.gpu_index)
         return Allocation(view, Outcome.REUSED, dry_run=True, warnings=durable.warnings)
@@ -440,7 +440,7 @@ def _create(node: Node, steps: list[Step]) -> Allocation:
         except DestroyFailed as exc:
             assert isinstance(step.target, Managed)
             record = step.target.record
-            if record.state is RecordState.ERROR:
+            if record.state is State.ERROR:
                 blocker = BlockingInstance(
                     record.mig_uuid,
                     record.gpu_instance_id,

@@ -61,14 +61,14 @@ from hamimig.store.counters import (
     REUSES,
 )
 from hamimig.store.intents import Intent, new_intent_id
-from hamimig.store.records import Owner, Record, RecordState
-from hamimig.vocabulary import ActionKind, FileOpName
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import ActionKind, FileOpName, State
 
 PENDING_FORGET = "forgotten: the spec is removed right after its record"
 """What the CDI removal queue says while a forget is under way (a crash leaves it for reconcile)."""
 
 
-def set_state(node: Node, record: Record, target: RecordState, **changes: object) -> Record:
+def set_state(node: Node, record: Record, target: State, **changes: object) -> Record:
     """Write `record` in state `target`, if the transition table allows the move."""
     current: StateName = record.state
     check_transition(current, target, record.mig_uuid)
@@ -138,8 +138,8 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
     """
     hw = node.hardware()
     notes: list[str] = []
-    if record.state is not RecordState.RECLAIMING:
-        record = set_state(node, record, RecordState.RECLAIMING, error=None)
+    if record.state is not State.RECLAIMING:
+        record = set_state(node, record, State.RECLAIMING, error=None)
     try:
         if live.status is Liveness.COMPLETE:
             hw.destroy_compute_instance(
@@ -149,7 +149,7 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
             hw.destroy_gpu_instance(gpu_index, record.gpu_instance_id)
     except NvmlError as exc:
         node.counters().count(FAILURES, FAILED_DESTROY)
-        failed = set_state(node, record, RecordState.ERROR, error=exc.message)
+        failed = set_state(node, record, State.ERROR, error=exc.message)
         raise DestroyFailed(
             f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
             f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
@@ -158,7 +158,7 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
     note = remove_cdi_after_destroy(node, record.mig_uuid)
     if note:
         notes.append(note)
-    check_transition(RecordState.RECLAIMING, None, record.mig_uuid)
+    check_transition(State.RECLAIMING, None, record.mig_uuid)
     node.records().remove(record.mig_uuid)
     node.counters().count(RECLAIMS)
     return notes
@@ -235,14 +235,14 @@ def create_instance(
             placement=placement,
             gpu_instance_id=gi_id,
             compute_instance_id=ci.id,
-            state=RecordState.ACTIVE,
+            state=State.ACTIVE,
             owner=owner,
             cdi_device=cdi_name,
             created_at=now,
             updated_at=now,
             gpu_index=gpu.index,
         )
-        check_transition(Creating, RecordState.ACTIVE, ci.mig_uuid)
+        check_transition(Creating, State.ACTIVE, ci.mig_uuid)
         node.records().write(record)
     except (HamimigError, OSError) as exc:
         reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
@@ -483,7 +483,7 @@ def _hand_out(node: Node, target: Target) -> Applied:
         active = set_state(
             node,
             record,
-            RecordState.ACTIVE,
+            State.ACTIVE,
             owner=target.owner,
             cdi_device=name,
             gpu_index=device.gpu_index,
@@ -504,7 +504,7 @@ def _hand_out(node: Node, target: Target) -> Applied:
 def _release(node: Node, target: Target) -> Applied:
     assert isinstance(target, Managed)
     try:
-        idle = set_state(node, target.record, RecordState.IDLE, owner=None)
+        idle = set_state(node, target.record, State.IDLE, owner=None)
     except OSError as exc:
         raise HardwareError(f"cannot write the record of {target.record.mig_uuid}: {exc}") from None
     return Applied(idle)
@@ -521,10 +521,10 @@ def _finish(node: Node, target: Target) -> Applied:
     remove the files of an instance that is provably gone."""
     assert isinstance(target, Managed)
     if not target.gone:
-        if target.record.state is RecordState.ACTIVE:
+        if target.record.state is State.ACTIVE:
             # Recovery found no pod holding it (its CI is gone): released first, since an
             # Active instance is never reclaimed, then destroyed like any Idle one.
-            idle = set_state(node, target.record, RecordState.IDLE, owner=None)
+            idle = set_state(node, target.record, State.IDLE, owner=None)
             target = dataclasses.replace(target, record=idle)
         return _destroy(node, target)
     record = target.record
@@ -564,7 +564,7 @@ def _record_pair(node: Node, target: Target) -> Applied:
     spec the next recovery writes, never a spec that no record accounts for."""
     assert isinstance(target, Pair)
     record, gpu, gi, ci = target.record, target.gpu, target.gi, target.ci
-    state = RecordState.IDLE if target.owner is None else RecordState.ACTIVE
+    state = State.IDLE if target.owner is None else State.ACTIVE
     cdi_name = _cdi_name(node, ci.mig_uuid)
     if record is not None and _pair_as_recorded(node, target):
         # already as it should be: a second run changes nothing
@@ -601,7 +601,7 @@ def _record_pair(node: Node, target: Target) -> Applied:
 def _pair_as_recorded(node: Node, target: Pair) -> bool:
     """Whether a pair's record already says what recording it would write."""
     record = target.record
-    state = RecordState.IDLE if target.owner is None else RecordState.ACTIVE
+    state = State.IDLE if target.owner is None else State.ACTIVE
     cdi_name = _cdi_name(node, target.ci.mig_uuid)
     return (
         record is not None
@@ -617,7 +617,7 @@ def _idle_as_recorded(node: Node, record: Record) -> bool:
     """Whether restoring `record` Idle would leave it as it is (a record HAMi wrote stays as
     HAMi wrote it)."""
     cdi_name = _cdi_name(node, record.mig_uuid)
-    return record.state is RecordState.IDLE and (
+    return record.state is State.IDLE and (
         not record.managed or cdi_name is None or cdi_name == record.cdi_device
     )
 
@@ -647,7 +647,7 @@ def _restore_idle(node: Node, target: Target) -> Applied:
     idle = set_state(
         node,
         record,
-        RecordState.IDLE,
+        State.IDLE,
         owner=None,
         gpu_index=target.gpu_index,
         cdi_device=cdi_name or record.cdi_device,

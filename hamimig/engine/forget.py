@@ -46,7 +46,7 @@ from hamimig.errors import (
 from hamimig.store.cdi import device_name
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent
-from hamimig.store.records import Record, RecordState, forget_name
+from hamimig.store.records import Record, forget_name
 from hamimig.vocabulary import ActionKind, Outcome, State
 
 # The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
@@ -161,7 +161,7 @@ def _find_record(node: Node, mig_uuid: str) -> _Target:
 
 
 def _refuse_active(mig_uuid: str, record: Record) -> None:
-    if record.state is RecordState.ACTIVE:
+    if record.state is State.ACTIVE:
         held = f" (held by {record.owner.namespace}/{record.owner.name})" if record.owner else ""
         raise ConflictError(
             f"{mig_uuid} is Active{held}: release it first ('hamimig release --mig-uuid "

@@ -6,10 +6,11 @@ instances idle longest go first, so reuse keeps working for the profiles a node 
 while a rarely used one stops holding slices a whole-GPU job could use.
 
 What may go is decided by pure functions over values (the first half of this module), and the
-executor reclaims, as it reclaims any Idle instance. An instance is never evicted while a pod's allocation annotation names it or its
-slot (HAMi's plugin may have handed it out since hamimig last wrote its record), while processes
-run on it, or while an allocation is in flight on its slices; such an instance does not count
-toward the cap either, since it is not waiting for anyone.
+executor reclaims, as it reclaims any Idle instance. An instance is never evicted while a pod's
+allocation annotation names it or its slot (HAMi's plugin may have handed it out since hamimig
+last wrote its record), while processes run on it, or while an allocation is in flight on its
+slices; such an instance does not count toward the cap either, since it is not waiting for
+anyone.
 
 The second half of this module is reconcile's idle pass: it gathers the facts those rules judge
 (the Idle records checked against their GPU's layout, processes, the pods that hold or reserve
@@ -42,8 +43,8 @@ from hamimig.engine.results import Warning_
 from hamimig.engine.steps import Managed, Plan, Where
 from hamimig.errors import HamimigError
 from hamimig.hw.types import Gpu, MigHardware, Placement
-from hamimig.store.records import Record, RecordState
-from hamimig.vocabulary import ActionKind
+from hamimig.store.records import Record
+from hamimig.vocabulary import ActionKind, State
 
 SINCE_IDLE = "idleSince"
 SINCE_UPDATE = "updatedAt"
@@ -157,7 +158,7 @@ def decide(
 
 
 def idle_records(records: Iterable[Record]) -> list[Record]:
-    return [r for r in records if r.state is RecordState.IDLE]
+    return [r for r in records if r.state is State.IDLE]
 
 
 def seen_after(
@@ -168,7 +169,7 @@ def seen_after(
     pod holds it, so its clock starts again when it is released)."""
     out: dict[str, str] = {}
     for record in records:
-        if record.managed or record.state is not RecordState.IDLE:
+        if record.managed or record.state is not State.IDLE:
             continue
         if record.mig_uuid in unheld:
             out[record.mig_uuid] = seen.get(record.mig_uuid, now)

@@ -76,14 +76,14 @@ from hamimig.errors import (
 from hamimig.hw.types import Gpu, GpuInstance, Placement
 from hamimig.store.counters import LAST_RECONCILE
 from hamimig.store.intents import Intent
-from hamimig.store.records import Owner, Record, RecordState
+from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import ActionKind, Outcome, State
 
 if TYPE_CHECKING:
     from hamimig.pods.model import Pod
     from hamimig.pods.sources import PodSnapshot
 
-_DESTROYABLE = (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
+_DESTROYABLE = (State.IDLE, State.ERROR, State.RECLAIMING)
 
 
 def _resolved(node: Node, target: ByUuid, durable: Durable) -> ByUuid:
@@ -118,7 +118,7 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
         if isinstance(target, ByUuid):
             target = _resolved(node, target, durable)
             record = durable.records.get(target.mig_uuid)
-            if record is not None and record.state is RecordState.IDLE:
+            if record is not None and record.state is State.IDLE:
                 already = [record]
         else:
             active, released_before = pod_records(durable, target)
@@ -183,7 +183,7 @@ def _would_be_idle(step: Step, now: str) -> InstanceView:
     assert isinstance(step.target, Managed)
     before = step.target.record
     record = dataclasses.replace(before, owner=None, idle_since=now, last_owner=before.owner)
-    view = record_view(record, _index_hint(record), state=RecordState.IDLE)
+    view = record_view(record, _index_hint(record), state=State.IDLE)
     return view.with_outcome(Outcome.RELEASED)
 
 
@@ -194,7 +194,7 @@ def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
         record = durable.records.get(mig_uuid)
         if record is None:
             raise NotFoundError(f"no hamimig record for {mig_uuid}")
-        if record.state is not RecordState.ACTIVE:
+        if record.state is not State.ACTIVE:
             raise ConflictError(
                 f"{mig_uuid} is {record.state.value}, not Active: nothing to release"
             )
@@ -229,8 +229,8 @@ def pod_records(durable: Durable, target: ByPod) -> tuple[list[Record], list[Rec
         )
 
     records = sorted(durable.records.values(), key=lambda r: r.mig_uuid)
-    active = [r for r in records if r.state is RecordState.ACTIVE and names_it(r.owner)]
-    before = [r for r in records if r.state is RecordState.IDLE and names_it(r.last_owner)]
+    active = [r for r in records if r.state is State.ACTIVE and names_it(r.owner)]
+    before = [r for r in records if r.state is State.IDLE and names_it(r.last_owner)]
     holders = [(r.owner, "Active") for r in active] + [(r.last_owner, "Idle") for r in before]
     uids = sorted({(o.uid or "").lower() for o, _ in holders if o is not None})
     if active and len(uids) > 1:
@@ -372,7 +372,7 @@ def _verified(
             live = LiveCheck(Liveness.MISMATCH, moved(record, *at) or "its MIG UUID is live")
     if live.status is Liveness.MISMATCH:
         raise UnverifiableError(f"{record.mig_uuid}: {live.detail}; {NOTHING_CHANGED}")
-    if live.status is not Liveness.COMPLETE and record.state is RecordState.IDLE:
+    if live.status is not Liveness.COMPLETE and record.state is State.IDLE:
         raise UnverifiableError(
             f"Idle record {record.mig_uuid} does not match the hardware ({live.detail}); "
             f"run 'hamimig recover'; {NOTHING_CHANGED}"
@@ -396,7 +396,7 @@ def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Manage
                 f"{mig_uuid} has no hamimig record (Unmanaged): hamimig never reclaims it"
             )
         raise NotFoundError(f"no MIG instance {mig_uuid} on this node and no record of it")
-    if record.state is RecordState.ACTIVE:
+    if record.state is State.ACTIVE:
         owner = f" (held by {record.owner})" if record.owner else ""
         raise ConflictError(f"{mig_uuid} is Active{owner}: hamimig never reclaims it")
     gpu = hw.gpu_by_uuid(record.gpu_uuid)
@@ -548,7 +548,7 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
     _check_holders(durable, by_key, named)
     gone: list[tuple[Record, str]] = []
     for record in durable.records.values():
-        if record.state is not RecordState.ACTIVE or record.owner is None:
+        if record.state is not State.ACTIVE or record.owner is None:
             continue
         if record.mig_uuid.lower() not in named:
             why = _why_gone(record.owner, _owner_pods(record.owner, by_key))
@@ -589,7 +589,7 @@ def _check_holders(
         if len(claims) > 1:
             refusals.append(f"{mig_uuid} is named by {' and by '.join(wheres)}")
             continue
-        if record is None or record.state is not RecordState.ACTIVE or record.owner is None:
+        if record is None or record.state is not State.ACTIVE or record.owner is None:
             continue
         owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]
         if owners and all(p.key != claims[0][0] for p in owners):
@@ -620,7 +620,7 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
         (
             r
             for r in durable.records.values()
-            if r.state in (RecordState.ACTIVE, RecordState.IDLE) and cdi.exists(r.mig_uuid)
+            if r.state in (State.ACTIVE, State.IDLE) and cdi.exists(r.mig_uuid)
         ),
         key=lambda r: r.mig_uuid,
     )
@@ -702,11 +702,7 @@ def _plan_destroy_retries(
     hw = node.hardware()
     why_unknown = "no pod list" if pods is None else stale(node, pods)
     holds = PodHolds.of(pods if why_unknown is None else None)
-    errors = [
-        r
-        for r in durable.records.values()
-        if r.state in (RecordState.ERROR, RecordState.RECLAIMING)
-    ]
+    errors = [r for r in durable.records.values() if r.state in (State.ERROR, State.RECLAIMING)]
     for record in sorted(errors, key=lambda r: (r.updated_at or "", r.mig_uuid)):
         at = Where(record.mig_uuid, record.gpu_uuid, record.placement)
         try:

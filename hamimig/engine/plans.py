@@ -16,7 +16,7 @@ from hamimig.engine.results import Blocked, BlockingInstance, Hold
 from hamimig.errors import ConflictError, UnverifiableError
 from hamimig.hw.types import GpuInstance, Placement
 from hamimig.store.intents import Intent
-from hamimig.store.records import Owner, Record, RecordState
+from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import Setting, State
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class PodHolds:
             if alloc.gpu_uuid == record.gpu_uuid and alloc.placement.overlaps(record.placement):
                 how = "names its slot" if alloc.mig_uuid is not None else "reserves its slot"
                 return Hold(pod, how)
-        if record.state not in (RecordState.IDLE, RecordState.ERROR) or self.taken_at <= 0:
+        if record.state not in (State.IDLE, State.ERROR) or self.taken_at <= 0:
             return None
         released = record.idle_since or record.updated_at
         when = parse_time(released) if released else None
@@ -155,7 +155,7 @@ def same_slot(a: Owner, b: Owner) -> bool:
 
 def held_by(records: dict[str, Record], owner: Owner) -> Record | None:
     for record in records.values():
-        if record.state is RecordState.ACTIVE and record.owner and same_slot(record.owner, owner):
+        if record.state is State.ACTIVE and record.owner and same_slot(record.owner, owner):
             return record
     return None
 
@@ -174,7 +174,7 @@ def reuse_candidates(
     """
     out: list[tuple[int, int, str, str, Record]] = []
     for r in records.values():
-        if r.state is not RecordState.IDLE or r.profile != profile:
+        if r.state is not State.IDLE or r.profile != profile:
             continue
         if start is not None and r.placement.start != start:
             continue
@@ -229,7 +229,7 @@ def blocking_instance(
         state = State.UNMANAGED if cis else State.ORPHAN_GI
         mig_uuid = cis[0].mig_uuid if cis else None
         return BlockingInstance(mig_uuid, gi.id, profile, gi.placement, state)
-    owner = record.owner if record.state is RecordState.ACTIVE else None
+    owner = record.owner if record.state is State.ACTIVE else None
     return BlockingInstance(
         record.mig_uuid, gi.id, profile, gi.placement, record.state, owner, busy, held
     )
@@ -282,8 +282,7 @@ def plan_create(
     for r in records:
         live = check_record(r, layout, names)
         if live.status is Liveness.MISMATCH or (
-            live.status is not Liveness.COMPLETE
-            and r.state in (RecordState.IDLE, RecordState.ACTIVE)
+            live.status is not Liveness.COMPLETE and r.state in (State.IDLE, State.ACTIVE)
         ):
             raise UnverifiableError(
                 f"record {r.mig_uuid} ({r.state.value}, {r.profile} at {r.placement}) does "
@@ -300,11 +299,11 @@ def plan_create(
                     rec is not None
                     and check is not None
                     and check.status is Liveness.COMPLETE
-                    and rec.state is not RecordState.ACTIVE
+                    and rec.state is not State.ACTIVE
                     and is_busy(rec)
                 )
                 held = None
-                if rec is not None and rec.state is not RecordState.ACTIVE and holds:
+                if rec is not None and rec.state is not State.ACTIVE and holds:
                     held = holds.hold(rec)
                 out.append(Blocker(gi, rec, check, busy, held))
         # Free slices another pod's entry claims: the plugin would hand that pod whatever is
@@ -324,7 +323,7 @@ def plan_create(
             if b.record is None
             or b.busy
             or b.held is not None
-            or b.record.state not in (RecordState.IDLE, RecordState.ERROR, RecordState.RECLAIMING)
+            or b.record.state not in (State.IDLE, State.ERROR, State.RECLAIMING)
         ]
 
     def leftovers(p: Placement) -> list[Blocker]:
@@ -333,8 +332,8 @@ def plan_create(
         out = []
         for r in records:
             if r.placement.overlaps(p) and r.state in (
-                RecordState.RECLAIMING,
-                RecordState.ERROR,
+                State.RECLAIMING,
+                State.ERROR,
             ):
                 live = check_record(r, layout, names)
                 if live.status is Liveness.ABSENT:

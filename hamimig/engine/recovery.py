@@ -48,8 +48,8 @@ from hamimig.errors import NvmlError, UsageError
 from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.cdi import CdiStore, spec_file_name
 from hamimig.store.intents import Intent
-from hamimig.store.records import Owner, Record, RecordState
-from hamimig.vocabulary import ActionKind
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import ActionKind, State
 
 if TYPE_CHECKING:
     from hamimig.pods.annotation import MigAllocation
@@ -114,7 +114,7 @@ class _Survey:
 
 def owner_pod(record: Record, pods: list[Pod]) -> Pod | None:
     """The first of `pods` that an Active record names as its owner."""
-    if record.owner is None or record.state is not RecordState.ACTIVE:
+    if record.owner is None or record.state is not State.ACTIVE:
         return None
     owner = record.owner
     return next((pod for pod in pods if owned_by(owner, pod)), None)
@@ -304,7 +304,7 @@ def _record_disagrees(
     )
     if identity != named:
         return f"the record of {alloc.mig_uuid} disagrees with {where}"
-    if record.state in (RecordState.RECLAIMING, RecordState.ERROR):
+    if record.state in (State.RECLAIMING, State.ERROR):
         return f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
     other = survey.owner_holding(record)
     if other is not None and other.key != pod.key:
@@ -385,7 +385,7 @@ def _live_elsewhere(survey: _Survey, record: Record, by_gi: bool = True) -> str 
 
 
 def _drop_kind(record: Record) -> ActionKind:
-    if record.state is RecordState.RECLAIMING:
+    if record.state is State.RECLAIMING:
         return ActionKind.FINISH_RECLAIM
     return ActionKind.DROP_MISSING
 
@@ -432,12 +432,12 @@ def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
     record, live = target.record, target.live
     assert live is not None
     state = record.state
-    newer = changed_after(record, survey.pods) if state is RecordState.ACTIVE else None
+    newer = changed_after(record, survey.pods) if state is State.ACTIVE else None
     if newer:
         survey.plan.add(ActionKind.SKIP, _at(record), newer)
         return False
     # Without a pod source (doctor) an Active record's processes may be its pod's.
-    unknown_holder = not survey.pods_known and state is RecordState.ACTIVE
+    unknown_holder = not survey.pods_known and state is State.ACTIVE
     if (
         live.status is Liveness.COMPLETE
         and not unknown_holder
@@ -466,26 +466,26 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
         reason = f"no GPU instance at {record.placement} and no pod holds it"
         plan.add(_drop_kind(record), target, reason)
     elif (
-        record.state in (RecordState.RECLAIMING, RecordState.ERROR)
+        record.state in (State.RECLAIMING, State.ERROR)
         and live.status is Liveness.COMPLETE
         and (held := survey.may_be_held(record)) is not None
     ):
         plan.add(ActionKind.SKIP, _at(record), f"{held}; not destroyed")
-    elif record.state is RecordState.RECLAIMING or live.status is Liveness.GI_ONLY:
+    elif record.state is State.RECLAIMING or live.status is Liveness.GI_ONLY:
         reason = (
             "an interrupted reclaim"
-            if record.state is RecordState.RECLAIMING
+            if record.state is State.RECLAIMING
             else f"{live.detail}: not usable"
         )
         plan.add(ActionKind.FINISH_RECLAIM, target, reason)
-    elif record.state is RecordState.ERROR:
+    elif record.state is State.ERROR:
         reason = (
             f"Error instance ({record.error or 'destroy failed'}) is never reused; retrying its "
             "destruction"
         )
         plan.add(ActionKind.RETRY_DESTROY, target, reason)
     else:
-        was = "" if record.state is RecordState.IDLE else f" (was {record.state.value})"
+        was = "" if record.state is State.IDLE else f" (was {record.state.value})"
         plan.add(ActionKind.RESTORE_IDLE, target, f"verified live; no pod holds it{was}")
         assert live.gi is not None
         ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
@@ -664,9 +664,7 @@ def plan_queued_removals(
     }
     for item in durable.removals:
         again = durable.records.get(item.mig_uuid)
-        if item.mig_uuid in written or (
-            again is not None and again.state is not RecordState.RECLAIMING
-        ):
+        if item.mig_uuid in written or (again is not None and again.state is not State.RECLAIMING):
             reason = "the instance has a record again; its spec is kept"
             plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid, keep=True), reason)
             continue

@@ -56,10 +56,6 @@ RECORD_MODE = 0o600
 STATE_DIR_MODE = 0o750
 
 
-RecordState = State
-"""A record's state: one of `RECORD_STATES` (Creating lives in intents, the rest in views)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Owner:
     """The pod container device slot an Active instance is allocated to."""
@@ -107,7 +103,7 @@ class Record:
     placement: Placement
     gpu_instance_id: int
     compute_instance_id: int
-    state: RecordState = RecordState.IDLE
+    state: State = State.IDLE
     owner: Owner | None = None
     cdi_device: str | None = None
     error: str | None = None
@@ -206,7 +202,7 @@ def _decode_content(data: bytes) -> Record:
     )
     if "hamimig" not in doc:
         # Written by HAMi: it has no lifecycle state, and HAMi restores such instances as idle.
-        return dataclasses.replace(base, state=RecordState.IDLE, managed=False)
+        return dataclasses.replace(base, state=State.IDLE, managed=False)
     return _with_hamimig_fields(base, doc["hamimig"])
 
 

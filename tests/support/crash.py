@@ -20,7 +20,8 @@ from hamimig.sim.state import DURABLE_OPS
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.queue import QUEUE_NAME, RemovalQueue
-from hamimig.store.records import Record, RecordState, RecordStore, record_name
+from hamimig.store.records import Record, RecordStore, record_name
+from hamimig.vocabulary import State
 from tests.support.cli import Cli
 from tests.support.node import sim_state
 from tests.support.nvml import MUTATING_NVML
@@ -163,28 +164,24 @@ def check_invariants(snap: Snapshot) -> None:
         ]
         assert others == [], f"{record.mig_uuid}: another instance sits at its placement"
         complete = bool(live) and live[0].cis == ((record.compute_instance_id, record.mig_uuid),)
-        if record.state in (RecordState.ACTIVE, RecordState.IDLE):
+        if record.state in (State.ACTIVE, State.IDLE):
             assert complete, f"{record.state.value} record {record.mig_uuid} is not live"
-            assert (record.owner is not None) == (record.state is RecordState.ACTIVE)
+            assert (record.owner is not None) == (record.state is State.ACTIVE)
         else:
-            assert record.state in (RecordState.RECLAIMING, RecordState.ERROR), record
+            assert record.state in (State.RECLAIMING, State.ERROR), record
             assert record.owner is None
-            assert (record.error is not None) == (record.state is RecordState.ERROR)
+            assert (record.error is not None) == (record.state is State.ERROR)
     # (c) a spec only for an instance that is live and tracked, being reclaimed or in Error,
     # queued, or named by an intent; and every Active, Idle and Error instance has its spec
     allowed = (
         {u for u in snap.live_uuids() if u in snap.records}
-        | {
-            u
-            for u, r in snap.records.items()
-            if r.state in (RecordState.RECLAIMING, RecordState.ERROR)
-        }
+        | {u for u, r in snap.records.items() if r.state in (State.RECLAIMING, State.ERROR)}
         | set(snap.queued)
         | {i.mig_uuid for i in snap.intents if i.mig_uuid is not None}
     )
     assert snap.specs <= {spec_file_name(u) for u in allowed}, "a CDI spec nobody explains"
     for u, r in snap.records.items():
-        if r.state in (RecordState.ACTIVE, RecordState.IDLE, RecordState.ERROR):
+        if r.state in (State.ACTIVE, State.IDLE, State.ERROR):
             assert snap.has_spec(u), f"{r.state.value} {u} has no CDI spec"
     # a removal is queued only once the hardware is gone
     assert set(snap.queued).isdisjoint(snap.live_uuids())

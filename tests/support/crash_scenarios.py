@@ -15,7 +15,8 @@ from typing import Any
 
 from hamimig.hw.types import Placement
 from hamimig.store.cdi import spec_file_name
-from hamimig.store.records import Owner, Record, RecordState
+from hamimig.store.records import Owner, Record
+from hamimig.vocabulary import State
 from tests.support.cli import Cli, allocate_args, allocated, ok
 from tests.support.crash import Snapshot, snapshot
 from tests.support.nvml import CREATE_CI, CREATE_GI, DESTROY_CI, DESTROY_GI
@@ -142,7 +143,7 @@ def expect_create(
     if done >= 7:
         assert gi is not None and mig is not None
         record = snap.records[mig]
-        assert record.state is RecordState.ACTIVE
+        assert record.state is State.ACTIVE
         assert record.owner == NEW
         assert (record.gpu_uuid, record.profile, record.placement) == (gpu_uuid, profile, at)
         assert (record.gpu_instance_id, record.compute_instance_id) == (gi.id, gi.cis[0][0])
@@ -158,7 +159,7 @@ def spec_name_of(mig_uuid: str) -> str:
 def expect_neighbour(snap: Snapshot, setup: Setup) -> None:
     """The Active instance elsewhere on the GPU is never touched."""
     keep = setup.keep
-    assert (keep.state, keep.owner) == (RecordState.ACTIVE, KEEP)
+    assert (keep.state, keep.owner) == (State.ACTIVE, KEEP)
     assert snap.records[keep.mig_uuid] == keep
     gi = snap.gi_at(0, KEEP_AT)
     assert gi is not None
@@ -251,7 +252,7 @@ def expect_reclaimed(snap: Snapshot, record: Record, done: int, cdi_fails: bool 
     gi = snap.gi_at(0, record.placement)
     if done <= 4:
         now = snap.records[record.mig_uuid]
-        expected = RecordState.IDLE if done == 0 else RecordState.RECLAIMING
+        expected = State.IDLE if done == 0 else State.RECLAIMING
         assert now.state is expected
         assert (now.gpu_uuid, now.profile, now.placement, now.owner) == (
             record.gpu_uuid,
@@ -364,7 +365,7 @@ def _destroy_fails_expect(snap: Snapshot, setup: Setup, done: int) -> None:
         expect_reclaimed(snap, record, min(done, 2))
     else:
         now = snap.records[mig]
-        assert now.state is RecordState.ERROR
+        assert now.state is State.ERROR
         assert now.error == "NVML call nvmlGpuInstanceDestroy failed: IN_USE (code 19)"
         assert (now.gpu_instance_id, now.compute_instance_id, now.placement, now.owner) == (
             record.gpu_instance_id,

@@ -33,7 +33,8 @@ from hamimig.reports.views import Check, CheckStatus
 from hamimig.store.cdi import CdiDevice, CdiStore, spec_file_name
 from hamimig.store.cdi_base import BaseLookup
 from hamimig.store.files import Problem
-from hamimig.store.records import Record, RecordState, forget_name
+from hamimig.store.records import Record, forget_name
+from hamimig.vocabulary import State
 
 DOCTOR_TEMP_PREFIX = ".hamimig-doctor-"
 
@@ -192,7 +193,7 @@ def _missing_specs(
     checks: list[Check] = []
     for record in records.values():
         spec = spec_file_name(record.mig_uuid)
-        if spec in present or record.state not in (RecordState.ACTIVE, RecordState.IDLE):
+        if spec in present or record.state not in (State.ACTIVE, State.IDLE):
             continue
         if _needs_a_device(live, record):
             checks.append(

@@ -28,7 +28,8 @@ from hamimig.store.events import EventJournal
 from hamimig.store.files import StoreFiles
 from hamimig.store.idle_seen import IdleSeen
 from hamimig.store.lock import NodeLock
-from hamimig.store.records import STATE_DIR_MODE, RecordState
+from hamimig.store.records import STATE_DIR_MODE
+from hamimig.vocabulary import State
 
 
 def check_state_dir(path: Path) -> tuple[list[Check], str]:
@@ -160,7 +161,7 @@ def check_durable(node: Node, durable: Durable) -> list[Check]:
     if not any(c.name.startswith("record/") for c in checks):  # else the files say why
         by_state: dict[str, int] = {}
         for record in durable.records.values():
-            key = record.state.value if record.managed else f"{RecordState.IDLE.value} (HAMi's)"
+            key = record.state.value if record.managed else f"{State.IDLE.value} (HAMi's)"
             by_state[key] = by_state.get(key, 0) + 1
         detail = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items()))
         count = len(durable.records)
