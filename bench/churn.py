@@ -50,9 +50,10 @@ from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid, Owner, PlacementSpec
 from hamimig.hw.nvml import NvmlHardware
+from hamimig.hw.types import MEMORY_SLICES
 from hamimig.pods.model import Pod, PodSnapshot
 from hamimig.reports.simulator import sim_init
-from hamimig.sim.models import MEMORY_SLICES, MODELS
+from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore, mig_minors_text, new_state
 from hamimig.vocabulary import ActionKind, State

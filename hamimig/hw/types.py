@@ -14,6 +14,10 @@ from typing import NamedTuple, Protocol
 
 from hamimig.errors import UsageError
 
+MEMORY_SLICES = 8
+"""A100, H100, H200 and B200 have 8 memory slices; placements are expressed in them (a GPU's
+own count is the end of its last legal placement)."""
+
 
 class MigMode(str, enum.Enum):
     """A GPU's MIG mode as `list`'s `migMode` spells it (docs/formats.md "JSON results")."""

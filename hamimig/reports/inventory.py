@@ -25,7 +25,7 @@ from hamimig.engine.lookup import resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.results import InstanceView, Warning_, record_view
 from hamimig.errors import HamimigError, NotFoundError, UsageError
-from hamimig.hw.types import Gpu, GpuInstance, MigDevice, MigHardware, MigMode
+from hamimig.hw.types import MEMORY_SLICES, Gpu, GpuInstance, MigDevice, MigHardware, MigMode
 from hamimig.reports.views import (
     GpuProfiles,
     GpuView,
@@ -38,8 +38,6 @@ from hamimig.store.intents import Intent
 from hamimig.store.records import Record, record_name
 from hamimig.vocabulary import State
 
-_DEFAULT_MEMORY_SLICES = 8
-
 
 def _gpus(hw: MigHardware, gpu_ref: int | str | None) -> list[Gpu]:
     if gpu_ref is not None:
@@ -49,7 +47,7 @@ def _gpus(hw: MigHardware, gpu_ref: int | str | None) -> list[Gpu]:
 
 def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
     ends = [p.end for prof in hw.profiles(gpu.index) for p in prof.placements]
-    return max(ends, default=_DEFAULT_MEMORY_SLICES)
+    return max(ends, default=MEMORY_SLICES)
 
 
 def _intent_view(intent: Intent, gpu_index: int, gi: GpuInstance | None) -> InstanceView:

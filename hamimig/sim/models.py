@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MEMORY_SLICES = 8
-"""A100, H100, H200 and B200 have 8 memory slices; placements are expressed in them."""
-
 
 @dataclass(frozen=True)
 class ProfileSpec:
