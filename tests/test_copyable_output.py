@@ -15,7 +15,7 @@ import pytest
 
 from hamimig.store.records import record_name
 from tests.support.cli import Cli, allocated, idle, ok, sim, sim_create
-from tests.support.tables import plain_rows
+from tests.support.tables import boxed_rows, plain_rows
 
 LONG_OWNER = "team-a/a-very-long-pod-name-for-training-0"
 
@@ -31,35 +31,6 @@ def _printed(
     lines = ran.stdout.splitlines()
     assert all(len(line) <= width for line in lines), ran.stdout
     return lines
-
-
-def _table(lines: list[str], first: str, key: str) -> list[dict[str, str]]:
-    """The rows of the boxed table whose header starts with column `first`; a row starts on the
-    line where column `key` (one that never wraps) has text, and each cell is its fragments
-    joined as they were folded (a space rich wrapped at is lost: compare `_unspaced`)."""
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"┃ {first} "))
-    while lines[start - 1].startswith("┃"):  # a header wrapped over lines
-        start -= 1
-    parts: list[list[str]] = []
-    while lines[start].startswith("┃"):
-        cells = [c.strip() for c in lines[start].split("┃")[1:-1]]
-        parts = parts or [[] for _ in cells]
-        for part, cell in zip(parts, cells, strict=True):
-            part.extend([cell] if cell else [])
-        start += 1
-    header = [" ".join(part) for part in parts]
-    rows: list[dict[str, list[str]]] = []
-    for line in lines[start:]:
-        if line.startswith("└"):
-            break
-        if not line.startswith("│"):
-            continue
-        cells = dict(zip(header, (c.strip() for c in line.split("│")[1:-1]), strict=True))
-        if cells[key] or not rows:
-            rows.append({name: [] for name in header})
-        for name, cell in cells.items():
-            rows[-1][name].extend([cell] if cell else [])
-    return [{name: "".join(fragments) for name, fragments in row.items()} for row in rows]
 
 
 def _unspaced(text: str) -> str:
@@ -86,7 +57,7 @@ def test_doctor_folds_a_failing_records_name_path_and_fix(
     assert report["summary"]["fail"] >= 1
     lines = _printed(cli, monkeypatch, width, "doctor", code=5)
     assert not any("…" in line for line in lines), "\n".join(lines)
-    rows = {row["CHECK"]: row for row in _table(lines, "CHECK", "STATUS")}
+    rows = {row["CHECK"]: row for row in boxed_rows(lines, "CHECK", "STATUS")}
     # Every check of the report is in the table under its whole name, with its whole detail
     # and fix (a path folds mid-word, never cut).
     assert sorted(rows) == sorted(c["name"] for c in report["checks"])
@@ -129,7 +100,7 @@ def test_config_show_keys_values_and_sources_whole(
     settings = ok(cli.json("config", "show"))["settings"]
     lines = _printed(cli, monkeypatch, width, "config", "show")
     assert not any("…" in line for line in lines), "\n".join(lines)
-    rows = _table(lines, "SETTING", "SETTING")
+    rows = boxed_rows(lines, "SETTING", "SETTING")
     assert [row["SETTING"] for row in rows] == [s["key"] for s in settings]
     for row, setting in zip(rows, settings, strict=True):
         value = setting["value"]
@@ -162,7 +133,7 @@ def test_wide_list_shows_every_column_plain_list_shows(
     cli: Cli, monkeypatch: pytest.MonkeyPatch, width: int
 ) -> None:
     _wide_node(cli)
-    plain = _table(_printed(cli, monkeypatch, width, "list"), "GPU", "GPU")
+    plain = boxed_rows(_printed(cli, monkeypatch, width, "list"), "GPU", "GPU")
     wide = _wide_header(_printed(cli, monkeypatch, width, "-o", "wide", "list"))
     # Wide means more, never less: its CDI DEVICE is the whole of plain's CDI, its PROCESSES
     # column what plain's `(busy)` says.
@@ -177,7 +148,7 @@ def test_wide_list_shows_uuids_whole_where_plain_list_does(
 ) -> None:
     _wide_node(cli)
     uuids = {i["migUUID"] for i in ok(cli.json("list"))["instances"]}
-    plain = _table(_printed(cli, monkeypatch, 120, "list"), "GPU", "GPU")
+    plain = boxed_rows(_printed(cli, monkeypatch, 120, "list"), "GPU", "GPU")
     assert {row["MIG UUID"] for row in plain} == uuids
     wide = _printed(cli, monkeypatch, 120, "-o", "wide", "list")
     assert {line.split()[1] for line in wide[2:] if line[:1].isdigit()} == uuids
@@ -191,7 +162,7 @@ def test_events_fold_long_pods_instead_of_cutting_the_row(
     events = ok(cli.json("events"))["events"]
     lines = _printed(cli, monkeypatch, width, "events")
     # Rules where they fit (120); kubectl's look where they would leave REASON no room (80).
-    rows = _table(lines, "TIME", "TIME") if width > 80 else plain_rows(lines, "TIME")
+    rows = boxed_rows(lines, "TIME", "TIME") if width > 80 else plain_rows(lines, "TIME")
     assert len(rows) == len(events)
     for row, event in zip(rows, events, strict=True):
         assert row["ACTION"] == event["action"], row

@@ -16,7 +16,7 @@ import pytest
 from hamimig.cli.render import _short_uuids
 from tests.support.cli import Cli, allocated, fault, idle, ok, sim_create
 from tests.support.pods import PodsFile
-from tests.support.tables import plain_rows
+from tests.support.tables import boxed_rows, plain_rows
 
 WIDTH = 80
 LONG_OWNER = "team-a/a-very-long-pod-name-for-training-0"
@@ -54,35 +54,6 @@ def _lines(cli: Cli, *args: str, output: str | None = None) -> list[str]:
     return lines
 
 
-def _boxed(lines: list[str], first: str) -> list[dict[str, str]]:
-    """The rows of the boxed table whose header starts with column `first`, each physical line's
-    fragments of a cell joined (a wrapped cell continues on lines whose first cell is empty)."""
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"┃ {first} "))
-    while lines[start - 1].startswith("┃"):  # a header wrapped over lines
-        start -= 1
-    parts: list[list[str]] = []
-    while lines[start].startswith("┃"):
-        cells = [c.strip() for c in lines[start].split("┃")[1:-1]]
-        parts = parts or [[] for _ in cells]
-        for part, cell in zip(parts, cells, strict=True):
-            part.extend([cell] if cell else [])
-        start += 1
-    header = [" ".join(part) for part in parts]
-    rows: list[dict[str, list[str]]] = []
-    for line in lines[start:]:
-        if line.startswith("└"):
-            break
-        if not line.startswith("│"):
-            continue
-        cells = [c.strip() for c in line.split("│")[1:-1]]
-        if cells[0] or not rows:
-            rows.append({name: [] for name in header})
-        for name, cell in zip(header, cells, strict=True):
-            if cell:
-                rows[-1][name].append(cell)
-    return [{name: "".join(parts) for name, parts in row.items()} for row in rows]
-
-
 def _assert_unique_prefixes(shown: list[str], uuids: list[str]) -> None:
     for cell in shown:
         if cell == "-":
@@ -101,7 +72,7 @@ def test_list_keeps_what_matters_at_80_columns(
     migs = _node(cli)
     _narrow(monkeypatch, terminal)
     lines = _lines(cli, "list")
-    rows = _boxed(lines, "GPU")
+    rows = boxed_rows(lines, "GPU")
     assert list(rows[0]) == ["GPU", "MIG UUID", "PROFILE", "PLACEMENT", "STATE", "OWNER"]
     assert len(rows) == len(migs)
     # Each MIG UUID is a prefix naming exactly one instance, and cut only after the prefix.
@@ -143,7 +114,7 @@ def test_piped_without_columns_keeps_every_column_whole(
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     ran = cli("list")
     assert ran.exit_code == 0, ran.stderr
-    rows = _boxed(ran.stdout.splitlines(), "GPU")
+    rows = boxed_rows(ran.stdout.splitlines(), "GPU")
     assert list(rows[0]) == [
         "GPU",
         "MIG UUID",
@@ -168,7 +139,7 @@ def test_recover_keeps_action_and_reason_at_80_columns(
     _narrow(monkeypatch, terminal=True)
     lines = _lines(cli, "recover", "--assume-no-pods", "--dry-run")
     assert lines[0] == "recovery (dry run: nothing changed)"
-    rows = _boxed(lines, "ACTION")
+    rows = boxed_rows(lines, "ACTION")
     assert {"ACTION", "MIG UUID", "REASON"} <= set(rows[0])
     assert [row["ACTION"] for row in rows] == [a["action"] for a in plan]
     # Every reason is there whole, wrapped over lines (compared without the spaces it wraps at).
@@ -191,7 +162,7 @@ def test_reconcile_at_80_columns(
     _narrow(monkeypatch, terminal=False)
     lines = _lines(cli, "reconcile", "--pods", pods, "--dry-run")
     assert lines[0] == "reconcile (dry run: nothing changed)"
-    rows = _boxed(lines, "ACTION")
+    rows = boxed_rows(lines, "ACTION")
     assert {"ACTION", "MIG UUID", "REASON"} <= set(rows[0])
     for row, action in zip(rows, plan, strict=True):
         assert _unspaced(row["REASON"]) == _unspaced(action["reason"]), row
@@ -209,7 +180,7 @@ def test_profiles_names_compute_and_memory_slices(
     assert len(titles) == 2
     assert all(line == line.rstrip() for line in titles)
     # 3g.40gb: 3 compute slices, placed on 4 memory slices; each column says which it counts.
-    rows = _boxed(lines, "PROFILE")
+    rows = boxed_rows(lines, "PROFILE")
     assert list(rows[0]) == [
         "PROFILE",
         "ID",
@@ -342,7 +313,7 @@ def test_old_form_uuids_fold_whole_in_a_narrow_list(
     assert all(u.startswith("MIG-GPU-") for u in uuids)
     lines = _at(old, monkeypatch, 80, "list")
     assert not [line for line in lines if "…" in line], "\n".join(lines)
-    rows = _boxed(lines, "GPU")
+    rows = boxed_rows(lines, "GPU")
     # The columns a new-form list keeps at 80, each MIG UUID whole (folded over lines).
     assert {"GPU", "MIG UUID", "PROFILE", "PLACEMENT", "STATE", "OWNER"} <= set(rows[0])
     assert sorted(row["MIG UUID"] for row in rows) == uuids
@@ -364,7 +335,7 @@ def test_recover_names_each_gpu_whole(cli: Cli, monkeypatch: pytest.MonkeyPatch)
     plan = ok(cli.json("recover", "--assume-no-pods", "--dry-run"))["actions"]
     monkeypatch.delenv("COLUMNS", raising=False)
     ran = cli("recover", "--assume-no-pods", "--dry-run")
-    rows = _boxed(ran.stdout.splitlines(), "ACTION")
+    rows = boxed_rows(ran.stdout.splitlines(), "ACTION")
     assert [row["GPU UUID"] for row in rows] == [a["gpuUUID"] or "-" for a in plan]
     for gpu in {a["gpuUUID"] for a in plan if a["gpuUUID"]}:
         assert cli("list", "--gpu", gpu).exit_code == 0  # what is shown is what commands take
@@ -380,7 +351,7 @@ def test_a_failed_event_leaves_reason_room_at_80_columns(
     lines = _at(cli, monkeypatch, 80, "events")
     if lines[0].startswith("┏"):  # rules where they fit
         assert lines[1].split("┃")[-2].strip() == "REASON", lines[1]  # the header whole
-        rows = _boxed(lines, "TIME")
+        rows = boxed_rows(lines, "TIME")
     else:
         assert lines[0].split()[-1] == "REASON", lines[0]
         rows = plain_rows(lines, "TIME")
@@ -404,7 +375,7 @@ def test_sim_show_and_profiles_fold_rather_than_cut(
         assert mig in shown, (mig, "\n".join(lines))
     lines = _at(cli, monkeypatch, 60, "profiles")
     assert not [line for line in lines if "…" in line], "\n".join(lines)
-    rows = _boxed(lines, "")
+    rows = boxed_rows(lines, "")
     assert _unspaced(" ".join(rows[0])) == _unspaced(
         "PROFILE ID COMPUTE SLICES MEMORY MiB FREE/TOTAL MEMORY SLICES (placement start:size)"
     )
@@ -430,8 +401,8 @@ def test_forget_dry_run_is_laid_out_as_forget(cli: Cli, monkeypatch: pytest.Monk
     widths = (100, 101, 102)
     migs = [idle(cli, f"ns/p{n}", "1g.10gb", str(n)) for n in range(len(widths))]
     for width, mig in zip(widths, migs, strict=True):
-        dry = _boxed(_at(cli, monkeypatch, width, "forget", "--dry-run", mig), "GPU")
-        real = _boxed(_at(cli, monkeypatch, width, "forget", mig), "GPU")
+        dry = boxed_rows(_at(cli, monkeypatch, width, "forget", "--dry-run", mig), "GPU")
+        real = boxed_rows(_at(cli, monkeypatch, width, "forget", mig), "GPU")
         assert list(dry[0]) == list(real[0]), (width, dry, real)
         assert dry[0]["MIG UUID"] == real[0]["MIG UUID"] == mig, (width, dry, real)
         assert (_unspaced(dry[0]["OUTCOME"]), real[0]["OUTCOME"]) == ("wouldforget", "forgotten")

@@ -25,7 +25,7 @@ from hamimig.hw.types import Gpu, MigHardware
 from hamimig.hw.types import legal_placement as legal_placement  # re-exported
 from hamimig.hw.types import parse_placement as parse_placement  # re-exported
 from hamimig.sim.backend import SimBackend
-from hamimig.sim.files import NodeFiles, no_node, node_home
+from hamimig.sim.files import NodeFiles, node_home, not_a_node
 from hamimig.store.cdi import CdiStore
 from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters
@@ -209,12 +209,8 @@ class Node:
         directories: in its home); any other path must have an existing parent, so a typo is an
         error rather than a new tree.
         """
-        if self.sim is not None and not self.sim.is_file():
-            # Before the directories in its home are made: nothing of a node that is not there
-            # (a directory or a FIFO named as the node file is no node either).
-            if not self.sim.exists():
-                raise no_node(self.sim)
-            raise UsageError(f"{self.sim} is no regular file, so no simulated node")
+        if self.sim is not None and (problem := not_a_node(self.sim)) is not None:
+            raise problem  # before the directories in its home are made: nothing of no node
         home = None if self.sim is None else node_home(self.sim)
         check_usable_dir(
             self.state_dir,

@@ -168,19 +168,8 @@ def holder_problem(directory: Path, holder: str, held: str) -> Warning_ | None:
         return None
     except OSError as exc:
         return _uninspectable(directory, holder, exc)
-    uid = os.geteuid()
-    mode = stat.S_IMODE(st.st_mode)
-    if st.st_uid not in (0, uid):
-        fix = f"chown {uid} {shlex.quote(str(directory))}"
-        why = f"is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner"
-        return Warning_(
-            str(directory), f"{holder} {directory} {why} can replace {held} ({fix})", fix
-        )
-    if mode & 0o022 and not mode & stat.S_ISVTX:
-        fix = f"chmod go-w {shlex.quote(str(directory))}"
-        why = f"has mode {mode:04o}: others can replace {held}"
-        return Warning_(str(directory), f"{holder} {directory} {why} ({fix})", fix)
-    return None
+    harm = f"can replace {held}"
+    return _loose(directory, st, f"{holder} {directory}", harm, f"others {harm}", sticky_ok=True)
 
 
 def parent_problem(path: Path) -> Warning_ | None:
@@ -245,16 +234,31 @@ def path_problem(path: Path, what: str) -> Warning_ | None:
         return _uninspectable(path, what, exc)
     if stat.S_ISLNK(st.st_mode):  # a link is refused by the stores themselves
         return None
+    return _loose(
+        path, st, what, "can forge it", "group- or world-writable, so others can forge it"
+    )
+
+
+def _loose(
+    path: Path,
+    st: os.stat_result,
+    subject: str,
+    owner_harm: str,
+    mode_harm: str,
+    sticky_ok: bool = False,
+) -> Warning_ | None:
+    """Owned by neither root nor this user (its owner may do anything to it), or group- or
+    world-writable (for a directory with the sticky bit, when `sticky_ok`, others may only add
+    their own files): the warning naming `subject`, what that lets them do, and the fix."""
     uid = os.geteuid()
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid not in (0, uid):
         fix = f"chown {uid} {shlex.quote(str(path))}"
         why = f"is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner"
-        return Warning_(str(path), f"{what} {why} can forge it ({fix})", fix)
-    if mode & 0o022:
+        return Warning_(str(path), f"{subject} {why} {owner_harm} ({fix})", fix)
+    if mode & 0o022 and not (sticky_ok and mode & stat.S_ISVTX):
         fix = f"chmod go-w {shlex.quote(str(path))}"
-        why = f"has mode {mode:04o}: group- or world-writable, so others can forge it"
-        return Warning_(str(path), f"{what} {why} ({fix})", fix)
+        return Warning_(str(path), f"{subject} has mode {mode:04o}: {mode_harm} ({fix})", fix)
     return None
 
 

@@ -90,6 +90,16 @@ def no_node(node: Path) -> UsageError:
     return UsageError(f"no simulated node at {node}: run 'hamimig --sim {node} sim init'")
 
 
+def not_a_node(node: Path) -> UsageError | None:
+    """Why `node` cannot be a simulated node's file: it does not exist (`no_node`), or it is no
+    regular file (a directory; a FIFO, whose read would block); None when it may be one."""
+    if node.is_file():
+        return None
+    if not node.exists():
+        return no_node(node)
+    return UsageError(f"{node} is no regular file, so no simulated node")
+
+
 def node_home(node: Path) -> Path:
     """The node's own directory: its state and CDI directories, config and driver files, unless
     the command line names others. `<file>.d` for a node made before homes, or not made yet."""

@@ -34,6 +34,7 @@ from hamimig.sim.files import (
     NodeFiles,
     home_problem,
     no_node,
+    not_a_node,
     put,
     recorded_home,
     write_access,
@@ -428,10 +429,8 @@ class SimStore:
         """The node's lock; for a node already `made` (all but `create`), only when its file
         exists, so a mistyped `--sim` leaves no lock file behind."""
         assert self.path is not None
-        if made and not self.path.exists():
-            raise no_node(self.path)
-        if self.path.exists() and not self.path.is_file():  # a FIFO would block the read
-            raise UsageError(f"{self.path} is no regular file, so no simulated node")
+        if (made or self.path.exists()) and (problem := not_a_node(self.path)) is not None:
+            raise problem
         fd = self._lock_file(made)
         try:
             if fd is not None:
