@@ -440,7 +440,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _sequential_destroy(
         self, targets: list[Record], final: dict[str, set[str]]
     ) -> Record | None:
-        """Destroy targets in order until one fails (the engine stops there); returns it."""
+        """Destroy targets in order until one fails (allocate stops there); returns it."""
         for record in targets:
             outcome = self._destroy_outcome(record)
             final[record.mig_uuid] = {outcome}
@@ -892,8 +892,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         ordered = sorted((r for r in targets if not self._processes(r)), key=_age)
         if dry_run:
             return Expect({0}, fault_codes={0, 3, 4}), [r.mig_uuid for r in ordered]
-        final: dict[str, set[str]] = {}
-        failed = self._sequential_destroy(ordered, final)
+        # Unlike allocate, reclaim goes on past a target it cannot destroy (maintenance._each):
+        # every target gets its own outcome, and one left in Error makes the exit 4.
+        final = {r.mig_uuid: {self._destroy_outcome(r)} for r in ordered}
+        failed = any(ERROR in outcome for outcome in final.values())
         return (
             Expect(
                 {4 if failed else 0},
