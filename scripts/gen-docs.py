@@ -10,10 +10,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hamimig.cli.app import app
-from hamimig.cli.docs import generate
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # docgen/ sits beside the package, not in it
+
+from docgen import generate  # noqa: E402
+from hamimig.cli.app import app  # noqa: E402
 
 
 def main() -> int:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from docgen import generate
 from hamimig.cli.app import app
-from hamimig.cli.docs import generate
 from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import WRITES, SimNvml
 from hamimig.sim.ops import SIMULATED_NVML, FaultAction

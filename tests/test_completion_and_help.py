@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from docgen import ZSH_FIRST_TAB
 from hamimig.cli.app import app, command
-from hamimig.cli.docs import ZSH_FIRST_TAB
 from hamimig.hw.types import Placement
 from hamimig.reports.completion import board_profiles
 from hamimig.sim.models import MODELS

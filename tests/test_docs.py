@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from docgen import generate
+from docgen.manpage import commands
 from hamimig.cli.app import app
-from hamimig.cli.docs import generate
-from hamimig.cli.manpage import commands
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from docgen.manpage import commands, man_page
 from hamimig.cli.app import app
-from hamimig.cli.manpage import commands, man_page
 from hamimig.config import ENV_OVERRIDES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,13 +1,14 @@
 """What `scripts/gen-docs.py` writes: the shell completion scripts Typer generates (they call
-back into hamimig: `cli/completion.py`) and the man page (`cli/manpage.py`); a test regenerates
-them to catch staleness."""
+back into hamimig: `hamimig/cli/completion.py`) and the man page (`manpage.py`); a test
+regenerates them to catch staleness. Build-time tooling, so it lives beside the package and is
+not installed with it."""
 
 from __future__ import annotations
 
 import typer
 
+from docgen.manpage import man_page
 from hamimig.cli.completion import COMPLETE_VAR
-from hamimig.cli.manpage import man_page
 
 COMPLETIONS = {"bash": "hamimig.bash", "zsh": "_hamimig", "fish": "hamimig.fish"}
 """Each shell's completion script, by the file name its completion system looks for."""
