@@ -21,6 +21,7 @@ from typing import Any
 from hamimig.errors import GpuInstanceUnreadable, NvmlError, NvmlUnavailableError, UsageError
 from hamimig.hw.minors import DEFAULT_MIG_MINORS, MigMinors
 from hamimig.hw.types import (
+    FULL_CI_PROFILE_BY_SLICES,
     CapabilityMinors,
     ComputeInstance,
     GiProfile,
@@ -37,7 +38,6 @@ _NO_DRIVER = (
     "or use a simulated node"
 )
 _PLACEMENT_ARRAY = 16
-_FULL_CI_INDEX_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 6: 6, 7: 4, 8: 5}
 # The process lists HAMi counts: compute, and the two that may be missing (see `_process_ids`).
 _COMPUTE_PROCESSES = "nvmlDeviceGetComputeRunningProcesses"
 _NOT_FOUND = "NVML_ERROR_FUNCTION_NOT_FOUND"
@@ -456,7 +456,7 @@ class NvmlHardware:
         ci_info = self._c(
             "nvmlGpuInstanceGetComputeInstanceProfileInfo",
             gi_handle,
-            _FULL_CI_INDEX_BY_SLICES[slices],
+            FULL_CI_PROFILE_BY_SLICES[slices],
             self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
             2,
         )

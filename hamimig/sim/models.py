@@ -44,9 +44,6 @@ class ModelSpec:
 IDX_1_SLICE, IDX_2_SLICE, IDX_3_SLICE, IDX_4_SLICE, IDX_7_SLICE = 0, 1, 2, 3, 4
 IDX_1_SLICE_REV1, IDX_1_SLICE_REV2 = 7, 9
 
-# Compute-instance profile indexes/IDs for the CI spanning a whole GI of N compute slices.
-FULL_CI_PROFILE_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
-
 
 def _board(
     key: str,

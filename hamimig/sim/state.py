@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from hamimig.errors import HardwareError, UsageError
-from hamimig.hw.types import MEMORY_SLICES
+from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES
 from hamimig.sim.files import (
     FILE_MODE,
     HOME_SUFFIX,
@@ -40,7 +40,7 @@ from hamimig.sim.files import (
     write_access,
     write_node_files,
 )
-from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS, ModelSpec
+from hamimig.sim.models import MODELS, ModelSpec
 from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
