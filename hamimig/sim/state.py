@@ -41,7 +41,7 @@ from hamimig.sim.files import (
     write_node_files,
 )
 from hamimig.sim.models import MODELS, ModelSpec
-from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind
+from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind, FaultAction
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
 SCHEMA_VERSION = 1
@@ -52,7 +52,7 @@ FIRST_NEW_UUID_DRIVER = 470
 FILE_OPS: tuple[str, ...] = tuple(op.value for op in FileOpName)
 DURABLE_OPS: tuple[str, ...] = tuple(op.value for op in DURABLE_FILE_OPS)
 """The file operations of the durable state (every file op but the event journal's append)."""
-FAULT_ACTIONS = ("raise", "crash-before", "crash-after")
+FAULT_ACTIONS = tuple(action.value for action in FaultAction)
 CRASH_EXIT_STATUS = 137
 
 # The NVML error names a fault may carry, with nvml.h's codes.
@@ -550,14 +550,15 @@ class SimStore:
         self._merge(state.calls)
         self._write_document(state.to_json(), state)
 
+    def _guard(self) -> contextlib.AbstractContextManager[None]:
+        """The node's lock; nothing to lock for a node held in memory."""
+        return contextlib.nullcontext() if self.path is None else self._locked()
+
     def read(self) -> NodeState:
         """A consistent copy of the state for read-only use (not counted as a call), with this
         process's calls counted so far."""
-        if self.path is None:
+        with self._guard():
             state = self._load()
-        else:
-            with self._locked():
-                state = self._load()
         for name, n in self._pending.items():
             state.calls[name] = state.calls.get(name, 0) + n
         return state
@@ -565,24 +566,16 @@ class SimStore:
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
         """Lock and load; write back on the way out only if the caller marked it dirty."""
-        if self.path is None:
-            session = Session(self._load())
-            try:
-                yield session
-            finally:
-                if session.dirty:
-                    self._write(session.state)
-                else:
-                    self._merge(self._document()["calls"])
-            return
-        with self._locked():
+        with self._guard():
             session = Session(self._load(shared=True))
-            before = session.state.to_json() if CHECK_READS else None
+            before = session.state.to_json() if CHECK_READS and self.path is not None else None
             try:
                 yield session
             finally:
                 if session.dirty:
                     self._write(session.state)
+                elif self.path is None:
+                    self._merge(self._document()["calls"])
                 elif before is not None and session.state.to_json() != before:
                     _PARSED.pop(self.path, None)
                     raise AssertionError("a read-only simulated call changed the node's state")
@@ -598,12 +591,7 @@ class SimStore:
     def transaction(self) -> Iterator[Document]:
         """Edit the stored JSON document itself (a test changing the node behind everyone's
         back); `edit()` is the typed way."""
-        if self.path is None:
-            doc = self._document()
-            yield doc
-            self._write_document(doc)
-            return
-        with self._locked():
+        with self._guard():
             doc = self._document()
             try:
                 yield doc
@@ -681,15 +669,6 @@ def fault_armed(state: NodeState, op: str) -> bool:
 # Faults
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One fired fault: what the caller must do instead of, or around, the operation."""
-
-    op: str
-    action: str
-    error: str
-
-
 def normalise_fault(
     op: str, error: str | None, action: str, times: int, skip: int, gpu: int | None
 ) -> SimFault:
@@ -719,8 +698,9 @@ def normalise_fault(
     return SimFault(op, name, action, times, skip, gpu)
 
 
-def take_fault(state: NodeState, op: str, gpu: int | None) -> Fault | None:
-    """Count one matching call against the faults and return the one that fires, if any.
+def take_fault(state: NodeState, op: str, gpu: int | None) -> SimFault | None:
+    """Count one matching call against the faults and return the one that fires, if any: what
+    the caller must do instead of, or around, the operation.
 
     Consumption is recorded in `state`; callers write it back before the fault takes effect,
     so a later process never fires the same fault again.
@@ -736,7 +716,7 @@ def take_fault(state: NodeState, op: str, gpu: int | None) -> Fault | None:
         fault.times -= 1
         if fault.times <= 0:
             state.faults.remove(fault)
-        return Fault(op=op, action=fault.action, error=fault.error)
+        return fault
     return None
 
 
