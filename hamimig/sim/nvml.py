@@ -35,6 +35,8 @@ from hamimig.sim.state import (
     fault_armed,
     mig_devices,
     model_of,
+    profile_of,
+    require_mig,
     take_fault,
 )
 
@@ -182,42 +184,28 @@ class SimNvml:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU handle")
         return self._gpu(state, gpu)
 
-    @staticmethod
-    def _profile(gpu: SimGpu, profile_id: int) -> ProfileSpec:
-        """The GPU's GI profile with this ID; INVALID_ARGUMENT, as NVML answers, otherwise."""
-        spec = model_of(gpu).profile_by_id(profile_id)
-        if spec is None:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
-        return spec
-
-    @staticmethod
-    def _require_mig(gpu: SimGpu) -> None:
-        if not gpu.mig_enabled:
-            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "MIG mode is disabled")
-
     def _gi(self, state: NodeState, handle: Any) -> tuple[SimGpu, SimGi]:
         kind, gpu_index, gi_id, _ = _decode(handle)
         if kind != _GI:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU instance handle")
         gpu = self._gpu(state, gpu_index)
-        self._require_mig(gpu)
-        for gi in gpu.gis:
-            if gi.id == gi_id:
-                return gpu, gi
-        raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale GPU instance handle")
+        require_mig(gpu)
+        gi = next((gi for gi in gpu.gis if gi.id == gi_id), None)
+        if gi is None:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale GPU instance handle")
+        return gpu, gi
 
     def _ci(self, state: NodeState, handle: Any, kind_expected: int) -> tuple[SimGpu, SimGi, SimCi]:
         kind, gpu_index, gi_id, ci_id = _decode(handle)
         if kind != kind_expected:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "wrong handle kind")
         gpu = self._gpu(state, gpu_index)
-        self._require_mig(gpu)
-        for gi in gpu.gis:
-            if gi.id == gi_id:
-                for ci in gi.cis:
-                    if ci.id == ci_id:
-                        return gpu, gi, ci
-        raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale handle")
+        require_mig(gpu)
+        pairs = ((gi, ci) for gi in gpu.gis for ci in gi.cis)
+        found = next(((gi, ci) for gi, ci in pairs if (gi.id, ci.id) == (gi_id, ci_id)), None)
+        if found is None:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale handle")
+        return gpu, *found
 
     def _gpu_of(self, handle: Any) -> int | None:
         if handle is None or isinstance(handle, (str, bytes)):  # a UUID names no GPU index
@@ -301,7 +289,7 @@ class SimNvml:
     def nvmlDeviceGetName(self, state: NodeState, handle: Any) -> str:
         if _decode(handle)[0] == _MIG:
             gpu, gi, _ = self._ci(state, handle, _MIG)
-            profile = self._profile(gpu, gi.profile_id)
+            profile = profile_of(gpu, gi.profile_id)
             return f"{model_of(gpu).nvml_name} MIG {profile.name}"
         return model_of(self._device_gpu(state, handle)).nvml_name
 
@@ -389,7 +377,7 @@ class SimNvml:
     def nvmlDeviceGetGpuInstanceProfileInfoById(
         self, state: NodeState, handle: Any, profileId: int
     ) -> Any:
-        return self._profile_info(self._profile(self._device_gpu(state, handle), profileId), 2)
+        return self._profile_info(profile_of(self._device_gpu(state, handle), profileId), 2)
 
     nvmlDeviceGetGpuInstanceProfileInfoByIdV = nvmlDeviceGetGpuInstanceProfileInfoById
 
@@ -397,7 +385,7 @@ class SimNvml:
     def nvmlDeviceGetGpuInstancePossiblePlacements(
         self, state: NodeState, handle: Any, profileId: int, placementsRef: Any, countRef: Any
     ) -> int:
-        spec = self._profile(self._device_gpu(state, handle), profileId)
+        spec = profile_of(self._device_gpu(state, handle), profileId)
         items = []
         for start in spec.starts:
             placement = self._nv.c_nvmlGpuInstancePlacement_t()
@@ -410,8 +398,8 @@ class SimNvml:
         self, state: NodeState, handle: Any, profileId: int
     ) -> int:
         gpu = self._device_gpu(state, handle)
-        self._require_mig(gpu)
-        spec = self._profile(gpu, profileId)
+        require_mig(gpu)
+        spec = profile_of(gpu, profileId)
         taken = [(g.start, g.size) for g in gpu.gis]
         free = [s for s in spec.starts if all(s + spec.size <= a or a + n <= s for a, n in taken)]
         # Count disjoint free placements greedily: what could still be created side by side.
@@ -442,8 +430,8 @@ class SimNvml:
         self, state: NodeState, handle: Any, profileId: int, gpuInstancesRef: Any, countRef: Any
     ) -> int:
         gpu = self._device_gpu(state, handle)
-        self._require_mig(gpu)
-        self._profile(gpu, profileId)
+        require_mig(gpu)
+        profile_of(gpu, profileId)
         items = [self._handle(_GI, gpu.index, g.id) for g in gpu.gis if g.profile_id == profileId]
         return self._fill_array(gpuInstancesRef, countRef, items)
 
@@ -452,7 +440,7 @@ class SimNvml:
         self, state: NodeState, handle: Any, gpuInstanceId: int
     ) -> Any:
         gpu = self._device_gpu(state, handle)
-        self._require_mig(gpu)
+        require_mig(gpu)
         if any(gi.id == gpuInstanceId for gi in gpu.gis):
             return self._handle(_GI, gpu.index, gpuInstanceId)
         raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no GI {gpuInstanceId}")
@@ -484,7 +472,7 @@ class SimNvml:
         if profile not in offered:
             raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], f"CI profile {profile}")
         slices = offered[profile]
-        gi_spec = self._profile(gpu, gi.profile_id)
+        gi_spec = profile_of(gpu, gi.profile_id)
         if version == 2:
             info = self._nv.c_nvmlComputeInstanceProfileInfo_v2_t()
             whole = slices == gi_spec.slice_count
@@ -566,7 +554,7 @@ class SimNvml:
     @_nvml
     def nvmlDeviceGetMigDeviceHandleByIndex(self, state: NodeState, handle: Any, index: int) -> Any:
         gpu = self._device_gpu(state, handle)
-        self._require_mig(gpu)
+        require_mig(gpu)
         if not 0 <= index < _MAX_MIG_DEVICES:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"MIG index {index}")
         devices = mig_devices(gpu)

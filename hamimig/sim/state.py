@@ -40,7 +40,7 @@ from hamimig.sim.files import (
     write_access,
     write_node_files,
 )
-from hamimig.sim.models import MODELS, ModelSpec
+from hamimig.sim.models import MODELS, ModelSpec, ProfileSpec
 from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind, FaultAction
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
@@ -758,6 +758,19 @@ def model_of(gpu: SimGpu) -> ModelSpec:
     return MODELS[gpu.model]
 
 
+def profile_of(gpu: SimGpu, profile_id: int) -> ProfileSpec:
+    """The GPU's GI profile with this ID; INVALID_ARGUMENT, as NVML answers, otherwise."""
+    spec = model_of(gpu).profile_by_id(profile_id)
+    if spec is None:
+        raise SimNvmlFailure(NVML_ERROR_CODES["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
+    return spec
+
+
+def require_mig(gpu: SimGpu) -> None:
+    if not gpu.mig_enabled:
+        raise SimNvmlFailure(NVML_ERROR_CODES["NOT_SUPPORTED"], "MIG mode is disabled")
+
+
 def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
     """Pick a GI ID the way A100/H100 drivers were observed to, lowest free otherwise."""
     used = {gi.id for gi in gpu.gis}
@@ -779,11 +792,8 @@ def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
 
 def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
     """Create a GI on a simulated GPU, enforcing placement legality, overlap and limits."""
-    if not gpu.mig_enabled:
-        raise SimNvmlFailure(NVML_ERROR_CODES["NOT_SUPPORTED"], "MIG mode is disabled")
-    profile = model_of(gpu).profile_by_id(profile_id)
-    if profile is None:
-        raise SimNvmlFailure(NVML_ERROR_CODES["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
+    require_mig(gpu)
+    profile = profile_of(gpu, profile_id)
     if start not in profile.starts:
         raise SimNvmlFailure(
             NVML_ERROR_CODES["INVALID_ARGUMENT"],
@@ -808,9 +818,7 @@ def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
 
 
 def gi_slices(gpu: SimGpu, gi: SimGi) -> int:
-    profile = model_of(gpu).profile_by_id(gi.profile_id)
-    assert profile is not None
-    return profile.slice_count
+    return profile_of(gpu, gi.profile_id).slice_count
 
 
 def ci_profiles_of(gpu: SimGpu, gi: SimGi) -> dict[int, int]:
@@ -873,21 +881,16 @@ def find_gpu(state: NodeState, ref: str | int) -> SimGpu:
 
 
 def find_mig(state: NodeState, mig_uuid: str) -> tuple[SimGpu, SimGi, SimCi]:
-    for gpu in state.gpus:
-        for gi in gpu.gis:
-            for ci in gi.cis:
-                if ci.mig_uuid == mig_uuid:
-                    return gpu, gi, ci
+    pairs = ((gpu, gi, ci) for gpu in state.gpus for gi in gpu.gis for ci in gi.cis)
+    found = next((pair for pair in pairs if pair[2].mig_uuid == mig_uuid), None)
+    if found is not None:
+        return found
     raise UsageError(f"no MIG instance {mig_uuid} on the simulated node")
 
 
 def held_gi(state: NodeState, mig_uuid: str) -> SimGi | None:
     """The GI a client holds on behalf of `mig_uuid` (`sim busy --gi-only`), CI or not."""
-    for gpu in state.gpus:
-        for gi in gpu.gis:
-            if gi.held_for == mig_uuid:
-                return gi
-    return None
+    return next((gi for gpu in state.gpus for gi in gpu.gis if gi.held_for == mig_uuid), None)
 
 
 def as_hardware_error(exc: SimNvmlFailure, what: str) -> HardwareError:
