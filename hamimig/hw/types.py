@@ -220,5 +220,5 @@ def legal_placement(
         if p.start == start and (size is None or size == p.size):
             return p
     legal = ", ".join(str(p) for p in placements)
-    asked = f"{start}" if size is None else f"{start}:{size}"
+    asked = PlacementSpec(start, size)
     raise UsageError(f"placement {asked} is not legal for {profile_name}; legal: {legal}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import functools
@@ -214,14 +215,7 @@ class SimFault:
     gpu: int | None
 
     def to_json(self) -> Document:
-        return {
-            "op": self.op,
-            "error": self.error,
-            "action": self.action,
-            "times": self.times,
-            "skip": self.skip,
-            "gpu": self.gpu,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, doc: Document) -> SimFault:
