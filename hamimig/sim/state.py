@@ -496,20 +496,17 @@ class SimStore:
             if cached is not None and cached[0] == raw:
                 return cached[1]
         doc = self._document(raw)
+        where = "the in-memory simulated node" if path is None else str(path)
         try:
             state = NodeState.from_json(doc)
             for gpu in state.gpus:
                 if gpu.model not in MODELS:
                     raise ValueError(f"GPU {gpu.index} has unknown model {gpu.model!r}")
             for fault in state.faults:
-                normalise_fault(
-                    fault.op, fault.error, fault.action, fault.times, fault.skip, fault.gpu
-                )
+                normalise_fault(**dataclasses.asdict(fault))
         except UsageError as exc:
-            where = "the in-memory simulated node" if self.path is None else str(self.path)
             raise UsageError(f"{where} is malformed: {exc.message}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            where = "the in-memory simulated node" if self.path is None else str(self.path)
             raise UsageError(f"{where} is malformed: {type(exc).__name__} {exc}") from None
         if shared and path is not None and raw is not None:
             _remember(path, raw, state)
