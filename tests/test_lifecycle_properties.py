@@ -66,10 +66,10 @@ from hamimig.engine.requests import AllIdle, AllocateRequest, ByPod, ByUuid, Win
 from hamimig.errors import HamimigError
 from hamimig.hw.minors import parse_mig_minors
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.hw.types import parse_placement
+from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, parse_placement
 from hamimig.pods.model import Pod, PodSnapshot
 from hamimig.sim import state as sim_state
-from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
+from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import (
     SimNvmlFailure,

@@ -21,6 +21,7 @@ from typing import Any
 from hamimig.errors import GpuInstanceUnreadable, NvmlError, NvmlUnavailableError, UsageError
 from hamimig.hw.minors import DEFAULT_MIG_MINORS, MigMinors
 from hamimig.hw.types import (
+    FULL_CI_PROFILE_BY_SLICES,
     CapabilityMinors,
     ComputeInstance,
     GiProfile,
@@ -37,7 +38,6 @@ _NO_DRIVER = (
     "or use a simulated node"
 )
 _PLACEMENT_ARRAY = 16
-_FULL_CI_INDEX_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 6: 6, 7: 4, 8: 5}
 # The process lists HAMi counts: compute, and the two that may be missing (see `_process_ids`).
 _COMPUTE_PROCESSES = "nvmlDeviceGetComputeRunningProcesses"
 _NOT_FOUND = "NVML_ERROR_FUNCTION_NOT_FOUND"
@@ -137,6 +137,10 @@ class NvmlHardware:
     def _text(value: Any) -> str:
         return value.decode() if isinstance(value, bytes) else str(value)
 
+    def _name(self, info: Any) -> str:
+        """A profile's name without NVML's `MIG ` prefix."""
+        return self._text(info.name).removeprefix("MIG ")
+
     def _handle(self, index: int) -> Any:
         handle = self._handles.get(index)
         if handle is None:
@@ -231,26 +235,34 @@ class NvmlHardware:
             cache.append((index, info))
             yield index, info
 
-    def _placements(self, gpu: int, profile_id: int) -> tuple[Placement, ...]:
-        handle = self._handle(gpu)
-        size = _PLACEMENT_ARRAY
+    def _array(self, call: str, ctype: Any, size: int, *args: Any) -> list[Any]:
+        """An NVML array call, its array sized for today's boards and grown on
+        INSUFFICIENT_SIZE rather than spending a call on the count."""
         while True:
-            array = (self._nv.c_nvmlGpuInstancePlacement_t * size)()
+            array = (ctype * size)()
             count = ctypes.c_uint(size)
-            fn = self._nv.nvmlDeviceGetGpuInstancePossiblePlacements
             try:
-                fn(handle, profile_id, array, ctypes.byref(count))
+                getattr(self._nv, call)(*args, array, ctypes.byref(count))
             except self._nv.NVMLError as exc:
                 if self._name_of(exc) == "INSUFFICIENT_SIZE" and count.value > size:
                     size = count.value
                     continue
-                raise self._wrap("nvmlDeviceGetGpuInstancePossiblePlacements", exc) from None
-            return tuple(Placement(array[i].start, array[i].size) for i in range(count.value))
+                raise self._wrap(call, exc) from None
+            return [array[i] for i in range(count.value)]
+
+    def _placements(self, gpu: int, profile_id: int) -> tuple[Placement, ...]:
+        found = self._array(
+            "nvmlDeviceGetGpuInstancePossiblePlacements",
+            self._nv.c_nvmlGpuInstancePlacement_t,
+            _PLACEMENT_ARRAY,
+            self._handle(gpu),
+            profile_id,
+        )
+        return tuple(Placement(p.start, p.size) for p in found)
 
     def _profile(self, gpu: int, index: int, info: Any) -> GiProfile:
-        name = self._text(info.name).removeprefix("MIG ")
         return GiProfile(
-            name=name,
+            name=self._name(info),
             id=int(info.id),
             index=index,
             slice_count=int(info.sliceCount),
@@ -280,7 +292,7 @@ class NvmlHardware:
         if gpu in self._profiles:
             return next((p for p in self._profiles[gpu] if p.name == name), None)
         for index, info in self._infos(gpu):
-            if info is not None and self._text(info.name).removeprefix("MIG ") == name:
+            if info is not None and self._name(info) == name:
                 return self._profile(gpu, index, info)
         return None
 
@@ -325,20 +337,9 @@ class NvmlHardware:
         )
 
     def _gpu_instances(self, handle: Any, profile_id: int) -> list[Any]:
-        """GI handles of one profile; the array is sized for today's boards (at most 7 per
-        profile) and grown on INSUFFICIENT_SIZE rather than spending a call on the count."""
-        size = 8
-        while True:
-            array = (self._nv.c_nvmlGpuInstance_t * size)()
-            count = ctypes.c_uint(size)
-            try:
-                self._nv.nvmlDeviceGetGpuInstances(handle, profile_id, array, ctypes.byref(count))
-            except self._nv.NVMLError as exc:
-                if self._name_of(exc) == "INSUFFICIENT_SIZE" and count.value > size:
-                    size = count.value
-                    continue
-                raise self._wrap("nvmlDeviceGetGpuInstances", exc) from None
-            return [array[i] for i in range(count.value)]
+        """GI handles of one profile (at most 7 per profile on today's boards)."""
+        args = (self._nv.c_nvmlGpuInstance_t, 8, handle, profile_id)
+        return self._array("nvmlDeviceGetGpuInstances", *args)
 
     def _spans_gi(self, mig: Any) -> bool:
         """One call: a CI with fewer compute slices than its GI leaves room for another's."""
@@ -405,14 +406,10 @@ class NvmlHardware:
 
     def profile_name(self, gpu: int, profile_id: int) -> str | None:
         """The name of a profile ID in one call where the driver offers the by-ID lookup."""
-        for profile in self._profiles.get(gpu, ()):
-            if profile.id == profile_id:
-                return profile.name
-        for _, info in self._profile_infos.get(gpu, []):  # already read by a layout scan
+        for _, info in self._profile_infos.get(gpu, []):  # already read by a scan
             if info is not None and int(info.id) == profile_id:
-                return self._text(info.name).removeprefix("MIG ")
-        by_id = getattr(self._nv, "nvmlDeviceGetGpuInstanceProfileInfoById", None)
-        if by_id is not None:
+                return self._name(info)
+        if hasattr(self._nv, "nvmlDeviceGetGpuInstanceProfileInfoById"):
             info = self._try(
                 "nvmlDeviceGetGpuInstanceProfileInfoById",
                 self._handle(gpu),
@@ -420,10 +417,10 @@ class NvmlHardware:
                 absent=("FUNCTION_NOT_FOUND", "NOT_SUPPORTED", "INVALID_ARGUMENT"),
             )
             if info is not None:
-                return self._text(info.name).removeprefix("MIG ")
+                return self._name(info)
         for _, info in self._infos(gpu):  # older drivers: walk the profile indexes
             if info is not None and int(info.id) == profile_id:
-                return self._text(info.name).removeprefix("MIG ")
+                return self._name(info)
         return None
 
     # --- mutations -----------------------------------------------------------------------------
@@ -456,7 +453,7 @@ class NvmlHardware:
         ci_info = self._c(
             "nvmlGpuInstanceGetComputeInstanceProfileInfo",
             gi_handle,
-            _FULL_CI_INDEX_BY_SLICES[slices],
+            FULL_CI_PROFILE_BY_SLICES[slices],
             self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
             2,
         )

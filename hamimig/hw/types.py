@@ -18,6 +18,11 @@ MEMORY_SLICES = 8
 """A100, H100, H200 and B200 have 8 memory slices; placements are expressed in them (a GPU's
 own count is the end of its last legal placement)."""
 
+FULL_CI_PROFILE_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 6: 6, 7: 4, 8: 5}
+"""The compute-instance profile (NVML's `NVML_COMPUTE_INSTANCE_PROFILE_<N>_SLICE`) of the CI
+that spans a whole GI of N compute slices: the one table of them, which the real adapter asks
+NVML for and the simulator offers."""
+
 
 class MigMode(str, enum.Enum):
     """A GPU's MIG mode as `list`'s `migMode` spells it (docs/formats.md "JSON results")."""
@@ -215,5 +220,5 @@ def legal_placement(
         if p.start == start and (size is None or size == p.size):
             return p
     legal = ", ".join(str(p) for p in placements)
-    asked = f"{start}" if size is None else f"{start}:{size}"
+    asked = PlacementSpec(start, size)
     raise UsageError(f"placement {asked} is not legal for {profile_name}; legal: {legal}")

@@ -147,6 +147,8 @@ class _Counter:
         return self.store.read().calls
 
     def delta(self) -> tuple[int, int, int]:
+        """The NVML calls since the last delta: all but init and shutdown, creations, and
+        destructions."""
         after = self._calls()
         diff = {k: v - self.before.get(k, 0) for k, v in after.items()}
         self.before = after
@@ -204,18 +206,9 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         shown = list_instances(node).instances
         node.close()
         counter.delta()  # the listing itself is not part of the step
-        return DemoStep(
-            number,
-            title,
-            narration,
-            f"{base} {command}",
-            outcome,
-            exit_code,
-            calls,
-            creations,
-            destructions,
-            shown,
-        )
+        command = f"{base} {command}"
+        counts = (calls, creations, destructions)
+        return DemoStep(number, title, narration, command, outcome, exit_code, *counts, shown)
 
     def alloc(
         pod: str, profile: str, placement: str, expected: Outcome = Outcome.CREATED
@@ -227,7 +220,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         result = allocation.allocate(node, request, _running_pods(node))
         _expect(
             result.outcome is expected,
-            f"the allocation for {pod} was {_how(result)}, not {_how_word(expected)}",
+            f"the allocation for {pod} was {_how(result.outcome)}, not {_how(expected)}",
         )
         _expect(result.instance.mig_uuid is not None, f"the allocation for {pod} has no MIG UUID")
         return result
@@ -419,12 +412,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     )
 
 
-def _how_word(outcome: Outcome) -> str:
+def _how(outcome: Outcome) -> str:
     return "already held" if outcome is Outcome.UNCHANGED else outcome.value
-
-
-def _how(result: Allocation) -> str:
-    return _how_word(result.outcome)
 
 
 def _uuid(result: Allocation) -> str:
@@ -435,7 +424,7 @@ def _told(result: Allocation) -> str:
     """The outcome line of an allocation step, as the narration shows it."""
     inst = result.instance
     extra = f"; reclaimed {', '.join(result.reclaimed)}" if result.reclaimed else ""
-    return f"{_how(result)} {inst.mig_uuid} ({inst.profile} at {inst.placement}){extra}"
+    return f"{_how(result.outcome)} {inst.mig_uuid} ({inst.profile} at {inst.placement}){extra}"
 
 
 def _expect_error_kept(node: Node, uuid: str | None) -> None:

@@ -3,16 +3,20 @@ reported as the view the CLI renders."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec
 
 from hamimig.config import DEFAULT_CDI_KIND
 from hamimig.engine.lookup import is_reference, match_reference
 from hamimig.engine.results import InstanceView
 from hamimig.reports.views import SimView
 from hamimig.sim import admin
-from hamimig.sim.ops import DRIVER_VERSION, BusyKind
+from hamimig.sim.ops import BusyKind
 from hamimig.vocabulary import State
+
+_P = ParamSpec("_P")
 
 
 def _view(change: admin.Change) -> SimView:
@@ -35,26 +39,24 @@ def _view(change: admin.Change) -> SimView:
     )
 
 
-def sim_init(
-    path: Path | None, model: str, count: int, driver_version: str = DRIVER_VERSION
-) -> SimView:
-    return _view(admin.sim_init(path, model, count, driver_version))
+def _viewed(action: Callable[_P, admin.Change]) -> Callable[_P, SimView]:
+    """An operator action on the node, reported as the `sim` commands' view."""
+
+    @functools.wraps(action)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> SimView:
+        return _view(action(*args, **kwargs))
+
+    return run
 
 
-def sim_show(path: Path | None) -> SimView:
-    return _view(admin.sim_show(path))
-
-
-def sim_create(
-    path: Path | None,
-    gpu_ref: str,
-    profile: str,
-    placement: str,
-    no_ci: bool,
-    ci_slices: int | None = None,
-    ci_count: int = 1,
-) -> SimView:
-    return _view(admin.sim_create(path, gpu_ref, profile, placement, no_ci, ci_slices, ci_count))
+sim_init = _viewed(admin.sim_init)
+sim_show = _viewed(admin.sim_show)
+sim_create = _viewed(admin.sim_create)
+sim_reset = _viewed(admin.sim_reset)
+sim_mig_mode = _viewed(admin.sim_mig_mode)
+sim_fault_add = _viewed(admin.sim_fault_add)
+sim_fault_clear = _viewed(admin.sim_fault_clear)
+sim_clock = _viewed(admin.sim_clock)
 
 
 def sim_busy(
@@ -71,31 +73,3 @@ def sim_busy(
     if is_reference(mig_uuid):
         mig_uuid = match_reference(mig_uuid, admin.mig_uuids(path), True, node_kind)
     return _view(admin.sim_busy(path, mig_uuid, gi_only, clear, kind))
-
-
-def sim_reset(path: Path | None, gpu_ref: str) -> SimView:
-    return _view(admin.sim_reset(path, gpu_ref))
-
-
-def sim_mig_mode(path: Path | None, gpu_ref: str, enable: bool, pending_only: bool) -> SimView:
-    return _view(admin.sim_mig_mode(path, gpu_ref, enable, pending_only))
-
-
-def sim_fault_add(
-    path: Path | None,
-    op: str,
-    error: str | None,
-    action: str,
-    times: int,
-    skip: int,
-    gpu_ref: str | None,
-) -> SimView:
-    return _view(admin.sim_fault_add(path, op, error, action, times, skip, gpu_ref))
-
-
-def sim_fault_clear(path: Path | None) -> SimView:
-    return _view(admin.sim_fault_clear(path))
-
-
-def sim_clock(path: Path | None, advance: int | None, set_to: float | None) -> SimView:
-    return _view(admin.sim_clock(path, advance, set_to))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from hamimig.durations import format_duration, to_rfc3339
 from hamimig.errors import ConflictError, UsageError
-from hamimig.hw.types import Placement, legal_placement, parse_placement
-from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS
+from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, Placement, legal_placement, parse_placement
+from hamimig.sim.models import MODELS
 from hamimig.sim.ops import DRIVER_VERSION, MAX_SIM_GPUS, BusyKind
 from hamimig.sim.state import (
     MAX_CLOCK_OFFSET,
@@ -126,7 +126,8 @@ def sim_create(
         except SimNvmlFailure as exc:
             raise as_hardware_error(exc, what) from None
         slices = spec.slice_count if ci_slices is None else ci_slices
-        if slices not in FULL_CI_PROFILE_BY_SLICES or ci_count < 1:
+        # A CI of N compute slices needs a CI profile of N that this board offers.
+        if slices not in {p.slice_count for p in model.profiles} or ci_count < 1:
             gpu.gis.remove(gi)
             raise UsageError(
                 f"{slices} compute slices x {ci_count} compute instances: not a CI layout"

@@ -110,6 +110,10 @@ def _node(path: str, major: int, minor: int) -> dict[str, Any]:
     return {"path": path, "type": "c", "major": major, "minor": minor}
 
 
+def _cap(minor: int) -> dict[str, Any]:
+    return _node(f"/dev/nvidia-caps/nvidia-cap{minor}", CAPS_MAJOR, minor)
+
+
 def _mount(path: str) -> dict[str, Any]:
     return {
         "hostPath": path,
@@ -165,16 +169,8 @@ def base_spec(gpus: list[dict[str, Any]], driver: str, cap_minor: Any) -> dict[s
             "containerEdits": {
                 "deviceNodes": [
                     _node(f"/dev/nvidia{minor}", GPU_MAJOR, minor),
-                    _node(
-                        f"/dev/nvidia-caps/nvidia-cap{cap_minor(minor, 1)}",
-                        CAPS_MAJOR,
-                        cap_minor(minor, 1),
-                    ),
-                    _node(
-                        f"/dev/nvidia-caps/nvidia-cap{cap_minor(minor, 1, 0)}",
-                        CAPS_MAJOR,
-                        cap_minor(minor, 1, 0),
-                    ),
+                    _cap(cap_minor(minor, 1)),
+                    _cap(cap_minor(minor, 1, 0)),
                 ]
             },
         }

@@ -40,12 +40,17 @@ class ModelSpec:
         return next((p for p in self.profiles if p.index == index), None)
 
 
-# NVML profile index constants (NVML_GPU_INSTANCE_PROFILE_*), as nvml.h defines them.
-IDX_1_SLICE, IDX_2_SLICE, IDX_3_SLICE, IDX_4_SLICE, IDX_7_SLICE = 0, 1, 2, 3, 4
-IDX_1_SLICE_REV1, IDX_1_SLICE_REV2 = 7, 9
-
-# Compute-instance profile indexes/IDs for the CI spanning a whole GI of N compute slices.
-FULL_CI_PROFILE_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
+_ROWS = (
+    # NVML's profile index (NVML_GPU_INSTANCE_PROFILE_*), profile ID, compute slices, max
+    # instances, memory slices, legal starts
+    (0, 19, 1, 7, 1, (0, 1, 2, 3, 4, 5, 6)),  # 1_SLICE
+    (7, 20, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),  # 1_SLICE_REV1 (+me)
+    (9, 15, 1, 4, 2, (0, 2, 4, 6)),  # 1_SLICE_REV2
+    (1, 14, 2, 3, 2, (0, 2, 4)),  # 2_SLICE
+    (2, 9, 3, 2, 4, (0, 4)),  # 3_SLICE
+    (3, 5, 4, 1, 4, (0,)),  # 4_SLICE
+    (4, 0, 7, 1, 8, (0,)),  # 7_SLICE
+)
 
 
 def _board(
@@ -55,35 +60,16 @@ def _board(
     memory: tuple[int, int, int, int, int, int, int],
     sms: tuple[int, int, int, int, int],
 ) -> ModelSpec:
-    """A 7-compute-slice, 8-memory-slice board; tuples follow profile IDs 19,20,15,14,9,5,0."""
-    sm1, sm2, sm3, sm4, sm7 = sms
-    rows = (
-        # index, id, slices, sm, max, size, starts
-        (IDX_1_SLICE, 19, 1, sm1, 7, 1, (0, 1, 2, 3, 4, 5, 6)),
-        (IDX_1_SLICE_REV1, 20, 1, sm1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
-        (IDX_1_SLICE_REV2, 15, 1, sm1, 4, 2, (0, 2, 4, 6)),
-        (IDX_2_SLICE, 14, 2, sm2, 3, 2, (0, 2, 4)),
-        (IDX_3_SLICE, 9, 3, sm3, 2, 4, (0, 4)),
-        (IDX_4_SLICE, 5, 4, sm4, 1, 4, (0,)),
-        (IDX_7_SLICE, 0, 7, sm7, 1, 8, (0,)),
-    )
+    """A 7-compute-slice, 8-memory-slice board; `names` and `memory` follow `_ROWS`, `sms` the
+    compute slices 1, 2, 3, 4 and 7."""
+    sm_of = dict(zip((1, 2, 3, 4, 7), sms, strict=True))
     profiles = tuple(
-        ProfileSpec(
-            index=index,
-            id=pid,
-            name=name,
-            slice_count=slices,
-            memory_mb=mem,
-            sm_count=sm,
-            max_instances=maxn,
-            size=size,
-            starts=starts,
-        )
-        for (index, pid, slices, sm, maxn, size, starts), name, mem in zip(
-            rows, names, memory, strict=True
+        ProfileSpec(index, pid, name, slices, mem, sm_of[slices], most, size, starts)
+        for (index, pid, slices, most, size, starts), name, mem in zip(
+            _ROWS, names, memory, strict=True
         )
     )
-    return ModelSpec(key=key, nvml_name=nvml_name, profiles=profiles)
+    return ModelSpec(key, nvml_name, profiles)
 
 
 MODELS: dict[str, ModelSpec] = {

@@ -10,6 +10,7 @@ failed or crashed by an injected fault, and is one locked read-modify-write of t
 from __future__ import annotations
 
 import ctypes
+import functools
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -32,9 +33,10 @@ from hamimig.sim.state import (
     destroy_ci,
     destroy_gi,
     fault_armed,
-    gi_slices,
     mig_devices,
     model_of,
+    profile_of,
+    require_mig,
     take_fault,
 )
 
@@ -81,6 +83,21 @@ def _decode(handle: Any) -> tuple[int, int, int, int]:
     return kind, gpu, gi, ci
 
 
+def _nvml(fn: Callable[..., T]) -> Callable[..., T]:
+    """A simulated NVML function named as `fn` is: `fn(self, state, *args)` runs as one call
+    (`SimNvml._call`: counted, under the node's faults, on the locked state). The GPU a fault may
+    name is the first argument's: an index, or the GPU of a handle."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(self: SimNvml, *args: Any) -> T:
+        first = args[0] if args else None
+        gpu = first if isinstance(first, int) else self._gpu_of(first)
+        return self._call(name, gpu, lambda state: fn(self, state, *args))
+
+    return call
+
+
 def _deref(ref: Any) -> Any:
     """The object behind `byref(x)` (a CArgObject), or `x` itself."""
     return getattr(ref, "_obj", ref)
@@ -110,7 +127,14 @@ class SimNvml:
 
     # --- plumbing ---------------------------------------------------------------------------
 
-    def _error(self, code: int) -> Exception:
+    def _error(self, name: str, code: int) -> Exception:
+        if code == _ERR["FUNCTION_NOT_FOUND"] and name.endswith("RunningProcesses"):
+            # What pynvml's unversioned process calls raise, no NVMLError, for a driver without
+            # the `_v3` symbol.
+            return self._nv.NVMLLibraryMismatchError(  # type: ignore[no-any-return]
+                f"Unversioned function called and the pyNVML version does not match the "
+                f"NVML lib version: use a versioned function such as {name}_v2"
+            )
         return self._nv.NVMLError(code)  # type: ignore[no-any-return]
 
     def _call(self, name: str, gpu: int | None, body: Callable[[NodeState], T]) -> T:
@@ -125,11 +149,11 @@ class SimNvml:
             # nvmlShutdown publishes this process's counts after the call (`publish_counts`).
             session.dirty = (name in WRITES and name != "nvmlShutdown") or fault_armed(state, name)
             if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
-                raise self._error(_ERR["UNINITIALIZED"])
+                raise self._error(name, _ERR["UNINITIALIZED"])
             fault = take_fault(state, name, gpu) if session.dirty else None
             if fault is not None:
                 if fault.action == "raise":
-                    raise self._error(_ERR[fault.error])
+                    raise self._error(name, _ERR[fault.error])
                 self._store.save_now(state)
                 if fault.action == "crash-before":
                     crash()
@@ -139,11 +163,13 @@ class SimNvml:
                 if fault is not None:  # crash-after: the call failed on its own, then we die
                     self._store.save_now(state)
                     crash()
-                raise self._error(exc.code) from None
+                raise self._error(name, exc.code) from None
             if fault is not None:
                 self._store.save_now(state)
                 crash()
-            return result
+        if name == "nvmlShutdown":
+            self._store.publish_counts()
+        return result
 
     @staticmethod
     def _gpu(state: NodeState, index: int) -> SimGpu:
@@ -158,44 +184,32 @@ class SimNvml:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU handle")
         return self._gpu(state, gpu)
 
-    @staticmethod
-    def _profile(gpu: SimGpu, profile_id: int) -> ProfileSpec:
-        """The GPU's GI profile with this ID; INVALID_ARGUMENT, as NVML answers, otherwise."""
-        spec = model_of(gpu).profile_by_id(profile_id)
-        if spec is None:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
-        return spec
-
-    @staticmethod
-    def _require_mig(gpu: SimGpu) -> None:
-        if not gpu.mig_enabled:
-            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "MIG mode is disabled")
-
     def _gi(self, state: NodeState, handle: Any) -> tuple[SimGpu, SimGi]:
         kind, gpu_index, gi_id, _ = _decode(handle)
         if kind != _GI:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU instance handle")
         gpu = self._gpu(state, gpu_index)
-        self._require_mig(gpu)
-        for gi in gpu.gis:
-            if gi.id == gi_id:
-                return gpu, gi
-        raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale GPU instance handle")
+        require_mig(gpu)
+        gi = next((gi for gi in gpu.gis if gi.id == gi_id), None)
+        if gi is None:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale GPU instance handle")
+        return gpu, gi
 
     def _ci(self, state: NodeState, handle: Any, kind_expected: int) -> tuple[SimGpu, SimGi, SimCi]:
         kind, gpu_index, gi_id, ci_id = _decode(handle)
         if kind != kind_expected:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "wrong handle kind")
         gpu = self._gpu(state, gpu_index)
-        self._require_mig(gpu)
-        for gi in gpu.gis:
-            if gi.id == gi_id:
-                for ci in gi.cis:
-                    if ci.id == ci_id:
-                        return gpu, gi, ci
-        raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale handle")
+        require_mig(gpu)
+        pairs = ((gi, ci) for gi in gpu.gis for ci in gi.cis)
+        found = next(((gi, ci) for gi, ci in pairs if (gi.id, ci.id) == (gi_id, ci_id)), None)
+        if found is None:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale handle")
+        return gpu, *found
 
     def _gpu_of(self, handle: Any) -> int | None:
+        if handle is None or isinstance(handle, (str, bytes)):  # a UUID names no GPU index
+            return None
         try:
             return _decode(handle)[1]
         except SimNvmlFailure:
@@ -210,151 +224,118 @@ class SimNvml:
         }[kind]
         return ctypes.cast(ctypes.c_void_p(_encode(kind, gpu, gi, ci)), ptype)
 
-    @staticmethod
-    def _fill_array(array_ref: Any, count_ref: Any, items: list[Any]) -> None:
+    def _fill_array(self, array_ref: Any, count_ref: Any, items: list[Any]) -> int:
+        """NVML's array protocol: the count always, the items where the array holds them."""
         count = _deref(count_ref)
         array = _deref(array_ref)
         if array is None:
             count.value = len(items)
-            return
+            return int(self._nv.NVML_SUCCESS)
         if count.value < len(items) or len(array) < len(items):
             count.value = len(items)
             raise SimNvmlFailure(_ERR["INSUFFICIENT_SIZE"], "array too small")
         for i, item in enumerate(items):
             array[i] = item
         count.value = len(items)
+        return int(self._nv.NVML_SUCCESS)
 
     # --- library ----------------------------------------------------------------------------
 
-    def nvmlInit(self) -> None:
-        def body(state: NodeState) -> None:
-            self._init_count += 1
+    @_nvml
+    def nvmlInit(self, state: NodeState) -> None:
+        self._init_count += 1
 
-        self._call("nvmlInit", None, body)
+    @_nvml
+    def nvmlShutdown(self, state: NodeState) -> None:
+        self._init_count -= 1  # and `_call` publishes this process's counts
 
-    def nvmlShutdown(self) -> None:
-        def body(state: NodeState) -> None:
-            self._init_count -= 1
-
-        self._call("nvmlShutdown", None, body)
-        self._store.publish_counts()
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return self._call("nvmlSystemGetDriverVersion", None, lambda s: s.driver_version)
+    @_nvml
+    def nvmlSystemGetDriverVersion(self, state: NodeState) -> str:
+        return state.driver_version
 
     # --- devices ----------------------------------------------------------------------------
 
-    def nvmlDeviceGetCount(self) -> int:
-        return self._call("nvmlDeviceGetCount", None, lambda s: len(s.gpus))
+    @_nvml
+    def nvmlDeviceGetCount(self, state: NodeState) -> int:
+        return len(state.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-        def body(state: NodeState) -> Any:
-            self._gpu(state, index)
-            return self._handle(_DEVICE, index)
+    @_nvml
+    def nvmlDeviceGetHandleByIndex(self, state: NodeState, index: int) -> Any:
+        self._gpu(state, index)
+        return self._handle(_DEVICE, index)
 
-        return self._call("nvmlDeviceGetHandleByIndex", index, body)
-
-    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> Any:
+    @_nvml
+    def nvmlDeviceGetHandleByUUID(self, state: NodeState, uuid: str | bytes) -> Any:
         text = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for gpu in state.gpus:
+            if gpu.uuid == text:
+                return self._handle(_DEVICE, gpu.index)
+            for gi, ci in mig_devices(gpu):
+                if ci.mig_uuid == text:
+                    return self._handle(_MIG, gpu.index, gi.id, ci.id)
+        raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no device {text}")
 
-        def body(state: NodeState) -> Any:
-            for gpu in state.gpus:
-                if gpu.uuid == text:
-                    return self._handle(_DEVICE, gpu.index)
-                for gi, ci in mig_devices(gpu):
-                    if ci.mig_uuid == text:
-                        return self._handle(_MIG, gpu.index, gi.id, ci.id)
-            raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no device {text}")
+    @_nvml
+    def nvmlDeviceGetIndex(self, state: NodeState, handle: Any) -> int:
+        return self._device_gpu(state, handle).index
 
-        return self._call("nvmlDeviceGetHandleByUUID", None, body)
+    @_nvml
+    def nvmlDeviceGetUUID(self, state: NodeState, handle: Any) -> str:
+        if _decode(handle)[0] == _MIG:
+            return self._ci(state, handle, _MIG)[2].mig_uuid
+        return self._device_gpu(state, handle).uuid
 
-    def nvmlDeviceGetIndex(self, handle: Any) -> int:
-        return self._call(
-            "nvmlDeviceGetIndex",
-            self._gpu_of(handle),
-            lambda s: self._device_gpu(s, handle).index,
-        )
+    @_nvml
+    def nvmlDeviceGetName(self, state: NodeState, handle: Any) -> str:
+        if _decode(handle)[0] == _MIG:
+            gpu, gi, _ = self._ci(state, handle, _MIG)
+            profile = profile_of(gpu, gi.profile_id)
+            return f"{model_of(gpu).nvml_name} MIG {profile.name}"
+        return model_of(self._device_gpu(state, handle)).nvml_name
 
-    def nvmlDeviceGetUUID(self, handle: Any) -> str:
-        def body(state: NodeState) -> str:
-            kind = _decode(handle)[0]
-            if kind == _MIG:
-                return self._ci(state, handle, _MIG)[2].mig_uuid
-            return self._device_gpu(state, handle).uuid
+    @_nvml
+    def nvmlDeviceGetMinorNumber(self, state: NodeState, handle: Any) -> int:
+        return self._device_gpu(state, handle).minor
 
-        return self._call("nvmlDeviceGetUUID", self._gpu_of(handle), body)
+    @_nvml
+    def nvmlDeviceGetMigMode(self, state: NodeState, handle: Any) -> list[int]:
+        gpu = self._device_gpu(state, handle)
+        return [gpu.mig_current, gpu.mig_pending]
 
-    def nvmlDeviceGetName(self, handle: Any) -> str:
-        def body(state: NodeState) -> str:
-            kind = _decode(handle)[0]
-            if kind == _MIG:
-                gpu, gi, _ = self._ci(state, handle, _MIG)
-                profile = model_of(gpu).profile_by_id(gi.profile_id)
-                assert profile is not None
-                return f"{model_of(gpu).nvml_name} MIG {profile.name}"
-            return model_of(self._device_gpu(state, handle)).nvml_name
-
-        return self._call("nvmlDeviceGetName", self._gpu_of(handle), body)
-
-    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
-        return self._call(
-            "nvmlDeviceGetMinorNumber",
-            self._gpu_of(handle),
-            lambda s: self._device_gpu(s, handle).minor,
-        )
-
-    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
-        def body(state: NodeState) -> list[int]:
-            gpu = self._device_gpu(state, handle)
-            return [gpu.mig_current, gpu.mig_pending]
-
-        return self._call("nvmlDeviceGetMigMode", self._gpu_of(handle), body)
-
-    def _processes(self, name: str, kind: BusyKind, handle: Any) -> list[Any]:
+    def _processes(self, state: NodeState, handle: Any, kind: BusyKind) -> list[Any]:
         """The processes of one kind (`sim busy --kind`) on a MIG device, or on every MIG device
         of a GPU for a GPU handle; each kind's process has its own PID."""
+        if _decode(handle)[0] == _MIG:
+            gpu, gi, ci = self._ci(state, handle, _MIG)
+            pairs = [(gi, ci)]
+        else:
+            gpu = self._device_gpu(state, handle)
+            pairs = mig_devices(gpu)
+        pid = _PROCESS_PID_BASE * (1 + list(BusyKind).index(kind)) + gpu.index * 1000
+        return [
+            self._nv.nvmlFriendlyObject(
+                {
+                    "pid": pid + gi.id * 10 + ci.id,
+                    "usedGpuMemory": 1 << 30,
+                    "gpuInstanceId": gi.id,
+                    "computeInstanceId": ci.id,
+                }
+            )
+            for gi, ci in pairs
+            if kind in ci.busy
+        ]
 
-        def body(state: NodeState) -> list[Any]:
-            if _decode(handle)[0] == _MIG:
-                gpu, gi, ci = self._ci(state, handle, _MIG)
-                pairs = [(gi, ci)]
-            else:
-                gpu = self._device_gpu(state, handle)
-                pairs = mig_devices(gpu)
-            pid = _PROCESS_PID_BASE * (1 + list(BusyKind).index(kind)) + gpu.index * 1000
-            return [
-                self._nv.nvmlFriendlyObject(
-                    {
-                        "pid": pid + gi.id * 10 + ci.id,
-                        "usedGpuMemory": 1 << 30,
-                        "gpuInstanceId": gi.id,
-                        "computeInstanceId": ci.id,
-                    }
-                )
-                for gi, ci in pairs
-                if kind in ci.busy
-            ]
+    @_nvml
+    def nvmlDeviceGetComputeRunningProcesses(self, state: NodeState, handle: Any) -> list[Any]:
+        return self._processes(state, handle, BusyKind.COMPUTE)
 
-        try:
-            return self._call(name, self._gpu_of(handle), body)
-        except self._nv.NVMLError as exc:
-            # pynvml's unversioned process calls turn a driver without the `_v3` symbol into
-            # this exception, which is no NVMLError.
-            if getattr(exc, "value", None) == _ERR["FUNCTION_NOT_FOUND"]:
-                raise self._nv.NVMLLibraryMismatchError(
-                    f"Unversioned function called and the pyNVML version does not match the "
-                    f"NVML lib version: use a versioned function such as {name}_v2"
-                ) from None
-            raise
+    @_nvml
+    def nvmlDeviceGetGraphicsRunningProcesses(self, state: NodeState, handle: Any) -> list[Any]:
+        return self._processes(state, handle, BusyKind.GRAPHICS)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
-        return self._processes("nvmlDeviceGetComputeRunningProcesses", BusyKind.COMPUTE, handle)
-
-    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:
-        return self._processes("nvmlDeviceGetGraphicsRunningProcesses", BusyKind.GRAPHICS, handle)
-
-    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[Any]:
-        return self._processes("nvmlDeviceGetMPSComputeRunningProcesses", BusyKind.MPS, handle)
+    @_nvml
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, state: NodeState, handle: Any) -> list[Any]:
+        return self._processes(state, handle, BusyKind.MPS)
 
     # --- GPU instance profiles and placements --------------------------------------------------
 
@@ -380,295 +361,241 @@ class SimNvml:
         info.memorySizeMB = spec.memory_mb
         return info
 
+    @_nvml
     def nvmlDeviceGetGpuInstanceProfileInfo(
-        self, handle: Any, profile: int, version: int = 2
+        self, state: NodeState, handle: Any, profile: int, version: int = 2
     ) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu = self._device_gpu(state, handle)
-            spec = model_of(gpu).profile_by_index(profile)
-            if spec is None:
-                known = 0 <= profile < self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT
-                raise SimNvmlFailure(_ERR["NOT_SUPPORTED" if known else "INVALID_ARGUMENT"])
-            return self._profile_info(spec, version)
-
-        return self._call("nvmlDeviceGetGpuInstanceProfileInfo", self._gpu_of(handle), body)
+        spec = model_of(self._device_gpu(state, handle)).profile_by_index(profile)
+        if spec is None:
+            known = 0 <= profile < self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT
+            raise SimNvmlFailure(_ERR["NOT_SUPPORTED" if known else "INVALID_ARGUMENT"])
+        return self._profile_info(spec, version)
 
     nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo
 
-    def nvmlDeviceGetGpuInstanceProfileInfoById(self, handle: Any, profileId: int) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu = self._device_gpu(state, handle)
-            spec = self._profile(gpu, profileId)
-            return self._profile_info(spec, 2)
-
-        return self._call("nvmlDeviceGetGpuInstanceProfileInfoById", self._gpu_of(handle), body)
+    @_nvml
+    def nvmlDeviceGetGpuInstanceProfileInfoById(
+        self, state: NodeState, handle: Any, profileId: int
+    ) -> Any:
+        return self._profile_info(profile_of(self._device_gpu(state, handle), profileId), 2)
 
     nvmlDeviceGetGpuInstanceProfileInfoByIdV = nvmlDeviceGetGpuInstanceProfileInfoById
 
+    @_nvml
     def nvmlDeviceGetGpuInstancePossiblePlacements(
-        self, handle: Any, profileId: int, placementsRef: Any, countRef: Any
+        self, state: NodeState, handle: Any, profileId: int, placementsRef: Any, countRef: Any
     ) -> int:
-        def body(state: NodeState) -> int:
-            gpu = self._device_gpu(state, handle)
-            spec = self._profile(gpu, profileId)
-            items = []
-            for start in spec.starts:
-                placement = self._nv.c_nvmlGpuInstancePlacement_t()
-                placement.start, placement.size = start, spec.size
-                items.append(placement)
-            self._fill_array(placementsRef, countRef, items)
-            return int(self._nv.NVML_SUCCESS)
+        spec = profile_of(self._device_gpu(state, handle), profileId)
+        items = []
+        for start in spec.starts:
+            placement = self._nv.c_nvmlGpuInstancePlacement_t()
+            placement.start, placement.size = start, spec.size
+            items.append(placement)
+        return self._fill_array(placementsRef, countRef, items)
 
-        return self._call("nvmlDeviceGetGpuInstancePossiblePlacements", self._gpu_of(handle), body)
-
-    def nvmlDeviceGetGpuInstanceRemainingCapacity(self, handle: Any, profileId: int) -> int:
-        def body(state: NodeState) -> int:
-            gpu = self._device_gpu(state, handle)
-            self._require_mig(gpu)
-            spec = self._profile(gpu, profileId)
-            taken = [(g.start, g.size) for g in gpu.gis]
-            free = [
-                s for s in spec.starts if all(s + spec.size <= a or a + n <= s for a, n in taken)
-            ]
-            # Count disjoint free placements greedily: what could still be created side by side.
-            count, end = 0, -1
-            for start in free:
-                if start >= end:
-                    count, end = count + 1, start + spec.size
-            same = sum(1 for g in gpu.gis if g.profile_id == profileId)
-            return max(0, min(count, spec.max_instances - same))
-
-        return self._call("nvmlDeviceGetGpuInstanceRemainingCapacity", self._gpu_of(handle), body)
+    @_nvml
+    def nvmlDeviceGetGpuInstanceRemainingCapacity(
+        self, state: NodeState, handle: Any, profileId: int
+    ) -> int:
+        gpu = self._device_gpu(state, handle)
+        require_mig(gpu)
+        spec = profile_of(gpu, profileId)
+        taken = [(g.start, g.size) for g in gpu.gis]
+        free = [s for s in spec.starts if all(s + spec.size <= a or a + n <= s for a, n in taken)]
+        # Count disjoint free placements greedily: what could still be created side by side.
+        count, end = 0, -1
+        for start in free:
+            if start >= end:
+                count, end = count + 1, start + spec.size
+        same = sum(1 for g in gpu.gis if g.profile_id == profileId)
+        return max(0, min(count, spec.max_instances - same))
 
     # --- GPU instances -----------------------------------------------------------------------
 
+    @_nvml
     def nvmlDeviceCreateGpuInstanceWithPlacement(
-        self, handle: Any, profileId: int, placement: Any
+        self, state: NodeState, handle: Any, profileId: int, placement: Any
     ) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu = self._device_gpu(state, handle)
-            wanted = _deref(placement)
-            spec = model_of(gpu).profile_by_id(profileId)
-            if spec is not None and wanted.size != spec.size:
-                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "placement size mismatch")
-            gi = create_gi(gpu, profileId, int(wanted.start))
-            self._store.publish_capability(gpu.minor, gi.id)
-            return self._handle(_GI, gpu.index, gi.id)
+        gpu = self._device_gpu(state, handle)
+        wanted = _deref(placement)
+        spec = model_of(gpu).profile_by_id(profileId)
+        if spec is not None and wanted.size != spec.size:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "placement size mismatch")
+        gi = create_gi(gpu, profileId, int(wanted.start))
+        self._store.publish_capability(gpu.minor, gi.id)
+        return self._handle(_GI, gpu.index, gi.id)
 
-        return self._call("nvmlDeviceCreateGpuInstanceWithPlacement", self._gpu_of(handle), body)
-
+    @_nvml
     def nvmlDeviceGetGpuInstances(
-        self, handle: Any, profileId: int, gpuInstancesRef: Any, countRef: Any
+        self, state: NodeState, handle: Any, profileId: int, gpuInstancesRef: Any, countRef: Any
     ) -> int:
-        def body(state: NodeState) -> int:
-            gpu = self._device_gpu(state, handle)
-            self._require_mig(gpu)
-            self._profile(gpu, profileId)
-            items = [
-                self._handle(_GI, gpu.index, gi.id) for gi in gpu.gis if gi.profile_id == profileId
-            ]
-            self._fill_array(gpuInstancesRef, countRef, items)
-            return int(self._nv.NVML_SUCCESS)
+        gpu = self._device_gpu(state, handle)
+        require_mig(gpu)
+        profile_of(gpu, profileId)
+        items = [self._handle(_GI, gpu.index, g.id) for g in gpu.gis if g.profile_id == profileId]
+        return self._fill_array(gpuInstancesRef, countRef, items)
 
-        return self._call("nvmlDeviceGetGpuInstances", self._gpu_of(handle), body)
+    @_nvml
+    def nvmlDeviceGetGpuInstanceById(
+        self, state: NodeState, handle: Any, gpuInstanceId: int
+    ) -> Any:
+        gpu = self._device_gpu(state, handle)
+        require_mig(gpu)
+        if any(gi.id == gpuInstanceId for gi in gpu.gis):
+            return self._handle(_GI, gpu.index, gpuInstanceId)
+        raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no GI {gpuInstanceId}")
 
-    def nvmlDeviceGetGpuInstanceById(self, handle: Any, gpuInstanceId: int) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu = self._device_gpu(state, handle)
-            self._require_mig(gpu)
-            if any(gi.id == gpuInstanceId for gi in gpu.gis):
-                return self._handle(_GI, gpu.index, gpuInstanceId)
-            raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no GI {gpuInstanceId}")
+    @_nvml
+    def nvmlGpuInstanceGetInfo(self, state: NodeState, gpuInstance: Any) -> Any:
+        gpu, gi = self._gi(state, gpuInstance)
+        info = self._nv.c_nvmlGpuInstanceInfo_t()
+        info.device = self._handle(_DEVICE, gpu.index)
+        info.id, info.profileId = gi.id, gi.profile_id
+        info.placement.start, info.placement.size = gi.start, gi.size
+        return info
 
-        return self._call("nvmlDeviceGetGpuInstanceById", self._gpu_of(handle), body)
-
-    def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu, gi = self._gi(state, gpuInstance)
-            info = self._nv.c_nvmlGpuInstanceInfo_t()
-            info.device = self._handle(_DEVICE, gpu.index)
-            info.id = gi.id
-            info.profileId = gi.profile_id
-            info.placement.start = gi.start
-            info.placement.size = gi.size
-            return info
-
-        return self._call("nvmlGpuInstanceGetInfo", self._gpu_of(gpuInstance), body)
-
-    def nvmlGpuInstanceDestroy(self, gpuInstance: Any) -> int:
-        def body(state: NodeState) -> int:
-            gpu, gi = self._gi(state, gpuInstance)
-            destroy_gi(gpu, gi)
-            return int(self._nv.NVML_SUCCESS)
-
-        return self._call("nvmlGpuInstanceDestroy", self._gpu_of(gpuInstance), body)
+    @_nvml
+    def nvmlGpuInstanceDestroy(self, state: NodeState, gpuInstance: Any) -> int:
+        destroy_gi(*self._gi(state, gpuInstance))
+        return int(self._nv.NVML_SUCCESS)
 
     # --- compute instances ---------------------------------------------------------------------
 
+    @_nvml
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(
-        self, device: Any, profile: int, engProfile: int, version: int = 2
+        self, state: NodeState, device: Any, profile: int, engProfile: int, version: int = 2
     ) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu, gi = self._gi(state, device)  # a GI handle despite the parameter's name
-            if engProfile != self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
-                raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "engine profile")
-            offered = ci_profiles_of(gpu, gi)
-            if profile not in offered:
-                raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], f"CI profile {profile}")
-            slices = offered[profile]
-            gi_spec = model_of(gpu).profile_by_id(gi.profile_id)
-            assert gi_spec is not None
-            if version == 2:
-                info = self._nv.c_nvmlComputeInstanceProfileInfo_v2_t()
-                whole = slices == gi_slices(gpu, gi)
-                info.name = (
-                    f"MIG {gi_spec.name}" if whole else f"MIG {slices}c.{gi_spec.name}"
-                ).encode()
-            elif version == 1:
-                info = self._nv.c_nvmlComputeInstanceProfileInfo_t()
-            else:
-                raise SimNvmlFailure(_ERR["FUNCTION_NOT_FOUND"])
-            info.id = profile
-            info.sliceCount = slices
-            info.instanceCount = gi_slices(gpu, gi) // slices
-            info.multiprocessorCount = gi_spec.sm_count * slices // gi_spec.slice_count
-            return info
-
-        return self._call(
-            "nvmlGpuInstanceGetComputeInstanceProfileInfo", self._gpu_of(device), body
-        )
+        gpu, gi = self._gi(state, device)  # a GI handle despite the parameter's name
+        if engProfile != self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
+            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "engine profile")
+        offered = ci_profiles_of(gpu, gi)
+        if profile not in offered:
+            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], f"CI profile {profile}")
+        slices = offered[profile]
+        gi_spec = profile_of(gpu, gi.profile_id)
+        if version == 2:
+            info = self._nv.c_nvmlComputeInstanceProfileInfo_v2_t()
+            whole = slices == gi_spec.slice_count
+            info.name = (
+                f"MIG {gi_spec.name}" if whole else f"MIG {slices}c.{gi_spec.name}"
+            ).encode()
+        elif version == 1:
+            info = self._nv.c_nvmlComputeInstanceProfileInfo_t()
+        else:
+            raise SimNvmlFailure(_ERR["FUNCTION_NOT_FOUND"])
+        info.id = profile
+        info.sliceCount = slices
+        info.instanceCount = gi_spec.slice_count // slices
+        info.multiprocessorCount = gi_spec.sm_count * slices // gi_spec.slice_count
+        return info
 
     nvmlGpuInstanceGetComputeInstanceProfileInfoV = nvmlGpuInstanceGetComputeInstanceProfileInfo
 
-    def nvmlGpuInstanceCreateComputeInstance(self, gpuInstance: Any, profileId: int) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu, gi = self._gi(state, gpuInstance)
-            ci = create_ci(gpu, gi, profileId, state.old_mig_uuids)
-            self._store.publish_capability(gpu.minor, gi.id, ci.id)
-            return self._handle(_CI, gpu.index, gi.id, ci.id)
-
-        return self._call("nvmlGpuInstanceCreateComputeInstance", self._gpu_of(gpuInstance), body)
-
-    def nvmlGpuInstanceGetComputeInstances(
-        self, gpuInstance: Any, profileId: int, computeInstancesRef: Any, countRef: Any
-    ) -> int:
-        def body(state: NodeState) -> int:
-            gpu, gi = self._gi(state, gpuInstance)
-            items = [
-                self._handle(_CI, gpu.index, gi.id, ci.id)
-                for ci in gi.cis
-                if ci.profile_id == profileId
-            ]
-            self._fill_array(computeInstancesRef, countRef, items)
-            return int(self._nv.NVML_SUCCESS)
-
-        return self._call("nvmlGpuInstanceGetComputeInstances", self._gpu_of(gpuInstance), body)
-
-    def nvmlGpuInstanceGetComputeInstanceById(
-        self, gpuInstance: Any, computeInstanceId: int
+    @_nvml
+    def nvmlGpuInstanceCreateComputeInstance(
+        self, state: NodeState, gpuInstance: Any, profileId: int
     ) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu, gi = self._gi(state, gpuInstance)
-            if any(ci.id == computeInstanceId for ci in gi.cis):
-                return self._handle(_CI, gpu.index, gi.id, computeInstanceId)
-            raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no CI {computeInstanceId}")
+        gpu, gi = self._gi(state, gpuInstance)
+        ci = create_ci(gpu, gi, profileId, state.old_mig_uuids)
+        self._store.publish_capability(gpu.minor, gi.id, ci.id)
+        return self._handle(_CI, gpu.index, gi.id, ci.id)
 
-        return self._call("nvmlGpuInstanceGetComputeInstanceById", self._gpu_of(gpuInstance), body)
+    @_nvml
+    def nvmlGpuInstanceGetComputeInstances(
+        self,
+        state: NodeState,
+        gpuInstance: Any,
+        profileId: int,
+        computeInstancesRef: Any,
+        countRef: Any,
+    ) -> int:
+        gpu, gi = self._gi(state, gpuInstance)
+        items = [
+            self._handle(_CI, gpu.index, gi.id, ci.id)
+            for ci in gi.cis
+            if ci.profile_id == profileId
+        ]
+        return self._fill_array(computeInstancesRef, countRef, items)
 
-    def nvmlComputeInstanceGetInfo(self, computeInstance: Any) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu, gi, ci = self._ci(state, computeInstance, _CI)
-            info = self._nv.c_nvmlComputeInstanceInfo_t()
-            info.device = self._handle(_DEVICE, gpu.index)
-            info.gpuInstance = self._handle(_GI, gpu.index, gi.id)
-            info.id = ci.id
-            info.profileId = ci.profile_id
-            info.placement.start = 0
-            info.placement.size = ci_profiles_of(gpu, gi)[ci.profile_id]
-            return info
+    @_nvml
+    def nvmlGpuInstanceGetComputeInstanceById(
+        self, state: NodeState, gpuInstance: Any, computeInstanceId: int
+    ) -> Any:
+        gpu, gi = self._gi(state, gpuInstance)
+        if any(ci.id == computeInstanceId for ci in gi.cis):
+            return self._handle(_CI, gpu.index, gi.id, computeInstanceId)
+        raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no CI {computeInstanceId}")
 
-        return self._call("nvmlComputeInstanceGetInfo", self._gpu_of(computeInstance), body)
+    @_nvml
+    def nvmlComputeInstanceGetInfo(self, state: NodeState, computeInstance: Any) -> Any:
+        gpu, gi, ci = self._ci(state, computeInstance, _CI)
+        info = self._nv.c_nvmlComputeInstanceInfo_t()
+        info.device = self._handle(_DEVICE, gpu.index)
+        info.gpuInstance = self._handle(_GI, gpu.index, gi.id)
+        info.id, info.profileId = ci.id, ci.profile_id
+        info.placement.start = 0
+        info.placement.size = ci_profiles_of(gpu, gi)[ci.profile_id]
+        return info
 
     nvmlComputeInstanceGetInfo_v2 = nvmlComputeInstanceGetInfo
 
-    def nvmlComputeInstanceDestroy(self, computeInstance: Any) -> int:
-        def body(state: NodeState) -> int:
-            _, gi, ci = self._ci(state, computeInstance, _CI)
-            destroy_ci(gi, ci)
-            return int(self._nv.NVML_SUCCESS)
-
-        return self._call("nvmlComputeInstanceDestroy", self._gpu_of(computeInstance), body)
+    @_nvml
+    def nvmlComputeInstanceDestroy(self, state: NodeState, computeInstance: Any) -> int:
+        _, gi, ci = self._ci(state, computeInstance, _CI)
+        destroy_ci(gi, ci)
+        return int(self._nv.NVML_SUCCESS)
 
     # --- MIG devices -------------------------------------------------------------------------
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
-        def body(state: NodeState) -> int:
-            gpu = self._device_gpu(state, handle)
-            return _MAX_MIG_DEVICES if gpu.mig_enabled else 0
+    @_nvml
+    def nvmlDeviceGetMaxMigDeviceCount(self, state: NodeState, handle: Any) -> int:
+        return _MAX_MIG_DEVICES if self._device_gpu(state, handle).mig_enabled else 0
 
-        return self._call("nvmlDeviceGetMaxMigDeviceCount", self._gpu_of(handle), body)
+    @_nvml
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, state: NodeState, handle: Any, index: int) -> Any:
+        gpu = self._device_gpu(state, handle)
+        require_mig(gpu)
+        if not 0 <= index < _MAX_MIG_DEVICES:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"MIG index {index}")
+        devices = mig_devices(gpu)
+        if index >= len(devices):
+            raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no MIG device at {index}")
+        gi, ci = devices[index]
+        return self._handle(_MIG, gpu.index, gi.id, ci.id)
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu = self._device_gpu(state, handle)
-            self._require_mig(gpu)
-            if not 0 <= index < _MAX_MIG_DEVICES:
-                raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"MIG index {index}")
-            devices = mig_devices(gpu)
-            if index >= len(devices):
-                raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no MIG device at {index}")
-            gi, ci = devices[index]
-            return self._handle(_MIG, gpu.index, gi.id, ci.id)
+    @_nvml
+    def nvmlDeviceIsMigDeviceHandle(self, state: NodeState, handle: Any) -> Any:
+        return ctypes.c_uint(1 if _decode(handle)[0] == _MIG else 0)
 
-        return self._call("nvmlDeviceGetMigDeviceHandleByIndex", self._gpu_of(handle), body)
+    def _mig(self, state: NodeState, handle: Any) -> tuple[SimGpu, SimGi, SimCi]:
+        """The MIG device a handle names; NOT_SUPPORTED for a GPU's handle, as NVML answers."""
+        if _decode(handle)[0] != _MIG:
+            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "not a MIG device handle")
+        return self._ci(state, handle, _MIG)
 
-    def nvmlDeviceIsMigDeviceHandle(self, handle: Any) -> Any:
-        return self._call(
-            "nvmlDeviceIsMigDeviceHandle",
-            self._gpu_of(handle),
-            lambda s: ctypes.c_uint(1 if _decode(handle)[0] == _MIG else 0),
-        )
+    @_nvml
+    def nvmlDeviceGetGpuInstanceId(self, state: NodeState, handle: Any) -> int:
+        return self._mig(state, handle)[1].id
 
-    def _mig_field(self, name: str, handle: Any, pick: Callable[[SimGi, SimCi], int]) -> int:
-        def body(state: NodeState) -> int:
-            if _decode(handle)[0] != _MIG:
-                raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "not a MIG device handle")
-            _, gi, ci = self._ci(state, handle, _MIG)
-            return pick(gi, ci)
-
-        return self._call(name, self._gpu_of(handle), body)
-
-    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
-        return self._mig_field("nvmlDeviceGetGpuInstanceId", handle, lambda gi, ci: gi.id)
-
-    def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
+    @_nvml
+    def nvmlDeviceGetAttributes(self, state: NodeState, handle: Any) -> Any:
         """A MIG device's slices (the fields hamimig reads, and the memory size)."""
-
-        def body(state: NodeState) -> Any:
-            if _decode(handle)[0] != _MIG:
-                raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "not a MIG device handle")
-            gpu, gi, ci = self._ci(state, handle, _MIG)
-            gi_slices = max(ci_profiles_of(gpu, gi).values())
-            return types.SimpleNamespace(
-                gpuInstanceSliceCount=gi_slices,
-                computeInstanceSliceCount=ci_profiles_of(gpu, gi).get(ci.profile_id, 0),
-                multiprocessorCount=0,
-                memorySizeMB=0,
-            )
-
-        return self._call("nvmlDeviceGetAttributes", self._gpu_of(handle), body)
-
-    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
-        return self._mig_field("nvmlDeviceGetComputeInstanceId", handle, lambda gi, ci: ci.id)
-
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any) -> Any:
-        def body(state: NodeState) -> Any:
-            gpu, _, _ = self._ci(state, handle, _MIG)
-            return self._handle(_DEVICE, gpu.index)
-
-        return self._call(
-            "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", self._gpu_of(handle), body
+        gpu, gi, ci = self._mig(state, handle)
+        offered = ci_profiles_of(gpu, gi)
+        return types.SimpleNamespace(
+            gpuInstanceSliceCount=max(offered.values()),
+            computeInstanceSliceCount=offered.get(ci.profile_id, 0),
+            multiprocessorCount=0,
+            memorySizeMB=0,
         )
+
+    @_nvml
+    def nvmlDeviceGetComputeInstanceId(self, state: NodeState, handle: Any) -> int:
+        return self._mig(state, handle)[2].id
+
+    @_nvml
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, state: NodeState, handle: Any) -> Any:
+        return self._handle(_DEVICE, self._ci(state, handle, _MIG)[0].index)
 
 
 class _Unbound:

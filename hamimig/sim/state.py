@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import functools
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from hamimig.errors import HardwareError, UsageError
-from hamimig.hw.types import MEMORY_SLICES
+from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES
 from hamimig.sim.files import (
     FILE_MODE,
     HOME_SUFFIX,
@@ -40,8 +41,8 @@ from hamimig.sim.files import (
     write_access,
     write_node_files,
 )
-from hamimig.sim.models import FULL_CI_PROFILE_BY_SLICES, MODELS, ModelSpec
-from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind
+from hamimig.sim.models import MODELS, ModelSpec, ProfileSpec
+from hamimig.sim.ops import DRIVER_VERSION, MAX_FAULT_CALLS, BusyKind, FaultAction
 from hamimig.vocabulary import DURABLE_FILE_OPS, FileOpName
 
 SCHEMA_VERSION = 1
@@ -52,7 +53,7 @@ FIRST_NEW_UUID_DRIVER = 470
 FILE_OPS: tuple[str, ...] = tuple(op.value for op in FileOpName)
 DURABLE_OPS: tuple[str, ...] = tuple(op.value for op in DURABLE_FILE_OPS)
 """The file operations of the durable state (every file op but the event journal's append)."""
-FAULT_ACTIONS = ("raise", "crash-before", "crash-after")
+FAULT_ACTIONS = tuple(action.value for action in FaultAction)
 CRASH_EXIT_STATUS = 137
 
 # The NVML error names a fault may carry, with nvml.h's codes.
@@ -214,14 +215,7 @@ class SimFault:
     gpu: int | None
 
     def to_json(self) -> Document:
-        return {
-            "op": self.op,
-            "error": self.error,
-            "action": self.action,
-            "times": self.times,
-            "skip": self.skip,
-            "gpu": self.gpu,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, doc: Document) -> SimFault:
@@ -502,20 +496,17 @@ class SimStore:
             if cached is not None and cached[0] == raw:
                 return cached[1]
         doc = self._document(raw)
+        where = "the in-memory simulated node" if path is None else str(path)
         try:
             state = NodeState.from_json(doc)
             for gpu in state.gpus:
                 if gpu.model not in MODELS:
                     raise ValueError(f"GPU {gpu.index} has unknown model {gpu.model!r}")
             for fault in state.faults:
-                normalise_fault(
-                    fault.op, fault.error, fault.action, fault.times, fault.skip, fault.gpu
-                )
+                normalise_fault(**dataclasses.asdict(fault))
         except UsageError as exc:
-            where = "the in-memory simulated node" if self.path is None else str(self.path)
             raise UsageError(f"{where} is malformed: {exc.message}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            where = "the in-memory simulated node" if self.path is None else str(self.path)
             raise UsageError(f"{where} is malformed: {type(exc).__name__} {exc}") from None
         if shared and path is not None and raw is not None:
             _remember(path, raw, state)
@@ -550,14 +541,15 @@ class SimStore:
         self._merge(state.calls)
         self._write_document(state.to_json(), state)
 
+    def _guard(self) -> contextlib.AbstractContextManager[None]:
+        """The node's lock; nothing to lock for a node held in memory."""
+        return contextlib.nullcontext() if self.path is None else self._locked()
+
     def read(self) -> NodeState:
         """A consistent copy of the state for read-only use (not counted as a call), with this
         process's calls counted so far."""
-        if self.path is None:
+        with self._guard():
             state = self._load()
-        else:
-            with self._locked():
-                state = self._load()
         for name, n in self._pending.items():
             state.calls[name] = state.calls.get(name, 0) + n
         return state
@@ -565,24 +557,16 @@ class SimStore:
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
         """Lock and load; write back on the way out only if the caller marked it dirty."""
-        if self.path is None:
-            session = Session(self._load())
-            try:
-                yield session
-            finally:
-                if session.dirty:
-                    self._write(session.state)
-                else:
-                    self._merge(self._document()["calls"])
-            return
-        with self._locked():
+        with self._guard():
             session = Session(self._load(shared=True))
-            before = session.state.to_json() if CHECK_READS else None
+            before = session.state.to_json() if CHECK_READS and self.path is not None else None
             try:
                 yield session
             finally:
                 if session.dirty:
                     self._write(session.state)
+                elif self.path is None:
+                    self._merge(self._document()["calls"])
                 elif before is not None and session.state.to_json() != before:
                     _PARSED.pop(self.path, None)
                     raise AssertionError("a read-only simulated call changed the node's state")
@@ -598,12 +582,7 @@ class SimStore:
     def transaction(self) -> Iterator[Document]:
         """Edit the stored JSON document itself (a test changing the node behind everyone's
         back); `edit()` is the typed way."""
-        if self.path is None:
-            doc = self._document()
-            yield doc
-            self._write_document(doc)
-            return
-        with self._locked():
+        with self._guard():
             doc = self._document()
             try:
                 yield doc
@@ -681,15 +660,6 @@ def fault_armed(state: NodeState, op: str) -> bool:
 # Faults
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One fired fault: what the caller must do instead of, or around, the operation."""
-
-    op: str
-    action: str
-    error: str
-
-
 def normalise_fault(
     op: str, error: str | None, action: str, times: int, skip: int, gpu: int | None
 ) -> SimFault:
@@ -719,8 +689,9 @@ def normalise_fault(
     return SimFault(op, name, action, times, skip, gpu)
 
 
-def take_fault(state: NodeState, op: str, gpu: int | None) -> Fault | None:
-    """Count one matching call against the faults and return the one that fires, if any.
+def take_fault(state: NodeState, op: str, gpu: int | None) -> SimFault | None:
+    """Count one matching call against the faults and return the one that fires, if any: what
+    the caller must do instead of, or around, the operation.
 
     Consumption is recorded in `state`; callers write it back before the fault takes effect,
     so a later process never fires the same fault again.
@@ -736,7 +707,7 @@ def take_fault(state: NodeState, op: str, gpu: int | None) -> Fault | None:
         fault.times -= 1
         if fault.times <= 0:
             state.faults.remove(fault)
-        return Fault(op=op, action=fault.action, error=fault.error)
+        return fault
     return None
 
 
@@ -778,6 +749,19 @@ def model_of(gpu: SimGpu) -> ModelSpec:
     return MODELS[gpu.model]
 
 
+def profile_of(gpu: SimGpu, profile_id: int) -> ProfileSpec:
+    """The GPU's GI profile with this ID; INVALID_ARGUMENT, as NVML answers, otherwise."""
+    spec = model_of(gpu).profile_by_id(profile_id)
+    if spec is None:
+        raise SimNvmlFailure(NVML_ERROR_CODES["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
+    return spec
+
+
+def require_mig(gpu: SimGpu) -> None:
+    if not gpu.mig_enabled:
+        raise SimNvmlFailure(NVML_ERROR_CODES["NOT_SUPPORTED"], "MIG mode is disabled")
+
+
 def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
     """Pick a GI ID the way A100/H100 drivers were observed to, lowest free otherwise."""
     used = {gi.id for gi in gpu.gis}
@@ -799,11 +783,8 @@ def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
 
 def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
     """Create a GI on a simulated GPU, enforcing placement legality, overlap and limits."""
-    if not gpu.mig_enabled:
-        raise SimNvmlFailure(NVML_ERROR_CODES["NOT_SUPPORTED"], "MIG mode is disabled")
-    profile = model_of(gpu).profile_by_id(profile_id)
-    if profile is None:
-        raise SimNvmlFailure(NVML_ERROR_CODES["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
+    require_mig(gpu)
+    profile = profile_of(gpu, profile_id)
     if start not in profile.starts:
         raise SimNvmlFailure(
             NVML_ERROR_CODES["INVALID_ARGUMENT"],
@@ -828,9 +809,7 @@ def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
 
 
 def gi_slices(gpu: SimGpu, gi: SimGi) -> int:
-    profile = model_of(gpu).profile_by_id(gi.profile_id)
-    assert profile is not None
-    return profile.slice_count
+    return profile_of(gpu, gi.profile_id).slice_count
 
 
 def ci_profiles_of(gpu: SimGpu, gi: SimGi) -> dict[int, int]:
@@ -893,21 +872,16 @@ def find_gpu(state: NodeState, ref: str | int) -> SimGpu:
 
 
 def find_mig(state: NodeState, mig_uuid: str) -> tuple[SimGpu, SimGi, SimCi]:
-    for gpu in state.gpus:
-        for gi in gpu.gis:
-            for ci in gi.cis:
-                if ci.mig_uuid == mig_uuid:
-                    return gpu, gi, ci
+    pairs = ((gpu, gi, ci) for gpu in state.gpus for gi in gpu.gis for ci in gi.cis)
+    found = next((pair for pair in pairs if pair[2].mig_uuid == mig_uuid), None)
+    if found is not None:
+        return found
     raise UsageError(f"no MIG instance {mig_uuid} on the simulated node")
 
 
 def held_gi(state: NodeState, mig_uuid: str) -> SimGi | None:
     """The GI a client holds on behalf of `mig_uuid` (`sim busy --gi-only`), CI or not."""
-    for gpu in state.gpus:
-        for gi in gpu.gis:
-            if gi.held_for == mig_uuid:
-                return gi
-    return None
+    return next((gi for gpu in state.gpus for gi in gpu.gis if gi.held_for == mig_uuid), None)
 
 
 def as_hardware_error(exc: SimNvmlFailure, what: str) -> HardwareError:
