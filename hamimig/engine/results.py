@@ -165,7 +165,7 @@ class BlockingInstance(Model):
     gpu_instance_id: int | None = Field(alias="gpuInstanceID")
     profile: str
     placement: Placement
-    state: Annotated[State | None, PlainSerializer(lambda s: s.value if s else "Reserved")]
+    state: Annotated[State | None, PlainSerializer(lambda s: "Reserved" if s is None else s.value)]
     """None for Reserved slices (JSON `"Reserved"`, a word no instance has)."""
     owner: OwnerJson | None = None
     """As in the Instance object: the record's owner while Active, else None."""
