@@ -18,7 +18,13 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any, ClassVar, Protocol
 
-from pydantic import Field, PlainSerializer, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from hamimig.errors import HardwareError
 from hamimig.hw.types import Placement
@@ -54,7 +60,14 @@ OwnerJson = Annotated[Owner, PlainSerializer(lambda owner: owner.to_json())]
 """An owner as its record writes it (`containerIndex`, not the attribute's name)."""
 
 
-class Shown(Model):
+class Reported(Model):
+    """Anything a result reports. Built by the code, never parsed, so a keyword that names no
+    field is a mistake that mypy and the model refuse rather than drop."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Shown(Reported):
     """A command's result: its JSON object is its `kind`, then its fields, as `shape` makes
     them."""
 
@@ -76,7 +89,7 @@ def after(out: Json, key: str, **more: Any) -> Json:
     return dict(items[:at] + list(more.items()) + items[at:])
 
 
-class InstanceView(Model):
+class InstanceView(Reported):
     """The Instance object of docs/formats.md."""
 
     kind: ClassVar[str] = "Instance"
@@ -128,7 +141,7 @@ class InstanceView(Model):
         return self.model_copy(update={"outcome": Outcome.FAILED, "error": error})
 
 
-class Hold(Model):
+class Hold(Reported):
     """A pod's claim on an instance, read from its allocation annotation: the entry names the
     instance's MIG UUID, or its slices on that GPU (an entry without runtime identity is a slot
     the scheduler reserved, where the plugin hands out the Idle instance it finds)."""
@@ -155,7 +168,7 @@ class Hold(Model):
         return f"{verb} by pod {self.pod}"
 
 
-class BlockingInstance(Model):
+class BlockingInstance(Reported):
     """One instance in the way of a placement that hamimig may not take (a conflict's
     `error.blockers`): Active, Unmanaged, OrphanGI (no MIG UUID), busy or pod-held Idle/Error,
     or Reserved: free slices that another pod's annotation entry claims (no GPU instance, so
@@ -205,7 +218,7 @@ class BlockingInstance(Model):
         return f"{name} ({', '.join(why)})"
 
 
-class Blocked(Model):
+class Blocked(Reported):
     """A candidate placement and the instances that block it (`error.blockers` entries)."""
 
     placement: Placement
@@ -218,7 +231,7 @@ class Blocked(Model):
         )
 
 
-class Warning_(Model):
+class Warning_(Reported):
     file: str
     reason: str
     fix: str | None = Field(None, exclude=True)
@@ -275,7 +288,7 @@ class Release(Shown):
         return failed_exit(self.released)
 
 
-class SkippedInstance(Model):
+class SkippedInstance(Reported):
     """An instance a command left alone on purpose (busy), and why."""
 
     mig_uuid: str = Field(alias="migUUID")
@@ -298,7 +311,7 @@ class Reclaim(Shown):
 _RESTORES = (ActionKind.RESTORE_IDLE.value, ActionKind.RESTORE_ACTIVE.value)
 
 
-class StepError(Model):
+class StepError(Reported):
     """Why a step failed: the category of its error (as the exit-code table names them) and
     the hardware's or the disk's own message."""
 
@@ -306,7 +319,7 @@ class StepError(Model):
     message: str
 
 
-class Action(Model):
+class Action(Reported):
     """One step of recover, adopt or reconcile, with the reason it was (or would be) taken."""
 
     action: str
@@ -333,7 +346,7 @@ class Action(Model):
         return self.result is ActionResult.UNCHANGED and self.action in _RESTORES
 
 
-class SkippedGpu(Model):
+class SkippedGpu(Reported):
     """A GPU recovery did not look at (MIG disabled or unsupported), and why."""
 
     index: int
@@ -395,7 +408,7 @@ class ActionReport(Shown):
         return after(out, "actions", summary=summary)
 
 
-class Forgotten(Model):
+class Forgotten(Reported):
     """One thing `forget` dropped (or would drop): a record with its CDI spec, or an intent.
 
     `unreadable` says why the file could not be decoded (it is dropped by name all the same);

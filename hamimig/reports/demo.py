@@ -26,10 +26,9 @@ from hamimig.engine import maintenance, recovery
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid
-from hamimig.engine.results import Allocation, InstanceView, Shown
+from hamimig.engine.results import Allocation, InstanceView, Reported, Shown
 from hamimig.errors import HamimigError, PathUnusable
 from hamimig.hw.types import PlacementSpec, parse_placement
-from hamimig.model import Model
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
 from hamimig.reports.inventory import list_instances
@@ -99,7 +98,7 @@ def in_child(work: Callable[[], object]) -> int:
     return os.waitstatus_to_exitcode(wait_status)
 
 
-class DemoStep(Model):
+class DemoStep(Reported):
     """One narrated step: what we did, the equivalent command, and what came of it."""
 
     number: int = Field(alias="step")

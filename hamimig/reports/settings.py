@@ -7,11 +7,10 @@ from typing import Any, ClassVar
 from hamimig.config import EVENTS_MAX_BYTES, IDLE_TTL, MAX_IDLE, POD_SOURCE, Config
 from hamimig.durations import exact_duration
 from hamimig.engine.node import Node
-from hamimig.engine.results import Shown
-from hamimig.model import Model
+from hamimig.engine.results import Reported, Shown
 
 
-class Setting(Model):
+class Setting(Reported):
     key: str
     value: Any
     source: str

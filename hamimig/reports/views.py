@@ -17,13 +17,13 @@ from hamimig.durations import to_rfc3339
 from hamimig.engine.results import (
     InstanceView,
     Json,
+    Reported,
     Shown,
     Warning_,
     after,
     omitted_when_empty,
 )
 from hamimig.hw.types import MigMode, Placement
-from hamimig.model import Model
 from hamimig.sim.files import NodeFiles
 from hamimig.sim.state import NodeState
 from hamimig.store.queue import QueuedRemoval
@@ -43,7 +43,7 @@ class InstanceDetail(Shown):
         return {**out.pop("instance"), **out}
 
 
-class GpuView(Model):
+class GpuView(Reported):
     index: int
     uuid: str
     model: str
@@ -65,7 +65,7 @@ class InstanceList(Shown):
     """CDI specs of destroyed instances still published because their removal failed."""
 
 
-class ProfileView(Model):
+class ProfileView(Reported):
     name: str
     id: int
     slice_count: int = Field(alias="sliceCount")
@@ -77,7 +77,7 @@ class ProfileView(Model):
     placements: tuple[Placement, ...]
 
 
-class GpuProfiles(Model):
+class GpuProfiles(Reported):
     index: int
     uuid: str
     model: str
@@ -127,7 +127,7 @@ class CheckStatus(str, enum.Enum):
     """Not run, and why is in the message (no pod source, for the pod checks): never `ok`."""
 
 
-class Check(Model):
+class Check(Reported):
     """One `doctor` check: what it looked at, how it came out, and a one-line fix.
 
     `exit_code` matters only for a failing check: the contract code its failure maps to
