@@ -58,10 +58,11 @@ def allocate(
     try:
         pending = pending_mig_mode(index, *node.hardware().mig_modes(index))
     except NvmlError as exc:  # the allocation is done: a failed look at the mode cannot undo it
-        pending = Warning_(f"GPU {index}", f"MIG mode after the next GPU reset not read: {exc}")
+        why = f"MIG mode after the next GPU reset not read: {exc}"
+        pending = Warning_(file=f"GPU {index}", reason=why)
     if pending is None:
         return result
-    return dataclasses.replace(result, warnings=(*result.warnings, pending))
+    return result.model_copy(update={"warnings": (*result.warnings, pending)})
 
 
 def _allocate(node: Node, request: AllocateRequest, source: PodSource, dry_run: bool) -> Allocation:
@@ -74,7 +75,7 @@ def _allocate(node: Node, request: AllocateRequest, source: PodSource, dry_run: 
         held = held_by(durable.records, request.owner)
         if held is not None:
             same = _idempotent(node, held, gpu_ref, request, start, size)
-            return dataclasses.replace(same, dry_run=dry_run, warnings=durable.warnings)
+            return same.model_copy(update={"dry_run": dry_run, "warnings": durable.warnings})
         steps = plan_allocation(node, durable, request, holds)
         if dry_run:
             return _preview(node, steps, durable)
@@ -135,7 +136,9 @@ def _preview(node: Node, steps: list[Step], durable: Durable) -> Allocation:
             handout.record, state=State.ACTIVE, owner=handout.owner, cdi_device=name
         )
         view = record_view(record, handout.device.gpu_index)
-        return Allocation(view, Outcome.REUSED, dry_run=True, warnings=durable.warnings)
+        return Allocation(
+            instance=view, outcome=Outcome.REUSED, dry_run=True, warnings=durable.warnings
+        )
     create = last.target
     assert isinstance(create, NewInstance)
     view = InstanceView(
@@ -151,7 +154,13 @@ def _preview(node: Node, steps: list[Step], durable: Durable) -> Allocation:
     )
     reclaimed = tuple(step.mig_uuid or "" for step in steps[:-1])
     warnings = durable.warnings + _retried_first(node, durable, create.gpu)
-    return Allocation(view, Outcome.CREATED, reclaimed=reclaimed, dry_run=True, warnings=warnings)
+    return Allocation(
+        instance=view,
+        outcome=Outcome.CREATED,
+        reclaimed=reclaimed,
+        dry_run=True,
+        warnings=warnings,
+    )
 
 
 def _idempotent(
@@ -255,7 +264,8 @@ def _hand_out(node: Node, step: Step) -> Allocation:
     warnings: tuple[Warning_, ...] = ()
     cdi = node.cdi()
     if applied.note and cdi is not None:
-        warnings = (Warning_(str(cdi.path_of(applied.record.mig_uuid)), applied.note),)
+        path = str(cdi.path_of(applied.record.mig_uuid))
+        warnings = (Warning_(file=path, reason=applied.note),)
     return Allocation(
         instance=record_view(applied.record, step.target.device.gpu_index),
         outcome=Outcome.REUSED,
@@ -405,10 +415,10 @@ def _retried_first(node: Node, durable: Durable, gpu: Gpu) -> tuple[Warning_, ..
     queued = [item for item in durable.removals if item.mig_uuid in retried]
     return tuple(
         Warning_(
-            str(cdi.path_of(item.mig_uuid)),
-            f"the CDI spec of destroyed instance {item.mig_uuid} names /dev/nvidia{gpu.minor} "
-            f"and its removal is queued ({item.last_error}): the real run retries it first and "
-            "refuses (exit 4) if it fails again",
+            file=str(cdi.path_of(item.mig_uuid)),
+            reason=f"the CDI spec of destroyed instance {item.mig_uuid} names "
+            f"/dev/nvidia{gpu.minor} and its removal is queued ({item.last_error}): the real run "
+            "retries it first and refuses (exit 4) if it fails again",
         )
         for item in _naming_device(cdi, queued, gpu)
     )
@@ -442,16 +452,16 @@ def _create(node: Node, steps: list[Step]) -> Allocation:
             record = step.target.record
             if record.state is State.ERROR:
                 blocker = BlockingInstance(
-                    record.mig_uuid,
-                    record.gpu_instance_id,
-                    record.profile,
-                    record.placement,
-                    State.ERROR,
+                    mig_uuid=record.mig_uuid,
+                    gpu_instance_id=record.gpu_instance_id,
+                    profile=record.profile,
+                    placement=record.placement,
+                    state=State.ERROR,
                 )
                 raise ConflictError(
                     f"placement {create.placement} is blocked by Error instance "
                     f"{record.mig_uuid} that still cannot be destroyed: {exc.message}",
-                    blockers=(Blocked(create.placement, (blocker,)),),
+                    blockers=(Blocked(placement=create.placement, instances=(blocker,)),),
                 ) from None
             raise
         if step.target is create:

@@ -420,7 +420,8 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
                 failures.append(exc.message)
             touched = _files_touched(node, before)
             files += touched
-            actions.append(step.report(changed=touched > 0, error=StepError(exc.code, exc.message)))
+            error = StepError(code=exc.code, message=exc.message)
+            actions.append(step.report(changed=touched > 0, error=error))
             continue
         except (HamimigError, OSError) as exc:
             why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
@@ -428,7 +429,8 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
             failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
             touched = _files_touched(node, before)
             files += touched
-            actions.append(step.report(changed=touched > 0, error=StepError(code, why)))
+            error = StepError(code=code, message=why)
+            actions.append(step.report(changed=touched > 0, error=error))
             continue
         files += _files_touched(node, before)
         actions.append(step.report(applied.note, changed=step.changes and applied.changed))

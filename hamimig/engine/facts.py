@@ -167,7 +167,7 @@ def pending_mig_mode(gpu: int, current: MigMode, pending: MigMode) -> Warning_ |
             f"MIG is {current.value} now and {pending.value} after the next GPU reset; no MIG "
             f"instance can be created before it (nvidia-smi -r -i {gpu} when the GPU is idle)"
         )
-    return Warning_(f"GPU {gpu}", reason)
+    return Warning_(file=f"GPU {gpu}", reason=reason)
 
 
 def profile_names(node: Node, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> dict[int, str]:

@@ -21,7 +21,6 @@ decoded or not.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from hamimig.engine.executor import apply
@@ -129,7 +128,7 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
             item, step = plan_forget_intent(node, ident)
         if not dry_run:
             note = apply(node, step).note
-            item = dataclasses.replace(item, note=note) if note else item
+            item = item.model_copy(update={"note": note}) if note else item
     return Forget(dry_run=dry_run, forgotten=(item,), warnings=warnings)
 
 

@@ -205,7 +205,7 @@ def plan_idle_policy(
     seen, problem = node.idle_seen().load()
     if problem is not None:
         reason = f"{problem.reason}; the idle clocks of HAMi's own records start again"
-        plan.warnings.append(Warning_(problem.file, reason))
+        plan.warnings.append(Warning_(file=problem.file, reason=reason))
     holds = PodHolds.of(pods)
     in_flight = [(i.gpu_uuid, i.placement) for i in durable.intents]
     joining: dict[str, int] = {}

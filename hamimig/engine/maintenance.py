@@ -273,14 +273,16 @@ def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool)
                 f"{target.mig_uuid} is {hold.brief} ({hold.reason}): hamimig never reclaims "
                 "an instance a pod holds"
             )
-        skipped = [SkippedInstance(t.record.mig_uuid, hold.reason) for t, hold in held]
+        skipped = [
+            SkippedInstance(mig_uuid=t.record.mig_uuid, reason=hold.reason) for t, hold in held
+        ]
         claimed = {t.record.mig_uuid for t, _ in held}
         busy = [t for t in targets if t.record.mig_uuid not in claimed and _busy(node, t)]
         if isinstance(target, ByUuid) and busy:
             raise ConflictError(
                 f"{target.mig_uuid} is busy: processes run on it; hamimig never reclaims it"
             )
-        skipped += [SkippedInstance(t.record.mig_uuid, BUSY) for t in busy]
+        skipped += [SkippedInstance(mig_uuid=t.record.mig_uuid, reason=BUSY) for t in busy]
         kept = [t for t in targets if t not in busy and t.record.mig_uuid not in claimed]
         views = tuple(
             record_view(t.record, t.gpu_index).with_outcome(Outcome.RECLAIMED) for t in kept
@@ -425,7 +427,7 @@ def _window_targets(
         raise ConflictError(
             f"slices {window} hold instances hamimig never reclaims: "
             + "; ".join(b.describe() for b in blocked),
-            blockers=(Blocked(window, tuple(blocked)),),
+            blockers=(Blocked(placement=window, instances=tuple(blocked)),),
         )
     return chosen
 
@@ -445,7 +447,7 @@ def _blocker(
     intent = next((i for i in in_flight if i.placement == gi.placement), None)
     if record is None and intent is not None:
         # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
-        return dataclasses.replace(found, state=State.CREATING, owner=intent.owner)
+        return found.model_copy(update={"state": State.CREATING, "owner": intent.owner})
     return found
 
 
@@ -498,7 +500,6 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         dry_run=dry_run,
         actions=done.actions,
         failed=done.failed,
-        exit_code=done.exit_code,
         warnings=durable.warnings + tuple(plan.warnings),
         notes=tuple(notes),
         files_changed=done.files_changed,
@@ -659,7 +660,8 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
         problem = _unverified(node, record)
     except UsageError as exc:
         path = str(cdi.path_of(record.mig_uuid))
-        plan.warnings.append(Warning_(path, f"kept as it is, not compared: {exc.message}"))
+        reason = f"kept as it is, not compared: {exc.message}"
+        plan.warnings.append(Warning_(file=path, reason=reason))
         return
     except (HamimigError, OSError) as exc:
         why = exc.message if isinstance(exc, HamimigError) else str(exc.strerror or exc)

@@ -111,17 +111,17 @@ class PodHolds:
         """The claim a pod has on `record`'s instance, or None."""
         pod = self.named.get(record.mig_uuid.lower())
         if pod is not None:
-            return Hold(pod, "names it")
+            return Hold(pod=pod, how="names it")
         for pod, alloc in self.slots:
             if alloc.gpu_uuid == record.gpu_uuid and alloc.placement.overlaps(record.placement):
                 how = "names its slot" if alloc.mig_uuid is not None else "reserves its slot"
-                return Hold(pod, how)
+                return Hold(pod=pod, how=how)
         if record.state not in (State.IDLE, State.ERROR) or self.taken_at <= 0:
             return None
         released = record.idle_since or record.updated_at
         when = parse_time(released) if released else None
         if when is not None and when > self.taken_at:
-            return Hold(None, f"released after the pod list was taken ({released})")
+            return Hold(pod=None, how=f"released after the pod list was taken ({released})")
         return None
 
     def reserved(self, gpu_uuid: str, placement: Placement) -> list[tuple[str, MigAllocation]]:
@@ -206,7 +206,12 @@ class Blocker:
         entry = self.reserved
         if entry is not None:
             return BlockingInstance(
-                entry.mig_uuid, None, entry.profile, entry.placement, None, held=self.held
+                mig_uuid=entry.mig_uuid,
+                gpu_instance_id=None,
+                profile=entry.profile,
+                placement=entry.placement,
+                state=None,
+                held=self.held,
             )
         return blocking_instance(self.gi, self.record, names, self.busy, self.held)
 
@@ -228,10 +233,23 @@ def blocking_instance(
         cis = gi.compute_instances
         state = State.UNMANAGED if cis else State.ORPHAN_GI
         mig_uuid = cis[0].mig_uuid if cis else None
-        return BlockingInstance(mig_uuid, gi.id, profile, gi.placement, state)
+        return BlockingInstance(
+            mig_uuid=mig_uuid,
+            gpu_instance_id=gi.id,
+            profile=profile,
+            placement=gi.placement,
+            state=state,
+        )
     owner = record.owner if record.state is State.ACTIVE else None
     return BlockingInstance(
-        record.mig_uuid, gi.id, profile, gi.placement, record.state, owner, busy, held
+        mig_uuid=record.mig_uuid,
+        gpu_instance_id=gi.id,
+        profile=profile,
+        placement=gi.placement,
+        state=record.state,
+        owner=owner,
+        busy=busy,
+        held=held,
     )
 
 
@@ -313,7 +331,7 @@ def plan_create(
             if alloc.placement not in live:
                 how = "names its slot" if alloc.mig_uuid is not None else "reserves its slot"
                 ghost = GpuInstance(-1, gpu_uuid, -1, -1, alloc.placement, ())
-                out.append(Blocker(ghost, None, None, held=Hold(pod, how), reserved=alloc))
+                out.append(Blocker(ghost, None, None, held=Hold(pod=pod, how=how), reserved=alloc))
         return out
 
     def hard(bs: list[Blocker]) -> list[Blocker]:
@@ -354,7 +372,7 @@ def plan_create(
         )
 
     def blocked(p: Placement, refused: list[Blocker]) -> Blocked:
-        return Blocked(p, tuple(b.view(names) for b in refused))
+        return Blocked(placement=p, instances=tuple(b.view(names) for b in refused))
 
     if requested is not None:
         bs = blockers(requested)

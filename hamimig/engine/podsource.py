@@ -126,7 +126,7 @@ def stale_warning(node: Node, snapshot: PodSnapshot | None) -> Warning_ | None:
         return None
     from hamimig.engine.results import Warning_
 
-    return Warning_(snapshot.source, why)
+    return Warning_(file=snapshot.source, reason=why)
 
 
 MAX_POD_LIST_AGE = 300

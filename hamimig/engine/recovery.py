@@ -169,7 +169,12 @@ def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dic
     for gpu in gpus:
         if gpu.mig_mode is not MigMode.ENABLED:
             plan.skipped.append(
-                SkippedGpu(gpu.index, gpu.uuid, gpu.mig_mode.value, f"MIG {gpu.mig_mode.value}")
+                SkippedGpu(
+                    index=gpu.index,
+                    uuid=gpu.uuid,
+                    mig_mode=gpu.mig_mode.value,
+                    reason=f"MIG {gpu.mig_mode.value}",
+                )
             )
             continue
         layout = hw.layout(gpu.index)
@@ -732,7 +737,7 @@ def _plan_cdi_repair(survey: _Survey, gpu: Gpu, gi: GpuInstance, ci: ComputeInst
             reason = f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
         else:
             reason = f"missing or unusable, and none can be composed: {exc.message}"
-        survey.plan.warnings.append(Warning_(path, reason))
+        survey.plan.warnings.append(Warning_(file=path, reason=reason))
         return
     why = "missing" if not cdi.exists(ci.mig_uuid) else "different from what the instance needs"
     # The step itself writes the spec, so a failed write is reported on it ("failed: …").
@@ -804,7 +809,6 @@ def _run(
         dry_run=dry_run,
         actions=done.actions,
         failed=done.failed,
-        exit_code=done.exit_code,
         skipped=tuple(plan.skipped),
         warnings=durable.warnings + tuple(plan.warnings),
         files_changed=done.files_changed,

@@ -5,22 +5,32 @@ Each result knows its `kind`, its exit status and how to become its JSON object;
 renderer decides between that and a table, so no command module formats anything itself. The
 operator reports' results (list, show, profiles, doctor, metrics) build on these in
 hamimig/reports/views.py.
+
+Each JSON object is declared once, by its model's fields in the contract's order, with the
+JSON name as an explicit alias. A key that the contract leaves out when it has nothing to say
+(`warnings`, `notes`, an Instance object's `outcome`) is an `omitted_when_empty` field; every
+other key is always there, null when unknown. What a field alone cannot say (a summary
+counted from the actions) a result adds in `shape`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+import operator
+from typing import Annotated, Any, ClassVar, Protocol
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from hamimig.errors import HardwareError
 from hamimig.hw.types import Placement
+from hamimig.model import Model
 from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import ActionKind, ActionResult, Outcome, State
-
-if TYPE_CHECKING:
-    pass
-
 
 Json = dict[str, Any]
 
@@ -41,47 +51,80 @@ class Result(Protocol):
     def to_json(self) -> Json: ...
 
 
-def placement_json(p: Placement) -> Json:
-    return {"start": p.start, "size": p.size}
+def omitted_when_empty(default: Any = (), alias: str | None = None) -> Any:
+    """A field whose key the JSON object leaves out while it is empty or None."""
+    return Field(default, alias=alias, exclude_if=operator.not_)
 
 
-@dataclass(frozen=True)
-class InstanceView:
+OwnerJson = Annotated[Owner, PlainSerializer(lambda owner: owner.to_json())]
+"""An owner as its record writes it (`containerIndex`, not the attribute's name)."""
+
+
+class Reported(Model):
+    """Anything a result reports. Built by the code, never parsed, so a keyword that names no
+    field is a mistake that mypy and the model refuse rather than drop."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Shown(Reported):
+    """A command's result: its JSON object is its `kind`, then its fields, as `shape` makes
+    them."""
+
+    kind: ClassVar[str]
+
+    @model_serializer(mode="wrap")
+    def _with_kind(self, fields: SerializerFunctionWrapHandler) -> Json:
+        return {"kind": self.kind, **self.shape(fields(self))}
+
+    def shape(self, out: Json) -> Json:
+        """The fields' JSON object, with what the fields alone cannot say."""
+        return out
+
+
+def after(out: Json, key: str, **more: Any) -> Json:
+    """`out` with `more` right after `key`, where the contract puts them."""
+    items = list(out.items())
+    at = list(out).index(key) + 1
+    return dict(items[:at] + list(more.items()) + items[at:])
+
+
+class InstanceView(Reported):
     """The Instance object of docs/formats.md."""
 
     kind: ClassVar[str] = "Instance"
-    mig_uuid: str | None
-    gpu_uuid: str
-    gpu_index: int
+    mig_uuid: str | None = Field(alias="migUUID")
+    gpu_uuid: str = Field(alias="gpuUUID")
+    gpu_index: int = Field(alias="gpuIndex")
     profile: str
     placement: Placement
-    gpu_instance_id: int | None
-    compute_instance_id: int | None
+    gpu_instance_id: int | None = Field(alias="gpuInstanceID")
+    compute_instance_id: int | None = Field(alias="computeInstanceID")
+    compute_instance_count: int | None = Field(None, alias="computeInstanceCount")
+    """How many compute instances the live GI holds (`list`, `show`); more than one, or one
+    that does not span the GI, makes it no one's single instance. None when not asked or the
+    GI is not live."""
     state: State
-    owner: Owner | None = None
-    cdi_device: str | None = None
+    owner: OwnerJson | None = None
+    last_owner: OwnerJson | None = Field(None, alias="lastOwner")
+    """The pod slot that last held an Idle instance (the record's `lastOwner`), else None."""
+    cdi_device: str | None = Field(None, alias="cdiDevice")
     error: str | None = None
     processes: bool | None = None
     """Whether processes run on the MIG device. None when nobody asked (no live MIG device,
     or a command that does not look) or NVML could not say (`list` and `show` ask every live
     device; commands that act treat "could not say" as busy)."""
-    process_count: int | None = None
+    process_count: int | None = Field(None, alias="processCount")
     """How many, when `processes` was asked for and NVML could say."""
-    created_at: str | None = None
-    updated_at: str | None = None
-    idle_since: str | None = None
+    created_at: str | None = Field(None, alias="createdAt")
+    updated_at: str | None = Field(None, alias="updatedAt")
+    idle_since: str | None = Field(None, alias="idleSince")
     """The record's (or intent's) RFC 3339 times, as written; None when there is none (an
     Unmanaged instance, a record HAMi wrote, `idle_since` outside Idle)."""
-    outcome: Outcome | None = None
+    outcome: Outcome | None = omitted_when_empty(None)
     """What the command that reports it did to it (allocate, release, reclaim, forget; in a dry
     run what it would do); None in the reports that only look (`list`, `show`), whose Instance
     objects have no `outcome` key. `state` stays the last state the instance had."""
-    last_owner: Owner | None = None
-    """The pod slot that last held an Idle instance (the record's `lastOwner`), else None."""
-    compute_instance_count: int | None = None
-    """How many compute instances the live GI holds (`list`, `show`); more than one, or one
-    that does not span the GI, makes it no one's single instance. None when not asked or the
-    GI is not live."""
 
     def since(self) -> str | None:
         """When this instance's age (`list`'s AGE) counts from: an Idle instance's idle age
@@ -91,68 +134,57 @@ class InstanceView:
             return self.idle_since or self.updated_at or self.created_at
         return self.created_at or self.updated_at
 
-    def to_json(self) -> Json:
-        out: Json = {
-            "migUUID": self.mig_uuid,
-            "gpuUUID": self.gpu_uuid,
-            "gpuIndex": self.gpu_index,
-            "profile": self.profile,
-            "placement": placement_json(self.placement),
-            "gpuInstanceID": self.gpu_instance_id,
-            "computeInstanceID": self.compute_instance_id,
-            "computeInstanceCount": self.compute_instance_count,
-            "state": self.state.value,
-            "owner": self.owner.to_json() if self.owner else None,
-            "lastOwner": self.last_owner.to_json() if self.last_owner else None,
-            "cdiDevice": self.cdi_device,
-            "error": self.error,
-            "processes": self.processes,
-            "processCount": self.process_count,
-            "createdAt": self.created_at,
-            "updatedAt": self.updated_at,
-            "idleSince": self.idle_since,
-        }
-        if self.outcome is not None:
-            out["outcome"] = self.outcome.value
-        return out
-
     def with_outcome(self, outcome: Outcome) -> InstanceView:
-        return dataclasses.replace(self, outcome=outcome)
+        return self.model_copy(update={"outcome": outcome})
 
     def failed(self, error: str) -> InstanceView:
-        return dataclasses.replace(self, outcome=Outcome.FAILED, error=error)
+        return self.model_copy(update={"outcome": Outcome.FAILED, "error": error})
 
 
-@dataclass(frozen=True)
-class BlockingInstance:
+class Hold(Reported):
+    """A pod's claim on an instance, read from its allocation annotation: the entry names the
+    instance's MIG UUID, or its slices on that GPU (an entry without runtime identity is a slot
+    the scheduler reserved, where the plugin hands out the Idle instance it finds)."""
+
+    pod: str | None
+    """NS/NAME; None for an instance released after the pod list was taken, which a pod the
+    list cannot show may hold."""
+    how: str
+    """`names it`, `names its slot`, `reserves its slot` or `released after the pod list was
+    taken (TIME)`."""
+
+    @property
+    def reason(self) -> str:
+        if self.pod is None:
+            return self.how
+        return f"pod {self.pod}'s allocation annotation {self.how}"
+
+    @property
+    def brief(self) -> str:
+        """`held by pod NS/NAME`, `reserved by pod NS/NAME` or `released after …`."""
+        if self.pod is None:
+            return self.how.partition(" (")[0]  # the time is in `reason` and in the JSON
+        verb = "reserved" if self.how == "reserves its slot" else "held"
+        return f"{verb} by pod {self.pod}"
+
+
+class BlockingInstance(Reported):
     """One instance in the way of a placement that hamimig may not take (a conflict's
     `error.blockers`): Active, Unmanaged, OrphanGI (no MIG UUID), busy or pod-held Idle/Error,
     or Reserved: free slices that another pod's annotation entry claims (no GPU instance, so
     `gpu_instance_id` is None; the entry's MIG UUID, if it has one)."""
 
-    mig_uuid: str | None
-    gpu_instance_id: int | None
+    mig_uuid: str | None = Field(alias="migUUID")
+    gpu_instance_id: int | None = Field(alias="gpuInstanceID")
     profile: str
     placement: Placement
-    state: State | None
+    state: Annotated[State | None, PlainSerializer(lambda s: "Reserved" if s is None else s.value)]
     """None for Reserved slices (JSON `"Reserved"`, a word no instance has)."""
-    owner: Owner | None = None
+    owner: OwnerJson | None = None
     """As in the Instance object: the record's owner while Active, else None."""
     busy: bool = False
-    held: Hold | None = None
+    held: Hold | None = Field(None, alias="heldBy")
     """An Idle or Error instance that a pod's allocation annotation claims."""
-
-    def to_json(self) -> Json:
-        return {
-            "migUUID": self.mig_uuid,
-            "gpuInstanceID": self.gpu_instance_id,
-            "profile": self.profile,
-            "placement": placement_json(self.placement),
-            "state": self.state.value if self.state is not None else "Reserved",
-            "owner": self.owner.to_json() if self.owner else None,
-            "busy": self.busy,
-            "heldBy": self.held.to_json() if self.held else None,
-        }
 
     def describe(self) -> str:
         """In full: `GI 3 (2g.20gb at 0:2) is Active (MIG-…) held by ns/pod`."""
@@ -186,49 +218,11 @@ class BlockingInstance:
         return f"{name} ({', '.join(why)})"
 
 
-@dataclass(frozen=True)
-class Hold:
-    """A pod's claim on an instance, read from its allocation annotation: the entry names the
-    instance's MIG UUID, or its slices on that GPU (an entry without runtime identity is a slot
-    the scheduler reserved, where the plugin hands out the Idle instance it finds)."""
-
-    pod: str | None
-    """NS/NAME; None for an instance released after the pod list was taken, which a pod the
-    list cannot show may hold."""
-    how: str
-    """`names it`, `names its slot`, `reserves its slot` or `released after the pod list was
-    taken (TIME)`."""
-
-    @property
-    def reason(self) -> str:
-        if self.pod is None:
-            return self.how
-        return f"pod {self.pod}'s allocation annotation {self.how}"
-
-    @property
-    def brief(self) -> str:
-        """`held by pod NS/NAME`, `reserved by pod NS/NAME` or `released after …`."""
-        if self.pod is None:
-            return self.how.partition(" (")[0]  # the time is in `reason` and in the JSON
-        verb = "reserved" if self.how == "reserves its slot" else "held"
-        return f"{verb} by pod {self.pod}"
-
-    def to_json(self) -> Json:
-        return {"pod": self.pod, "how": self.how}
-
-
-@dataclass(frozen=True)
-class Blocked:
+class Blocked(Reported):
     """A candidate placement and the instances that block it (`error.blockers` entries)."""
 
     placement: Placement
     instances: tuple[BlockingInstance, ...]
-
-    def to_json(self) -> Json:
-        return {
-            "placement": placement_json(self.placement),
-            "instances": [i.to_json() for i in self.instances],
-        }
 
     def brief(self) -> str:
         """`placement 0:4 is blocked by MIG-… (Active, ns/pod), GI 3 (OrphanGI)`."""
@@ -237,19 +231,26 @@ class Blocked:
         )
 
 
-@dataclass(frozen=True)
-class Allocation:
+class Warning_(Reported):
+    file: str
+    reason: str
+    fix: str | None = Field(None, exclude=True)
+    """The command that clears it, where there is one (doctor's hint; not in the JSON, whose
+    `reason` already ends with it)."""
+
+
+class Allocation(Shown):
     """`allocate`; in a dry run, what it would do: `instance` is the Idle instance it would
     hand out (shown Active for the new owner) or the one it would create (Creating, with no
     MIG UUID, GI, CI or CDI device yet), `reclaimed` the instances it would destroy first."""
 
     kind: ClassVar[str] = "Allocation"
     exit_code: ClassVar[int] = 0
+    dry_run: bool = Field(False, alias="dryRun")
     instance: InstanceView
-    outcome: Outcome
+    outcome: Outcome = Field(exclude=True)
     reclaimed: tuple[str, ...] = ()
-    warnings: tuple[Warning_, ...] = ()
-    dry_run: bool = False
+    warnings: tuple[Warning_, ...] = omitted_when_empty()
 
     @property
     def created(self) -> bool:
@@ -264,18 +265,9 @@ class Allocation:
         """The instance table's rows: the allocated instance, with its outcome."""
         return (self.instance.with_outcome(self.outcome),)
 
-    def to_json(self) -> Json:
-        out: Json = {
-            "kind": self.kind,
-            "dryRun": self.dry_run,
-            "instance": self.instances[0].to_json(),
-            "created": self.created,
-            "reused": self.reused,
-            "reclaimed": list(self.reclaimed),
-        }
-        if self.warnings:
-            out["warnings"] = [w.to_json() for w in self.warnings]
-        return out
+    def shape(self, out: Json) -> Json:
+        out["instance"] = self.instances[0].to_json()
+        return after(out, "instance", created=self.created, reused=self.reused)
 
 
 def failed_exit(instances: tuple[InstanceView, ...]) -> int:
@@ -283,90 +275,56 @@ def failed_exit(instances: tuple[InstanceView, ...]) -> int:
     return HardwareError.exit_code if any(i.outcome is Outcome.FAILED for i in instances) else 0
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(Shown):
     """`release`; in a dry run, the instances that would go Idle (shown as they would be)."""
 
     kind: ClassVar[str] = "Release"
+    dry_run: bool = Field(False, alias="dryRun")
     released: tuple[InstanceView, ...]
-    dry_run: bool = False
-    warnings: tuple[Warning_, ...] = ()
+    warnings: tuple[Warning_, ...] = omitted_when_empty()
 
     @property
     def exit_code(self) -> int:
         return failed_exit(self.released)
 
-    def to_json(self) -> Json:
-        out: Json = {
-            "kind": self.kind,
-            "dryRun": self.dry_run,
-            "released": [i.to_json() for i in self.released],
-        }
-        if self.warnings:
-            out["warnings"] = [w.to_json() for w in self.warnings]
-        return out
 
-
-@dataclass(frozen=True)
-class SkippedInstance:
+class SkippedInstance(Reported):
     """An instance a command left alone on purpose (busy), and why."""
 
-    mig_uuid: str
+    mig_uuid: str = Field(alias="migUUID")
     reason: str
 
-    def to_json(self) -> Json:
-        return {"migUUID": self.mig_uuid, "reason": self.reason}
 
-
-@dataclass(frozen=True)
-class Reclaim:
+class Reclaim(Shown):
     kind: ClassVar[str] = "Reclaim"
-    dry_run: bool
+    dry_run: bool = Field(alias="dryRun")
     reclaimed: tuple[InstanceView, ...]
-    notes: tuple[str, ...] = ()
     skipped: tuple[SkippedInstance, ...] = ()
-    warnings: tuple[Warning_, ...] = ()
+    notes: tuple[str, ...] = omitted_when_empty()
+    warnings: tuple[Warning_, ...] = omitted_when_empty()
 
     @property
     def exit_code(self) -> int:
         return failed_exit(self.reclaimed)
 
-    def to_json(self) -> Json:
-        out: Json = {
-            "kind": self.kind,
-            "dryRun": self.dry_run,
-            "reclaimed": [i.to_json() for i in self.reclaimed],
-            "skipped": [s.to_json() for s in self.skipped],
-        }
-        if self.notes:
-            out["notes"] = list(self.notes)
-        if self.warnings:
-            out["warnings"] = [w.to_json() for w in self.warnings]
-        return out
-
 
 _RESTORES = (ActionKind.RESTORE_IDLE.value, ActionKind.RESTORE_ACTIVE.value)
 
 
-@dataclass(frozen=True)
-class StepError:
+class StepError(Reported):
     """Why a step failed: the category of its error (as the exit-code table names them) and
     the hardware's or the disk's own message."""
 
     code: str
     message: str
 
-    def to_json(self) -> Json:
-        return {"code": self.code, "message": self.message}
 
-
-@dataclass(frozen=True)
-class Action:
+class Action(Reported):
     """One step of recover, adopt or reconcile, with the reason it was (or would be) taken."""
 
     action: str
-    mig_uuid: str | None
-    gpu_uuid: str | None
+    mig_uuid: str | None = Field(alias="migUUID")
+    gpu_uuid: str | None = Field(alias="gpuUUID")
     placement: Placement | None
     reason: str
     changed: bool = False
@@ -378,18 +336,6 @@ class Action:
     error: StepError | None = None
     """Set exactly when `result` is failed."""
 
-    def to_json(self) -> Json:
-        return {
-            "action": self.action,
-            "migUUID": self.mig_uuid,
-            "gpuUUID": self.gpu_uuid,
-            "placement": placement_json(self.placement) if self.placement else None,
-            "reason": self.reason,
-            "changed": self.changed,
-            "result": self.result.value,
-            "error": self.error.to_json() if self.error else None,
-        }
-
     @property
     def failed(self) -> bool:
         return self.result is ActionResult.FAILED
@@ -400,44 +346,37 @@ class Action:
         return self.result is ActionResult.UNCHANGED and self.action in _RESTORES
 
 
-@dataclass(frozen=True)
-class SkippedGpu:
+class SkippedGpu(Reported):
     """A GPU recovery did not look at (MIG disabled or unsupported), and why."""
 
     index: int
     uuid: str
-    mig_mode: str
+    mig_mode: str = Field(alias="migMode")
     reason: str
 
-    def to_json(self) -> Json:
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "migMode": self.mig_mode,
-            "reason": self.reason,
-        }
 
-
-@dataclass(frozen=True)
-class ActionReport:
+class ActionReport(Shown):
     """`recover` (kind Recovery), `adopt` (Adoption) and `reconcile` (Reconcile).
 
     `failed` carries the error of a pass that could not finish everything; the CLI then exits
-    with `exit_code` after printing the actions that did happen.
+    with `exit_code` (4) after printing the actions that did happen.
     """
 
     kind: ClassVar[str] = "Reconcile"
-    dry_run: bool
+    dry_run: bool = Field(alias="dryRun")
     actions: tuple[Action, ...]
-    failed: str | None = None
-    exit_code: int = 0
-    skipped: tuple[SkippedGpu, ...] = ()
-    warnings: tuple[Warning_, ...] = ()
-    notes: tuple[str, ...] = ()
+    skipped: tuple[SkippedGpu, ...] = omitted_when_empty(alias="skippedGPUs")
+    notes: tuple[str, ...] = omitted_when_empty()
     """What the pass left out and why (the idle policy without a pod list)."""
-    files_changed: int = 0
+    warnings: tuple[Warning_, ...] = omitted_when_empty()
+    failed: str | None = Field(None, exclude=True)
+    files_changed: int = Field(0, exclude=True)
     """The files the pass wrote or removed (records, intents, CDI specs, the removal queue),
     counted once per step that touched them; 0 in a dry run."""
+
+    @property
+    def exit_code(self) -> int:
+        return HardwareError.exit_code if self.failed else 0
 
     @property
     def changed(self) -> int:
@@ -456,103 +395,63 @@ class ActionReport:
             counts[a.action] = counts.get(a.action, 0) + 1
         return counts
 
-    def summary_json(self) -> Json:
-        return {
+    def shape(self, out: Json) -> Json:
+        if self.failed:
+            out["error"] = {"code": HardwareError.code, "message": self.failed}
+        summary = {
             "changed": self.changed,
             "unchanged": len(self.actions) - self.changed - self.failed_actions,
             "failed": self.failed_actions,
             "filesChanged": self.files_changed,
             "byAction": self.by_action(),
         }
-
-    def to_json(self) -> Json:
-        out: Json = {
-            "kind": self.kind,
-            "dryRun": self.dry_run,
-            "actions": [a.to_json() for a in self.actions],
-            "summary": self.summary_json(),
-        }
-        if self.skipped:
-            out["skippedGPUs"] = [s.to_json() for s in self.skipped]
-        if self.notes:
-            out["notes"] = list(self.notes)
-        if self.warnings:
-            out["warnings"] = [w.to_json() for w in self.warnings]
-        if self.failed:
-            out["error"] = {"code": "hardware", "message": self.failed}
-        return out
+        return after(out, "actions", summary=summary)
 
 
-@dataclass(frozen=True)
-class Warning_:
-    file: str
-    reason: str
-    fix: str | None = None
-    """The command that clears it, where there is one (doctor's hint; not in the JSON, whose
-    `reason` already ends with it)."""
-
-    def to_json(self) -> Json:
-        return {"file": self.file, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class Forgotten:
+class Forgotten(Reported):
     """One thing `forget` dropped (or would drop): a record with its CDI spec, or an intent.
 
     `unreadable` says why the file could not be decoded (it is dropped by name all the same);
     `state` is the record's state when it could be read.
     """
 
-    mig_uuid: str | None = None
     intent: str | None = None
-    record: str | None = None
-    cdi_spec: str | None = None
-    intent_file: str | None = None
+    intent_file: str | None = Field(None, alias="intentFile")
+    mig_uuid: str | None = Field(None, alias="migUUID")
     state: str | None = None
+    record: str | None = None
+    cdi_spec: str | None = Field(None, alias="cdiSpec")
     unreadable: str | None = None
-    note: str | None = None
-    instance: InstanceView | None = None
+    note: str | None = omitted_when_empty(None)
+    instance: InstanceView | None = Field(None, exclude=True)
     """The forgotten instance as its record (or intent) said, outcome `forgotten`; None when
     the file could not be read."""
 
-    def to_json(self) -> Json:
-        out: Json = (
-            {"intent": self.intent, "intentFile": self.intent_file}
-            if self.intent is not None
-            else {"migUUID": self.mig_uuid, "state": self.state}
-        )
-        out.update({"record": self.record, "cdiSpec": self.cdi_spec})
-        out["unreadable"] = self.unreadable
-        if self.note:
-            out["note"] = self.note
+    @model_serializer(mode="wrap")
+    def _one_kind(self, fields: SerializerFunctionWrapHandler) -> Json:
+        """An intent's keys, or a record's."""
+        out: Json = fields(self)
+        for key in ("migUUID", "state") if self.intent is not None else ("intent", "intentFile"):
+            del out[key]
         return out
 
 
-@dataclass(frozen=True)
-class Forget:
+class Forget(Shown):
     """`forget`: ownership dropped, hardware untouched (a live instance becomes Unmanaged)."""
 
     kind: ClassVar[str] = "Forget"
     exit_code: ClassVar[int] = 0
-    dry_run: bool
+    dry_run: bool = Field(alias="dryRun")
     forgotten: tuple[Forgotten, ...]
-    warnings: tuple[Warning_, ...] = ()
+    warnings: tuple[Warning_, ...] = omitted_when_empty()
 
     @property
     def instances(self) -> tuple[InstanceView, ...]:
         """The instances of the files that could be read (outcome `forgotten`)."""
         return tuple(f.instance for f in self.forgotten if f.instance is not None)
 
-    def to_json(self) -> Json:
-        out: Json = {
-            "kind": self.kind,
-            "dryRun": self.dry_run,
-            "forgotten": [f.to_json() for f in self.forgotten],
-            "instances": [i.to_json() for i in self.instances],
-        }
-        if self.warnings:
-            out["warnings"] = [w.to_json() for w in self.warnings]
-        return out
+    def shape(self, out: Json) -> Json:
+        return after(out, "forgotten", instances=[i.to_json() for i in self.instances])
 
 
 def record_view(

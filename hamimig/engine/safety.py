@@ -138,10 +138,10 @@ def default_cdi_dirs(node: Node) -> tuple[Path, ...]:
 
 def unreadable_spec_problem(path: Path, why: str) -> Warning_:
     return Warning_(
-        str(path),
-        f"hamimig cannot read the CDI file {path} ({why}), which runtimes may load: whether "
-        "it defines one of our devices cannot be verified",
-        f"fix or remove {shlex.quote(str(path))}",
+        file=str(path),
+        reason=f"hamimig cannot read the CDI file {path} ({why}), which runtimes may load: "
+        "whether it defines one of our devices cannot be verified",
+        fix=f"fix or remove {shlex.quote(str(path))}",
     )
 
 
@@ -176,7 +176,7 @@ def parent_problem(path: Path) -> Warning_ | None:
     """Why others could replace the state directory itself (`holder_problem` of its parent)."""
     parent = Path(os.path.abspath(path)).parent
     found = holder_problem(parent, "the state directory's parent", "the state directory")
-    return None if found is None else Warning_(str(path), found.reason, found.fix)
+    return None if found is None else Warning_(file=str(path), reason=found.reason, fix=found.fix)
 
 
 def state_dir_problems(path: Path) -> list[Warning_]:
@@ -194,18 +194,18 @@ def state_dir_problems(path: Path) -> list[Warning_]:
     if st.st_uid not in (0, uid):
         problems.append(
             Warning_(
-                str(path),
-                f"the state directory is owned by uid {st.st_uid}, neither root nor this user "
-                f"(uid {uid}): its owner can forge ownership records",
+                file=str(path),
+                reason=f"the state directory is owned by uid {st.st_uid}, neither root nor this "
+                f"user (uid {uid}): its owner can forge ownership records",
             )
         )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022:
         problems.append(
             Warning_(
-                str(path),
-                f"the state directory has mode {mode:04o}: group- or world-writable, so others "
-                "can forge or delete ownership records (chmod 0750)",
+                file=str(path),
+                reason=f"the state directory has mode {mode:04o}: group- or world-writable, so "
+                "others can forge or delete ownership records (chmod 0750)",
             )
         )
     parent = parent_problem(path)
@@ -220,7 +220,8 @@ def _uninspectable(path: Path, what: str, exc: OSError) -> Warning_:
     reason = (
         f"{what} {path} cannot be inspected ({why}): nobody can say whether others can forge it"
     )
-    return Warning_(str(path), reason, f"check the file system; ls -ld {shlex.quote(str(path))}")
+    fix = f"check the file system; ls -ld {shlex.quote(str(path))}"
+    return Warning_(file=str(path), reason=reason, fix=fix)
 
 
 def path_problem(path: Path, what: str) -> Warning_ | None:
@@ -255,10 +256,11 @@ def _loose(
     if st.st_uid not in (0, uid):
         fix = f"chown {uid} {shlex.quote(str(path))}"
         why = f"is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner"
-        return Warning_(str(path), f"{subject} {why} {owner_harm} ({fix})", fix)
+        return Warning_(file=str(path), reason=f"{subject} {why} {owner_harm} ({fix})", fix=fix)
     if mode & 0o022 and not (sticky_ok and mode & stat.S_ISVTX):
         fix = f"chmod go-w {shlex.quote(str(path))}"
-        return Warning_(str(path), f"{subject} has mode {mode:04o}: {mode_harm} ({fix})", fix)
+        reason = f"{subject} has mode {mode:04o}: {mode_harm} ({fix})"
+        return Warning_(file=str(path), reason=reason, fix=fix)
     return None
 
 
@@ -366,9 +368,9 @@ def node_problems(node: Node, records: dict[str, Record]) -> list[Warning_]:
             listed = ", ".join(str(p) for p in others)
             problems.append(
                 Warning_(
-                    str(others[0]),
-                    f"{qualified} (ours: {own.name}) is also defined by {listed}: runtimes drop "
-                    "or shadow it",
+                    file=str(others[0]),
+                    reason=f"{qualified} (ours: {own.name}) is also defined by {listed}: "
+                    "runtimes drop or shadow it",
                 )
             )
     return problems

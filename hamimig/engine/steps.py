@@ -200,8 +200,16 @@ class Step:
         else:
             result = ActionResult.DONE if changed else ActionResult.UNCHANGED
         reason = self.reason if not note else f"{self.reason}; {note}"
+        mig_uuid, gpu_uuid, placement = self.target.where
         return Action(
-            self.kind.value, *self.target.where, reason, changed, result=result, error=error
+            action=self.kind.value,
+            mig_uuid=mig_uuid,
+            gpu_uuid=gpu_uuid,
+            placement=placement,
+            reason=reason,
+            changed=changed,
+            result=result,
+            error=error,
         )
 
 

@@ -16,16 +16,17 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+from pydantic import Field
 
 from hamimig.engine import allocate as allocation
 from hamimig.engine import maintenance, recovery
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid
-from hamimig.engine.results import Allocation, InstanceView, Json
+from hamimig.engine.results import Allocation, InstanceView, Reported, Shown
 from hamimig.errors import HamimigError, PathUnusable
 from hamimig.hw.types import PlacementSpec, parse_placement
 from hamimig.pods.model import Pod
@@ -97,45 +98,26 @@ def in_child(work: Callable[[], object]) -> int:
     return os.waitstatus_to_exitcode(wait_status)
 
 
-@dataclass(frozen=True)
-class DemoStep:
+class DemoStep(Reported):
     """One narrated step: what we did, the equivalent command, and what came of it."""
 
-    number: int
+    number: int = Field(alias="step")
     title: str
     narration: str
     command: str
     outcome: str
-    exit_code: int
-    nvml_calls: int
+    exit_code: int = Field(alias="exitCode")
+    nvml_calls: int = Field(alias="nvmlCalls")
     creations: int
     destructions: int
     instances: tuple[InstanceView, ...] = ()
 
-    def to_json(self) -> Json:
-        return {
-            "step": self.number,
-            "title": self.title,
-            "narration": self.narration,
-            "command": self.command,
-            "outcome": self.outcome,
-            "exitCode": self.exit_code,
-            "nvmlCalls": self.nvml_calls,
-            "creations": self.creations,
-            "destructions": self.destructions,
-            "instances": [i.to_json() for i in self.instances],
-        }
 
-
-@dataclass(frozen=True)
-class DemoTranscript:
+class DemoTranscript(Shown):
     kind: ClassVar[str] = "DemoTranscript"
     exit_code: ClassVar[int] = 0
     node: str
-    steps: tuple[DemoStep, ...] = field(default_factory=tuple)
-
-    def to_json(self) -> Json:
-        return {"kind": self.kind, "node": self.node, "steps": [s.to_json() for s in self.steps]}
+    steps: tuple[DemoStep, ...] = ()
 
 
 class _Counter:
@@ -206,9 +188,18 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         shown = list_instances(node).instances
         node.close()
         counter.delta()  # the listing itself is not part of the step
-        command = f"{base} {command}"
-        counts = (calls, creations, destructions)
-        return DemoStep(number, title, narration, command, outcome, exit_code, *counts, shown)
+        return DemoStep(
+            number=number,
+            title=title,
+            narration=narration,
+            command=f"{base} {command}",
+            outcome=outcome,
+            exit_code=exit_code,
+            nvml_calls=calls,
+            creations=creations,
+            destructions=destructions,
+            instances=shown,
+        )
 
     def alloc(
         pod: str, profile: str, placement: str, expected: Outcome = Outcome.CREATED

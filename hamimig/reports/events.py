@@ -128,7 +128,8 @@ def _forgeable(node: Node) -> list[Warning_]:
         why = f"belongs to uid {st.st_uid}"
     else:
         return warnings
-    return [*warnings, Warning_(str(path), f"{why}: others could have written these events")]
+    reason = f"{why}: others could have written these events"
+    return [*warnings, Warning_(file=str(path), reason=reason)]
 
 
 def list_events(node: Node, query: EventQuery) -> EventList:

@@ -7,7 +7,6 @@ becomes a warning, never a failure.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass, field
 
 from hamimig.engine.facts import (
@@ -98,7 +97,7 @@ def gpu_instances(
 def _with_count_of_cis(view: InstanceView, counts: dict[int, int]) -> InstanceView:
     if view.gpu_instance_id is None or view.gpu_instance_id not in counts:
         return view
-    return dataclasses.replace(view, compute_instance_count=counts[view.gpu_instance_id])
+    return view.model_copy(update={"compute_instance_count": counts[view.gpu_instance_id]})
 
 
 def _live_ci_count(hw: MigHardware, live: MigDevice) -> dict[int, int]:
@@ -193,7 +192,7 @@ def _with_count(hw: MigHardware, view: InstanceView, mig_uuid: str) -> InstanceV
     MPS processes: three NVML calls)."""
     count = process_count_on(hw, mig_uuid)
     busy = None if count is None else count > 0
-    return dataclasses.replace(view, processes=busy, process_count=count)
+    return view.model_copy(update={"processes": busy, "process_count": count})
 
 
 def _with_processes(hw: MigHardware, view: InstanceView) -> InstanceView:
@@ -234,7 +233,7 @@ def _unreadable(node: Node, view: InstanceView, durable: Durable) -> InstanceVie
         f"its record {problem.file} cannot be read ({problem.reason}): repair it, or drop it "
         f"with: {forget_line(problem, node)}"
     )
-    return dataclasses.replace(view, state=State.UNREADABLE, error=error)
+    return view.model_copy(update={"state": State.UNREADABLE, "error": error})
 
 
 def _warnings(node: Node, durable: Durable) -> tuple[Warning_, ...]:
@@ -400,10 +399,11 @@ def _in_flight(hw: MigHardware, intent: Intent, live: MigDevice | None) -> Insta
             index = -1
         return _intent_view(intent, index, None)
     view = _intent_view(intent, live.gpu_index, None)
-    view = dataclasses.replace(
-        view,
-        gpu_instance_id=live.gpu_instance_id,
-        compute_instance_id=live.compute_instance_id,
+    view = view.model_copy(
+        update={
+            "gpu_instance_id": live.gpu_instance_id,
+            "compute_instance_id": live.compute_instance_id,
+        }
     )
     return _with_count(hw, view, intent.mig_uuid or live.mig_uuid)
 

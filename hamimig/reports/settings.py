@@ -2,38 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from hamimig.config import EVENTS_MAX_BYTES, IDLE_TTL, MAX_IDLE, POD_SOURCE, Config
 from hamimig.durations import exact_duration
 from hamimig.engine.node import Node
-from hamimig.engine.results import Json
+from hamimig.engine.results import Reported, Shown
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(Reported):
     key: str
     value: Any
     source: str
 
-    def to_json(self) -> Json:
-        return {"key": self.key, "value": self.value, "source": self.source}
 
-
-@dataclass(frozen=True)
-class ConfigView:
+class ConfigView(Shown):
     kind: ClassVar[str] = "Config"
     exit_code: ClassVar[int] = 0
     path: str
     settings: tuple[Setting, ...]
-
-    def to_json(self) -> Json:
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "settings": [s.to_json() for s in self.settings],
-        }
 
 
 def _allowlist(cfg: Config) -> list[Any]:
@@ -56,31 +43,30 @@ def show_config(node: Node) -> ConfigView:
         """A global option: the command line, the environment, or the default."""
         return node.setting_sources.get(name, "default")
 
-    settings = (
-        Setting(
+    rows = (
+        (
             "devices.nvidia.adoptExistingMIGInstances",
             cfg.adopt_existing,
             source("devices.nvidia.adoptExistingMIGInstances"),
         ),
-        Setting(
+        (
             "devices.nvidia.migProfileAllowlist",
             _allowlist(cfg),
             source("devices.nvidia.migProfileAllowlist"),
         ),
-        Setting(
-            IDLE_TTL, exact_duration(cfg.idle_ttl) if cfg.idle_ttl else "off", source(IDLE_TTL)
-        ),
-        Setting(MAX_IDLE, cfg.max_idle_per_gpu, source(MAX_IDLE)),
-        Setting(EVENTS_MAX_BYTES, cfg.events_max_bytes, source(EVENTS_MAX_BYTES)),
-        Setting(POD_SOURCE, cfg.pod_source, source(POD_SOURCE)),
-        Setting("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
-        Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
-        Setting("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),
-        Setting("cdi.baseSpec", cfg.cdi_base_spec, source("cdi.baseSpec")),
-        Setting("stateDir", str(node.state_dir), origin("state_dir")),
-        Setting("cdiDir", str(node.cdi_dir), origin("cdi_dir")),
-        Setting("config", str(node.config_path), origin("config")),
-        Setting("sim", str(node.sim) if node.sim else None, origin("sim")),
-        Setting("node", node.node_name, origin("node")),
+        (IDLE_TTL, exact_duration(cfg.idle_ttl) if cfg.idle_ttl else "off", source(IDLE_TTL)),
+        (MAX_IDLE, cfg.max_idle_per_gpu, source(MAX_IDLE)),
+        (EVENTS_MAX_BYTES, cfg.events_max_bytes, source(EVENTS_MAX_BYTES)),
+        (POD_SOURCE, cfg.pod_source, source(POD_SOURCE)),
+        ("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
+        ("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
+        ("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),
+        ("cdi.baseSpec", cfg.cdi_base_spec, source("cdi.baseSpec")),
+        ("stateDir", str(node.state_dir), origin("state_dir")),
+        ("cdiDir", str(node.cdi_dir), origin("cdi_dir")),
+        ("config", str(node.config_path), origin("config")),
+        ("sim", str(node.sim) if node.sim else None, origin("sim")),
+        ("node", node.node_name, origin("node")),
     )
+    settings = tuple(Setting(key=k, value=v, source=s) for k, v, s in rows)
     return ConfigView(path=str(node.config_path), settings=settings)

@@ -5,8 +5,6 @@ sends the operator to `recover` while it would refuse.
 
 from __future__ import annotations
 
-import dataclasses
-
 from hamimig.config import Config
 from hamimig.engine.facts import Durable
 from hamimig.engine.node import Node
@@ -98,7 +96,7 @@ def with_recovery(
 def _not_via_recover(checks: list[Check]) -> list[Check]:
     """While recover refuses (or fails), no hint may send the operator to it."""
     return [
-        dataclasses.replace(c, hint=RECOVER_REFUSES) if "hamimig recover" in c.hint else c
+        c.model_copy(update={"hint": RECOVER_REFUSES}) if "hamimig recover" in c.hint else c
         for c in checks
     ]
 

@@ -22,19 +22,21 @@ UNVERIFIABLE = 5
 
 
 def ok(name: str, message: str) -> Check:
-    return Check(name, CheckStatus.OK, message)
+    return Check(name=name, status=CheckStatus.OK, message=message)
 
 
 def skipped(name: str, message: str, hint: str = "") -> Check:
-    return Check(name, CheckStatus.SKIPPED, message, hint)
+    return Check(name=name, status=CheckStatus.SKIPPED, message=message, hint=hint)
 
 
 def warn(name: str, message: str, hint: str) -> Check:
-    return Check(name, CheckStatus.WARN, message, hint)
+    return Check(name=name, status=CheckStatus.WARN, message=message, hint=hint)
 
 
 def fail(name: str, message: str, hint: str, exit_code: int = UNVERIFIABLE) -> Check:
-    return Check(name, CheckStatus.FAIL, message, hint, exit_code)
+    return Check(
+        name=name, status=CheckStatus.FAIL, message=message, hint=hint, exit_code=exit_code
+    )
 
 
 def why(exc: BaseException) -> str:
