@@ -71,15 +71,16 @@ def _settle(root: Any, ctx: typer.Context) -> Globals:
     from hamimig.engine.node import Node
 
     command = command_name(ctx)
+    first = command.split(" ")[0]
     output = str(getattr(root.params["output"], "value", root.params["output"]))
     try:
         for name in GLOBAL_OPTIONS:
             _refuse_empty(root, name)
-        if output == "name" and command.split(" ")[0] not in NAME_COMMANDS:
+        if output == "name" and first not in NAME_COMMANDS:
             given = "-o name" if _source_of(root, "output").startswith("option") else None
             raise UsageError(
-                f"{given or 'HAMIMIG_OUTPUT=name'} prints MIG UUIDs, and {command.split(' ')[0]} "
-                f"shows no instances: use it with {', '.join(NAME_COMMANDS)}"
+                f"{given or 'HAMIMIG_OUTPUT=name'} prints MIG UUIDs, and {first} shows no "
+                f"instances: use it with {', '.join(NAME_COMMANDS)}"
             )
     except UsageError as err:
         from hamimig.cli import render
@@ -87,13 +88,12 @@ def _settle(root: Any, ctx: typer.Context) -> Globals:
         render.error(err, output)
         raise typer.Exit(err.exit_code) from None
     paths, sources = global_paths(root)
-    sim = None if root.params["sim"] is None else Path(root.params["sim"])
-    chosen = {"sim": sim, **paths}
+    chosen = {"sim": None if root.params["sim"] is None else Path(root.params["sim"]), **paths}
     node = Node(
         state_dir=paths["state_dir"],
         cdi_dir=paths["cdi_dir"],
         config_path=paths["config"],
-        sim=sim,
+        sim=chosen["sim"],
         node_name=root.params["node"],
         lock_timeout=ctx.params.get("lock_timeout", 60.0),
         read_only=ctx.params.get("dry_run", False),

@@ -114,18 +114,11 @@ GpuFilter = Annotated[
         autocompletion=completion.gpus,
     ),
 ]
-Gpu = Annotated[
-    str,
-    typer.Option(
-        "--gpu", metavar="GPU", help="NVML index or GPU UUID.", autocompletion=completion.gpus
-    ),
-]
-GpuOrNone = Annotated[
-    str | None,
-    typer.Option(
-        "--gpu", metavar="GPU", help="NVML index or GPU UUID.", autocompletion=completion.gpus
-    ),
-]
+_GPU = typer.Option(
+    "--gpu", metavar="GPU", help="NVML index or GPU UUID.", autocompletion=completion.gpus
+)
+Gpu = Annotated[str, _GPU]
+GpuOrNone = Annotated[str | None, _GPU]
 MigUuid = Annotated[
     str | None,
     typer.Option(

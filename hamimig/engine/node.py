@@ -80,7 +80,8 @@ class Node:
     loaded_config: Config | None = field(default=None, repr=False)
     """The configuration, instead of reading `config_path`."""
     cache: dict[str, object] = field(default_factory=dict, repr=False)
-    """What one command reads once and asks for several times (the CDI directory scan)."""
+    """What one command reads once and asks for several times: the config, the open hardware
+    (until `close`), the NVIDIA base spec, the CDI directory scan, a simulated clock."""
     file_ops: list[FileOpName] = field(default_factory=list, repr=False)
     """The durable-state file operations this command completed, in order (`Noted`)."""
     refusals: list[HamimigError] = field(default_factory=list, repr=False)
