@@ -169,13 +169,14 @@ def undecodable(argv: list[str]) -> UsageError | None:
 
 
 def given_words(
-    level: Any, names: Iterable[str], value_of: Callable[[str], object] | None = None
+    level: Any, names: Iterable[str] = (), value_of: Callable[[str], object] | None = None
 ) -> list[str]:
-    """The options among `names` given on `level`'s command line, as shell words to paste (a
-    flag alone; a value quoted, as `value_of` gives it, by default as it was typed)."""
-    params = {p.name: p for p in level.command.params}
+    """The options given on `level`'s command line (those in `names`, in that order; else all
+    but --node, which the lines that paste them name themselves), as shell words: a flag
+    alone, a value quoted as `value_of` gives it (by default, as it was typed)."""
+    params = {p.name: p for p in level.command.params if p.name not in (None, "node")}
     words: list[str] = []
-    for name in names:
+    for name in names or params:
         source = level.get_parameter_source(name)
         if source is None or source.name != "COMMANDLINE":
             continue

@@ -250,14 +250,7 @@ def _needs_pods(node: Node, ctx: typer.Context | None) -> str:
 def replayed(ctx: typer.Context) -> str:
     """The running command with the options given on its command line, as a shell line (the
     global options that choose the node, such as --sim and --state-dir, included)."""
-    words: list[str] = []
-    root = ctx.find_root()
-    for level in (root, ctx):
-        if level is not root:
-            words.append(level.info_name or "")
-        names = [p.name for p in level.command.params if p.name not in (None, "node")]
-        words += given_words(level, names)
-    return " ".join(words)
+    return " ".join([*given_words(ctx.find_root()), ctx.info_name or "", *given_words(ctx)])
 
 
 def owner(
