@@ -138,8 +138,7 @@ def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
     # the host's must not decide what this benchmark measures.
     config = tmp / "config.yaml"
     config.write_text("cdi:\n  baseSpec: none\n")
-    node = Node(state_dir=tmp / "state", cdi_dir=tmp / "cdi", config_path=config)
-    node.attach(hw)
+    node = Node(state_dir=tmp / "state", cdi_dir=tmp / "cdi", config_path=config, opened=hw)
     held: dict[str, str] = {}
     reused = created = 0
     began = time.perf_counter()
@@ -311,9 +310,9 @@ def replay_timed(trace: TimedTrace, point: SweepPoint, every: float, tmp: Path) 
         clock_source=lambda: clock[0],
         # The file alone decides the policy: HAMIMIG_IDLE_TTL and the like in the environment
         # of whoever runs the benchmark must not change what it measures.
-        _config=load_config(config, environ={}),
+        loaded_config=load_config(config, environ={}),
+        opened=hw,
     )
-    node.attach(hw)
     out = SweepOutcome(0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0.0)
     running: set[str] = set()
     held: dict[str, tuple[str, int]] = {}  # pod -> (MIG UUID, memory slices)
@@ -335,7 +334,7 @@ def replay_timed(trace: TimedTrace, point: SweepPoint, every: float, tmp: Path) 
                 raise SystemExit(f"{point.label}: {why} {mig}, which was not Idle")
 
     def check(when: str) -> None:
-        records, _ = node.records().load()
+        records, _ = node.records.load()
         found = {u: r.placement.size for u, r in records.items() if r.state is State.IDLE}
         if found != idle:
             raise SystemExit(f"{point.label}: the Idle records {when} are not what the steps said")

@@ -523,8 +523,9 @@ def test_foreign_yaml_spec_in_another_cdi_dir_fails(cli: Cli, tmp_path: Path) ->
     )
     (etc_cdi / "unrelated.json").write_text('{"kind": "example.com/x", "devices": [{"name": "a"}]}')
     (etc_cdi / "garbage.json").write_text("{")
-    node = Node(state_dir=cli.state_dir, cdi_dir=cli.cdi_dir, config_path=Path("/nonexistent"))
-    node.sim = cli.sim
+    node = Node(
+        state_dir=cli.state_dir, cdi_dir=cli.cdi_dir, config_path=Path("/nonexistent"), sim=cli.sim
+    )
     try:
         report = run_checks(node, cdi_dirs=[etc_cdi, cli.cdi_dir])
     finally:

@@ -69,14 +69,16 @@ LOCK_HOLDER = textwrap.dedent(
     from hamimig.store.lock import NodeLock
 
     sim, state, cdi, go, then_pods = sys.argv[1:6]
-    node = Node(state_dir=Path(state), cdi_dir=Path(cdi), sim=Path(sim),
+    class Held(Node):  # this process holds the node lock already: allocate under it
+        def lock(self):
+            return contextlib.nullcontext()
+
+    node = Held(state_dir=Path(state), cdi_dir=Path(cdi), sim=Path(sim),
                 config_path=Path(state).parent / "absent.yaml")
     with NodeLock(Path(state), 30):
         print("locked", flush=True)
         while not Path(go).exists():
             time.sleep(0.02)
-        # This process holds the node lock already: allocate under it.
-        node.lock = lambda: contextlib.nullcontext()
         request = AllocateRequest(Owner("ns", "new"), 0, "1g.10gb", PlacementSpec(3))
         made = allocation.allocate(node, request, PodSource.no_pods())
         node.close()

@@ -80,7 +80,6 @@ from hamimig.sim.state import (
     run_file_op,
 )
 from hamimig.store.cdi import CdiDevice, CdiStore, spec_file_name
-from hamimig.store.files import FileOp
 from hamimig.store.intents import IntentStore
 from hamimig.store.lock import LOCK_NAME
 from hamimig.store.queue import RemovalQueue
@@ -156,19 +155,6 @@ class _CountingUuid:
     def uuid4(self) -> uuid_module.UUID:
         self.count += 1
         return uuid_module.UUID(int=(0xABC << 100) | self.count)
-
-
-@dataclasses.dataclass
-class _SimNode(Node):
-    """A Node whose durable-state file operations honour the in-memory simulator's faults
-    (`Node.file_op` only does so for a file-backed simulator)."""
-
-    sim_store: SimStore | None = None
-
-    def file_op(self) -> FileOp:
-        store = self.sim_store
-        assert store is not None
-        return lambda op, perform: run_file_op(store, op, perform)
 
 
 @dataclasses.dataclass
@@ -274,15 +260,17 @@ class SimNodeEnv:
         self.state_dir = self.tmp / "state"
         self.cdi_dir = self.tmp / "cdi"
         self.ticks = 0
-        self.node = _SimNode(
+        store = self.store
+        self.node = Node(
             state_dir=self.state_dir,
             cdi_dir=self.cdi_dir,
             config_path=config,
             lock_timeout=5.0,
             clock_source=self._clock,
-            sim_store=self.store,
+            # Durable-state file operations honour the in-memory simulator's faults.
+            faults=lambda op, perform: run_file_op(store, op, perform),
+            opened=self.hw,
         )
-        self.node.attach(self.hw)
         self.records_store = RecordStore(self.state_dir)
         self.intents_store = IntentStore(self.state_dir)
         self.queue_store = RemovalQueue(self.state_dir)
@@ -1030,7 +1018,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _running_pods(self) -> PodSource:
         """A fresh pod list in which every Active record's owner runs and no annotation claims
         anything: the retries of Error instances are then the model's to predict."""
-        records = self.node.records().load()[0].values()
+        records = self.node.records.load()[0].values()
         owners = sorted({(r.owner.namespace, r.owner.name) for r in records if r.owner})
         pods = tuple(Pod(ns, n, None, None, "Running", None, (), None) for ns, n in owners)
         return PodSource.given(PodSnapshot(pods, "the model", taken_at=self.node.now()))

@@ -126,52 +126,44 @@ def _version(ctx: typer.Context, value: bool) -> None:
         raise typer.Exit(0)
 
 
-_PATH = "PATH"
+def _global(envvar: str, help: str, metavar: str = "PATH") -> Any:
+    """A global option: from the command line (before or after the command) or `envvar`."""
+    return typer.Option(envvar=envvar, metavar=metavar, help=help)
 
 
 @app.callback()
 def root(
     state_dir: Annotated[
         str,
-        typer.Option(
-            envvar="HAMIMIG_STATE_DIR",
-            metavar=_PATH,
-            help="Ownership records, intents, queues and the node lock (with --sim: "
-            "<--sim>.d/state).",
+        _global(
+            "HAMIMIG_STATE_DIR",
+            "Ownership records, intents, queues and the node lock (with --sim: <--sim>.d/state).",
         ),
     ] = str(DEFAULT_STATE_DIR),
     cdi_dir: Annotated[
         str,
-        typer.Option(
-            envvar="HAMIMIG_CDI_DIR",
-            metavar=_PATH,
-            help="Where per-instance CDI specs live (with --sim: <--sim>.d/cdi).",
+        _global(
+            "HAMIMIG_CDI_DIR", "Where per-instance CDI specs live (with --sim: <--sim>.d/cdi)."
         ),
     ] = str(DEFAULT_CDI_DIR),
     config: Annotated[
         str,
-        typer.Option(
-            envvar="HAMIMIG_CONFIG",
-            metavar=_PATH,
-            help="YAML config (a missing file means defaults; with --sim: <--sim>.d/config.yaml).",
+        _global(
+            "HAMIMIG_CONFIG",
+            "YAML config (a missing file means defaults; with --sim: <--sim>.d/config.yaml).",
         ),
     ] = str(DEFAULT_CONFIG),
     sim: Annotated[
         str | None,
-        typer.Option(
-            envvar="HAMIMIG_SIM",
-            metavar=_PATH,
-            help="Use the simulated node stored in PATH instead of NVML; its directories and "
-            "config are in PATH.d/ unless named.",
+        _global(
+            "HAMIMIG_SIM",
+            "Use the simulated node stored in PATH instead of NVML; its directories and config "
+            "are in PATH.d/ unless named.",
         ),
     ] = None,
     node: Annotated[
         str | None,
-        typer.Option(
-            envvar="NODE_NAME",
-            metavar="NAME",
-            help="This node's Kubernetes name; filters pod lists.",
-        ),
+        _global("NODE_NAME", "This node's Kubernetes name; filters pod lists.", metavar="NAME"),
     ] = None,
     output: Annotated[
         Output,

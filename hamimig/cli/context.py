@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,24 +54,32 @@ def globals_of(ctx: typer.Context) -> Globals:
     command name is recorded on the root, as if given before it)."""
     root = ctx.find_root()
     if root.obj is None:
-        root.obj = _settle(root, command_name(ctx).split(" ")[0])
+        root.obj = _settle(root, ctx)
     obj = root.obj
     assert isinstance(obj, Globals)
     return obj
 
 
-def _settle(root: Any, command: str) -> Globals:
+PASTED = ("sim", "state_dir", "cdi_dir", "config")
+"""The global options that choose the node, as a command line to paste names them."""
+
+
+def _settle(root: Any, ctx: typer.Context) -> Globals:
+    """The node, built once and complete: its paths, the command, and for a command that
+    changes the node its lock wait and whether it is a dry run (`options.locked`)."""
     from hamimig.cli.options import NAME_COMMANDS
     from hamimig.engine.node import Node
 
+    command = command_name(ctx)
+    first = command.split(" ")[0]
     output = str(getattr(root.params["output"], "value", root.params["output"]))
     try:
         for name in GLOBAL_OPTIONS:
             _refuse_empty(root, name)
-        if output == "name" and command not in NAME_COMMANDS:
+        if output == "name" and first not in NAME_COMMANDS:
             given = "-o name" if _source_of(root, "output").startswith("option") else None
             raise UsageError(
-                f"{given or 'HAMIMIG_OUTPUT=name'} prints MIG UUIDs, and {command} shows no "
+                f"{given or 'HAMIMIG_OUTPUT=name'} prints MIG UUIDs, and {first} shows no "
                 f"instances: use it with {', '.join(NAME_COMMANDS)}"
             )
     except UsageError as err:
@@ -79,18 +88,20 @@ def _settle(root: Any, command: str) -> Globals:
         render.error(err, output)
         raise typer.Exit(err.exit_code) from None
     paths, sources = global_paths(root)
-    sim = root.params["sim"]
-    return Globals(
-        node=Node(
-            state_dir=paths["state_dir"],
-            cdi_dir=paths["cdi_dir"],
-            config_path=paths["config"],
-            sim=None if sim is None else Path(sim),
-            node_name=root.params["node"],
-            setting_sources=sources,
-        ),
-        output=output,
+    chosen = {"sim": None if root.params["sim"] is None else Path(root.params["sim"]), **paths}
+    node = Node(
+        state_dir=paths["state_dir"],
+        cdi_dir=paths["cdi_dir"],
+        config_path=paths["config"],
+        sim=chosen["sim"],
+        node_name=root.params["node"],
+        lock_timeout=ctx.params.get("lock_timeout", 60.0),
+        read_only=ctx.params.get("dry_run", False),
+        setting_sources=sources,
+        pasted=" ".join(["hamimig", *given_words(root, PASTED, chosen.get)]),
+        command=command,
     )
+    return Globals(node=node, output=output)
 
 
 def global_paths(root: Any) -> tuple[dict[str, Path], dict[str, str]]:
@@ -157,6 +168,28 @@ def undecodable(argv: list[str]) -> UsageError | None:
     return None
 
 
+def given_words(
+    level: Any, names: Iterable[str] = (), value_of: Callable[[str], object] | None = None
+) -> list[str]:
+    """The options given on `level`'s command line (those in `names`, in that order; else all
+    but --node, which the lines that paste them name themselves), as shell words: a flag
+    alone, a value quoted as `value_of` gives it (by default, as it was typed)."""
+    params = {p.name: p for p in level.command.params if p.name not in (None, "node")}
+    words: list[str] = []
+    for name in names or params:
+        source = level.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        param = params[name]
+        flag = max(param.opts, key=len)
+        value = level.params.get(name) if value_of is None else value_of(name)
+        if getattr(param, "is_flag", False):
+            words.append(flag)
+        elif value is not None:
+            words += [flag, shlex.quote(str(getattr(value, "value", value)))]
+    return words
+
+
 def command_name(ctx: typer.Context) -> str:
     """The command as typed after the program name (`allocate`, `sim fault add`)."""
     names: list[str] = []
@@ -177,7 +210,6 @@ def execute(
     from hamimig.cli import render  # output machinery loads only when there is output
 
     g = globals_of(ctx)
-    g.node.command = command_name(ctx)
     try:
         try:
             result = action(g.node)

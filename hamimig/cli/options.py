@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hamimig.cli import completion
-from hamimig.cli.context import Refused
+from hamimig.cli.context import Refused, given_words
 from hamimig.errors import (
     ConflictError,
     HamimigError,
@@ -114,18 +114,11 @@ GpuFilter = Annotated[
         autocompletion=completion.gpus,
     ),
 ]
-Gpu = Annotated[
-    str,
-    typer.Option(
-        "--gpu", metavar="GPU", help="NVML index or GPU UUID.", autocompletion=completion.gpus
-    ),
-]
-GpuOrNone = Annotated[
-    str | None,
-    typer.Option(
-        "--gpu", metavar="GPU", help="NVML index or GPU UUID.", autocompletion=completion.gpus
-    ),
-]
+_GPU = typer.Option(
+    "--gpu", metavar="GPU", help="NVML index or GPU UUID.", autocompletion=completion.gpus
+)
+Gpu = Annotated[str, _GPU]
+GpuOrNone = Annotated[str | None, _GPU]
 MigUuid = Annotated[
     str | None,
     typer.Option(
@@ -163,31 +156,27 @@ def locked(
     checked before any hardware.
 
     A dry run takes no lock (the engine plans on a snapshot without it, and creates neither
-    the state directory nor the lock file) and the node is marked read-only, so a step it
-    tried to apply would fail before changing anything. `--lock-timeout` is still checked
-    and the directories still judged: a dry run gives the real run's verdict, as `Refused`
-    with the plan it could make (the whole plan when the engine could plan past the refusal,
-    `Node.refuse`; none when the refusal stopped it)."""
+    the state directory nor the lock file) and its node is built read-only (`globals_of`),
+    so a step it tried to apply would fail before changing anything. `--lock-timeout` is
+    still checked and the directories still judged: a dry run gives the real run's verdict,
+    as `Refused` with the plan it could make (the whole plan when the engine could plan past
+    the refusal, `Node.refuse`; none when the refusal stopped it)."""
 
     def run(node: Node) -> Result | Refused:
         from hamimig.engine import validate
 
-        if not dry_run:
-            node.lock_timeout = validate.timeout(timeout, "--lock-timeout")
-            node.check_dirs()
-            return action(node)
-        node.read_only = True
+        assert node.read_only == dry_run, "the CLI builds a dry run's node read-only"
         try:
             validate.timeout(timeout, "--lock-timeout")
             node.check_dirs()
             plan = action(node)
         except HamimigError as err:
-            if err.exit_code not in DRY_RUN_VERDICTS:
+            if not dry_run or err.exit_code not in DRY_RUN_VERDICTS:
                 raise
             # A refusal deferred so that planning could go on came first: the real run stops
             # there, before the one planning met later.
-            return Refused(kind, None, node.deferred or err)
-        return plan if node.deferred is None else Refused(kind, plan, node.deferred)
+            return Refused(kind, None, (node.refusals or [err])[0])
+        return Refused(kind, plan, node.refusals[0]) if node.refusals else plan
 
     return run
 
@@ -261,26 +250,7 @@ def _needs_pods(node: Node, ctx: typer.Context | None) -> str:
 def replayed(ctx: typer.Context) -> str:
     """The running command with the options given on its command line, as a shell line (the
     global options that choose the node, such as --sim and --state-dir, included)."""
-    import shlex
-
-    words: list[str] = []
-    root = ctx.find_root()
-    for level in (root, ctx):
-        if level is not root:
-            words.append(level.info_name or "")
-        for param in level.command.params:
-            if param.name is None or param.name == "node":
-                continue
-            source = level.get_parameter_source(param.name)
-            if source is None or source.name != "COMMANDLINE":
-                continue
-            flag = max(param.opts, key=len)
-            value = level.params.get(param.name)
-            if getattr(param, "is_flag", False):
-                words.append(flag)
-            elif value is not None:
-                words += [flag, shlex.quote(str(getattr(value, "value", value)))]
-    return " ".join(words)
+    return " ".join([*given_words(ctx.find_root()), ctx.info_name or "", *given_words(ctx)])
 
 
 def owner(

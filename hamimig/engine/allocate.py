@@ -390,7 +390,7 @@ def _clear_stale_specs(node: Node, durable: Durable, gpu: Gpu) -> None:
     for step in _queued_removals(durable).steps:
         with contextlib.suppress(HamimigError, OSError):  # still queued: judged below
             apply(node, step)
-    queued, _ = node.queue().load()
+    queued, _ = node.queue.load()
     stale = _naming_device(cdi, queued, gpu)  # an entry whose instance is back was dropped
     if stale:
         item = stale[0]

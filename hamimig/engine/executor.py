@@ -82,7 +82,7 @@ def set_state(node: Node, record: Record, target: State, **changes: object) -> R
         updated_at=now,
         **changes,  # type: ignore[arg-type]
     )
-    node.records().write(updated)
+    node.records.write(updated)
     return updated
 
 
@@ -148,7 +148,7 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
         if live.status in (Liveness.COMPLETE, Liveness.GI_ONLY):
             hw.destroy_gpu_instance(gpu_index, record.gpu_instance_id)
     except NvmlError as exc:
-        node.counters().count(FAILURES, FAILED_DESTROY)
+        node.counters.count(FAILURES, FAILED_DESTROY)
         failed = set_state(node, record, State.ERROR, error=exc.message)
         raise DestroyFailed(
             f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
@@ -159,8 +159,8 @@ def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int)
     if note:
         notes.append(note)
     check_transition(State.RECLAIMING, None, record.mig_uuid)
-    node.records().remove(record.mig_uuid)
-    node.counters().count(RECLAIMS)
+    node.records.remove(record.mig_uuid)
+    node.counters.count(RECLAIMS)
     return notes
 
 
@@ -174,7 +174,7 @@ def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
     except ForeignSpec as exc:
         return str(exc)
     except OSError as exc:
-        node.queue().add(mig_uuid, f"{exc.strerror or exc}", node.clock())
+        node.queue.add(mig_uuid, f"{exc.strerror or exc}", node.clock())
         return f"CDI spec of {mig_uuid} could not be removed ({exc.strerror or exc}); queued"
     return None
 
@@ -185,7 +185,7 @@ def create_instance(
     """Create GI, CI, CDI spec and an Active record under an intent; undo everything this
     request created if any step fails (a failed allocation never caches partial work)."""
     hw = node.hardware()
-    intents = node.intents()
+    intents = node.intents
     intent = Intent(
         id=new_intent_id(),
         op="allocate",
@@ -207,7 +207,7 @@ def create_instance(
     except NvmlError as exc:
         if isinstance(exc, GpuInstanceUnreadable):
             # The GI was created and reading it back failed: undo it like any partial work.
-            node.counters().count(FAILURES, FAILED_ALLOCATE)
+            node.counters.count(FAILURES, FAILED_ALLOCATE)
             _rollback_unread_gi(node, intent, exc)
         _drop_intent(node, intent)
         if exc.name == "INSUFFICIENT_RESOURCES":
@@ -243,10 +243,10 @@ def create_instance(
             gpu_index=gpu.index,
         )
         check_transition(Creating, State.ACTIVE, ci.mig_uuid)
-        node.records().write(record)
+        node.records.write(record)
     except (HamimigError, OSError) as exc:
         reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-        node.counters().count(FAILURES, FAILED_ALLOCATE)
+        node.counters.count(FAILURES, FAILED_ALLOCATE)
         rollback_intent(node, intent, record_written=False)
         raise AllocationFailed(
             f"allocation of {profile.name} at {placement} on GPU {gpu.index} failed and was "
@@ -256,7 +256,7 @@ def create_instance(
     # The allocation is complete (its record is written): a leftover intent naming a recorded
     # MIG UUID is a finished one, which allocate skips and recover clears.
     with contextlib.suppress(OSError):
-        node.intents().remove(intent.id)
+        node.intents.remove(intent.id)
     return record
 
 
@@ -278,7 +278,7 @@ def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
 
 def _drop_intent(node: Node, intent: Intent) -> None:
     try:
-        node.intents().remove(intent.id)
+        node.intents.remove(intent.id)
     except OSError as exc:
         raise HardwareError(
             f"cannot remove intent {intent.id} ({exc.strerror or exc}); run 'hamimig recover'"
@@ -320,7 +320,7 @@ def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
     if intent.mig_uuid is not None:
         remove_cdi_after_destroy(node, intent.mig_uuid)
         if record_written:
-            node.records().remove(intent.mig_uuid)
+            node.records.remove(intent.mig_uuid)
     check_transition(Creating, None, intent.id)
     _drop_intent(node, intent)
 
@@ -461,13 +461,13 @@ def tidy_finished(node: Node, durable: Durable) -> None:
     (best effort; never before, since a refused command must leave every file as it was)."""
     for intent in durable.finished:
         with contextlib.suppress(OSError):
-            node.intents().remove(intent.id)
+            node.intents.remove(intent.id)
 
 
 def _create(node: Node, target: Target) -> Applied:
     assert isinstance(target, NewInstance)
     record = create_instance(node, target.gpu, target.profile, target.placement, target.owner)
-    node.counters().count(CREATIONS)
+    node.counters.count(CREATIONS)
     return Applied(record)
 
 
@@ -498,8 +498,8 @@ def _hand_out(node: Node, target: Target) -> Applied:
     # again (reconcile would drop the entry too, but nothing should ever remove it).
     if target.queued:
         with contextlib.suppress(OSError):
-            node.queue().drop(record.mig_uuid)
-    node.counters().count(REUSES)
+            node.queue.drop(record.mig_uuid)
+    node.counters.count(REUSES)
     return Applied(active, note)
 
 
@@ -532,14 +532,14 @@ def _finish(node: Node, target: Target) -> Applied:
     record = target.record
     check_transition(record.state, None, record.mig_uuid)
     note = remove_cdi_after_destroy(node, record.mig_uuid)
-    node.records().remove(record.mig_uuid)
+    node.records.remove(record.mig_uuid)
     return Applied(note=note)
 
 
 def _finish_intent(node: Node, target: Target) -> Applied:
     assert isinstance(target, InFlight)
     check_transition(Creating, None, target.intent.id)
-    node.intents().remove(target.intent.id)
+    node.intents.remove(target.intent.id)
     return Applied()
 
 
@@ -594,7 +594,7 @@ def _record_pair(node: Node, target: Target) -> Applied:
         idle_since=idle_since_after(record, state, now),
         last_owner=last_owner_after(record, state),
     )
-    node.records().write(written)
+    node.records.write(written)
     if record is not None:
         return Applied(written)
     return Applied(written, _write_adopted_spec(node, gpu, gi.id, ci.id, ci.mig_uuid))
@@ -685,7 +685,7 @@ def _retry_removal(node: Node, target: Target) -> Applied:
     has a record again (a forget interrupted after queueing, then reuse), only the stale queue
     entry goes; a removal that fails again stays queued."""
     assert isinstance(target, Spec) and target.mig_uuid is not None
-    queue = node.queue()
+    queue = node.queue
     if target.keep:
         queue.drop(target.mig_uuid)
         return Applied()
@@ -727,7 +727,7 @@ def _forget_record(node: Node, target: Target) -> Applied:
     uuid = target.mig_uuid
     if target.state is not None:
         check_transition(target.state, None, uuid)
-    records, cdi, queue = node.records(), node.cdi(), node.queue()
+    records, cdi, queue = node.records, node.cdi(), node.queue
     if cdi is None or not target.spec:
         _io(lambda: records.remove(uuid), f"cannot remove the record of {uuid}")
         return Applied()
@@ -763,7 +763,7 @@ def _forget_record_file(node: Node, target: Forgettable) -> Applied:
     leaves a spec no record accounts for, which `recover` removes as an orphan."""
     name, spec = target.record_file, target.spec_file
     assert name is not None
-    records, cdi = node.records(), node.cdi()
+    records, cdi = node.records, node.cdi()
     _io(
         lambda: records.remove_named(FileOpName.RECORD_REMOVE, name),
         f"cannot remove the record file {name}",
@@ -786,7 +786,7 @@ def _forget_record_file(node: Node, target: Forgettable) -> Applied:
 def _forget_intent(node: Node, target: Target) -> Applied:
     assert isinstance(target, Forgettable) and target.intent_id is not None
     intent_id = target.intent_id
-    _io(lambda: node.intents().remove(intent_id), f"cannot remove intent {intent_id}")
+    _io(lambda: node.intents.remove(intent_id), f"cannot remove intent {intent_id}")
     return Applied()
 
 

@@ -64,9 +64,9 @@ def forget_line(problem: Problem, node: Node) -> str | None:
 
 
 def load_durable(node: Node) -> Durable:
-    records, record_problems = node.records().load()
-    intents, intent_problems = node.intents().load()
-    removals, queue_problems = node.queue().load()
+    records, record_problems = node.records.load()
+    intents, intent_problems = node.intents.load()
+    removals, queue_problems = node.queue.load()
     return Durable(
         records=records,
         intents=tuple(intents),

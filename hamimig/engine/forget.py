@@ -67,7 +67,7 @@ def parse_intent_id(node: Node, text: str) -> str:
     """An intent's ID, or the whole file name of an intent file whose name holds no valid ID
     (what `doctor` and the refusals name it by)."""
     try:
-        node.intents().file_name_of(text)
+        node.intents.file_name_of(text)
     except ValueError:
         raise UsageError(
             f"invalid intent ID {text!r}: use the part between 'intent-' and '.json' of its "
@@ -84,7 +84,7 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     if text is not None:
         # A record's file name, or a whole CDI device name, names one file: no lookup.
         device = whole_device(text, lambda: node.config().cdi_kind)
-        file = node.records().named_by(device or text)
+        file = node.records.named_by(device or text)
         if file is None:
             check_reference(text, mutating=True)
     # A prefix or CDI device name is resolved under the lock; anything else must be a MIG UUID.
@@ -96,17 +96,17 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
         # one is the point.
         from hamimig.engine.safety import refuse_if_unsafe
 
-        records, unreadable = node.records().load()
+        records, unreadable = node.records.load()
         warnings = refuse_if_unsafe(node, records, dry_run)
         plan: tuple[Forgotten, Step] | None = None
         if file is not None:
-            found = node.records().read_named(file)
+            found = node.records.read_named(file)
             if isinstance(found, Problem):
                 plan = plan_forget_file(node, file, found)
             elif found is not None:
                 uuid = found.mig_uuid
             elif device is None:
-                raise NotFoundError(f"no record file {file} in {node.records().directory}")
+                raise NotFoundError(f"no record file {file} in {node.records.directory}")
         if plan is None and uuid is not None and is_reference(uuid):
             if unreadable and device is None:
                 # An unreadable record may be the one the prefix names: resolving among the
@@ -117,7 +117,7 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
                     "UUID, or drop an unreadable record by its name: "
                     f"{forget_line(unreadable[0], node)}"
                 )
-            intents = node.intents().load()[0]
+            intents = node.intents.load()[0]
             uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
         if plan is not None:
             item, step = plan
@@ -147,14 +147,14 @@ class _Target:
 def _find_record(node: Node, mig_uuid: str) -> _Target:
     """The file at the record's name, read on its own: other files (even one claiming the same
     UUID under another name) neither block nor change what is dropped."""
-    records = node.records()
+    records = node.records
     found = records.read_one(mig_uuid)
     if isinstance(found, Problem):
         return _Target(None, found.reason)
     if found is not None:
         return _Target(found, None)
     queued = "; a removal of its CDI spec is queued: run 'hamimig reconcile'"
-    removals, _ = node.queue().load()
+    removals, _ = node.queue.load()
     hint = queued if any(r.mig_uuid == mig_uuid for r in removals) else ""
     raise NotFoundError(f"no hamimig record for {mig_uuid} ({records.path_of(mig_uuid)}){hint}")
 
@@ -214,12 +214,12 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     target = _find_record(node, mig_uuid)
     if target.record is not None:
         _refuse_active(mig_uuid, target.record)
-    intents, intent_problems = node.intents().load()
+    intents, intent_problems = node.intents.load()
     _refuse_intents(node, mig_uuid, target.record, intents, intent_problems)
     cdi = node.cdi()
     has_spec = cdi is not None and cdi.exists(mig_uuid)
     if has_spec:
-        _, queue_problems = node.queue().load()
+        _, queue_problems = node.queue.load()
         if queue_problems:  # checked before a dry run says yes: queueing is the first step
             bad = queue_problems[0]
             raise UnverifiableError(
@@ -228,7 +228,7 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
             )
     item = Forgotten(
         mig_uuid=mig_uuid,
-        record=str(node.records().path_of(mig_uuid)),
+        record=str(node.records.path_of(mig_uuid)),
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
         state=None if target.record is None else target.record.state.value,
         unreadable=target.unreadable,
@@ -247,9 +247,9 @@ def plan_forget_file(node: Node, file: str, problem: Problem) -> tuple[Forgotten
     An intent naming an instance of that device name (or an unreadable intent, which might)
     refuses it as it refuses forgetting by MIG UUID: a rollback could then destroy the
     instance this record protected."""
-    records, cdi = node.records(), node.cdi()
+    records, cdi = node.records, node.cdi()
     device = forget_name(file) if forget_name(file) != file else None
-    intents, intent_problems = node.intents().load()
+    intents, intent_problems = node.intents.load()
     named = next(
         (i.mig_uuid for i in intents if i.mig_uuid and device_name(i.mig_uuid) == device), None
     )
@@ -294,7 +294,7 @@ def _intent_instance(intent: Intent) -> InstanceView:
 
 def plan_forget_intent(node: Node, intent_id: str) -> tuple[Forgotten, Step]:
     """Drop the intent file `intent-<id>.json`, readable or not. The caller holds the lock."""
-    store = node.intents()
+    store = node.intents
     path = store.path_of(intent_id)
     intents, problems = store.load()
     intent = next((i for i in intents if i.id == intent_id), None)

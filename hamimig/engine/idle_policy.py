@@ -202,7 +202,7 @@ def plan_idle_policy(
     if too_old is not None:
         notes.append(f"idle policy ({policy}) not applied: {too_old}")
         return None
-    seen, problem = node.idle_seen().load()
+    seen, problem = node.idle_seen.load()
     if problem is not None:
         reason = f"{problem.reason}; the idle clocks of HAMi's own records start again"
         plan.warnings.append(Warning_(file=problem.file, reason=reason))

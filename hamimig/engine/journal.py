@@ -69,7 +69,7 @@ def _cdi(node: Node, mig_uuid: str | None, ops: list[FileOpName]) -> str | None:
         return "written"
     if FileOpName.QUEUE_WRITE in ops and mig_uuid is not None:
         with contextlib.suppress(HamimigError, OSError, ValueError):
-            entries, _ = node.queue().load()
+            entries, _ = node.queue.load()
             if any(entry.mig_uuid == mig_uuid for entry in entries):
                 return "queued"
     return None
@@ -82,7 +82,7 @@ def known_before(node: Node, step: Step) -> Record | None:
     if not isinstance(target, Spec | Forgettable) or target.mig_uuid is None:
         return None
     with contextlib.suppress(HamimigError, OSError, ValueError):
-        found = node.records().read_one(target.mig_uuid)
+        found = node.records.read_one(target.mig_uuid)
         if isinstance(found, Record):
             return found
     return None
@@ -154,6 +154,6 @@ def log_step(node: Node, step: Step, outcome: StepOutcome) -> None:
     """Append the step's event (`build_event`); a failure is counted, never raised."""
     try:
         event = build_event(node, step, outcome)
-        node.events().append(event, node.config().events_max_bytes)
+        node.events.append(event, node.config().events_max_bytes)
     except (HamimigError, OSError, ValueError):
-        node.counters().count(EVENTS_WRITE_FAILURES)
+        node.counters.count(EVENTS_WRITE_FAILURES)

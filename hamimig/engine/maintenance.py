@@ -341,7 +341,7 @@ def _idle_older_than(
 ) -> list[Record]:
     """Idle records idle longer than `seconds` by the idle policy's clock. The idle-seen file
     is only read: a record HAMi wrote that no policy pass has seen unheld has no age yet."""
-    seen, _ = node.idle_seen().load()
+    seen, _ = node.idle_seen.load()
     now = node.now()
     chosen, unknown = [], 0
     for record in idle_records(records):
@@ -482,7 +482,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
             seen = plan_idle_policy(plan, node, durable, pods, policy, notes)
             if seen is not None and not dry_run:
                 try:
-                    node.idle_seen().save(seen)
+                    node.idle_seen.save(seen)
                 except (OSError, HamimigError) as exc:
                     why = exc.message if isinstance(exc, HamimigError) else exc.strerror or exc
                     notes.append(
@@ -495,7 +495,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
         if not dry_run:
             # The plan ran to its end (failed steps included: those are counted apart); a
             # refusal raised before this point. Best effort, as counting is.
-            node.counters().note_timestamp(LAST_RECONCILE, int(node.now()))
+            node.counters.note_timestamp(LAST_RECONCILE, int(node.now()))
     return ActionReport(
         dry_run=dry_run,
         actions=done.actions,

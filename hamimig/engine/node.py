@@ -13,6 +13,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar, cast
 
 from hamimig.config import Config, load_config
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
@@ -30,7 +31,7 @@ from hamimig.store.cdi import CdiStore
 from hamimig.store.cdi_base import BaseLookup, find_base
 from hamimig.store.counters import Counters
 from hamimig.store.events import EventJournal
-from hamimig.store.files import FileOp, check_usable_dir, no_faults
+from hamimig.store.files import FileOp, Noted, check_usable_dir, no_faults
 from hamimig.store.idle_seen import IdleSeen
 from hamimig.store.intents import IntentStore
 from hamimig.store.lock import NodeLock
@@ -43,10 +44,13 @@ SYSTEM_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]{8,64}$")
 
+T = TypeVar("T")
 
-@dataclass
+
+@dataclass(frozen=True)
 class Node:
-    """What every command needs to know about where it runs, opened lazily."""
+    """What every command needs to know about where it runs, decided when it is built (by the
+    CLI, from the command line); what it reads from the node is read on first use, once."""
 
     state_dir: Path = DEFAULT_STATE_DIR
     cdi_dir: Path = DEFAULT_CDI_DIR
@@ -60,47 +64,72 @@ class Node:
     setting_sources: dict[str, str] = field(default_factory=dict)
     """Where each of the fields above came from (`config show`): "default", "env VAR" or
     "option --flag", by field name (`state_dir`, `cdi_dir`, `config`, `sim`, `node`)."""
-    clock_source: Callable[[], float] | None = None
-    """Seconds since the epoch; None: the host's clock, or a simulated node's own."""
-    _hw: NvmlHardware | None = field(default=None, repr=False)
-    _config: Config | None = field(default=None, repr=False)
-    cache: dict[str, object] = field(default_factory=dict, repr=False)
-    """What one command reads once and asks for several times (the CDI directory scan)."""
-    file_ops: list[FileOpName] = field(default_factory=list, repr=False)
-    """The durable-state file operations this command completed, in order (see `file_op`)."""
+    pasted: str = "hamimig"
+    """How the operator calls hamimig on this node: with the global options that chose it on
+    the command line (`pasteable`)."""
     command: str | None = None
     """The hamimig command running (`allocate`, `reconcile`...), as the event journal names it."""
-    deferred: HamimigError | None = None
-    """A dry run's verdict: the first refusal the real run would raise where planning found it
+    clock_source: Callable[[], float] | None = None
+    """Seconds since the epoch; None: the host's clock, or a simulated node's own."""
+    faults: FileOp | None = field(default=None, repr=False)
+    """The file-operation fault hook every store writes through; None: a simulated node's
+    faults, or none on a real node."""
+    opened: MigHardware | None = field(default=None, repr=False)
+    """An adapter already open, used instead of opening one (a long-lived process: the
+    benchmark, the tests); its owner closes it."""
+    loaded_config: Config | None = field(default=None, repr=False)
+    """The configuration, instead of reading `config_path`."""
+    cache: dict[str, object] = field(default_factory=dict, repr=False)
+    """What one command reads once and asks for several times: the config, the open hardware
+    (until `close`), the NVIDIA base spec, the CDI directory scan, a simulated clock."""
+    file_ops: list[FileOpName] = field(default_factory=list, repr=False)
+    """The durable-state file operations this command completed, in order (`Noted`)."""
+    refusals: list[HamimigError] = field(default_factory=list, repr=False)
+    """A dry run's verdict: the refusals the real run would raise where planning found them
     (`refuse`), kept while the dry run plans on, so that it can show its plan and still exit
-    with the real run's code."""
+    with the real run's code (the first one's)."""
+    file_op: Noted = field(init=False, repr=False)
+    records: RecordStore = field(init=False, repr=False)
+    intents: IntentStore = field(init=False, repr=False)
+    queue: RemovalQueue = field(init=False, repr=False)
+    idle_seen: IdleSeen = field(init=False, repr=False)
+    """When the idle policy first saw each of HAMi's own Idle records."""
+    counters: Counters = field(init=False, repr=False)
+    """Lifecycle event counters (`counters.json` in the state directory)."""
+    events: EventJournal = field(init=False, repr=False)
+    """The event journal (`events.jsonl`): its appends honour the simulator's faults but are
+    not noted in `file_ops`, since they are not part of what a step changed."""
+
+    def __post_init__(self) -> None:
+        faults = self.faults or (no_faults if self.sim is None else SimBackend(self.sim).file_op)
+        noted = Noted(faults, self.file_ops)
+        made = {
+            "file_op": noted,
+            "records": RecordStore(self.state_dir, noted),
+            "intents": IntentStore(self.state_dir, noted),
+            "queue": RemovalQueue(self.state_dir, noted),
+            "idle_seen": IdleSeen(self.state_dir, noted),
+            "counters": Counters(self.state_dir),
+            "events": EventJournal(self.state_dir, faults),
+        }
+        for name, value in made.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
+    def _once(self, key: str, read: Callable[[], T]) -> T:
+        if key not in self.cache:
+            self.cache[key] = read()
+        return cast("T", self.cache[key])
 
     def refuse(self, err: HamimigError, dry_run: bool) -> None:
         """Raise `err`, the refusal of a run that would change the node; a dry run notes it
-        (the first one) and goes on planning."""
+        and goes on planning."""
         if not dry_run:
             raise err
-        if self.deferred is None:
-            self.deferred = err
+        self.refusals.append(err)
 
     def pasteable(self, line: str) -> str:
-        """`hamimig LINE` as the operator pastes it to act on this node: with the global options
-        given on the command line that chose it (`--sim`, `--state-dir`, `--cdi-dir`,
-        `--config`), shell-quoted; those set in the environment reach the paste anyway."""
-        import shlex
-
-        given = {
-            "sim": self.sim,
-            "state_dir": self.state_dir,
-            "cdi_dir": self.cdi_dir,
-            "config": self.config_path,
-        }
-        words = ["hamimig"]
-        for name, value in given.items():
-            source = self.setting_sources.get(name, "")
-            if source.startswith("option ") and value is not None:
-                words += [source.removeprefix("option "), shlex.quote(str(value))]
-        return " ".join([*words, line])
+        """`hamimig LINE` as the operator pastes it to act on this node."""
+        return f"{self.pasted} {line}"
 
     def now(self) -> float:
         """This node's time: a simulated node's clock runs at the host's pace from wherever
@@ -113,44 +142,17 @@ class Node:
         """How far this node's clock is from the host's (0 unless it is simulated)."""
         if self.sim is None or self.clock_source is not None:
             return 0.0
-        cached = self.cache.get("clock-offset")
-        if not isinstance(cached, float):
-            cached = SimBackend(self.sim).store.read().clock_offset
-            self.cache["clock-offset"] = cached
-        return cached
+        sim = self.sim
+        return self._once("clock-offset", lambda: SimBackend(sim).store.read().clock_offset)
 
     def clock(self) -> str:
         """`now()` as the RFC 3339 UTC text every file of hamimig's carries."""
         return to_rfc3339(self.now())
 
     def config(self) -> Config:
-        if self._config is None:
-            self._config = load_config(self.config_path)
-        return self._config
-
-    def _faults(self) -> FileOp:
-        return no_faults if self.sim is None else SimBackend(self.sim).file_op
-
-    def file_op(self) -> FileOp:
-        """On a simulated node, durable-state file operations honour the simulator's faults.
-        Every operation that completes is noted in `file_ops` (what a step changed on disk)."""
-        inner = self._faults()
-        done = self.file_ops
-
-        def noted(op: FileOpName, perform: Callable[[], None]) -> None:
-            inner(op, perform)
-            done.append(op)
-
-        return noted
-
-    def records(self) -> RecordStore:
-        return RecordStore(self.state_dir, self.file_op())
-
-    def intents(self) -> IntentStore:
-        return IntentStore(self.state_dir, self.file_op())
-
-    def queue(self) -> RemovalQueue:
-        return RemovalQueue(self.state_dir, self.file_op())
+        if self.loaded_config is not None:
+            return self.loaded_config
+        return self._once("config", lambda: load_config(self.config_path))
 
     def cdi(self) -> CdiStore | None:
         """The CDI spec store, or None in legacy non-CDI mode (`cdi.enabled: false`)."""
@@ -158,7 +160,7 @@ class Node:
         if not cfg.cdi_enabled:
             return None
         return CdiStore(
-            self.cdi_dir, cfg.cdi_kind, cfg.cdi_annotations, self.file_op(), self.cdi_base
+            self.cdi_dir, cfg.cdi_kind, cfg.cdi_annotations, self.file_op, self.cdi_base
         )
 
     def files(self) -> NodeFiles:
@@ -179,26 +181,7 @@ class Node:
     def cdi_base(self, config: Config | None = None) -> BaseLookup:
         """The node's NVIDIA CDI spec as `cdi.baseSpec` says, looked up once per command."""
         setting = (config or self.config()).cdi_base_spec
-        key = f"cdi-base:{setting}"
-        found = self.cache.get(key)
-        if isinstance(found, BaseLookup):
-            return found
-        lookup = find_base(setting, self.cdi_base_dirs())
-        self.cache[key] = lookup
-        return lookup
-
-    def counters(self) -> Counters:
-        """Lifecycle event counters (`counters.json` in the state directory)."""
-        return Counters(self.state_dir)
-
-    def events(self) -> EventJournal:
-        """The event journal (`events.jsonl`): its appends honour the simulator's faults but
-        are not noted in `file_ops`, since they are not part of what a step changed."""
-        return EventJournal(self.state_dir, self._faults())
-
-    def idle_seen(self) -> IdleSeen:
-        """When the idle policy first saw each of HAMi's own Idle records."""
-        return IdleSeen(self.state_dir, self.file_op())
+        return self._once(f"cdi-base:{setting}", lambda: find_base(setting, self.cdi_base_dirs()))
 
     def check_dirs(self) -> None:
         """Refuse (exit 2) a state or CDI directory that hamimig could not write.
@@ -241,24 +224,20 @@ class Node:
 
     def hardware(self) -> MigHardware:
         """Open NVML (or the simulated node) on first use; closed by `close()`."""
-        if self._hw is None:
-            if self.sim is not None:
-                hw = SimBackend(self.sim).hardware()
-            else:
-                hw = NvmlHardware(bindings())
-            hw.open()
-            self._hw = hw
-        return self._hw
+        if self.opened is not None:
+            return self.opened
 
-    def attach(self, hw: NvmlHardware) -> None:
-        """Use an already open adapter (a long-lived process: the benchmark, the demo)."""
-        self.close()
-        self._hw = hw
+        def opened() -> MigHardware:
+            hw = NvmlHardware(bindings()) if self.sim is None else SimBackend(self.sim).hardware()
+            hw.open()
+            return hw
+
+        return self._once("hardware", opened)
 
     def close(self) -> None:
-        if self._hw is not None:
-            self._hw.close()
-            self._hw = None
+        hw = self.cache.pop("hardware", None)
+        if hw is not None:
+            cast(MigHardware, hw).close()
 
 
 def parse_gpu_ref(ref: str) -> int | str:

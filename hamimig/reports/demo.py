@@ -331,7 +331,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         report = maintenance.reconcile(node, source=_running_pods(node))
         text = "; ".join(f"{a.action} {a.mig_uuid}: {a.reason}" for a in report.actions)
         retried = [a.mig_uuid for a in report.actions if a.action == "retry-destroy"]
-        gone = error_target["uuid"] not in node.records().load()[0]
+        gone = error_target["uuid"] not in node.records.load()[0]
         _expect(
             report.exit_code == 0 and retried == [error_target["uuid"]] and gone,
             f"reconcile did not destroy {error_target['uuid']}: {text or 'nothing to do'}",
@@ -356,7 +356,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             status == CRASH_EXIT_STATUS,
             f"the allocating process exited {status}, not {CRASH_EXIT_STATUS}",
         )
-        left = [i for i in node.intents().load()[0] if i.placement.start == 5]
+        left = [i for i in node.intents.load()[0] if i.placement.start == 5]
         _expect(len(left) == 1, "the crashed allocation left no intent on disk")
         return (
             f"the allocating process died with exit status {status} after creating "
@@ -382,10 +382,10 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         text = "; ".join(f"{a.action}: {a.reason}" for a in report.actions)
         rolled = [a for a in report.actions if a.action == "rollback-intent"]
         _expect(
-            report.exit_code == 0 and len(rolled) == 1 and not node.intents().load()[0],
+            report.exit_code == 0 and len(rolled) == 1 and not node.intents.load()[0],
             f"recovery did not roll back the interrupted allocation: {text or 'nothing to do'}",
         )
-        states = {r.placement.start: r.state.value for r in node.records().load()[0].values()}
+        states = {r.placement.start: r.state.value for r in node.records.load()[0].values()}
         _expect(
             states == {0: "Active", 2: "Active", 4: "Idle"},
             f"after recovery the records are {states}, not Active at 0 and 2, Idle at 4",
@@ -421,7 +421,7 @@ def _told(result: Allocation) -> str:
 def _expect_error_kept(node: Node, uuid: str | None) -> None:
     if uuid is None:
         return  # the allocation before it failed: the exit code check reports that
-    record = node.records().load()[0].get(uuid)
+    record = node.records.load()[0].get(uuid)
     state = None if record is None else record.state.value
     _expect(state == "Error", f"{uuid} is {state or 'without a record'}, not Error")
     cdi = node.cdi()
@@ -437,7 +437,7 @@ def _running_pods(node: Node) -> PodSource:
     """The demo's pod list, as `kubectl get pods -o json` would give it now: a Running pod for
     each Active record's owner, and no pod annotation naming an Idle instance (no device plugin
     runs here to hand one out)."""
-    records = node.records().load()[0].values()
+    records = node.records.load()[0].values()
     owners = sorted(
         {
             (r.owner.namespace, r.owner.name)

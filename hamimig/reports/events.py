@@ -115,7 +115,7 @@ def _forgeable(node: Node) -> list[Warning_]:
     the state directory's own problems (`safety.state_dir_problems`, what `list` warns of),
     then the journal file's mode and owner."""
     warnings = state_dir_problems(node.state_dir)
-    path = node.events().path
+    path = node.events.path
     try:
         st = os.lstat(path)
     except OSError:
@@ -135,12 +135,12 @@ def _forgeable(node: Node) -> list[Warning_]:
 def list_events(node: Node, query: EventQuery) -> EventList:
     """The journal's events that match, in the order they were written (oldest first unless
     a clock was set back), the newest `limit` of them."""
-    journal = node.events().read(_Selection(query), query.limit)
+    journal = node.events.read(_Selection(query), query.limit)
     warnings = _forgeable(node)
     warnings += [Warning_(file=p.file, reason=p.reason) for p in journal.problems]
     return EventList(
         events=journal.events,
         warnings=tuple(warnings),
-        path=str(node.events().path),
+        path=str(node.events.path),
         matched=journal.matched,
     )

@@ -382,7 +382,7 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         view = _with_count_of_cis(view, _live_ci_count(hw, live))
     return InstanceDetail(
         instance=view,
-        record=str(node.records().path_of(mig_uuid))
+        record=str(node.records.path_of(mig_uuid))
         if record is not None or view.state is State.UNREADABLE
         else None,
         cdi_spec=cdi_path,

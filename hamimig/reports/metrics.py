@@ -347,8 +347,8 @@ def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
     except (HamimigError, OSError) as exc:
         durable = Durable(records={}, intents=(), removals=(), problems=())
         warnings.append(Warning_(file=str(node.state_dir), reason=f"not read: {_why(exc)}"))
-    seen, seen_problem = node.idle_seen().load()
-    counters = node.counters().load()
+    seen, seen_problem = node.idle_seen.load()
+    counters = node.counters.load()
     now = node.now()
     # --node/NODE_NAME (the DaemonSet sets it to spec.nodeName); the hostname only without it.
     out = _Exposition(node.node_name or socket.gethostname())

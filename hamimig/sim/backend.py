@@ -36,5 +36,6 @@ class SimBackend:
         return NvmlHardware(SimNvml(self.store), self.files.mig_minors)
 
     def file_op(self, op: FileOpName, perform: Callable[[], None]) -> None:
-        """The store's file-operation hook: honours the node's file faults."""
+        """The fault hook a simulated node's stores are built with (`Node.faults`): honours
+        the node's file faults."""
         run_file_op(self.store, op, perform)

@@ -51,6 +51,20 @@ def no_faults(op: FileOpName, perform: Callable[[], None]) -> None:
     perform()
 
 
+@dataclass(frozen=True)
+class Noted:
+    """A command's stores write through this: each operation under the injected fault hook
+    (the simulator's, or none), and each one that completed noted in `done`, in order, so that
+    the executor can say what a step changed on disk. Nothing here calls above the store."""
+
+    faults: FileOp
+    done: list[FileOpName]
+
+    def __call__(self, op: FileOpName, perform: Callable[[], None]) -> None:
+        self.faults(op, perform)
+        self.done.append(op)
+
+
 def _check_name(name: str) -> None:
     # Names are always computed by hamimig; anything path-like here is a bug, not input.
     if not name or name in (".", "..") or "/" in name or "\0" in name:

@@ -76,7 +76,7 @@ class NodeLock:
             self._fds.append(fd)
             self._flock(fd, deadline)
         except BaseException:
-            self._close_all()
+            self.release()
             raise
 
     def _lock_directory(self, deadline: float) -> int:
@@ -127,7 +127,7 @@ class NodeLock:
                     ) from None
                 time.sleep(min(POLL_SECONDS, remaining))
 
-    def _close_all(self) -> None:
+    def release(self) -> None:
         """Unlock and close in reverse order: the file first, the directory last."""
         while self._fds:
             fd = self._fds.pop()
@@ -135,9 +135,6 @@ class NodeLock:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
-
-    def release(self) -> None:
-        self._close_all()
 
     @property
     def held(self) -> bool:

@@ -110,12 +110,12 @@ def run_checks(
     durable: Durable | None = None
     if state == "usable":
         stores = (
-            node.records(),
-            node.intents(),
-            node.queue(),
-            node.counters(),
-            node.idle_seen(),
-            node.events(),
+            node.records,
+            node.intents,
+            node.queue,
+            node.counters,
+            node.idle_seen,
+            node.events,
         )
         checks += guarded("state-files", lambda: check_file_modes(stores))
         try:
@@ -131,9 +131,9 @@ def run_checks(
             )
         else:
             checks += check_durable(node, durable)
-        checks += guarded("counters", lambda: [check_counters(node.counters())])
-        checks += guarded("idle-seen", lambda: [check_idle_seen(node.idle_seen())])
-        checks += guarded("events", lambda: [check_events(node.events(), node.counters())])
+        checks += guarded("counters", lambda: [check_counters(node.counters)])
+        checks += guarded("idle-seen", lambda: [check_idle_seen(node.idle_seen)])
+        checks += guarded("events", lambda: [check_events(node.events, node.counters)])
     elif state == "missing":  # nothing recorded yet: every spec of ours is then an orphan
         durable = Durable(records={}, intents=(), removals=(), problems=())
         none = "none (no state directory yet)"
