@@ -154,3 +154,61 @@ def test_an_active_instance_whose_ci_vanished_is_released_then_reclaimed(cli: Cl
     assert listed == []
     again = cli.json("recover", "--assume-no-pods")
     assert again.exit_code == 0 and json.loads(again.stdout)["actions"] == []
+
+
+def _reads_before_the_first_gi(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count, over one command: reads of /proc/devices, looks at the NVIDIA base spec
+    (`BaseLookup.require`) before the first GI is created, and reuse-candidate searches."""
+    from hamimig.engine import allocate as allocation
+    from hamimig.hw.nvml import NvmlHardware
+    from hamimig.store.cdi_base import BaseLookup
+
+    counts = {"proc_devices": 0, "base": 0, "base_before_gi": -1, "candidates": 0}
+    read_text, require = Path.read_text, BaseLookup.require
+    create_gi, candidates = NvmlHardware.create_gpu_instance, allocation.reuse_candidates
+
+    def counted_read(self: Path, *args: Any, **kwargs: Any) -> str:
+        counts["proc_devices"] += self.name == "proc-devices"
+        return read_text(self, *args, **kwargs)
+
+    def counted_require(self: BaseLookup) -> Any:
+        counts["base"] += 1
+        return require(self)
+
+    def counted_create(self: NvmlHardware, *args: Any) -> Any:
+        if counts["base_before_gi"] < 0:
+            counts["base_before_gi"] = counts["base"]
+        return create_gi(self, *args)
+
+    def counted_candidates(*args: Any) -> Any:
+        counts["candidates"] += 1
+        return candidates(*args)
+
+    monkeypatch.setattr(Path, "read_text", counted_read)
+    monkeypatch.setattr(BaseLookup, "require", counted_require)
+    monkeypatch.setattr(NvmlHardware, "create_gpu_instance", counted_create)
+    monkeypatch.setattr(allocation, "reuse_candidates", counted_candidates)
+    return counts
+
+
+@pytest.mark.parametrize("busy_idle", [False, True])
+def test_a_creating_allocate_reads_each_thing_it_checks_once(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, busy_idle: bool
+) -> None:
+    """One look at the NVIDIA base spec before the hardware changes, one search for reuse
+    candidates, one read of /proc/devices (the capability nodes' major, which the new spec
+    needs), whether or not an Idle instance of the profile was there to pass over."""
+    if busy_idle:
+        args = ("--pod", "ns/a", "--gpu", "0", "--profile", "1g.10gb", "--placement", "0")
+        mig = json.loads(cli.json("allocate", *args).stdout)["instance"]["migUUID"]
+        assert cli.json("release", "--mig-uuid", mig).exit_code == 0
+        assert cli.json("sim", "busy", "--mig-uuid", mig).exit_code == 0
+    counts = _reads_before_the_first_gi(monkeypatch)
+
+    ran = cli.json("allocate", "--pod", "ns/b", "--gpu", "0", "--profile", "1g.10gb")
+
+    assert ran.exit_code == 0, ran.stdout
+    assert json.loads(ran.stdout)["created"] is True
+    assert counts["base_before_gi"] == 1, counts
+    assert counts["candidates"] == 1, counts
+    assert counts["proc_devices"] == 1, counts

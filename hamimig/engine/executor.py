@@ -21,7 +21,7 @@ from functools import partial
 from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
 from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
-from hamimig.engine.results import Action, StepError
+from hamimig.engine.results import Action, Blocked, BlockingInstance, StepError
 from hamimig.engine.states import (
     Creating,
     StateName,
@@ -50,7 +50,7 @@ from hamimig.errors import (
     NvmlError,
     UsageError,
 )
-from hamimig.hw.types import GiProfile, Gpu, Placement
+from hamimig.hw.types import Gpu
 from hamimig.store.cdi import CdiDevice, CdiStore, ForeignSpec
 from hamimig.store.counters import (
     CREATIONS,
@@ -61,7 +61,7 @@ from hamimig.store.counters import (
     REUSES,
 )
 from hamimig.store.intents import Intent, new_intent_id
-from hamimig.store.records import Owner, Record
+from hamimig.store.records import Record
 from hamimig.vocabulary import ActionKind, FileOpName, State
 
 PENDING_FORGET = "forgotten: the spec is removed right after its record"
@@ -179,11 +179,11 @@ def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
     return None
 
 
-def create_instance(
-    node: Node, gpu: Gpu, profile: GiProfile, placement: Placement, owner: Owner
-) -> Record:
+def _create(node: Node, target: Target) -> Applied:
     """Create GI, CI, CDI spec and an Active record under an intent; undo everything this
     request created if any step fails (a failed allocation never caches partial work)."""
+    assert isinstance(target, NewInstance)
+    gpu, profile, placement, owner = target.gpu, target.profile, target.placement, target.owner
     hw = node.hardware()
     intents = node.intents()
     intent = Intent(
@@ -225,7 +225,9 @@ def create_instance(
         cdi = node.cdi()
         cdi_name: str | None = None
         if cdi is not None:
-            dev = cdi_device_for(node, ci.mig_uuid, gpu.uuid, gpu.minor, gi_id, ci.id)
+            dev = cdi_device_for(
+                node, ci.mig_uuid, gpu.uuid, gpu.minor, gi_id, ci.id, major=target.caps_major
+            )
             cdi_name = cdi.write(dev)
         now = node.clock()
         record = Record(
@@ -257,7 +259,8 @@ def create_instance(
     # MIG UUID is a finished one, which allocate skips and recover clears.
     with contextlib.suppress(OSError):
         node.intents().remove(intent.id)
-    return record
+    node.counters().count(CREATIONS)
+    return Applied(record)
 
 
 def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
@@ -391,6 +394,8 @@ class Executed:
     files_changed: int = 0
     """Files the steps wrote or removed: per step, each store it touched (its record, intent,
     CDI spec, the removal queue) counts once."""
+    results: tuple[Applied | HamimigError | OSError, ...] = ()
+    """Per step applied, in order, what it left or why it failed (none in a dry run)."""
 
     @property
     def failed(self) -> str | None:
@@ -402,10 +407,15 @@ class Executed:
 
 
 def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:
-    """Apply a verified plan's steps in order, going on past a failed one; a dry run only
-    reports them. With `tolerate_tracked` (recovery) a failure that left a tracked state behind
-    is reported on its step but does not fail the command."""
+    """Apply a verified plan's steps in order; a dry run only reports them.
+
+    The plan's failure policy decides what a failed step does: an `abort` plan (allocate, a
+    command on one instance) stops there and raises its error, an Error instance that still
+    cannot be destroyed in the way of the plan's creation as a conflict (exit 3); any other
+    plan goes on past it and reports it on its step. With `tolerate_tracked` (recovery) a
+    failure that left a tracked state behind is reported but does not fail the command."""
     actions: list[Action] = []
+    results: list[Applied | HamimigError | OSError] = []
     failures = list(plan.failures)
     files = 0
     for step in plan.steps:
@@ -415,24 +425,51 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
         before = len(node.file_ops)
         try:
             applied = apply(node, step)
-        except StepFailed as exc:
-            if not (tolerate_tracked and exc.tracked):
-                failures.append(exc.message)
-            touched = _files_touched(node, before)
-            files += touched
-            actions.append(step.report(changed=touched > 0, error=StepError(exc.code, exc.message)))
-            continue
         except (HamimigError, OSError) as exc:
+            if plan.abort:
+                blocked = _blocked(plan, step, exc)
+                if blocked is not None:
+                    raise blocked from None
+                raise
             why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
             code = exc.code if isinstance(exc, HamimigError) else HardwareError.code
-            failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
+            if not isinstance(exc, StepFailed):
+                failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
+            elif not (tolerate_tracked and exc.tracked):
+                failures.append(why)
             touched = _files_touched(node, before)
             files += touched
             actions.append(step.report(changed=touched > 0, error=StepError(code, why)))
+            results.append(exc)
             continue
         files += _files_touched(node, before)
         actions.append(step.report(applied.note, changed=step.changes and applied.changed))
-    return Executed(tuple(actions), tuple(failures), files)
+        results.append(applied)
+    return Executed(tuple(actions), tuple(failures), files, tuple(results))
+
+
+def _blocked(plan: Plan, step: Step, exc: Exception) -> ConflictError | None:
+    """An Error instance in the way of the plan's creation that still cannot be destroyed
+    blocks the placement (exit 3); an Idle one that fails is a hardware failure (exit 4)."""
+    create = plan.steps[-1].target
+    if not isinstance(exc, DestroyFailed) or not isinstance(create, NewInstance):
+        return None
+    assert isinstance(step.target, Managed)
+    record = step.target.record
+    if record.state is not State.ERROR:
+        return None
+    blocker = BlockingInstance(
+        mig_uuid=record.mig_uuid,
+        gpu_instance_id=record.gpu_instance_id,
+        profile=record.profile,
+        placement=record.placement,
+        state=State.ERROR,
+    )
+    return ConflictError(
+        f"placement {create.placement} is blocked by Error instance {record.mig_uuid} that "
+        f"still cannot be destroyed: {exc.message}",
+        blockers=(Blocked(placement=create.placement, instances=(blocker,)),),
+    )
 
 
 def _files_touched(node: Node, since: int) -> int:
@@ -460,13 +497,6 @@ def tidy_finished(node: Node, durable: Durable) -> None:
     for intent in durable.finished:
         with contextlib.suppress(OSError):
             node.intents().remove(intent.id)
-
-
-def _create(node: Node, target: Target) -> Applied:
-    assert isinstance(target, NewInstance)
-    record = create_instance(node, target.gpu, target.profile, target.placement, target.owner)
-    node.counters().count(CREATIONS)
-    return Applied(record)
 
 
 def _hand_out(node: Node, target: Target) -> Applied:

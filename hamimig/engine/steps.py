@@ -82,6 +82,8 @@ class NewInstance:
     profile: GiProfile
     placement: Placement
     owner: Owner
+    caps_major: int | None = None
+    """The capability nodes' major, read once while planning (None: no spec is composed)."""
 
     @property
     def where(self) -> Located:
@@ -199,9 +201,16 @@ class Step:
             result = ActionResult.SKIPPED
         else:
             result = ActionResult.DONE if changed else ActionResult.UNCHANGED
-        reason = self.reason if not note else f"{self.reason}; {note}"
+        mig_uuid, gpu_uuid, placement = self.target.where
         return Action(
-            self.kind.value, *self.target.where, reason, changed, result=result, error=error
+            action=self.kind.value,
+            mig_uuid=mig_uuid,
+            gpu_uuid=gpu_uuid,
+            placement=placement,
+            reason=self.reason if not note else f"{self.reason}; {note}",
+            changed=changed,
+            result=result,
+            error=error,
         )
 
 
@@ -219,6 +228,9 @@ class Plan:
     refusals: list[str] = field(default_factory=list)
     warnings: list[Warning_] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    abort: bool = False
+    """The failure policy: stop at the first failed step and raise its error (allocate, and a
+    command on one instance), or go on past it and report it on its step (the default)."""
 
     def add(self, kind: ActionKind, target: Target, reason: str) -> None:
         self.steps.append(Step(kind, target, reason))
