@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hamimig.engine.executor import apply
+from hamimig.engine.executor import Applied, execute
 from hamimig.engine.facts import forget_line
 from hamimig.engine.lookup import (
     FULL_MIG_UUID,
@@ -36,7 +36,7 @@ from hamimig.engine.lookup import (
 from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
 from hamimig.engine.results import Forget, Forgotten, InstanceView, record_view
-from hamimig.engine.steps import Forgettable, Step
+from hamimig.engine.steps import Forgettable, Plan, Step
 from hamimig.errors import (
     ConflictError,
     NotFoundError,
@@ -80,17 +80,7 @@ def parse_intent_id(node: Node, text: str) -> str:
 
 def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
-    text = target.mig_uuid if isinstance(target, ByUuid) else None
-    file = device = None
-    if text is not None:
-        # A record's file name, or a whole CDI device name, names one file: no lookup.
-        device = whole_device(text, lambda: node.config().cdi_kind)
-        file = node.records().named_by(device or text)
-        if file is None:
-            check_reference(text, mutating=True)
-    # A prefix or CDI device name is resolved under the lock; anything else must be a MIG UUID.
-    uuid = text if text is None or file or is_reference(text) else parse_mig_uuid(text)
-    ident = parse_intent_id(node, target.intent_id) if isinstance(target, ByIntent) else None
+    named = _named(node, target)
     with node.lock_unless(dry_run):
         # Like every mutating command, never on a node others can forge records on (a dry run
         # notes the refusal and plans on). Unreadable records do not matter here: forgetting
@@ -99,38 +89,63 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
 
         records, unreadable = node.records().load()
         warnings = refuse_if_unsafe(node, records, dry_run)
-        plan: tuple[Forgotten, Step] | None = None
-        if file is not None:
-            found = node.records().read_named(file)
-            if isinstance(found, Problem):
-                plan = plan_forget_file(node, file, found)
-            elif found is not None:
-                uuid = found.mig_uuid
-            elif device is None:
-                raise NotFoundError(f"no record file {file} in {node.records().directory}")
-        if plan is None and uuid is not None and is_reference(uuid):
-            if unreadable and device is None:
-                # An unreadable record may be the one the prefix names: resolving among the
-                # readable ones could drop the wrong instance's record.
-                raise UnverifiableError(
-                    f"{len(unreadable)} record(s) cannot be read ({unreadable[0].file}), so a "
-                    "prefix may name one of them; nothing was changed: give the whole MIG "
-                    "UUID, or drop an unreadable record by its name: "
-                    f"{forget_line(unreadable[0], node)}"
-                )
-            intents = node.intents().load()[0]
-            uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
-        if plan is not None:
-            item, step = plan
-        elif uuid is not None:
-            item, step = plan_forget_record(node, uuid)
+        if isinstance(named, str):
+            item, step = plan_forget_intent(node, named)
         else:
-            assert ident is not None
-            item, step = plan_forget_intent(node, ident)
+            item, step = _plan_record(node, *named, records, unreadable)
         if not dry_run:
-            note = apply(node, step).note
-            item = dataclasses.replace(item, note=note) if note else item
+            done = execute(node, Plan([step], abort=True), dry_run=False).results[0]
+            assert isinstance(done, Applied)
+            item = dataclasses.replace(item, note=done.note) if done.note else item
     return Forget(dry_run=dry_run, forgotten=(item,), warnings=warnings)
+
+
+def _named(node: Node, target: ByUuid | ByIntent) -> str | tuple[str | None, str | None, str]:
+    """What the target names, checked before the lock is taken: an intent ID, or a record's
+    file (by its file name or whole CDI device name: no lookup), the device name, and the MIG
+    UUID or a prefix (or CDI device name) to resolve under the lock."""
+    if isinstance(target, ByIntent):
+        return parse_intent_id(node, target.intent_id)
+    text = target.mig_uuid
+    device = whole_device(text, lambda: node.config().cdi_kind)
+    file = node.records().named_by(device or text)
+    if file is None:
+        check_reference(text, mutating=True)
+    uuid = text if file or is_reference(text) else parse_mig_uuid(text)
+    return file, device, uuid
+
+
+def _plan_record(
+    node: Node,
+    file: str | None,
+    device: str | None,
+    uuid: str,
+    records: dict[str, Record],
+    unreadable: list[Problem],
+) -> tuple[Forgotten, Step]:
+    """The record a file name, device name, MIG UUID or prefix names, planned to be dropped.
+    The caller holds the lock."""
+    if file is not None:
+        found = node.records().read_named(file)
+        if isinstance(found, Problem):
+            return plan_forget_file(node, file, found)
+        if found is not None:
+            uuid = found.mig_uuid
+        elif device is None:
+            raise NotFoundError(f"no record file {file} in {node.records().directory}")
+    if is_reference(uuid):
+        if unreadable and device is None:
+            # An unreadable record may be the one the prefix names: resolving among the
+            # readable ones could drop the wrong instance's record.
+            raise UnverifiableError(
+                f"{len(unreadable)} record(s) cannot be read ({unreadable[0].file}), so a "
+                "prefix may name one of them; nothing was changed: give the whole MIG "
+                "UUID, or drop an unreadable record by its name: "
+                f"{forget_line(unreadable[0], node)}"
+            )
+        intents = node.intents().load()[0]
+        uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
+    return plan_forget_record(node, uuid)
 
 
 # --------------------------------------------------------------------------------------------
