@@ -4,7 +4,6 @@ reclaim only the Idle instances in the way and create."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 
 from hamimig.engine.executor import Applied, execute, tidy_finished
 from hamimig.engine.facts import (
@@ -23,7 +22,7 @@ from hamimig.engine.results import Allocation, InstanceView, Warning_, record_vi
 from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Spec, Step, Target
 from hamimig.errors import ConflictError, HardwareError, NvmlError, UnverifiableError, UsageError
 from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
-from hamimig.store.cdi import CdiStore, device_node_paths
+from hamimig.store.cdi import device_node_paths
 from hamimig.store.cdi_base import BaseSpec
 from hamimig.store.queue import QueuedRemoval
 from hamimig.store.records import Record
@@ -89,15 +88,22 @@ def _apply(node: Node, plan: Plan, durable: Durable) -> tuple[InstanceView, tupl
     """Execute the plan: a creation first retries the queued CDI removals (and refuses while
     one names the GPU's device node). A reuse warns when its spec was kept unchecked."""
     last = plan.steps[-1].target
-    if isinstance(last, NewInstance):
-        _clear_stale_specs(node, durable, last.gpu)
+    cdi = node.cdi()
+    if isinstance(last, NewInstance) and (stale := _stale_specs(node, durable, last.gpu, False)):
+        gpu, item = last.gpu, stale[0]
+        assert cdi is not None
+        raise HardwareError(
+            f"the CDI spec {cdi.path_of(item.mig_uuid)} of destroyed instance "
+            f"{item.mig_uuid} names /dev/nvidia{gpu.minor} and its removal failed again "
+            f"({item.last_error}): a new instance on GPU {gpu.index} could get its device "
+            "nodes; remove the file, then retry; nothing was changed"
+        )
     applied = execute(node, plan, dry_run=False).results[-1]
     assert isinstance(applied, Applied) and applied.record is not None
     tidy_finished(node, durable)
     if isinstance(last, NewInstance):
         return record_view(applied.record, last.gpu.index), ()
     assert isinstance(last, Handout)
-    cdi = node.cdi()
     warnings: tuple[Warning_, ...] = ()
     if applied.note and cdi is not None:
         path = str(cdi.path_of(applied.record.mig_uuid))
@@ -147,7 +153,17 @@ def _preview(
         state=State.CREATING,
         owner=last.owner,
     )
-    return view, durable.warnings + _retried_first(node, durable, last.gpu)
+    cdi, gpu = node.cdi(), last.gpu
+    retried = tuple(
+        Warning_(
+            file=str(cdi.path_of(item.mig_uuid)) if cdi is not None else "",
+            reason=f"the CDI spec of destroyed instance {item.mig_uuid} names "
+            f"/dev/nvidia{gpu.minor} and its removal is queued ({item.last_error}): the real "
+            "run retries it first and refuses (exit 4) if it fails again",
+        )
+        for item in _stale_specs(node, durable, gpu, dry_run=True)
+    )
+    return view, durable.warnings + retried
 
 
 def _idempotent(node: Node, record: Record, request: AllocateRequest) -> InstanceView:
@@ -328,9 +344,11 @@ def _placement_plan(
     )
 
 
-def _clear_stale_specs(node: Node, durable: Durable, gpu: Gpu) -> None:
-    """Before any creation, retry every queued CDI removal; refuse (exit 4, before any NVML
-    call) while one still queued names the target GPU's device node.
+def _stale_specs(node: Node, durable: Durable, gpu: Gpu, dry_run: bool) -> list[QueuedRemoval]:
+    """Before any creation the real run retries every queued CDI removal, and refuses (exit 4,
+    before any NVML call) while one still queued names the target GPU's device node: these.
+    A dry run applies none, so it cannot know whether one fails again: it names each it would
+    retry whose spec names that node, which the real run would then refuse.
 
     A destroyed instance whose spec could not be removed leaves that spec published, and the
     driver gives the next instance at its slot the same GI and CI IDs: the stale spec's
@@ -338,51 +356,18 @@ def _clear_stale_specs(node: Node, durable: Durable, gpu: Gpu) -> None:
     """
     cdi = node.cdi()
     if cdi is None or not durable.removals:
-        return
-    execute(node, _queued_removals(durable), dry_run=False)  # one still queued: judged below
-    queued, _ = node.queue().load()
-    stale = _naming_device(cdi, queued, gpu)  # an entry whose instance is back was dropped
-    if stale:
-        item = stale[0]
-        raise HardwareError(
-            f"the CDI spec {cdi.path_of(item.mig_uuid)} of destroyed instance "
-            f"{item.mig_uuid} names /dev/nvidia{gpu.minor} and its removal failed again "
-            f"({item.last_error}): a new instance on GPU {gpu.index} could get its device "
-            "nodes; remove the file, then retry; nothing was changed"
-        )
-
-
-def _retried_first(node: Node, durable: Durable, gpu: Gpu) -> tuple[Warning_, ...]:
-    """A dry run's word on the queued removals the real run retries before it creates
-    (`_clear_stale_specs`): the dry run applies none, so it cannot know whether one fails
-    again; it warns of each whose spec names the target GPU's device node, which the real run
-    would then refuse (exit 4)."""
-    cdi = node.cdi()
-    if cdi is None or not durable.removals:
-        return ()
-    plan = _queued_removals(durable)
-    retried = {s.mig_uuid for s in plan.steps if isinstance(s.target, Spec) and not s.target.keep}
-    queued = [item for item in durable.removals if item.mig_uuid in retried]
-    return tuple(
-        Warning_(
-            str(cdi.path_of(item.mig_uuid)),
-            f"the CDI spec of destroyed instance {item.mig_uuid} names /dev/nvidia{gpu.minor} "
-            f"and its removal is queued ({item.last_error}): the real run retries it first and "
-            "refuses (exit 4) if it fails again",
-        )
-        for item in _naming_device(cdi, queued, gpu)
-    )
-
-
-def _queued_removals(durable: Durable) -> Plan:
+        return []
     from hamimig.engine.recovery import plan_queued_removals  # only with removals queued
 
     plan = Plan()
     plan_queued_removals(plan, durable)
-    return plan
-
-
-def _naming_device(cdi: CdiStore, queued: Iterable[QueuedRemoval], gpu: Gpu) -> list[QueuedRemoval]:
-    """The queued removals whose spec still names `gpu`'s device node."""
+    if dry_run:
+        retried = {
+            s.mig_uuid for s in plan.steps if isinstance(s.target, Spec) and not s.target.keep
+        }
+        queued = [item for item in durable.removals if item.mig_uuid in retried]
+    else:
+        execute(node, plan, dry_run=False)  # an entry whose instance is back was dropped
+        queued, _ = node.queue().load()
     device = f"/dev/nvidia{gpu.minor}"
     return [item for item in queued if device in device_node_paths(cdi.read(item.mig_uuid))]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
+from hamimig.engine.facts import Durable, Liveness, cdi_device_for
 from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action, Blocked, BlockingInstance, StepError
@@ -86,22 +86,6 @@ def set_state(node: Node, record: Record, target: State, **changes: object) -> R
     return updated
 
 
-def refresh_spec(cdi: CdiStore, dev: CdiDevice) -> str | None:
-    """Make an existing instance's spec what it needs (rewritten only when its content
-    differs). When no spec can be composed (no or a bad NVIDIA base spec, or the base lacks the
-    GPU), a spec that runtimes load is kept as it is and the reason is returned for a warning:
-    an instance that works must not stop working for it. Without one, `UsageError` says why.
-    """
-    try:
-        if not cdi.matches(dev):
-            cdi.write(dev)
-        return None
-    except UsageError as exc:
-        if cdi.usable(dev.mig_uuid):
-            return f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
-        raise
-
-
 class StepFailed(HardwareError):
     """A step the hardware or the disk refused. `tracked`: it left a consistent state that
     hamimig tracks and `reconcile` retries (an instance kept in Error, a queued CDI removal, an
@@ -128,40 +112,6 @@ class DestroyFailed(StepFailed):
     def __init__(self, message: str, record: Record) -> None:
         super().__init__(message)
         self.record = record
-
-
-def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int) -> list[str]:
-    """Destroy a managed instance: Reclaiming, CI, GI, then CDI spec (queued on failure), then
-    the record. Returns notes on anything deferred (a queued CDI removal).
-
-    Raises `DestroyFailed` (record left in Error with the NVML error) when the hardware refuses.
-    """
-    hw = node.hardware()
-    notes: list[str] = []
-    if record.state is not State.RECLAIMING:
-        record = set_state(node, record, State.RECLAIMING, error=None)
-    try:
-        if live.status is Liveness.COMPLETE:
-            hw.destroy_compute_instance(
-                gpu_index, record.gpu_instance_id, record.compute_instance_id
-            )
-        if live.status in (Liveness.COMPLETE, Liveness.GI_ONLY):
-            hw.destroy_gpu_instance(gpu_index, record.gpu_instance_id)
-    except NvmlError as exc:
-        node.counters().count(FAILURES, FAILED_DESTROY)
-        failed = set_state(node, record, State.ERROR, error=exc.message)
-        raise DestroyFailed(
-            f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
-            f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
-            failed,
-        ) from None
-    note = remove_cdi_after_destroy(node, record.mig_uuid)
-    if note:
-        notes.append(note)
-    check_transition(State.RECLAIMING, None, record.mig_uuid)
-    node.records().remove(record.mig_uuid)
-    node.counters().count(RECLAIMS)
-    return notes
 
 
 def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
@@ -509,7 +459,7 @@ def _hand_out(node: Node, target: Target) -> Applied:
     try:
         if cdi is not None and target.spec is not None:
             name = cdi.qualified_name(record.mig_uuid)
-            note = refresh_spec(cdi, target.spec)
+            note = _refresh_spec(cdi, target.spec)
         active = set_state(
             node,
             record,
@@ -531,6 +481,22 @@ def _hand_out(node: Node, target: Target) -> Applied:
     return Applied(active, note)
 
 
+def _refresh_spec(cdi: CdiStore, dev: CdiDevice) -> str | None:
+    """Make an existing instance's spec what it needs (rewritten only when its content
+    differs). When no spec can be composed (no or a bad NVIDIA base spec, or the base lacks the
+    GPU), a spec that runtimes load is kept as it is and the reason is returned for a warning:
+    an instance that works must not stop working for it. Without one, `UsageError` says why.
+    """
+    try:
+        if not cdi.matches(dev):
+            cdi.write(dev)
+        return None
+    except UsageError as exc:
+        if cdi.usable(dev.mig_uuid):
+            return f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
+        raise
+
+
 def _release(node: Node, target: Target) -> Applied:
     assert isinstance(target, Managed)
     try:
@@ -541,9 +507,36 @@ def _release(node: Node, target: Target) -> Applied:
 
 
 def _destroy(node: Node, target: Target) -> Applied:
+    """Destroy a managed instance: Reclaiming, CI, GI, then CDI spec (queued on failure), then
+    the record; the note says what was deferred (a queued CDI removal).
+
+    Raises `DestroyFailed` (record left in Error with the NVML error) when the hardware refuses.
+    """
     assert isinstance(target, Managed) and target.live is not None
-    notes = destroy_managed(node, target.record, target.live, target.gpu_index)
-    return Applied(note="; ".join(notes) or None)
+    record, live, gpu_index = target.record, target.live, target.gpu_index
+    hw = node.hardware()
+    if record.state is not State.RECLAIMING:
+        record = set_state(node, record, State.RECLAIMING, error=None)
+    try:
+        if live.status is Liveness.COMPLETE:
+            hw.destroy_compute_instance(
+                gpu_index, record.gpu_instance_id, record.compute_instance_id
+            )
+        if live.status in (Liveness.COMPLETE, Liveness.GI_ONLY):
+            hw.destroy_gpu_instance(gpu_index, record.gpu_instance_id)
+    except NvmlError as exc:
+        node.counters().count(FAILURES, FAILED_DESTROY)
+        failed = set_state(node, record, State.ERROR, error=exc.message)
+        raise DestroyFailed(
+            f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
+            f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
+            failed,
+        ) from None
+    note = remove_cdi_after_destroy(node, record.mig_uuid)
+    check_transition(State.RECLAIMING, None, record.mig_uuid)
+    node.records().remove(record.mig_uuid)
+    node.counters().count(RECLAIMS)
+    return Applied(note=note)
 
 
 def _finish(node: Node, target: Target) -> Applied:
