@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from hamimig.engine.node import Node
 from hamimig.engine.steps import (
@@ -28,7 +29,6 @@ from hamimig.engine.steps import (
     Step,
 )
 from hamimig.errors import HamimigError
-from hamimig.hw.types import Placement
 from hamimig.store.counters import EVENTS_WRITE_FAILURES
 from hamimig.store.events import Event
 from hamimig.store.records import Owner, Record
@@ -106,35 +106,19 @@ class StepOutcome:
     """The MIG UUID a failed creation had made before it was rolled back."""
 
 
-@dataclass(frozen=True)
-class _Subject:
-    """Who and where the event is about."""
-
-    mig_uuid: str | None
-    gpu_uuid: str | None
-    gpu_index: int | None
-    placement: Placement | None
-    profile: str | None
-    owner: Owner | None
+_SUBJECT = ("mig_uuid", "gpu_uuid", "gpu_index", "placement", "profile", "owner")
 
 
-def _subject(step: Step, outcome: StepOutcome) -> _Subject:
-    """The instance as the step's target names it, completed from its record as it was
-    before (`known`) and as the step left it, where those are the same instance's."""
+def _subject(step: Step, outcome: StepOutcome) -> dict[str, Any]:
+    """The instance as the step's target names it (`_SUBJECT`), completed from its record as
+    it was before (`known`) and as the step left it, where those are the same instance's."""
     mig_uuid, gpu_uuid, placement = step.target.where
     gpu_index, profile, owner = _described(step)
-    found = _Subject(mig_uuid or outcome.made, gpu_uuid, gpu_index, placement, profile, owner)
+    named = (mig_uuid or outcome.made, gpu_uuid, gpu_index, placement, profile, owner)
+    found = dict(zip(_SUBJECT, named, strict=True))
     for source in (outcome.known, outcome.record):
-        if source is None or (found.mig_uuid is not None and source.mig_uuid != found.mig_uuid):
-            continue
-        found = _Subject(
-            found.mig_uuid or source.mig_uuid,
-            found.gpu_uuid or source.gpu_uuid,
-            source.gpu_index if found.gpu_index is None else found.gpu_index,
-            found.placement or source.placement,
-            found.profile or source.profile,
-            found.owner or source.owner,
-        )
+        if source is not None and found["mig_uuid"] in (None, source.mig_uuid):
+            found.update({key: getattr(source, key) for key, v in found.items() if v is None})
     return found
 
 
@@ -150,21 +134,21 @@ def _state(step: Step, outcome: StepOutcome) -> str | None:
 def build_event(node: Node, step: Step, outcome: StepOutcome) -> Event:
     """The event for `step`, from what it left."""
     at = _subject(step, outcome)
-    index, placement = at.gpu_index, at.placement
+    index, placement = at["gpu_index"], at["placement"]
     event: Event = {
         "time": node.clock(),
         "action": step.kind.value,
         "outcome": FAILED if outcome.error is not None else DONE,
-        "migUUID": at.mig_uuid,
-        "gpuUUID": at.gpu_uuid,
+        "migUUID": at["mig_uuid"],
+        "gpuUUID": at["gpu_uuid"],
         "gpuIndex": index if index is not None and index >= 0 else None,
-        "profile": at.profile,
+        "profile": at["profile"],
         "placement": None
         if placement is None
         else {"start": placement.start, "size": placement.size},
-        "pod": _pod(at.owner),
+        "pod": _pod(at["owner"]),
         "state": _state(step, outcome),
-        "cdi": _cdi(node, at.mig_uuid, outcome.ops),
+        "cdi": _cdi(node, at["mig_uuid"], outcome.ops),
         "command": node.command,
         "pid": os.getpid(),
         "reason": step.reason if not outcome.note else f"{step.reason}; {outcome.note}",
