@@ -212,3 +212,22 @@ def test_a_creating_allocate_reads_each_thing_it_checks_once(
     assert counts["base_before_gi"] == 1, counts
     assert counts["candidates"] == 1, counts
     assert counts["proc_devices"] == 1, counts
+
+
+def test_a_reuse_compares_the_instance_spec_with_the_nvidia_base_once(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner compares the Idle instance's spec with what the NVIDIA base spec makes of
+    it; the executor acts on that verdict instead of comparing again."""
+    args = ("--gpu", "0", "--profile", "1g.10gb", "--placement", "0")
+    mig = json.loads(cli.json("allocate", "--pod", "ns/a", *args).stdout)["instance"]["migUUID"]
+    assert cli.json("release", "--mig-uuid", mig).exit_code == 0
+    counts = _reads_before_the_first_gi(monkeypatch)
+
+    ran = cli.json("allocate", "--pod", "ns/b", *args)
+
+    assert ran.exit_code == 0, ran.stdout
+    assert json.loads(ran.stdout)["reused"] is True
+    assert counts["base"] == 1, counts
+    assert counts["candidates"] == 1, counts
+    assert counts["proc_devices"] == 1, counts

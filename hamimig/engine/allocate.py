@@ -79,7 +79,10 @@ def plan_allocation(
     match, or the `reclaim`s of the Idle (or Error) instances in the way, then `create`. The
     plan aborts at its first failed step. Refuses (raises) what the request may not have;
     reads, never changes."""
-    handout = _plan_reuse(node, durable, request, holds)
+    start, size = request.placement or (None, None)
+    candidates = reuse_candidates(durable.records, request.gpu, request.profile, start, size)
+    # Nothing to reuse: the creation's refusals (no base spec) come before any NVML call.
+    handout = _plan_reuse(node, durable, candidates, request, holds) if candidates else None
     steps = [handout] if handout is not None else _plan_creation(node, durable, request, holds)
     return Plan(steps, abort=True)
 
@@ -196,7 +199,11 @@ def _idempotent(node: Node, record: Record, request: AllocateRequest) -> Instanc
 
 
 def _plan_reuse(
-    node: Node, durable: Durable, request: AllocateRequest, holds: PodHolds
+    node: Node,
+    durable: Durable,
+    candidates: list[Record],
+    request: AllocateRequest,
+    holds: PodHolds,
 ) -> Step | None:
     """The exact Idle match to hand out, verified live, with the spec it needs.
 
@@ -206,11 +213,11 @@ def _plan_reuse(
     so is one that another pod's annotation claims (the create path then names that pod as a
     blocker).
     """
-    gpu_ref, (start, size) = request.gpu, request.placement or (None, None)
+    gpu_ref = request.gpu
     hw = node.hardware()
     cdi = node.cdi()
     queued = {q.mig_uuid for q in durable.removals}
-    for record in reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
+    for record in candidates:
         if holds.hold(record) is not None:
             continue
         live = hw.mig_device(record.mig_uuid)
@@ -229,7 +236,7 @@ def _plan_reuse(
         if has_processes(hw, record.mig_uuid):
             continue  # never handed out; it blocks its slices when the create path plans
         _allowed(node, live.gpu_index, request.profile, model=None)
-        spec = None
+        spec, rewrite, kept = None, False, None
         if cdi is not None:
             spec = cdi_device_for(
                 node,
@@ -240,11 +247,13 @@ def _plan_reuse(
                 live.compute_instance_id,
             )
             try:
-                cdi.matches(spec)
-            except UsageError:
+                rewrite = not cdi.matches(spec)
+            except UsageError as exc:
                 if not cdi.usable(record.mig_uuid):
                     continue  # no spec, and none can be composed: never handed out without
-        target = Handout(record, live, request.owner, spec, record.mig_uuid in queued)
+                kept = f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
+        queued_here = record.mig_uuid in queued
+        target = Handout(record, live, request.owner, spec, queued_here, rewrite, kept)
         return Step(ActionKind.REUSE, target, "exact Idle match")
     return None
 

@@ -51,7 +51,7 @@ from hamimig.errors import (
     UsageError,
 )
 from hamimig.hw.types import Gpu
-from hamimig.store.cdi import CdiDevice, CdiStore, ForeignSpec
+from hamimig.store.cdi import ForeignSpec
 from hamimig.store.counters import (
     CREATIONS,
     FAILED_ALLOCATE,
@@ -450,16 +450,17 @@ def tidy_finished(node: Node, durable: Durable) -> None:
 
 
 def _hand_out(node: Node, target: Target) -> Applied:
-    """Reuse: the spec made current first, then the record Active. Any failure leaves the
-    instance Idle and cached."""
+    """Reuse: the spec made current first (rewritten when the planner found it differs), then
+    the record Active. Any failure leaves the instance Idle and cached."""
     assert isinstance(target, Handout)
     record, device = target.record, target.device
     cdi = node.cdi()
-    name, note = record.cdi_device, None
+    name = record.cdi_device
     try:
         if cdi is not None and target.spec is not None:
             name = cdi.qualified_name(record.mig_uuid)
-            note = _refresh_spec(cdi, target.spec)
+            if target.rewrite:
+                cdi.write(target.spec)
         active = set_state(
             node,
             record,
@@ -478,23 +479,7 @@ def _hand_out(node: Node, target: Target) -> Applied:
         with contextlib.suppress(OSError):
             node.queue().drop(record.mig_uuid)
     node.counters().count(REUSES)
-    return Applied(active, note)
-
-
-def _refresh_spec(cdi: CdiStore, dev: CdiDevice) -> str | None:
-    """Make an existing instance's spec what it needs (rewritten only when its content
-    differs). When no spec can be composed (no or a bad NVIDIA base spec, or the base lacks the
-    GPU), a spec that runtimes load is kept as it is and the reason is returned for a warning:
-    an instance that works must not stop working for it. Without one, `UsageError` says why.
-    """
-    try:
-        if not cdi.matches(dev):
-            cdi.write(dev)
-        return None
-    except UsageError as exc:
-        if cdi.usable(dev.mig_uuid):
-            return f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
-        raise
+    return Applied(active, target.kept)
 
 
 def _release(node: Node, target: Target) -> Applied:

@@ -68,6 +68,12 @@ class Handout:
     spec: CdiDevice | None
     queued: bool = False
     """An interrupted forget queued the removal of this spec, which is the instance's again."""
+    rewrite: bool = False
+    """The spec on disk differs from `spec`: it is rewritten."""
+    kept: str | None = None
+    """Why the spec on disk is kept unchecked: no spec can be composed (no or a bad NVIDIA
+    base spec, or the base lacks the GPU), and an instance whose spec runtimes load must not
+    stop working for it."""
 
     @property
     def where(self) -> Located:
