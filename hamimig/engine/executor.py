@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -735,31 +735,28 @@ def _forget_record(node: Node, target: Target) -> Applied:
         check_transition(target.state, None, uuid)
     records, cdi, queue = node.records(), node.cdi(), node.queue()
     if cdi is None or not target.spec:
-        _io(lambda: records.remove(uuid), f"cannot remove the record of {uuid}")
+        with _io(f"cannot remove the record of {uuid}"):
+            records.remove(uuid)
         return Applied()
-    _io(
-        lambda: queue.add(uuid, PENDING_FORGET, node.clock()),
-        f"cannot queue the removal of the CDI spec of {uuid}",
-    )
-    _io(lambda: records.remove(uuid), f"cannot remove the record of {uuid}")
+    with _io(f"cannot queue the removal of the CDI spec of {uuid}"):
+        queue.add(uuid, PENDING_FORGET, node.clock())
+    with _io(f"cannot remove the record of {uuid}"):
+        records.remove(uuid)
     try:
         cdi.remove(uuid)
     except ForeignSpec as exc:
-        _io(lambda: queue.drop(uuid), f"cannot update the CDI removal queue for {uuid}")
+        with _io(f"cannot update the CDI removal queue for {uuid}"):
+            queue.drop(uuid)
         return Applied(note=str(exc))
     except OSError as exc:
         why = str(exc.strerror or exc)
-        _io(
-            lambda: queue.add(uuid, why, node.clock()),
-            f"cannot update the CDI removal queue for {uuid}",
-        )
+        with _io(f"cannot update the CDI removal queue for {uuid}"):
+            queue.add(uuid, why, node.clock())
         return Applied(
             note=f"the CDI spec could not be removed ({why}); queued for 'hamimig reconcile'"
         )
-    _io(
-        lambda: queue.drop(uuid),
-        f"the record and CDI spec of {uuid} are gone, but its queue entry is not",
-    )
+    with _io(f"the record and CDI spec of {uuid} are gone, but its queue entry is not"):
+        queue.drop(uuid)
     return Applied()
 
 
@@ -770,10 +767,8 @@ def _forget_record_file(node: Node, target: Forgettable) -> Applied:
     name, spec = target.record_file, target.spec_file
     assert name is not None
     records, cdi = node.records(), node.cdi()
-    _io(
-        lambda: records.remove_named(FileOpName.RECORD_REMOVE, name),
-        f"cannot remove the record file {name}",
-    )
+    with _io(f"cannot remove the record file {name}"):
+        records.remove_named(FileOpName.RECORD_REMOVE, name)
     if cdi is None or spec is None:
         return Applied()
     try:
@@ -791,15 +786,16 @@ def _forget_record_file(node: Node, target: Forgettable) -> Applied:
 
 def _forget_intent(node: Node, target: Target) -> Applied:
     assert isinstance(target, Forgettable) and target.intent_id is not None
-    intent_id = target.intent_id
-    _io(lambda: node.intents().remove(intent_id), f"cannot remove intent {intent_id}")
+    with _io(f"cannot remove intent {target.intent_id}"):
+        node.intents().remove(target.intent_id)
     return Applied()
 
 
-def _io(perform: Callable[[], object], what: str) -> None:
-    """Run one durable step; an OSError becomes one line naming the step (exit 4)."""
+@contextlib.contextmanager
+def _io(what: str) -> Iterator[None]:
+    """One durable step; an OSError becomes one line naming the step (exit 4)."""
     try:
-        perform()
+        yield
     except OSError as exc:
         raise HardwareError(f"{what}: {exc.strerror or exc}") from None
 

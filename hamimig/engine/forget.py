@@ -22,7 +22,6 @@ decoded or not.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from hamimig.engine.executor import Applied, execute
 from hamimig.engine.facts import forget_line
@@ -49,13 +48,11 @@ from hamimig.store.intents import Intent
 from hamimig.store.records import Record, forget_name
 from hamimig.vocabulary import ActionKind, Outcome, State
 
-# The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
-# still hold), matched whole: the UUID becomes part of the file names this command removes.
-_MIG_UUID = FULL_MIG_UUID
-
 
 def parse_mig_uuid(text: str) -> str:
-    if not _MIG_UUID.fullmatch(text):
+    # Either form a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records
+    # may still hold), matched whole: the UUID becomes part of the file names this removes.
+    if not FULL_MIG_UUID.fullmatch(text):
         raise UsageError(
             f"invalid MIG UUID {text!r}: use MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
             "as nvidia-smi -L prints it, or a record's file name (hami-owned-….json, without "
@@ -152,23 +149,16 @@ def _plan_record(
 # Records
 
 
-@dataclass(frozen=True)
-class _Target:
-    """The record file to drop: decoded when it can be, else the reason it cannot."""
-
-    record: Record | None
-    unreadable: str | None
-
-
-def _find_record(node: Node, mig_uuid: str) -> _Target:
+def _find_record(node: Node, mig_uuid: str) -> tuple[Record | None, str | None]:
     """The file at the record's name, read on its own: other files (even one claiming the same
-    UUID under another name) neither block nor change what is dropped."""
+    UUID under another name) neither block nor change what is dropped. Decoded when it can
+    be, else the reason it cannot."""
     records = node.records()
     found = records.read_one(mig_uuid)
     if isinstance(found, Problem):
-        return _Target(None, found.reason)
+        return None, found.reason
     if found is not None:
-        return _Target(found, None)
+        return found, None
     queued = "; a removal of its CDI spec is queued: run 'hamimig reconcile'"
     removals, _ = node.queue().load()
     hint = queued if any(r.mig_uuid == mig_uuid for r in removals) else ""
@@ -227,11 +217,11 @@ def _refuse_intents(
 def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     """What dropping the record of `mig_uuid` (and its CDI spec) means, or why it is refused.
     The caller holds the node lock."""
-    target = _find_record(node, mig_uuid)
-    if target.record is not None:
-        _refuse_active(mig_uuid, target.record)
+    record, unreadable = _find_record(node, mig_uuid)
+    if record is not None:
+        _refuse_active(mig_uuid, record)
     intents, intent_problems = node.intents().load()
-    _refuse_intents(node, mig_uuid, target.record, intents, intent_problems)
+    _refuse_intents(node, mig_uuid, record, intents, intent_problems)
     cdi = node.cdi()
     has_spec = cdi is not None and cdi.exists(mig_uuid)
     if has_spec:
@@ -246,11 +236,11 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
         mig_uuid=mig_uuid,
         record=str(node.records().path_of(mig_uuid)),
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
-        state=None if target.record is None else target.record.state.value,
-        unreadable=target.unreadable,
-        instance=None if target.record is None else _record_instance(target.record),
+        state=None if record is None else record.state.value,
+        unreadable=unreadable,
+        instance=None if record is None else _record_instance(record),
     )
-    state = None if target.record is None else target.record.state
+    state = None if record is None else record.state
     forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
     step = Step(ActionKind.FORGET_RECORD, forgettable, "forget")
     return item, step
