@@ -55,7 +55,10 @@ def allocate(
             if dry_run:
                 view, warnings = _preview(node, last, durable)
             else:
-                view, warnings = _apply(node, plan, durable)
+                _refuse_stale_specs(node, durable, last)
+                done = execute(node, plan, dry_run=False)
+                tidy_finished(node, durable)
+                view, warnings = _reported(node, last, done.results[-1])
     index = view.gpu_index
     try:
         pending = pending_mig_mode(index, *node.hardware().mig_modes(index))
@@ -87,13 +90,11 @@ def plan_allocation(
     return Plan(steps, abort=True)
 
 
-def _apply(node: Node, plan: Plan, durable: Durable) -> tuple[InstanceView, tuple[Warning_, ...]]:
-    """Execute the plan: a creation first retries the queued CDI removals (and refuses while
-    one names the GPU's device node). A reuse warns when its spec was kept unchecked."""
-    last = plan.steps[-1].target
-    cdi = node.cdi()
+def _refuse_stale_specs(node: Node, durable: Durable, last: Target) -> None:
+    """Before a creation, retry the queued CDI removals; refuse (exit 4, before any NVML call)
+    while one still names the GPU's device node (`_stale_specs`)."""
     if isinstance(last, NewInstance) and (stale := _stale_specs(node, durable, last.gpu, False)):
-        gpu, item = last.gpu, stale[0]
+        cdi, gpu, item = node.cdi(), last.gpu, stale[0]
         assert cdi is not None
         raise HardwareError(
             f"the CDI spec {cdi.path_of(item.mig_uuid)} of destroyed instance "
@@ -101,12 +102,18 @@ def _apply(node: Node, plan: Plan, durable: Durable) -> tuple[InstanceView, tupl
             f"({item.last_error}): a new instance on GPU {gpu.index} could get its device "
             "nodes; remove the file, then retry; nothing was changed"
         )
-    applied = execute(node, plan, dry_run=False).results[-1]
+
+
+def _reported(
+    node: Node, last: Target, applied: Applied | Exception
+) -> tuple[InstanceView, tuple[Warning_, ...]]:
+    """The instance the plan's last step made or handed out; a reuse warns when its spec was
+    kept unchecked."""
     assert isinstance(applied, Applied) and applied.record is not None
-    tidy_finished(node, durable)
     if isinstance(last, NewInstance):
         return record_view(applied.record, last.gpu.index), ()
     assert isinstance(last, Handout)
+    cdi = node.cdi()
     warnings: tuple[Warning_, ...] = ()
     if applied.note and cdi is not None:
         path = str(cdi.path_of(applied.record.mig_uuid))
