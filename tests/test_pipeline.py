@@ -231,3 +231,34 @@ def test_a_reuse_compares_the_instance_spec_with_the_nvidia_base_once(
     assert counts["base"] == 1, counts
     assert counts["candidates"] == 1, counts
     assert counts["proc_devices"] == 1, counts
+
+
+def test_the_failure_policy_is_the_plans(cli: Cli) -> None:
+    """One executor, two policies: an allocation aborts at the Error instance in its way that
+    still cannot be destroyed (exit 3, the placement's blocker named, nothing created), while a
+    reclaim of several goes on past the instance it cannot destroy (exit 4, each reported)."""
+    args = ("--gpu", "0", "--profile", "1g.10gb")
+    a, b = (
+        json.loads(cli.json("allocate", "--pod", f"ns/{p}", *args, "--placement", s).stdout)[
+            "instance"
+        ]["migUUID"]
+        for p, s in (("a", "0"), ("b", "1"))
+    )
+    for mig in (a, b):
+        assert cli.json("release", "--mig-uuid", mig).exit_code == 0
+    assert cli.json("sim", "busy", "--mig-uuid", a, "--gi-only").exit_code == 0
+
+    several = cli.json("reclaim", "--gpu", "0", "--all-idle")
+
+    assert several.exit_code == 4, several.stdout
+    shown = {i["migUUID"]: i["outcome"] for i in json.loads(several.stdout)["reclaimed"]}
+    assert shown == {a: "failed", b: "reclaimed"}
+    assert cli.json("show", a).json()["state"] == "Error"
+
+    blocked = cli.json("allocate", "--pod", "ns/c", *args, "--placement", "0")
+
+    assert blocked.exit_code == 3, blocked.stdout
+    error = json.loads(blocked.stdout)["error"]
+    assert "blocked by Error instance" in error["message"]
+    assert [i["migUUID"] for b in error["blockers"] for i in b["instances"]] == [a]
+    assert [i["migUUID"] for i in json.loads(cli.json("list").stdout)["instances"]] == [a]
