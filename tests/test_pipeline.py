@@ -154,3 +154,111 @@ def test_an_active_instance_whose_ci_vanished_is_released_then_reclaimed(cli: Cl
     assert listed == []
     again = cli.json("recover", "--assume-no-pods")
     assert again.exit_code == 0 and json.loads(again.stdout)["actions"] == []
+
+
+def _reads_before_the_first_gi(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count, over one command: reads of /proc/devices, looks at the NVIDIA base spec
+    (`BaseLookup.require`) before the first GI is created, and reuse-candidate searches."""
+    from hamimig.engine import allocate as allocation
+    from hamimig.hw.nvml import NvmlHardware
+    from hamimig.store.cdi_base import BaseLookup
+
+    counts = {"proc_devices": 0, "base": 0, "base_before_gi": -1, "candidates": 0}
+    read_text, require = Path.read_text, BaseLookup.require
+    create_gi, candidates = NvmlHardware.create_gpu_instance, allocation.reuse_candidates
+
+    def counted_read(self: Path, *args: Any, **kwargs: Any) -> str:
+        counts["proc_devices"] += self.name == "proc-devices"
+        return read_text(self, *args, **kwargs)
+
+    def counted_require(self: BaseLookup) -> Any:
+        counts["base"] += 1
+        return require(self)
+
+    def counted_create(self: NvmlHardware, *args: Any) -> Any:
+        if counts["base_before_gi"] < 0:
+            counts["base_before_gi"] = counts["base"]
+        return create_gi(self, *args)
+
+    def counted_candidates(*args: Any) -> Any:
+        counts["candidates"] += 1
+        return candidates(*args)
+
+    monkeypatch.setattr(Path, "read_text", counted_read)
+    monkeypatch.setattr(BaseLookup, "require", counted_require)
+    monkeypatch.setattr(NvmlHardware, "create_gpu_instance", counted_create)
+    monkeypatch.setattr(allocation, "reuse_candidates", counted_candidates)
+    return counts
+
+
+@pytest.mark.parametrize("busy_idle", [False, True])
+def test_a_creating_allocate_reads_each_thing_it_checks_once(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, busy_idle: bool
+) -> None:
+    """One look at the NVIDIA base spec before the hardware changes, one search for reuse
+    candidates, one read of /proc/devices (the capability nodes' major, which the new spec
+    needs), whether or not an Idle instance of the profile was there to pass over."""
+    if busy_idle:
+        args = ("--pod", "ns/a", "--gpu", "0", "--profile", "1g.10gb", "--placement", "0")
+        mig = json.loads(cli.json("allocate", *args).stdout)["instance"]["migUUID"]
+        assert cli.json("release", "--mig-uuid", mig).exit_code == 0
+        assert cli.json("sim", "busy", "--mig-uuid", mig).exit_code == 0
+    counts = _reads_before_the_first_gi(monkeypatch)
+
+    ran = cli.json("allocate", "--pod", "ns/b", "--gpu", "0", "--profile", "1g.10gb")
+
+    assert ran.exit_code == 0, ran.stdout
+    assert json.loads(ran.stdout)["created"] is True
+    assert counts["base_before_gi"] == 1, counts
+    assert counts["candidates"] == 1, counts
+    assert counts["proc_devices"] == 1, counts
+
+
+def test_a_reuse_compares_the_instance_spec_with_the_nvidia_base_once(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner compares the Idle instance's spec with what the NVIDIA base spec makes of
+    it; the executor acts on that verdict instead of comparing again."""
+    args = ("--gpu", "0", "--profile", "1g.10gb", "--placement", "0")
+    mig = json.loads(cli.json("allocate", "--pod", "ns/a", *args).stdout)["instance"]["migUUID"]
+    assert cli.json("release", "--mig-uuid", mig).exit_code == 0
+    counts = _reads_before_the_first_gi(monkeypatch)
+
+    ran = cli.json("allocate", "--pod", "ns/b", *args)
+
+    assert ran.exit_code == 0, ran.stdout
+    assert json.loads(ran.stdout)["reused"] is True
+    assert counts["base"] == 1, counts
+    assert counts["candidates"] == 1, counts
+    assert counts["proc_devices"] == 1, counts
+
+
+def test_the_failure_policy_is_the_plans(cli: Cli) -> None:
+    """One executor, two policies: an allocation aborts at the Error instance in its way that
+    still cannot be destroyed (exit 3, the placement's blocker named, nothing created), while a
+    reclaim of several goes on past the instance it cannot destroy (exit 4, each reported)."""
+    args = ("--gpu", "0", "--profile", "1g.10gb")
+    a, b = (
+        json.loads(cli.json("allocate", "--pod", f"ns/{p}", *args, "--placement", s).stdout)[
+            "instance"
+        ]["migUUID"]
+        for p, s in (("a", "0"), ("b", "1"))
+    )
+    for mig in (a, b):
+        assert cli.json("release", "--mig-uuid", mig).exit_code == 0
+    assert cli.json("sim", "busy", "--mig-uuid", a, "--gi-only").exit_code == 0
+
+    several = cli.json("reclaim", "--gpu", "0", "--all-idle")
+
+    assert several.exit_code == 4, several.stdout
+    shown = {i["migUUID"]: i["outcome"] for i in json.loads(several.stdout)["reclaimed"]}
+    assert shown == {a: "failed", b: "reclaimed"}
+    assert cli.json("show", a).json()["state"] == "Error"
+
+    blocked = cli.json("allocate", "--pod", "ns/c", *args, "--placement", "0")
+
+    assert blocked.exit_code == 3, blocked.stdout
+    error = json.loads(blocked.stdout)["error"]
+    assert "blocked by Error instance" in error["message"]
+    assert [i["migUUID"] for b in error["blockers"] for i in b["instances"]] == [a]
+    assert [i["migUUID"] for i in json.loads(cli.json("list").stdout)["instances"]] == [a]

@@ -3,11 +3,9 @@ reclaim only the Idle instances in the way and create."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterable
 
-from hamimig.engine.executor import DestroyFailed, apply, tidy_finished
+from hamimig.engine.executor import Applied, execute, tidy_finished
 from hamimig.engine.facts import (
     Durable,
     cdi_device_for,
@@ -20,25 +18,12 @@ from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.plans import CreatePlan, PodHolds, held_by, plan_create, reuse_candidates
 from hamimig.engine.podsource import PodSource, load_fresh
 from hamimig.engine.requests import AllocateRequest
-from hamimig.engine.results import (
-    Allocation,
-    Blocked,
-    BlockingInstance,
-    InstanceView,
-    Warning_,
-    record_view,
-)
-from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Spec, Step
-from hamimig.errors import (
-    ConflictError,
-    HamimigError,
-    HardwareError,
-    NvmlError,
-    UnverifiableError,
-    UsageError,
-)
+from hamimig.engine.results import Allocation, InstanceView, Warning_, record_view
+from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Spec, Step, Target
+from hamimig.errors import ConflictError, HardwareError, NvmlError, UnverifiableError, UsageError
 from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
-from hamimig.store.cdi import CdiStore, device_node_paths
+from hamimig.store.cdi import device_node_paths
+from hamimig.store.cdi_base import BaseSpec
 from hamimig.store.queue import QueuedRemoval
 from hamimig.store.records import Record
 from hamimig.vocabulary import ActionKind, Outcome, State
@@ -47,63 +32,93 @@ from hamimig.vocabulary import ActionKind, Outcome, State
 def allocate(
     node: Node, request: AllocateRequest, source: PodSource, dry_run: bool = False
 ) -> Allocation:
-    """Plan (`plan_allocation`), then apply the steps; a dry run plans the same steps on a
+    """Plan (`plan_allocation`), then execute the plan; a dry run plans the same steps on a
     snapshot read without the node lock and reports them, changing nothing.
 
     The pods are read under the lock: an Idle or Error instance that another pod's
     annotation claims is neither handed out nor destroyed to make room. The result warns when
     the GPU's next reset will disable MIG, destroying the instance with the rest."""
-    result = _allocate(node, request, source, dry_run)
-    index = result.instance.gpu_index
-    try:
-        pending = pending_mig_mode(index, *node.hardware().mig_modes(index))
-    except NvmlError as exc:  # the allocation is done: a failed look at the mode cannot undo it
-        why = f"MIG mode after the next GPU reset not read: {exc}"
-        pending = Warning_(file=f"GPU {index}", reason=why)
-    if pending is None:
-        return result
-    return result.model_copy(update={"warnings": (*result.warnings, pending)})
-
-
-def _allocate(node: Node, request: AllocateRequest, source: PodSource, dry_run: bool) -> Allocation:
-    gpu_ref = request.gpu
-    start, size = request.placement if request.placement is not None else (None, None)
+    reclaimed: tuple[str, ...] = ()
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=True, dry_run=dry_run)
         holds = PodHolds.of(load_fresh(node, source), request.owner)
         _check_own_entries(durable, holds, request)
         held = held_by(durable.records, request.owner)
         if held is not None:
-            same = _idempotent(node, held, gpu_ref, request, start, size)
-            return same.model_copy(update={"dry_run": dry_run, "warnings": durable.warnings})
-        steps = plan_allocation(node, durable, request, holds)
-        if dry_run:
-            return _preview(node, steps, durable)
-        if steps[-1].kind is ActionKind.REUSE:
-            result = _hand_out(node, steps[-1])
+            view, outcome = _idempotent(node, held, request), Outcome.UNCHANGED
+            warnings = durable.warnings
         else:
-            create = steps[-1].target
-            assert isinstance(create, NewInstance)
-            _clear_stale_specs(node, durable, create.gpu)
-            result = _create(node, steps)
-        tidy_finished(node, durable)
-        return result
+            plan = plan_allocation(node, durable, request, holds)
+            last = plan.steps[-1].target
+            outcome = Outcome.REUSED if isinstance(last, Handout) else Outcome.CREATED
+            reclaimed = tuple(step.mig_uuid or "" for step in plan.steps[:-1])
+            if dry_run:
+                view, warnings = _preview(node, last, durable)
+            else:
+                _refuse_stale_specs(node, durable, last)
+                done = execute(node, plan, dry_run=False)
+                tidy_finished(node, durable)
+                view, warnings = _reported(node, last, done.results[-1])
+    index = view.gpu_index
+    try:
+        pending = pending_mig_mode(index, *node.hardware().mig_modes(index))
+    except NvmlError as exc:  # the allocation is done: a failed look at the mode cannot undo it
+        pending = Warning_(
+            file=f"GPU {index}", reason=f"MIG mode after the next GPU reset not read: {exc}"
+        )
+    return Allocation(
+        instance=view,
+        outcome=outcome,
+        reclaimed=reclaimed,
+        dry_run=dry_run,
+        warnings=warnings if pending is None else (*warnings, pending),
+    )
 
 
 def plan_allocation(
     node: Node, durable: Durable, request: AllocateRequest, holds: PodHolds
-) -> list[Step]:
+) -> Plan:
     """The steps of an allocation whose slot holds nothing yet: one `reuse` of an exact Idle
-    match, or the `reclaim`s of the Idle (or Error) instances in the way, then `create`.
-    Refuses (raises) what the request may not have; reads, never changes."""
-    gpu_ref = request.gpu
-    start, size = request.placement if request.placement is not None else (None, None)
-    if not reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
-        _require_base(node)  # nothing to reuse: a new spec, refused before any NVML call
-    handout = _plan_reuse(node, durable, gpu_ref, request, start, size, holds)
-    if handout is not None:
-        return [handout]
-    return _plan_creation(node, durable, request, start, size, holds)
+    match, or the `reclaim`s of the Idle (or Error) instances in the way, then `create`. The
+    plan aborts at its first failed step. Refuses (raises) what the request may not have;
+    reads, never changes."""
+    start, size = request.placement or (None, None)
+    candidates = reuse_candidates(durable.records, request.gpu, request.profile, start, size)
+    # Nothing to reuse: the creation's refusals (no base spec) come before any NVML call.
+    handout = _plan_reuse(node, durable, candidates, request, holds) if candidates else None
+    steps = [handout] if handout is not None else _plan_creation(node, durable, request, holds)
+    return Plan(steps, abort=True)
+
+
+def _refuse_stale_specs(node: Node, durable: Durable, last: Target) -> None:
+    """Before a creation, retry the queued CDI removals; refuse (exit 4, before any NVML call)
+    while one still names the GPU's device node (`_stale_specs`)."""
+    if isinstance(last, NewInstance) and (stale := _stale_specs(node, durable, last.gpu, False)):
+        cdi, gpu, item = node.cdi(), last.gpu, stale[0]
+        assert cdi is not None
+        raise HardwareError(
+            f"the CDI spec {cdi.path_of(item.mig_uuid)} of destroyed instance "
+            f"{item.mig_uuid} names /dev/nvidia{gpu.minor} and its removal failed again "
+            f"({item.last_error}): a new instance on GPU {gpu.index} could get its device "
+            "nodes; remove the file, then retry; nothing was changed"
+        )
+
+
+def _reported(
+    node: Node, last: Target, applied: Applied | Exception
+) -> tuple[InstanceView, tuple[Warning_, ...]]:
+    """The instance the plan's last step made or handed out; a reuse warns when its spec was
+    kept unchecked."""
+    assert isinstance(applied, Applied) and applied.record is not None
+    if isinstance(last, NewInstance):
+        return record_view(applied.record, last.gpu.index), ()
+    assert isinstance(last, Handout)
+    cdi = node.cdi()
+    warnings: tuple[Warning_, ...] = ()
+    if applied.note and cdi is not None:
+        path = str(cdi.path_of(applied.record.mig_uuid))
+        warnings = (Warning_(file=path, reason=applied.note),)
+    return record_view(applied.record, last.device.gpu_index), warnings
 
 
 def _check_own_entries(durable: Durable, holds: PodHolds, request: AllocateRequest) -> None:
@@ -122,56 +137,48 @@ def _check_own_entries(durable: Durable, holds: PodHolds, request: AllocateReque
             )
 
 
-def _preview(node: Node, steps: list[Step], durable: Durable) -> Allocation:
-    """A dry run's result: the instance as the run would report it, where that is known
-    before it runs (a new instance has no MIG UUID, GI, CI or CDI device yet)."""
-    last = steps[-1]
-    if isinstance(last.target, Handout):
-        handout = last.target
+def _preview(
+    node: Node, last: Target, durable: Durable
+) -> tuple[InstanceView, tuple[Warning_, ...]]:
+    """A dry run's instance as the run would report it, where that is known before it runs
+    (a new instance has no MIG UUID, GI, CI or CDI device yet)."""
+    if isinstance(last, Handout):
         cdi = node.cdi()
-        name = handout.record.cdi_device
-        if cdi is not None and handout.spec is not None:
-            name = cdi.qualified_name(handout.record.mig_uuid)
+        name = last.record.cdi_device
+        if cdi is not None and last.spec is not None:
+            name = cdi.qualified_name(last.record.mig_uuid)
         record = dataclasses.replace(
-            handout.record, state=State.ACTIVE, owner=handout.owner, cdi_device=name
+            last.record, state=State.ACTIVE, owner=last.owner, cdi_device=name
         )
-        view = record_view(record, handout.device.gpu_index)
-        return Allocation(
-            instance=view, outcome=Outcome.REUSED, dry_run=True, warnings=durable.warnings
-        )
-    create = last.target
-    assert isinstance(create, NewInstance)
+        return record_view(record, last.device.gpu_index), durable.warnings
+    assert isinstance(last, NewInstance)
     view = InstanceView(
         mig_uuid=None,
-        gpu_uuid=create.gpu.uuid,
-        gpu_index=create.gpu.index,
-        profile=create.profile.name,
-        placement=create.placement,
+        gpu_uuid=last.gpu.uuid,
+        gpu_index=last.gpu.index,
+        profile=last.profile.name,
+        placement=last.placement,
         gpu_instance_id=None,
         compute_instance_id=None,
         state=State.CREATING,
-        owner=create.owner,
+        owner=last.owner,
     )
-    reclaimed = tuple(step.mig_uuid or "" for step in steps[:-1])
-    warnings = durable.warnings + _retried_first(node, durable, create.gpu)
-    return Allocation(
-        instance=view,
-        outcome=Outcome.CREATED,
-        reclaimed=reclaimed,
-        dry_run=True,
-        warnings=warnings,
+    cdi, gpu = node.cdi(), last.gpu
+    retried = tuple(
+        Warning_(
+            file=str(cdi.path_of(item.mig_uuid)) if cdi is not None else "",
+            reason=f"the CDI spec of destroyed instance {item.mig_uuid} names "
+            f"/dev/nvidia{gpu.minor} and its removal is queued ({item.last_error}): the real "
+            "run retries it first and refuses (exit 4) if it fails again",
+        )
+        for item in _stale_specs(node, durable, gpu, dry_run=True)
     )
+    return view, durable.warnings + retried
 
 
-def _idempotent(
-    node: Node,
-    record: Record,
-    gpu_ref: int | str,
-    request: AllocateRequest,
-    start: int | None,
-    size: int | None,
-) -> Allocation:
+def _idempotent(node: Node, record: Record, request: AllocateRequest) -> InstanceView:
     """The slot already holds an instance: the same one again (nothing changes), or a clash."""
+    gpu_ref, (start, size) = request.gpu, request.placement or (None, None)
     hw = node.hardware()
     live = hw.mig_device(record.mig_uuid)
     if live is None:
@@ -195,16 +202,14 @@ def _idempotent(
         raise UnverifiableError(
             f"the instance held by {request.owner} failed verification: {problem}"
         )
-    return Allocation(instance=record_view(record, live.gpu_index), outcome=Outcome.UNCHANGED)
+    return record_view(record, live.gpu_index)
 
 
 def _plan_reuse(
     node: Node,
     durable: Durable,
-    gpu_ref: int | str,
+    candidates: list[Record],
     request: AllocateRequest,
-    start: int | None,
-    size: int | None,
     holds: PodHolds,
 ) -> Step | None:
     """The exact Idle match to hand out, verified live, with the spec it needs.
@@ -215,10 +220,11 @@ def _plan_reuse(
     so is one that another pod's annotation claims (the create path then names that pod as a
     blocker).
     """
+    gpu_ref = request.gpu
     hw = node.hardware()
     cdi = node.cdi()
     queued = {q.mig_uuid for q in durable.removals}
-    for record in reuse_candidates(durable.records, gpu_ref, request.profile, start, size):
+    for record in candidates:
         if holds.hold(record) is not None:
             continue
         live = hw.mig_device(record.mig_uuid)
@@ -237,7 +243,7 @@ def _plan_reuse(
         if has_processes(hw, record.mig_uuid):
             continue  # never handed out; it blocks its slices when the create path plans
         _allowed(node, live.gpu_index, request.profile, model=None)
-        spec = None
+        spec, rewrite, kept = None, False, None
         if cdi is not None:
             spec = cdi_device_for(
                 node,
@@ -248,49 +254,30 @@ def _plan_reuse(
                 live.compute_instance_id,
             )
             try:
-                cdi.matches(spec)
-            except UsageError:
+                rewrite = not cdi.matches(spec)
+            except UsageError as exc:
                 if not cdi.usable(record.mig_uuid):
                     continue  # no spec, and none can be composed: never handed out without
-        target = Handout(record, live, request.owner, spec, record.mig_uuid in queued)
+                kept = f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
+        queued_here = record.mig_uuid in queued
+        target = Handout(record, live, request.owner, spec, queued_here, rewrite, kept)
         return Step(ActionKind.REUSE, target, "exact Idle match")
     return None
 
 
-def _hand_out(node: Node, step: Step) -> Allocation:
-    assert isinstance(step.target, Handout)
-    applied = apply(node, step)
-    assert applied.record is not None
-    warnings: tuple[Warning_, ...] = ()
-    cdi = node.cdi()
-    if applied.note and cdi is not None:
-        path = str(cdi.path_of(applied.record.mig_uuid))
-        warnings = (Warning_(file=path, reason=applied.note),)
-    return Allocation(
-        instance=record_view(applied.record, step.target.device.gpu_index),
-        outcome=Outcome.REUSED,
-        warnings=warnings,
-    )
-
-
-def _require_base(node: Node, gpu_minor: int | None = None) -> None:
+def _require_base(node: Node) -> tuple[BaseSpec | None, int | None]:
     """Refuse (exit 2) an allocation whose new spec could not be composed: no usable NVIDIA
-    base spec, or (once the GPU is known) one without that GPU. Checked before any hardware
-    change, so a refusal leaves no GI or CI behind."""
+    base spec, or no capability nodes' major (without it no spec can be composed, and finding
+    that out after the GI and CI exist would create and destroy an instance on every request).
+    Checked once, before any hardware change, so a refusal leaves no GI or CI behind; the base
+    and the major are what the creation then composes from (None: it composes none)."""
     cdi = node.cdi()
-    if cdi is None:
-        return
-    lookup = cdi.lookup()
-    if not lookup.composes:
-        return
-    base = lookup.require()
-    if gpu_minor is not None:
-        base.parent_edits(gpu_minor)
-    # The capability nodes' major too: without it no spec can be composed, and finding that
-    # out after the GI and CI exist would create and destroy an instance on every request.
+    if cdi is None or not cdi.lookup().composes:
+        return None, None
+    base = cdi.lookup().require()
     from hamimig.hw.devnodes import caps_major
 
-    caps_major(node.files().proc_devices)
+    return base, caps_major(node.files().proc_devices)
 
 
 def _allowed(node: Node, gpu_index: int, profile: str, model: str | None) -> None:
@@ -305,18 +292,14 @@ def _allowed(node: Node, gpu_index: int, profile: str, model: str | None) -> Non
 
 
 def _plan_creation(
-    node: Node,
-    durable: Durable,
-    request: AllocateRequest,
-    start: int | None,
-    size: int | None,
-    holds: PodHolds,
+    node: Node, durable: Durable, request: AllocateRequest, holds: PodHolds
 ) -> list[Step]:
     """Reclaim the Idle (or Error) instances in the way, oldest first, then create."""
-    _require_base(node)
+    base, major = _require_base(node)
     hw = node.hardware()
     gpu = resolve_gpu(hw, request.gpu)
-    _require_base(node, gpu.minor)
+    if base is not None:
+        base.parent_edits(gpu.minor)  # the base must have this GPU too
     if gpu.mig_mode is not MigMode.ENABLED:
         after = f" ({gpu.mig_pending.value} after the next GPU reset)" if gpu.reset_pending else ""
         raise UsageError(f"GPU {gpu.index} has MIG {gpu.mig_mode.value}{after}")
@@ -328,6 +311,7 @@ def _plan_creation(
         )
     _allowed(node, gpu.index, profile.name, gpu.model)
     requested: Placement | None = None
+    start, size = request.placement or (None, None)
     if start is not None:
         requested = legal_placement(profile.name, profile.placements, start, size)
     plan = _placement_plan(node, durable, gpu, profile, requested, holds)
@@ -338,7 +322,7 @@ def _plan_creation(
         Step(ActionKind.RECLAIM, Managed(record, live, gpu.index), why)
         for record, live in plan.reclaim
     ]
-    create = NewInstance(gpu, profile, plan.placement, request.owner)
+    create = NewInstance(gpu, profile, plan.placement, request.owner, major)
     return [*reclaims, Step(ActionKind.CREATE, create, plan.reason)]
 
 
@@ -376,9 +360,11 @@ def _placement_plan(
     )
 
 
-def _clear_stale_specs(node: Node, durable: Durable, gpu: Gpu) -> None:
-    """Before any creation, retry every queued CDI removal; refuse (exit 4, before any NVML
-    call) while one still queued names the target GPU's device node.
+def _stale_specs(node: Node, durable: Durable, gpu: Gpu, dry_run: bool) -> list[QueuedRemoval]:
+    """Before any creation the real run retries every queued CDI removal, and refuses (exit 4,
+    before any NVML call) while one still queued names the target GPU's device node: these.
+    A dry run applies none, so it cannot know whether one fails again: it names each it would
+    retry whose spec names that node, which the real run would then refuse.
 
     A destroyed instance whose spec could not be removed leaves that spec published, and the
     driver gives the next instance at its slot the same GI and CI IDs: the stale spec's
@@ -386,90 +372,18 @@ def _clear_stale_specs(node: Node, durable: Durable, gpu: Gpu) -> None:
     """
     cdi = node.cdi()
     if cdi is None or not durable.removals:
-        return
-    for step in _queued_removals(durable).steps:
-        with contextlib.suppress(HamimigError, OSError):  # still queued: judged below
-            apply(node, step)
-    queued, _ = node.queue.load()
-    stale = _naming_device(cdi, queued, gpu)  # an entry whose instance is back was dropped
-    if stale:
-        item = stale[0]
-        raise HardwareError(
-            f"the CDI spec {cdi.path_of(item.mig_uuid)} of destroyed instance "
-            f"{item.mig_uuid} names /dev/nvidia{gpu.minor} and its removal failed again "
-            f"({item.last_error}): a new instance on GPU {gpu.index} could get its device "
-            "nodes; remove the file, then retry; nothing was changed"
-        )
-
-
-def _retried_first(node: Node, durable: Durable, gpu: Gpu) -> tuple[Warning_, ...]:
-    """A dry run's word on the queued removals the real run retries before it creates
-    (`_clear_stale_specs`): the dry run applies none, so it cannot know whether one fails
-    again; it warns of each whose spec names the target GPU's device node, which the real run
-    would then refuse (exit 4)."""
-    cdi = node.cdi()
-    if cdi is None or not durable.removals:
-        return ()
-    plan = _queued_removals(durable)
-    retried = {s.mig_uuid for s in plan.steps if isinstance(s.target, Spec) and not s.target.keep}
-    queued = [item for item in durable.removals if item.mig_uuid in retried]
-    return tuple(
-        Warning_(
-            file=str(cdi.path_of(item.mig_uuid)),
-            reason=f"the CDI spec of destroyed instance {item.mig_uuid} names "
-            f"/dev/nvidia{gpu.minor} and its removal is queued ({item.last_error}): the real run "
-            "retries it first and refuses (exit 4) if it fails again",
-        )
-        for item in _naming_device(cdi, queued, gpu)
-    )
-
-
-def _queued_removals(durable: Durable) -> Plan:
+        return []
     from hamimig.engine.recovery import plan_queued_removals  # only with removals queued
 
     plan = Plan()
     plan_queued_removals(plan, durable)
-    return plan
-
-
-def _naming_device(cdi: CdiStore, queued: Iterable[QueuedRemoval], gpu: Gpu) -> list[QueuedRemoval]:
-    """The queued removals whose spec still names `gpu`'s device node."""
+    if dry_run:
+        retried = {
+            s.mig_uuid for s in plan.steps if isinstance(s.target, Spec) and not s.target.keep
+        }
+        queued = [item for item in durable.removals if item.mig_uuid in retried]
+    else:
+        execute(node, plan, dry_run=False)  # an entry whose instance is back was dropped
+        queued, _ = node.queue.load()
     device = f"/dev/nvidia{gpu.minor}"
     return [item for item in queued if device in device_node_paths(cdi.read(item.mig_uuid))]
-
-
-def _create(node: Node, steps: list[Step]) -> Allocation:
-    """Apply the creation plan: an Error instance in the way that still cannot be destroyed
-    blocks the placement (exit 3); an Idle one that fails is a hardware failure (exit 4)."""
-    reclaimed: list[str] = []
-    create = steps[-1].target
-    assert isinstance(create, NewInstance)
-    for step in steps:
-        try:
-            applied = apply(node, step)
-        except DestroyFailed as exc:
-            assert isinstance(step.target, Managed)
-            record = step.target.record
-            if record.state is State.ERROR:
-                blocker = BlockingInstance(
-                    mig_uuid=record.mig_uuid,
-                    gpu_instance_id=record.gpu_instance_id,
-                    profile=record.profile,
-                    placement=record.placement,
-                    state=State.ERROR,
-                )
-                raise ConflictError(
-                    f"placement {create.placement} is blocked by Error instance "
-                    f"{record.mig_uuid} that still cannot be destroyed: {exc.message}",
-                    blockers=(Blocked(placement=create.placement, instances=(blocker,)),),
-                ) from None
-            raise
-        if step.target is create:
-            assert applied.record is not None
-            return Allocation(
-                instance=record_view(applied.record, create.gpu.index),
-                outcome=Outcome.CREATED,
-                reclaimed=tuple(reclaimed),
-            )
-        reclaimed.append(step.mig_uuid or "")
-    raise AssertionError("a creation plan ends with its create step")

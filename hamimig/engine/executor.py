@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
-from hamimig.engine.facts import Durable, LiveCheck, Liveness, cdi_device_for
+from hamimig.engine.facts import Durable, Liveness, cdi_device_for
 from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
-from hamimig.engine.results import Action, StepError
+from hamimig.engine.results import Action, Blocked, BlockingInstance, StepError
 from hamimig.engine.states import (
     Creating,
     StateName,
@@ -50,8 +50,8 @@ from hamimig.errors import (
     NvmlError,
     UsageError,
 )
-from hamimig.hw.types import GiProfile, Gpu, Placement
-from hamimig.store.cdi import CdiDevice, CdiStore, ForeignSpec
+from hamimig.hw.types import Gpu
+from hamimig.store.cdi import ForeignSpec
 from hamimig.store.counters import (
     CREATIONS,
     FAILED_ALLOCATE,
@@ -61,7 +61,7 @@ from hamimig.store.counters import (
     REUSES,
 )
 from hamimig.store.intents import Intent, new_intent_id
-from hamimig.store.records import Owner, Record
+from hamimig.store.records import Record
 from hamimig.vocabulary import ActionKind, FileOpName, State
 
 PENDING_FORGET = "forgotten: the spec is removed right after its record"
@@ -84,22 +84,6 @@ def set_state(node: Node, record: Record, target: State, **changes: object) -> R
     )
     node.records.write(updated)
     return updated
-
-
-def refresh_spec(cdi: CdiStore, dev: CdiDevice) -> str | None:
-    """Make an existing instance's spec what it needs (rewritten only when its content
-    differs). When no spec can be composed (no or a bad NVIDIA base spec, or the base lacks the
-    GPU), a spec that runtimes load is kept as it is and the reason is returned for a warning:
-    an instance that works must not stop working for it. Without one, `UsageError` says why.
-    """
-    try:
-        if not cdi.matches(dev):
-            cdi.write(dev)
-        return None
-    except UsageError as exc:
-        if cdi.usable(dev.mig_uuid):
-            return f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
-        raise
 
 
 class StepFailed(HardwareError):
@@ -130,40 +114,6 @@ class DestroyFailed(StepFailed):
         self.record = record
 
 
-def destroy_managed(node: Node, record: Record, live: LiveCheck, gpu_index: int) -> list[str]:
-    """Destroy a managed instance: Reclaiming, CI, GI, then CDI spec (queued on failure), then
-    the record. Returns notes on anything deferred (a queued CDI removal).
-
-    Raises `DestroyFailed` (record left in Error with the NVML error) when the hardware refuses.
-    """
-    hw = node.hardware()
-    notes: list[str] = []
-    if record.state is not State.RECLAIMING:
-        record = set_state(node, record, State.RECLAIMING, error=None)
-    try:
-        if live.status is Liveness.COMPLETE:
-            hw.destroy_compute_instance(
-                gpu_index, record.gpu_instance_id, record.compute_instance_id
-            )
-        if live.status in (Liveness.COMPLETE, Liveness.GI_ONLY):
-            hw.destroy_gpu_instance(gpu_index, record.gpu_instance_id)
-    except NvmlError as exc:
-        node.counters.count(FAILURES, FAILED_DESTROY)
-        failed = set_state(node, record, State.ERROR, error=exc.message)
-        raise DestroyFailed(
-            f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
-            f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
-            failed,
-        ) from None
-    note = remove_cdi_after_destroy(node, record.mig_uuid)
-    if note:
-        notes.append(note)
-    check_transition(State.RECLAIMING, None, record.mig_uuid)
-    node.records.remove(record.mig_uuid)
-    node.counters.count(RECLAIMS)
-    return notes
-
-
 def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
     """Remove an instance's CDI spec (its hardware is gone); queue the removal if it fails."""
     cdi = node.cdi()
@@ -179,11 +129,11 @@ def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
     return None
 
 
-def create_instance(
-    node: Node, gpu: Gpu, profile: GiProfile, placement: Placement, owner: Owner
-) -> Record:
+def _create(node: Node, target: Target) -> Applied:
     """Create GI, CI, CDI spec and an Active record under an intent; undo everything this
     request created if any step fails (a failed allocation never caches partial work)."""
+    assert isinstance(target, NewInstance)
+    gpu, profile, placement, owner = target.gpu, target.profile, target.placement, target.owner
     hw = node.hardware()
     intents = node.intents
     intent = Intent(
@@ -225,7 +175,9 @@ def create_instance(
         cdi = node.cdi()
         cdi_name: str | None = None
         if cdi is not None:
-            dev = cdi_device_for(node, ci.mig_uuid, gpu.uuid, gpu.minor, gi_id, ci.id)
+            dev = cdi_device_for(
+                node, ci.mig_uuid, gpu.uuid, gpu.minor, gi_id, ci.id, major=target.caps_major
+            )
             cdi_name = cdi.write(dev)
         now = node.clock()
         record = Record(
@@ -257,7 +209,8 @@ def create_instance(
     # MIG UUID is a finished one, which allocate skips and recover clears.
     with contextlib.suppress(OSError):
         node.intents.remove(intent.id)
-    return record
+    node.counters.count(CREATIONS)
+    return Applied(record)
 
 
 def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
@@ -391,6 +344,8 @@ class Executed:
     files_changed: int = 0
     """Files the steps wrote or removed: per step, each store it touched (its record, intent,
     CDI spec, the removal queue) counts once."""
+    results: tuple[Applied | HamimigError | OSError, ...] = ()
+    """Per step applied, in order, what it left or why it failed (none in a dry run)."""
 
     @property
     def failed(self) -> str | None:
@@ -402,10 +357,15 @@ class Executed:
 
 
 def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:
-    """Apply a verified plan's steps in order, going on past a failed one; a dry run only
-    reports them. With `tolerate_tracked` (recovery) a failure that left a tracked state behind
-    is reported on its step but does not fail the command."""
+    """Apply a verified plan's steps in order; a dry run only reports them.
+
+    The plan's failure policy decides what a failed step does: an `abort` plan (allocate, a
+    command on one instance) stops there and raises its error, an Error instance that still
+    cannot be destroyed in the way of the plan's creation as a conflict (exit 3); any other
+    plan goes on past it and reports it on its step. With `tolerate_tracked` (recovery) a
+    failure that left a tracked state behind is reported but does not fail the command."""
     actions: list[Action] = []
+    results: list[Applied | HamimigError | OSError] = []
     failures = list(plan.failures)
     files = 0
     for step in plan.steps:
@@ -415,26 +375,53 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
         before = len(node.file_ops)
         try:
             applied = apply(node, step)
-        except StepFailed as exc:
-            if not (tolerate_tracked and exc.tracked):
-                failures.append(exc.message)
-            touched = _files_touched(node, before)
-            files += touched
-            error = StepError(code=exc.code, message=exc.message)
-            actions.append(step.report(changed=touched > 0, error=error))
-            continue
         except (HamimigError, OSError) as exc:
+            if plan.abort:
+                blocked = _blocked(plan, step, exc)
+                if blocked is not None:
+                    raise blocked from None
+                raise
             why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
             code = exc.code if isinstance(exc, HamimigError) else HardwareError.code
-            failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
+            if not isinstance(exc, StepFailed):
+                failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
+            elif not (tolerate_tracked and exc.tracked):
+                failures.append(why)
             touched = _files_touched(node, before)
             files += touched
-            error = StepError(code=code, message=why)
-            actions.append(step.report(changed=touched > 0, error=error))
+            actions.append(
+                step.report(changed=touched > 0, error=StepError(code=code, message=why))
+            )
+            results.append(exc)
             continue
         files += _files_touched(node, before)
         actions.append(step.report(applied.note, changed=step.changes and applied.changed))
-    return Executed(tuple(actions), tuple(failures), files)
+        results.append(applied)
+    return Executed(tuple(actions), tuple(failures), files, tuple(results))
+
+
+def _blocked(plan: Plan, step: Step, exc: Exception) -> ConflictError | None:
+    """An Error instance in the way of the plan's creation that still cannot be destroyed
+    blocks the placement (exit 3); an Idle one that fails is a hardware failure (exit 4)."""
+    create = plan.steps[-1].target
+    if not isinstance(exc, DestroyFailed) or not isinstance(create, NewInstance):
+        return None
+    assert isinstance(step.target, Managed)
+    record = step.target.record
+    if record.state is not State.ERROR:
+        return None
+    blocker = BlockingInstance(
+        mig_uuid=record.mig_uuid,
+        gpu_instance_id=record.gpu_instance_id,
+        profile=record.profile,
+        placement=record.placement,
+        state=State.ERROR,
+    )
+    return ConflictError(
+        f"placement {create.placement} is blocked by Error instance {record.mig_uuid} that "
+        f"still cannot be destroyed: {exc.message}",
+        blockers=(Blocked(placement=create.placement, instances=(blocker,)),),
+    )
 
 
 def _files_touched(node: Node, since: int) -> int:
@@ -464,24 +451,18 @@ def tidy_finished(node: Node, durable: Durable) -> None:
             node.intents.remove(intent.id)
 
 
-def _create(node: Node, target: Target) -> Applied:
-    assert isinstance(target, NewInstance)
-    record = create_instance(node, target.gpu, target.profile, target.placement, target.owner)
-    node.counters.count(CREATIONS)
-    return Applied(record)
-
-
 def _hand_out(node: Node, target: Target) -> Applied:
-    """Reuse: the spec made current first, then the record Active. Any failure leaves the
-    instance Idle and cached."""
+    """Reuse: the spec made current first (rewritten when the planner found it differs), then
+    the record Active. Any failure leaves the instance Idle and cached."""
     assert isinstance(target, Handout)
     record, device = target.record, target.device
     cdi = node.cdi()
-    name, note = record.cdi_device, None
+    name = record.cdi_device
     try:
         if cdi is not None and target.spec is not None:
             name = cdi.qualified_name(record.mig_uuid)
-            note = refresh_spec(cdi, target.spec)
+            if target.rewrite:
+                cdi.write(target.spec)
         active = set_state(
             node,
             record,
@@ -500,7 +481,7 @@ def _hand_out(node: Node, target: Target) -> Applied:
         with contextlib.suppress(OSError):
             node.queue.drop(record.mig_uuid)
     node.counters.count(REUSES)
-    return Applied(active, note)
+    return Applied(active, target.kept)
 
 
 def _release(node: Node, target: Target) -> Applied:
@@ -513,9 +494,36 @@ def _release(node: Node, target: Target) -> Applied:
 
 
 def _destroy(node: Node, target: Target) -> Applied:
+    """Destroy a managed instance: Reclaiming, CI, GI, then CDI spec (queued on failure), then
+    the record; the note says what was deferred (a queued CDI removal).
+
+    Raises `DestroyFailed` (record left in Error with the NVML error) when the hardware refuses.
+    """
     assert isinstance(target, Managed) and target.live is not None
-    notes = destroy_managed(node, target.record, target.live, target.gpu_index)
-    return Applied(note="; ".join(notes) or None)
+    record, live, gpu_index = target.record, target.live, target.gpu_index
+    hw = node.hardware()
+    if record.state is not State.RECLAIMING:
+        record = set_state(node, record, State.RECLAIMING, error=None)
+    try:
+        if live.status is Liveness.COMPLETE:
+            hw.destroy_compute_instance(
+                gpu_index, record.gpu_instance_id, record.compute_instance_id
+            )
+        if live.status in (Liveness.COMPLETE, Liveness.GI_ONLY):
+            hw.destroy_gpu_instance(gpu_index, record.gpu_instance_id)
+    except NvmlError as exc:
+        node.counters.count(FAILURES, FAILED_DESTROY)
+        failed = set_state(node, record, State.ERROR, error=exc.message)
+        raise DestroyFailed(
+            f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
+            f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
+            failed,
+        ) from None
+    note = remove_cdi_after_destroy(node, record.mig_uuid)
+    check_transition(State.RECLAIMING, None, record.mig_uuid)
+    node.records.remove(record.mig_uuid)
+    node.counters.count(RECLAIMS)
+    return Applied(note=note)
 
 
 def _finish(node: Node, target: Target) -> Applied:
@@ -729,31 +737,28 @@ def _forget_record(node: Node, target: Target) -> Applied:
         check_transition(target.state, None, uuid)
     records, cdi, queue = node.records, node.cdi(), node.queue
     if cdi is None or not target.spec:
-        _io(lambda: records.remove(uuid), f"cannot remove the record of {uuid}")
+        with _io(f"cannot remove the record of {uuid}"):
+            records.remove(uuid)
         return Applied()
-    _io(
-        lambda: queue.add(uuid, PENDING_FORGET, node.clock()),
-        f"cannot queue the removal of the CDI spec of {uuid}",
-    )
-    _io(lambda: records.remove(uuid), f"cannot remove the record of {uuid}")
+    with _io(f"cannot queue the removal of the CDI spec of {uuid}"):
+        queue.add(uuid, PENDING_FORGET, node.clock())
+    with _io(f"cannot remove the record of {uuid}"):
+        records.remove(uuid)
     try:
         cdi.remove(uuid)
     except ForeignSpec as exc:
-        _io(lambda: queue.drop(uuid), f"cannot update the CDI removal queue for {uuid}")
+        with _io(f"cannot update the CDI removal queue for {uuid}"):
+            queue.drop(uuid)
         return Applied(note=str(exc))
     except OSError as exc:
         why = str(exc.strerror or exc)
-        _io(
-            lambda: queue.add(uuid, why, node.clock()),
-            f"cannot update the CDI removal queue for {uuid}",
-        )
+        with _io(f"cannot update the CDI removal queue for {uuid}"):
+            queue.add(uuid, why, node.clock())
         return Applied(
             note=f"the CDI spec could not be removed ({why}); queued for 'hamimig reconcile'"
         )
-    _io(
-        lambda: queue.drop(uuid),
-        f"the record and CDI spec of {uuid} are gone, but its queue entry is not",
-    )
+    with _io(f"the record and CDI spec of {uuid} are gone, but its queue entry is not"):
+        queue.drop(uuid)
     return Applied()
 
 
@@ -764,10 +769,8 @@ def _forget_record_file(node: Node, target: Forgettable) -> Applied:
     name, spec = target.record_file, target.spec_file
     assert name is not None
     records, cdi = node.records, node.cdi()
-    _io(
-        lambda: records.remove_named(FileOpName.RECORD_REMOVE, name),
-        f"cannot remove the record file {name}",
-    )
+    with _io(f"cannot remove the record file {name}"):
+        records.remove_named(FileOpName.RECORD_REMOVE, name)
     if cdi is None or spec is None:
         return Applied()
     try:
@@ -785,15 +788,16 @@ def _forget_record_file(node: Node, target: Forgettable) -> Applied:
 
 def _forget_intent(node: Node, target: Target) -> Applied:
     assert isinstance(target, Forgettable) and target.intent_id is not None
-    intent_id = target.intent_id
-    _io(lambda: node.intents.remove(intent_id), f"cannot remove intent {intent_id}")
+    with _io(f"cannot remove intent {target.intent_id}"):
+        node.intents.remove(target.intent_id)
     return Applied()
 
 
-def _io(perform: Callable[[], object], what: str) -> None:
-    """Run one durable step; an OSError becomes one line naming the step (exit 4)."""
+@contextlib.contextmanager
+def _io(what: str) -> Iterator[None]:
+    """One durable step; an OSError becomes one line naming the step (exit 4)."""
     try:
-        perform()
+        yield
     except OSError as exc:
         raise HardwareError(f"{what}: {exc.strerror or exc}") from None
 

@@ -346,10 +346,12 @@ def cdi_device_for(
     gi: int,
     ci: int,
     composes: bool | None = None,
+    major: int | None = None,
 ) -> CdiDevice:
-    """What the instance's spec is made of. The capability nodes' major and modes are read
-    only where a spec is composed from the NVIDIA base (`composes`; by default as the
-    node's config says): the device-nodes-only form lists paths alone."""
+    """What the instance's spec is made of. The capability nodes' major (`major`, when the
+    caller read it already) and modes are read only where a spec is composed from the NVIDIA
+    base (`composes`; by default as the node's config says): the device-nodes-only form lists
+    paths alone."""
     minors = node.hardware().capability_minors(gpu_minor, gi, ci)
     dev = CdiDevice(
         mig_uuid=mig_uuid,
@@ -364,7 +366,7 @@ def cdi_device_for(
         return dev
     files = node.files()
     try:
-        nodes = capability_nodes(files.proc_devices, files.capabilities, gpu_minor, gi, ci)
+        nodes = capability_nodes(files.proc_devices, files.capabilities, gpu_minor, gi, ci, major)
     except HardwareError as exc:  # composing then fails; an existing spec is kept
         return dataclasses.replace(dev, caps_problem=exc.message)
     return dataclasses.replace(

@@ -21,9 +21,7 @@ decoded or not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from hamimig.engine.executor import apply
+from hamimig.engine.executor import Applied, execute
 from hamimig.engine.facts import forget_line
 from hamimig.engine.lookup import (
     FULL_MIG_UUID,
@@ -35,7 +33,7 @@ from hamimig.engine.lookup import (
 from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
 from hamimig.engine.results import Forget, Forgotten, InstanceView, record_view
-from hamimig.engine.steps import Forgettable, Step
+from hamimig.engine.steps import Forgettable, Plan, Step
 from hamimig.errors import (
     ConflictError,
     NotFoundError,
@@ -48,13 +46,11 @@ from hamimig.store.intents import Intent
 from hamimig.store.records import Record, forget_name
 from hamimig.vocabulary import ActionKind, Outcome, State
 
-# The two forms a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records may
-# still hold), matched whole: the UUID becomes part of the file names this command removes.
-_MIG_UUID = FULL_MIG_UUID
-
 
 def parse_mig_uuid(text: str) -> str:
-    if not _MIG_UUID.fullmatch(text):
+    # Either form a driver prints (R470+, and the older MIG-GPU-<uuid>/<gi>/<ci> that records
+    # may still hold), matched whole: the UUID becomes part of the file names this removes.
+    if not FULL_MIG_UUID.fullmatch(text):
         raise UsageError(
             f"invalid MIG UUID {text!r}: use MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
             "as nvidia-smi -L prints it, or a record's file name (hami-owned-….json, without "
@@ -79,17 +75,7 @@ def parse_intent_id(node: Node, text: str) -> str:
 
 def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
     """Drop one record (and its CDI spec) or one intent; the hardware is never touched."""
-    text = target.mig_uuid if isinstance(target, ByUuid) else None
-    file = device = None
-    if text is not None:
-        # A record's file name, or a whole CDI device name, names one file: no lookup.
-        device = whole_device(text, lambda: node.config().cdi_kind)
-        file = node.records.named_by(device or text)
-        if file is None:
-            check_reference(text, mutating=True)
-    # A prefix or CDI device name is resolved under the lock; anything else must be a MIG UUID.
-    uuid = text if text is None or file or is_reference(text) else parse_mig_uuid(text)
-    ident = parse_intent_id(node, target.intent_id) if isinstance(target, ByIntent) else None
+    named = _named(node, target)
     with node.lock_unless(dry_run):
         # Like every mutating command, never on a node others can forge records on (a dry run
         # notes the refusal and plans on). Unreadable records do not matter here: forgetting
@@ -98,61 +84,79 @@ def forget(node: Node, target: ByUuid | ByIntent, dry_run: bool) -> Forget:
 
         records, unreadable = node.records.load()
         warnings = refuse_if_unsafe(node, records, dry_run)
-        plan: tuple[Forgotten, Step] | None = None
-        if file is not None:
-            found = node.records.read_named(file)
-            if isinstance(found, Problem):
-                plan = plan_forget_file(node, file, found)
-            elif found is not None:
-                uuid = found.mig_uuid
-            elif device is None:
-                raise NotFoundError(f"no record file {file} in {node.records.directory}")
-        if plan is None and uuid is not None and is_reference(uuid):
-            if unreadable and device is None:
-                # An unreadable record may be the one the prefix names: resolving among the
-                # readable ones could drop the wrong instance's record.
-                raise UnverifiableError(
-                    f"{len(unreadable)} record(s) cannot be read ({unreadable[0].file}), so a "
-                    "prefix may name one of them; nothing was changed: give the whole MIG "
-                    "UUID, or drop an unreadable record by its name: "
-                    f"{forget_line(unreadable[0], node)}"
-                )
-            intents = node.intents.load()[0]
-            uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
-        if plan is not None:
-            item, step = plan
-        elif uuid is not None:
-            item, step = plan_forget_record(node, uuid)
+        if isinstance(named, str):
+            item, step = plan_forget_intent(node, named)
         else:
-            assert ident is not None
-            item, step = plan_forget_intent(node, ident)
+            item, step = _plan_record(node, *named, records, unreadable)
         if not dry_run:
-            note = apply(node, step).note
-            item = item.model_copy(update={"note": note}) if note else item
+            done = execute(node, Plan([step], abort=True), dry_run=False).results[0]
+            assert isinstance(done, Applied)
+            item = item.model_copy(update={"note": done.note}) if done.note else item
     return Forget(dry_run=dry_run, forgotten=(item,), warnings=warnings)
+
+
+def _named(node: Node, target: ByUuid | ByIntent) -> str | tuple[str | None, str | None, str]:
+    """What the target names, checked before the lock is taken: an intent ID, or a record's
+    file (by its file name or whole CDI device name: no lookup), the device name, and the MIG
+    UUID or a prefix (or CDI device name) to resolve under the lock."""
+    if isinstance(target, ByIntent):
+        return parse_intent_id(node, target.intent_id)
+    text = target.mig_uuid
+    device = whole_device(text, lambda: node.config().cdi_kind)
+    file = node.records.named_by(device or text)
+    if file is None:
+        check_reference(text, mutating=True)
+    uuid = text if file or is_reference(text) else parse_mig_uuid(text)
+    return file, device, uuid
+
+
+def _plan_record(
+    node: Node,
+    file: str | None,
+    device: str | None,
+    uuid: str,
+    records: dict[str, Record],
+    unreadable: list[Problem],
+) -> tuple[Forgotten, Step]:
+    """The record a file name, device name, MIG UUID or prefix names, planned to be dropped.
+    The caller holds the lock."""
+    if file is not None:
+        found = node.records.read_named(file)
+        if isinstance(found, Problem):
+            return plan_forget_file(node, file, found)
+        if found is not None:
+            uuid = found.mig_uuid
+        elif device is None:
+            raise NotFoundError(f"no record file {file} in {node.records.directory}")
+    if is_reference(uuid):
+        if unreadable and device is None:
+            # An unreadable record may be the one the prefix names: resolving among the
+            # readable ones could drop the wrong instance's record.
+            raise UnverifiableError(
+                f"{len(unreadable)} record(s) cannot be read ({unreadable[0].file}), so a "
+                "prefix may name one of them; nothing was changed: give the whole MIG "
+                "UUID, or drop an unreadable record by its name: "
+                f"{forget_line(unreadable[0], node)}"
+            )
+        intents = node.intents.load()[0]
+        uuid = parse_mig_uuid(resolve_instance(node, uuid, True, records, intents))
+    return plan_forget_record(node, uuid)
 
 
 # --------------------------------------------------------------------------------------------
 # Records
 
 
-@dataclass(frozen=True)
-class _Target:
-    """The record file to drop: decoded when it can be, else the reason it cannot."""
-
-    record: Record | None
-    unreadable: str | None
-
-
-def _find_record(node: Node, mig_uuid: str) -> _Target:
+def _find_record(node: Node, mig_uuid: str) -> tuple[Record | None, str | None]:
     """The file at the record's name, read on its own: other files (even one claiming the same
-    UUID under another name) neither block nor change what is dropped."""
+    UUID under another name) neither block nor change what is dropped. Decoded when it can
+    be, else the reason it cannot."""
     records = node.records
     found = records.read_one(mig_uuid)
     if isinstance(found, Problem):
-        return _Target(None, found.reason)
+        return None, found.reason
     if found is not None:
-        return _Target(found, None)
+        return found, None
     queued = "; a removal of its CDI spec is queued: run 'hamimig reconcile'"
     removals, _ = node.queue.load()
     hint = queued if any(r.mig_uuid == mig_uuid for r in removals) else ""
@@ -211,11 +215,11 @@ def _refuse_intents(
 def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     """What dropping the record of `mig_uuid` (and its CDI spec) means, or why it is refused.
     The caller holds the node lock."""
-    target = _find_record(node, mig_uuid)
-    if target.record is not None:
-        _refuse_active(mig_uuid, target.record)
+    record, unreadable = _find_record(node, mig_uuid)
+    if record is not None:
+        _refuse_active(mig_uuid, record)
     intents, intent_problems = node.intents.load()
-    _refuse_intents(node, mig_uuid, target.record, intents, intent_problems)
+    _refuse_intents(node, mig_uuid, record, intents, intent_problems)
     cdi = node.cdi()
     has_spec = cdi is not None and cdi.exists(mig_uuid)
     if has_spec:
@@ -230,11 +234,11 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
         mig_uuid=mig_uuid,
         record=str(node.records.path_of(mig_uuid)),
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
-        state=None if target.record is None else target.record.state.value,
-        unreadable=target.unreadable,
-        instance=None if target.record is None else _record_instance(target.record),
+        state=None if record is None else record.state.value,
+        unreadable=unreadable,
+        instance=None if record is None else _record_instance(record),
     )
-    state = None if target.record is None else target.record.state
+    state = None if record is None else record.state
     forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
     step = Step(ActionKind.FORGET_RECORD, forgettable, "forget")
     return item, step

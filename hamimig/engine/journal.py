@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from hamimig.engine.node import Node
 from hamimig.engine.steps import (
@@ -105,48 +106,55 @@ class StepOutcome:
     """The MIG UUID a failed creation had made before it was rolled back."""
 
 
+_SUBJECT = ("mig_uuid", "gpu_uuid", "gpu_index", "placement", "profile", "owner")
+
+
+def _subject(step: Step, outcome: StepOutcome) -> dict[str, Any]:
+    """The instance as the step's target names it (`_SUBJECT`), completed from its record as
+    it was before (`known`) and as the step left it, where those are the same instance's."""
+    mig_uuid, gpu_uuid, placement = step.target.where
+    gpu_index, profile, owner = _described(step)
+    named = (mig_uuid or outcome.made, gpu_uuid, gpu_index, placement, profile, owner)
+    found = dict(zip(_SUBJECT, named, strict=True))
+    for source in (outcome.known, outcome.record):
+        if source is not None and found["mig_uuid"] in (None, source.mig_uuid):
+            found.update({key: getattr(source, key) for key, v in found.items() if v is None})
+    return found
+
+
+def _state(step: Step, outcome: StepOutcome) -> str | None:
+    """The state the step left the record in (a spec step leaves it as it was)."""
+    if outcome.record is not None:
+        return outcome.record.state.value
+    if outcome.known is not None and isinstance(step.target, Spec):
+        return outcome.known.state.value
+    return None
+
+
 def build_event(node: Node, step: Step, outcome: StepOutcome) -> Event:
     """The event for `step`, from what it left."""
-    record, known, error = outcome.record, outcome.known, outcome.error
-    mig_uuid, gpu_uuid, placement = step.target.where
-    mig_uuid = mig_uuid or outcome.made
-    gpu_index, profile, owner = _described(step)
-    state: str | None = None
-    for source in (known, record):
-        if source is None or (mig_uuid is not None and source.mig_uuid != mig_uuid):
-            continue
-        gpu_uuid = gpu_uuid or source.gpu_uuid
-        placement = placement or source.placement
-        profile = profile or source.profile
-        owner = owner or source.owner
-        if gpu_index is None:
-            gpu_index = source.gpu_index
-        mig_uuid = mig_uuid or source.mig_uuid
-    if record is not None:
-        state = record.state.value
-    elif known is not None and isinstance(step.target, Spec):
-        state = known.state.value  # a spec step leaves its record as it was
-    reason = step.reason if not outcome.note else f"{step.reason}; {outcome.note}"
+    at = _subject(step, outcome)
+    index, placement = at["gpu_index"], at["placement"]
     event: Event = {
         "time": node.clock(),
         "action": step.kind.value,
-        "outcome": FAILED if error is not None else DONE,
-        "migUUID": mig_uuid,
-        "gpuUUID": gpu_uuid,
-        "gpuIndex": gpu_index if gpu_index is not None and gpu_index >= 0 else None,
-        "profile": profile,
+        "outcome": FAILED if outcome.error is not None else DONE,
+        "migUUID": at["mig_uuid"],
+        "gpuUUID": at["gpu_uuid"],
+        "gpuIndex": index if index is not None and index >= 0 else None,
+        "profile": at["profile"],
         "placement": None
         if placement is None
         else {"start": placement.start, "size": placement.size},
-        "pod": _pod(owner),
-        "state": state,
-        "cdi": _cdi(node, mig_uuid, outcome.ops),
+        "pod": _pod(at["owner"]),
+        "state": _state(step, outcome),
+        "cdi": _cdi(node, at["mig_uuid"], outcome.ops),
         "command": node.command,
         "pid": os.getpid(),
-        "reason": reason,
+        "reason": step.reason if not outcome.note else f"{step.reason}; {outcome.note}",
     }
-    if error is not None:
-        event["error"] = error
+    if outcome.error is not None:
+        event["error"] = outcome.error
     return event
 
 

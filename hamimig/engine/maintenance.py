@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hamimig.engine import validate
-from hamimig.engine.executor import DestroyFailed, apply, execute, tidy_finished
+from hamimig.engine.executor import Applied, DestroyFailed, execute, tidy_finished
 from hamimig.engine.facts import (
     BUSY,
     Durable,
@@ -68,7 +68,6 @@ from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
 from hamimig.errors import (
     ConflictError,
     HamimigError,
-    HardwareError,
     NotFoundError,
     UnverifiableError,
     UsageError,
@@ -114,57 +113,57 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
         check_reference(target.mig_uuid, mutating=True)
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
-        already: list[Record] = []
         if isinstance(target, ByUuid):
             target = _resolved(node, target, durable)
-            record = durable.records.get(target.mig_uuid)
-            if record is not None and record.state is State.IDLE:
-                already = [record]
-        else:
-            active, released_before = pod_records(durable, target)
-            if not active:
-                already = released_before
+        already = _released_before(durable, target)
         if already:
             views = tuple(
                 record_view(r, _index_hint(r)).with_outcome(Outcome.UNCHANGED) for r in already
             )
             return Release(released=views, dry_run=dry_run, warnings=durable.warnings)
-        steps = plan_release(durable, target)
+        plan = plan_release(durable, target)
         if dry_run:
             now = node.clock()
-            would = tuple(_would_be_idle(step, now) for step in steps)
+            would = tuple(_would_be_idle(step, now) for step in plan.steps)
             return Release(released=would, dry_run=True, warnings=durable.warnings)
-        released = _each(node, steps, _released)
+        released = _each(node, plan, _released)
         tidy_finished(node, durable)
         return Release(released=released)
 
 
+def _released_before(durable: Durable, target: ReleaseTarget) -> list[Record]:
+    """What a release finds released already: an Idle instance by MIG UUID, or the Idle
+    instances a pod with nothing Active any more last held."""
+    if isinstance(target, ByUuid):
+        record = durable.records.get(target.mig_uuid)
+        return [record] if record is not None and record.state is State.IDLE else []
+    active, released_before = pod_records(durable, target)
+    return [] if active else released_before
+
+
 def _each(
     node: Node,
-    steps: list[Step],
+    plan: Plan,
     shown: Callable[[Managed, Record | None], InstanceView],
     notes: list[str] | None = None,
 ) -> tuple[InstanceView, ...]:
-    """Apply each of several independent steps (one per instance), each instance `shown` from
-    its target and the record its step left. One the hardware or the disk refuses is shown
-    `failed` with the error, as that step left it, and the others still run: what did happen
-    is reported, never lost behind the error (the result exits 4). A single step fails as the
-    command does."""
+    """Execute a plan of independent steps (one per instance), each instance `shown` from its
+    target and the record its step left. One the hardware or the disk refuses is shown
+    `failed` with the error, as that step left it, while the others still run (a plan of
+    several goes on past a failed step): what did happen is reported, never lost behind the
+    error (the result exits 4). A plan of one aborts: its step fails as the command does."""
     out: list[InstanceView] = []
-    for step in steps:
+    done = execute(node, plan, dry_run=False)
+    for step, result in zip(plan.steps, done.results, strict=True):
         assert isinstance(step.target, Managed)
-        try:
-            applied = apply(node, step)
-        except (HardwareError, OSError) as exc:
-            if len(steps) == 1:
-                raise
-            left = exc.record if isinstance(exc, DestroyFailed) else step.target.record
-            why = exc.message if isinstance(exc, HardwareError) else f"I/O error: {exc}"
-            out.append(record_view(left, _index_hint(left)).failed(why))
+        if isinstance(result, Applied):
+            if result.note and notes is not None:
+                notes.append(result.note)
+            out.append(shown(step.target, result.record))
             continue
-        if applied.note and notes is not None:
-            notes.append(applied.note)
-        out.append(shown(step.target, applied.record))
+        left = result.record if isinstance(result, DestroyFailed) else step.target.record
+        why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
+        out.append(record_view(left, _index_hint(left)).failed(why))
     return tuple(out)
 
 
@@ -187,8 +186,9 @@ def _would_be_idle(step: Step, now: str) -> InstanceView:
     return view.with_outcome(Outcome.RELEASED)
 
 
-def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
-    """The Active instances a pod (or one MIG UUID) releases, in MIG UUID order."""
+def plan_release(durable: Durable, target: ReleaseTarget) -> Plan:
+    """The Active instances a pod (or one MIG UUID) releases, in MIG UUID order; a plan of
+    several goes on past a failed step, one of one aborts."""
     if isinstance(target, ByUuid):
         mig_uuid = target.mig_uuid
         record = durable.records.get(mig_uuid)
@@ -204,10 +204,11 @@ def plan_release(durable: Durable, target: ReleaseTarget) -> list[Step]:
         if not targets and not released_before:
             uid = f" with UID {target.uid}" if target.uid is not None else ""
             raise NotFoundError(f"pod {target}{uid} holds no MIG instance on this node")
-    return [
+    steps = [
         Step(ActionKind.RELEASE, Managed(r, None, _index_hint(r)), "confirmed pod release")
         for r in sorted(targets, key=lambda r: r.mig_uuid)
     ]
+    return Plan(steps, abort=len(steps) == 1)
 
 
 def pod_records(durable: Durable, target: ByPod) -> tuple[list[Record], list[Record]]:
@@ -265,40 +266,48 @@ def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool)
         if isinstance(target, ByUuid):
             target = _resolved(node, target, durable)
         notes: list[str] = []
-        targets = _reclaim_targets(node, durable, target, notes, holds)
-        held = [(t, hold) for t in targets if (hold := holds.hold(t.record)) is not None]
-        if isinstance(target, ByUuid) and held:
-            hold = held[0][1]
-            raise ConflictError(
-                f"{target.mig_uuid} is {hold.brief} ({hold.reason}): hamimig never reclaims "
-                "an instance a pod holds"
-            )
-        skipped = [
-            SkippedInstance(mig_uuid=t.record.mig_uuid, reason=hold.reason) for t, hold in held
-        ]
-        claimed = {t.record.mig_uuid for t, _ in held}
-        busy = [t for t in targets if t.record.mig_uuid not in claimed and _busy(node, t)]
-        if isinstance(target, ByUuid) and busy:
-            raise ConflictError(
-                f"{target.mig_uuid} is busy: processes run on it; hamimig never reclaims it"
-            )
-        skipped += [SkippedInstance(mig_uuid=t.record.mig_uuid, reason=BUSY) for t in busy]
-        kept = [t for t in targets if t not in busy and t.record.mig_uuid not in claimed]
-        views = tuple(
-            record_view(t.record, t.gpu_index).with_outcome(Outcome.RECLAIMED) for t in kept
-        )
+        plan, skipped = plan_reclaim(node, durable, target, notes, holds)
         if dry_run:
             return Reclaim(
                 dry_run=True,
-                reclaimed=views,
+                reclaimed=tuple(
+                    _reclaimed(s.target, None) for s in plan.steps if isinstance(s.target, Managed)
+                ),
                 notes=tuple(notes),
-                skipped=tuple(skipped),
+                skipped=skipped,
                 warnings=durable.warnings,
             )
-        steps = [Step(ActionKind.RECLAIM, t, "requested") for t in kept]
-        done = _each(node, steps, _reclaimed, notes)
+        done = _each(node, plan, _reclaimed, notes)
         tidy_finished(node, durable)
-        return Reclaim(dry_run=False, reclaimed=done, notes=tuple(notes), skipped=tuple(skipped))
+        return Reclaim(dry_run=False, reclaimed=done, notes=tuple(notes), skipped=skipped)
+
+
+def plan_reclaim(
+    node: Node, durable: Durable, target: ReclaimTarget, notes: list[str], holds: PodHolds
+) -> tuple[Plan, tuple[SkippedInstance, ...]]:
+    """The instances to destroy, oldest first, and those passed over (a pod's annotation
+    claims it, or processes run on it), which refuse a reclaim by MIG UUID (exit 3). A plan of
+    several goes on past a failed step, one of one aborts."""
+    one = target.mig_uuid if isinstance(target, ByUuid) else None
+    targets = _reclaim_targets(node, durable, target, notes, holds)
+    held = [(t, hold) for t in targets if (hold := holds.hold(t.record)) is not None]
+    if one is not None and held:
+        hold = held[0][1]
+        raise ConflictError(
+            f"{one} is {hold.brief} ({hold.reason}): hamimig never reclaims an instance a pod holds"
+        )
+    claimed = {t.record.mig_uuid for t, _ in held}
+    busy = [t for t in targets if t.record.mig_uuid not in claimed and _busy(node, t)]
+    if one is not None and busy:
+        raise ConflictError(f"{one} is busy: processes run on it; hamimig never reclaims it")
+    skipped = [(t, hold.reason) for t, hold in held] + [(t, BUSY) for t in busy]
+    steps = [
+        Step(ActionKind.RECLAIM, t, "requested")
+        for t in targets
+        if t not in busy and t.record.mig_uuid not in claimed
+    ]
+    passed = (SkippedInstance(mig_uuid=t.record.mig_uuid, reason=why) for t, why in skipped)
+    return Plan(steps, abort=len(steps) == 1), tuple(passed)
 
 
 def _reclaim_targets(

@@ -68,6 +68,12 @@ class Handout:
     spec: CdiDevice | None
     queued: bool = False
     """An interrupted forget queued the removal of this spec, which is the instance's again."""
+    rewrite: bool = False
+    """The spec on disk differs from `spec`: it is rewritten."""
+    kept: str | None = None
+    """Why the spec on disk is kept unchecked: no spec can be composed (no or a bad NVIDIA
+    base spec, or the base lacks the GPU), and an instance whose spec runtimes load must not
+    stop working for it."""
 
     @property
     def where(self) -> Located:
@@ -82,6 +88,8 @@ class NewInstance:
     profile: GiProfile
     placement: Placement
     owner: Owner
+    caps_major: int | None = None
+    """The capability nodes' major, read once while planning (None: no spec is composed)."""
 
     @property
     def where(self) -> Located:
@@ -199,14 +207,13 @@ class Step:
             result = ActionResult.SKIPPED
         else:
             result = ActionResult.DONE if changed else ActionResult.UNCHANGED
-        reason = self.reason if not note else f"{self.reason}; {note}"
         mig_uuid, gpu_uuid, placement = self.target.where
         return Action(
             action=self.kind.value,
             mig_uuid=mig_uuid,
             gpu_uuid=gpu_uuid,
             placement=placement,
-            reason=reason,
+            reason=self.reason if not note else f"{self.reason}; {note}",
             changed=changed,
             result=result,
             error=error,
@@ -227,6 +234,9 @@ class Plan:
     refusals: list[str] = field(default_factory=list)
     warnings: list[Warning_] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    abort: bool = False
+    """The failure policy: stop at the first failed step and raise its error (allocate, and a
+    command on one instance), or go on past it and report it on its step (the default)."""
 
     def add(self, kind: ActionKind, target: Target, reason: str) -> None:
         self.steps.append(Step(kind, target, reason))

@@ -72,11 +72,16 @@ def access_mode(path: Path) -> int | None:
 
 
 def capability_nodes(
-    proc_devices: Path, capabilities: Path, gpu_minor: int, gi_id: int, ci_id: int
+    proc_devices: Path,
+    capabilities: Path,
+    gpu_minor: int,
+    gi_id: int,
+    ci_id: int,
+    major: int | None = None,
 ) -> CapabilityNodes:
     gi_dir = capabilities / f"gpu{gpu_minor}" / "mig" / f"gi{gi_id}"
     return CapabilityNodes(
-        major=caps_major(proc_devices),
+        major=caps_major(proc_devices) if major is None else major,
         gi_mode=access_mode(gi_dir / "access"),
         ci_mode=access_mode(gi_dir / f"ci{ci_id}" / "access"),
     )
