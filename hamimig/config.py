@@ -15,8 +15,8 @@ from typing import Any
 
 from hamimig.durations import DurationError, parse_duration
 from hamimig.errors import UsageError
-from hamimig.store.cdi import check_kind
 from hamimig.store.cdi_base import AUTO, check_setting
+from hamimig.store.cdi_rules import check_kind
 from hamimig.store.events import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, MIN_MAX_BYTES
 from hamimig.store.files import read_input
 from hamimig.store.yamlload import DuplicateKey, refusing_duplicates

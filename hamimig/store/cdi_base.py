@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.errors import UsageError
+from hamimig.store.cdi_rules import validate_spec
 from hamimig.store.files import read_input
 from hamimig.store.yamlload import load as load_yaml
 from hamimig.store.yamlload import refusing_duplicates
@@ -252,8 +253,6 @@ def _count_values(document: Any) -> None:
 
 def _validated(path: Path, spec: Any) -> BaseSpec:
     """The spec as a base, or a usage error naming the file and the first problem."""
-    from hamimig.store.cdi import validate_spec
-
     problems = validate_spec(spec)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
