@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hamimig.config import EVENTS_MAX_BYTES, IDLE_TTL, MAX_IDLE, POD_SOURCE, Config
-from hamimig.durations import exact_duration
+from hamimig.config import KEYS
 from hamimig.engine.node import Node
 from hamimig.engine.results import Json
 
@@ -36,51 +35,19 @@ class ConfigView:
         }
 
 
-def _allowlist(cfg: Config) -> list[Any]:
-    out: list[Any] = []
-    for e in cfg.profile_allowlist:
-        if e.models:
-            out.append({"models": list(e.models), "profiles": list(e.profiles)})
-        else:
-            out.extend(e.profiles)
-    return out
-
-
 def show_config(node: Node) -> ConfigView:
     cfg = node.config()
-
-    def source(key: str) -> str:
-        return cfg.sources.get(key, "default")
-
-    def origin(name: str) -> str:
-        """A global option: the command line, the environment, or the default."""
-        return node.setting_sources.get(name, "default")
-
-    settings = (
-        Setting(
-            "devices.nvidia.adoptExistingMIGInstances",
-            cfg.adopt_existing,
-            source("devices.nvidia.adoptExistingMIGInstances"),
-        ),
-        Setting(
-            "devices.nvidia.migProfileAllowlist",
-            _allowlist(cfg),
-            source("devices.nvidia.migProfileAllowlist"),
-        ),
-        Setting(
-            IDLE_TTL, exact_duration(cfg.idle_ttl) if cfg.idle_ttl else "off", source(IDLE_TTL)
-        ),
-        Setting(MAX_IDLE, cfg.max_idle_per_gpu, source(MAX_IDLE)),
-        Setting(EVENTS_MAX_BYTES, cfg.events_max_bytes, source(EVENTS_MAX_BYTES)),
-        Setting(POD_SOURCE, cfg.pod_source, source(POD_SOURCE)),
-        Setting("cdi.enabled", cfg.cdi_enabled, source("cdi.enabled")),
-        Setting("cdi.kind", cfg.cdi_kind, source("cdi.kind")),
-        Setting("cdi.annotations", cfg.cdi_annotations, source("cdi.annotations")),
-        Setting("cdi.baseSpec", cfg.cdi_base_spec, source("cdi.baseSpec")),
-        Setting("stateDir", str(node.state_dir), origin("state_dir")),
-        Setting("cdiDir", str(node.cdi_dir), origin("cdi_dir")),
-        Setting("config", str(node.config_path), origin("config")),
-        Setting("sim", str(node.sim) if node.sim else None, origin("sim")),
-        Setting("node", node.node_name, origin("node")),
-    )
-    return ConfigView(path=str(node.config_path), settings=settings)
+    settings = [
+        Setting(key.path, key.show(getattr(cfg, name)), cfg.sources.get(key.path, "default"))
+        for name, key in KEYS
+    ]
+    # The global options: the command line, the environment, or the default.
+    for key, name, value in (
+        ("stateDir", "state_dir", str(node.state_dir)),
+        ("cdiDir", "cdi_dir", str(node.cdi_dir)),
+        ("config", "config", str(node.config_path)),
+        ("sim", "sim", str(node.sim) if node.sim else None),
+        ("node", "node", node.node_name),
+    ):
+        settings.append(Setting(key, value, node.setting_sources.get(name, "default")))
+    return ConfigView(path=str(node.config_path), settings=tuple(settings))
