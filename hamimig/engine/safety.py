@@ -279,27 +279,11 @@ def decision_file_problems(node: Node) -> list[Warning_]:
     """Every file whose content decides ownership or what a container gets: the config,
     records, intents, the removal queue, idle-seen.json, our CDI directory and our specs in
     it, and the NVIDIA base spec hamimig chose."""
-    from hamimig.store.idle_seen import IDLE_SEEN_NAME
-    from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
-    from hamimig.store.queue import QUEUE_NAME
-    from hamimig.store.records import LOADER_PREFIX, RECORD_SUFFIX
-
     found: list[Warning_ | None] = config_problems(node.config_path)
     state = node.state_dir
-    names: list[str] = []
-    try:
-        names = sorted(os.listdir(state))
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # absent (hamimig creates it), or not a directory: the stores refuse that
-    except OSError as exc:
-        found.append(_uninspectable(state, "the state directory", exc))
-    for name in names:
-        if name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX):
-            found.append(path_problem(state / name, f"the ownership record {name}"))
-        elif name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX):
-            found.append(path_problem(state / name, f"the intent {name}"))
-        elif name in (QUEUE_NAME, IDLE_SEEN_NAME):
-            found.append(path_problem(state / name, name))
+    names, unlisted = _listing(state, "the state directory")
+    found.append(unlisted)
+    found += [path_problem(state / n, what) for n, what in _state_files(names)]
     try:
         cdi = node.cdi()
     except (HamimigError, OSError):  # an unreadable config is reported by the command itself
@@ -308,15 +292,10 @@ def decision_file_problems(node: Node) -> list[Warning_]:
         directory = Path(cdi.directory)
         if directory.is_dir():  # not a directory (`--cdi-dir /dev/null`): no mode to fix there
             found.append(path_problem(directory, "the CDI directory"))
-        specs: list[str] = []
-        try:
-            specs = sorted(n for n in os.listdir(directory) if n.startswith(SPEC_PREFIX))
-        except (FileNotFoundError, NotADirectoryError):
-            pass
-        except OSError as exc:
-            found.append(_uninspectable(directory, "the CDI directory", exc))
-        for name in specs:
-            found.append(path_problem(directory / name, f"the CDI spec {name}"))
+        names, unlisted = _listing(directory, "the CDI directory")
+        found.append(unlisted)
+        specs = [n for n in names if n.startswith(SPEC_PREFIX)]
+        found += [path_problem(directory / n, f"the CDI spec {n}") for n in specs]
     try:
         base = node.cdi_base().base
     except (HamimigError, OSError):  # reported by the command itself
@@ -324,6 +303,36 @@ def decision_file_problems(node: Node) -> list[Warning_]:
     if base is not None:
         found.append(path_problem(base.path, "the NVIDIA base spec"))
     return [w for w in found if w is not None]
+
+
+def _listing(directory: Path, what: str) -> tuple[list[str], Warning_ | None]:
+    """The sorted names in a directory that holds deciding files, and a warning when it cannot
+    be listed (it fails closed); none and no warning when it is absent or not a directory
+    (hamimig creates it, or the stores refuse it)."""
+    try:
+        return sorted(os.listdir(directory)), None
+    except (FileNotFoundError, NotADirectoryError):
+        return [], None
+    except OSError as exc:
+        return [], _uninspectable(directory, what, exc)
+
+
+def _state_files(names: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, what it is) for the state directory's files whose content decides."""
+    from hamimig.store.idle_seen import IDLE_SEEN_NAME
+    from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
+    from hamimig.store.queue import QUEUE_NAME
+    from hamimig.store.records import LOADER_PREFIX, RECORD_SUFFIX
+
+    found = []
+    for name in names:
+        if name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX):
+            found.append((name, f"the ownership record {name}"))
+        elif name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX):
+            found.append((name, f"the intent {name}"))
+        elif name in (QUEUE_NAME, IDLE_SEEN_NAME):
+            found.append((name, name))
+    return found
 
 
 def cdi_conflicts(
