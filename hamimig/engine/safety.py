@@ -25,12 +25,11 @@ from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
 from hamimig.errors import HamimigError, UnverifiableError
 from hamimig.store.cdi import SPEC_PREFIX, CdiStore, spec_file_name
+from hamimig.store.cdi_base import read_spec_file, spec_files
 from hamimig.store.records import Record
 
 SYSTEM_CDI_DIR = Path("/etc/cdi")
 """The runtimes' other CDI directory; `--cdi-dir` (default /var/run/cdi) is the first one."""
-
-CDI_SUFFIXES = (".json", ".yaml")
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,6 @@ def read_any_spec(path: Path) -> Any:
     can neither hang nor exhaust a command. ValueError (the reason) when it cannot be parsed
     or is beyond those bounds: runtimes, which have no such bounds, may still load it.
     """
-    from hamimig.store.cdi_base import read_spec_file
-
     try:
         if stat.S_ISDIR(os.stat(path).st_mode):
             return None
@@ -90,24 +87,12 @@ def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object] | None = None) 
     if isinstance(cached, CdiScan):
         return cached
     definers: dict[str, list[Path]] = {}
-    seen_dirs: set[str] = set()
     searched: list[str] = []
     unreadable: list[tuple[Path, str]] = []
     read = 0
-    for directory in (Path(d) for d in key):
-        real = os.path.realpath(directory)
-        if real in seen_dirs or not os.path.isdir(directory):
-            continue
-        seen_dirs.add(real)
+    for directory, paths in spec_files(Path(d) for d in key):
         searched.append(str(directory))
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            continue
-        for name in names:
-            if not name.endswith(CDI_SUFFIXES):
-                continue
-            path = directory / name
+        for path in paths:
             try:
                 spec = read_any_spec(path)
             except ValueError as exc:

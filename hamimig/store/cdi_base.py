@@ -18,7 +18,7 @@ import copy
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,8 @@ NONE = "none"
 OWN_SPEC_PREFIX = "hami-dynamic-mig-"
 """Per-instance specs (ours and HAMi's) are never a base."""
 
-_SUFFIXES = (".json", ".yaml")
+SPEC_SUFFIXES = (".json", ".yaml")
+"""The files runtimes load from a CDI directory."""
 _GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 _CAPS_NODE_PREFIX = "/dev/nvidia-caps/"
 GENERATE_HINT = "run `nvidia-ctk cdi generate` or set `cdi.baseSpec: none`"
@@ -264,12 +265,11 @@ def _validated(path: Path, spec: Any) -> BaseSpec:
     return BaseSpec(path, spec)
 
 
-def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]]:
-    """Every parsable spec file of an NVIDIA kind directly in `dirs` (each directory once),
-    and why the files that could not be parsed were not (one of them may be NVIDIA's)."""
+def spec_files(dirs: Iterable[Path]) -> Iterator[tuple[Path, list[Path]]]:
+    """Each CDI directory of `dirs` once (the same real directory under two names is searched
+    once), with the spec files in it by name, as runtimes find them; a directory that is absent
+    or not one is skipped, and one that cannot be listed holds none."""
     seen: set[str] = set()
-    found: list[tuple[Path, Any]] = []
-    unreadable: list[str] = []
     for directory in dirs:
         real = os.path.realpath(directory)
         if real in seen or not os.path.isdir(directory):
@@ -278,17 +278,26 @@ def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]
         try:
             names = sorted(os.listdir(directory))
         except OSError:
-            continue
-        for name in names:
-            if not name.endswith(_SUFFIXES) or name.startswith(OWN_SPEC_PREFIX):
+            names = []
+        yield directory, [directory / n for n in names if n.endswith(SPEC_SUFFIXES)]
+
+
+def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]]:
+    """Every parsable spec file of an NVIDIA kind directly in `dirs`, and why the files that
+    could not be parsed were not (one of them may be NVIDIA's)."""
+    found: list[tuple[Path, Any]] = []
+    unreadable: list[str] = []
+    for _, paths in spec_files(dirs):
+        for path in paths:
+            if path.name.startswith(OWN_SPEC_PREFIX):
                 continue
             try:
-                spec = read_spec_file(directory / name)
+                spec = read_spec_file(path)
             except ValueError as exc:
                 unreadable.append(str(exc))
                 continue
             if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
-                found.append((directory / name, spec))
+                found.append((path, spec))
     return found, unreadable
 
 
