@@ -191,15 +191,34 @@ def _check_env(value: Any, where: str) -> list[str]:
     return problems
 
 
-def _check_list(value: Any, where: str) -> tuple[list[dict[str, Any]], list[str]]:
+def _check_objects(
+    value: Any, where: str, check: Callable[[dict[str, Any], str], list[str]]
+) -> list[str]:
+    """A list of objects, each checked by `check` (absent: none)."""
     if value is None:
-        return [], []
+        return []
     if not isinstance(value, list):
-        return [], [f"{where} must be a list"]
-    bad = [
+        return [f"{where} must be a list"]
+    problems = [
         f"{where}[{i}] must be an object" for i, v in enumerate(value) if not isinstance(v, dict)
     ]
-    return [v for v in value if isinstance(v, dict)], bad
+    for i, item in enumerate(v for v in value if isinstance(v, dict)):  # numbered among objects
+        problems += check(item, f"{where}[{i}]")
+    return problems
+
+
+def _missing(obj: dict[str, Any], keys: tuple[str, ...], where: str) -> list[str]:
+    return [f"{where}: missing {k}" for k in keys if not isinstance(obj.get(k), str) or not obj[k]]
+
+
+def _strings(value: Any) -> bool:
+    """Absent, or a list of strings."""
+    return value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+def _check_netdev(netdev: dict[str, Any], where: str) -> list[str]:
+    problems = _unknown(netdev, _NETDEV_FIELDS, where)
+    return problems + _missing(netdev, ("hostInterfaceName", "name"), where)
 
 
 def _is_int(value: Any) -> bool:
@@ -241,13 +260,8 @@ def _check_node(node: dict[str, Any], where: str) -> list[str]:
 
 def _check_mount(mount: dict[str, Any], where: str) -> list[str]:
     problems = _unknown(mount, _MOUNT_FIELDS, where)
-    for key in ("hostPath", "containerPath"):
-        if not isinstance(mount.get(key), str) or not mount.get(key):
-            problems.append(f"{where}: missing {key}")
-    options = mount.get("options")
-    if options is not None and (
-        not isinstance(options, list) or not all(isinstance(o, str) for o in options)
-    ):
+    problems += _missing(mount, ("hostPath", "containerPath"), where)
+    if not _strings(mount.get("options")):
         problems.append(f"{where}: options must be a list of strings")
     if "type" in mount and not isinstance(mount["type"], str):
         problems.append(f"{where}: type must be a string")
@@ -260,10 +274,7 @@ def _check_hook(hook: dict[str, Any], where: str) -> list[str]:
         problems.append(f"{where}: invalid hook name {hook.get('hookName')!r}")
     if not isinstance(hook.get("path"), str) or not hook.get("path"):
         problems.append(f"{where}: missing hook path")
-    args = hook.get("args")
-    if args is not None and (
-        not isinstance(args, list) or not all(isinstance(a, str) for a in args)
-    ):
+    if not _strings(hook.get("args")):
         problems.append(f"{where}: args must be a list of strings")
     timeout = hook.get("timeout")
     if timeout is not None and (not _is_int(timeout) or not -(2**63) <= timeout < 2**63):
@@ -280,18 +291,12 @@ def _check_edits(edits: Any, where: str) -> tuple[list[str], bool]:
         return [f"{where} must be an object"], True
     problems = _unknown(edits, _EDITS_FIELDS, where)
     problems += _check_env(edits.get("env"), where)
-    nodes, bad = _check_list(edits.get("deviceNodes"), f"{where}.deviceNodes")
-    problems += bad
-    for i, node in enumerate(nodes):
-        problems += _check_node(node, f"{where}.deviceNodes[{i}]")
-    mounts, bad = _check_list(edits.get("mounts"), f"{where}.mounts")
-    problems += bad
-    for i, mount in enumerate(mounts):
-        problems += _check_mount(mount, f"{where}.mounts[{i}]")
-    hooks, bad = _check_list(edits.get("hooks"), f"{where}.hooks")
-    problems += bad
-    for i, hook in enumerate(hooks):
-        problems += _check_hook(hook, f"{where}.hooks[{i}]")
+    for key, check in (
+        ("deviceNodes", _check_node),
+        ("mounts", _check_mount),
+        ("hooks", _check_hook),
+    ):
+        problems += _check_objects(edits.get(key), f"{where}.{key}", check)
     rdt = edits.get("intelRdt")
     if rdt is not None:
         if isinstance(rdt, dict):
@@ -303,14 +308,7 @@ def _check_edits(edits: Any, where: str) -> tuple[list[str], bool]:
         not isinstance(gids, list) or not all(_is_int(g) and g >= 0 for g in gids)
     ):
         problems.append(f"{where}.additionalGids must be a list of non-negative integers")
-    netdevs, bad = _check_list(edits.get("netDevices"), f"{where}.netDevices")
-    problems += bad
-    for i, netdev in enumerate(netdevs):
-        nwhere = f"{where}.netDevices[{i}]"
-        problems += _unknown(netdev, _NETDEV_FIELDS, nwhere)
-        for key in ("hostInterfaceName", "name"):
-            if not isinstance(netdev.get(key), str) or not netdev.get(key):
-                problems.append(f"{nwhere}: missing {key}")
+    problems += _check_objects(edits.get("netDevices"), f"{where}.netDevices", _check_netdev)
     empty = not any(edits.get(k) for k in _EDITS_FIELDS if k != "intelRdt") and (
         edits.get("intelRdt") is None
     )
