@@ -104,20 +104,14 @@ def build_spec(
     The lowest version is what keeps the spec loadable by runtimes built on older libraries
     (Debian 12's stops at 0.5.0); annotations are therefore opt-in, since they force 0.6.0.
     """
-    device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
-    if annotations:
-        device["annotations"] = dict(annotations)
-    device["containerEdits"] = {
-        "deviceNodes": [
-            {"path": f"/dev/nvidia{dev.gpu_minor}"},
-            {"path": f"/dev/nvidia-caps/nvidia-cap{dev.gi_cap_minor}"},
-            {"path": f"/dev/nvidia-caps/nvidia-cap{dev.ci_cap_minor}"},
-        ]
-    }
-    body: dict[str, Any] = {"kind": kind, "devices": [device]}
+    device_nodes = [
+        {"path": f"/dev/nvidia{dev.gpu_minor}"},
+        {"path": f"/dev/nvidia-caps/nvidia-cap{dev.gi_cap_minor}"},
+        {"path": f"/dev/nvidia-caps/nvidia-cap{dev.ci_cap_minor}"},
+    ]
     # NVIDIA_VISIBLE_DEVICES=void stops the NVIDIA runtime hook from injecting devices of its own
     # on top of the ones this spec grants.
-    body["containerEdits"] = {
+    common = {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": [
             {"path": "/dev/nvidiactl"},
@@ -125,7 +119,7 @@ def build_spec(
             {"path": "/dev/nvidia-uvm-tools"},
         ],
     }
-    return {"cdiVersion": minimum_version(body), **body}
+    return _spec(kind, dev, annotations, {"deviceNodes": device_nodes}, common)
 
 
 def _cap_node(minor: int, major: int, mode: int | None) -> dict[str, Any]:
@@ -161,12 +155,23 @@ def compose_spec(
         _cap_node(dev.gi_cap_minor, dev.caps_major, dev.gi_cap_mode),
         _cap_node(dev.ci_cap_minor, dev.caps_major, dev.ci_cap_mode),
     ]
+    return _spec(kind, dev, annotations, edits, base.common_edits())
+
+
+def _spec(
+    kind: str,
+    dev: CdiDevice,
+    annotations: dict[str, str] | None,
+    edits: dict[str, Any],
+    common: dict[str, Any],
+) -> dict[str, Any]:
+    """One device, the instance's, with `edits` (and `common` at spec level when there are
+    any), declaring the lowest `cdiVersion` its content allows."""
     device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
     if annotations:
         device["annotations"] = dict(annotations)
     device["containerEdits"] = edits
     body: dict[str, Any] = {"kind": kind, "devices": [device]}
-    common = base.common_edits()
     if common:
         body["containerEdits"] = common
     return {"cdiVersion": minimum_version(body), **body}
@@ -330,9 +335,7 @@ class CdiStore(StoreFiles):
         """Whether anything (even a symlink or a broken file) sits at spec file name `name`."""
         try:
             describe_entry(self.directory, name)
-        except FileNotFoundError:
-            return False
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
         return True
 
@@ -382,18 +385,17 @@ class CdiStore(StoreFiles):
     def remove(self, mig_uuid: str) -> bool:
         """Remove the spec durably; False when it was already gone. Raises `ForeignSpec` (and
         keeps the file) when its content is not this instance's spec."""
-        name = spec_file_name(mig_uuid)
-        why = self.not_ours(name, mig_uuid)
-        if why is not None:
-            raise ForeignSpec(self.directory / name, why)
-        return self.remove_named(FileOpName.CDI_REMOVE, name)
+        return self._remove_ours(spec_file_name(mig_uuid), mig_uuid)
 
     def remove_name(self, name: str) -> bool:
         """Remove a spec of ours known only by its file name (no record names its MIG UUID);
         raises `ForeignSpec` as `remove` does."""
         if not self.owns(name):
             raise ValueError(f"{name} is not the name of a per-instance spec")
-        why = self.not_ours(name)
+        return self._remove_ours(name, None)
+
+    def _remove_ours(self, name: str, mig_uuid: str | None) -> bool:
+        why = self.not_ours(name, mig_uuid)
         if why is not None:
             raise ForeignSpec(self.directory / name, why)
         return self.remove_named(FileOpName.CDI_REMOVE, name)
