@@ -2,43 +2,37 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from hamimig.config import KEYS
 from hamimig.engine.node import Node
-from hamimig.engine.results import Json
+from hamimig.model import Model
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(Model):
     key: str
     value: Any
     source: str
 
-    def to_json(self) -> Json:
-        return {"key": self.key, "value": self.value, "source": self.source}
 
-
-@dataclass(frozen=True)
-class ConfigView:
+class ConfigView(Model):
     kind: ClassVar[str] = "Config"
     exit_code: ClassVar[int] = 0
     path: str
     settings: tuple[Setting, ...]
 
-    def to_json(self) -> Json:
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "settings": [s.to_json() for s in self.settings],
-        }
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, **super().to_json()}
 
 
 def show_config(node: Node) -> ConfigView:
     cfg = node.config()
     settings = [
-        Setting(key.path, key.show(getattr(cfg, name)), cfg.sources.get(key.path, "default"))
+        Setting(
+            key=key.path,
+            value=key.show(getattr(cfg, name)),
+            source=cfg.sources.get(key.path, "default"),
+        )
         for name, key in KEYS
     ]
     # The global options: the command line, the environment, or the default.
@@ -49,5 +43,6 @@ def show_config(node: Node) -> ConfigView:
         ("sim", "sim", str(node.sim) if node.sim else None),
         ("node", "node", node.node_name),
     ):
-        settings.append(Setting(key, value, node.setting_sources.get(name, "default")))
+        source = node.setting_sources.get(name, "default")
+        settings.append(Setting(key=key, value=value, source=source))
     return ConfigView(path=str(node.config_path), settings=tuple(settings))
