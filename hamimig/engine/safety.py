@@ -133,12 +133,12 @@ def unreadable_spec_problem(path: Path, why: str) -> Warning_:
 def unreadable_specs(cdi: CdiStore, scan: CdiScan) -> list[Warning_]:
     """The files of `scan` that hamimig could not parse, except a damaged spec of our own
     (its own check reports it, and repair-cdi rewrites it)."""
-    ours = Path(os.path.abspath(cdi.directory))
-    return [
-        unreadable_spec_problem(path, why)
-        for path, why in scan.unreadable
-        if not (path.parent == ours and path.name.startswith(SPEC_PREFIX))
-    ]
+    return [unreadable_spec_problem(p, why) for p, why in scan.unreadable if not _ours(p, cdi)]
+
+
+def _ours(path: Path, cdi: CdiStore) -> bool:
+    """A per-instance spec in our CDI directory (ours or HAMi's: the names are the same)."""
+    return path.parent == Path(os.path.abspath(cdi.directory)) and path.name.startswith(SPEC_PREFIX)
 
 
 def holder_problem(directory: Path, holder: str, held: str) -> Warning_ | None:
@@ -332,7 +332,7 @@ def cdi_conflicts(
     # Specs of ours without a record still define our names: they count as ours, not foreign.
     for qualified, paths in scan.definers.items():
         for path in paths:
-            if path.parent == ours and path.name.startswith(SPEC_PREFIX):
+            if _ours(path, cdi):
                 expected.setdefault(qualified, path)
     out = []
     for qualified, own in sorted(expected.items()):
@@ -347,14 +347,11 @@ def node_problems(node: Node, records: dict[str, Record]) -> list[Warning_]:
     problems = state_dir_problems(node.state_dir) + decision_file_problems(node)
     cdi = node.cdi()
     if cdi is not None:
-        ours = Path(os.path.abspath(cdi.directory))
         scan = scan_cdi_dirs(default_cdi_dirs(node), node.cache)
         problems += unreadable_specs(cdi, scan)
         for qualified, own, found in cdi_conflicts(cdi, records, scan):
             # A damaged spec of our own is repaired by the command itself (repair-cdi).
-            others = tuple(
-                p for p in found if not (p.parent == ours and p.name.startswith(SPEC_PREFIX))
-            )
+            others = tuple(p for p in found if not _ours(p, cdi))
             if not others:
                 continue
             listed = ", ".join(str(p) for p in others)
