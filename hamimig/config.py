@@ -330,8 +330,8 @@ def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise UsageError(f"{source}: {where or 'the document'} must be a mapping")
-    parents = [*_SECTIONS, *(key.path for _, key in KEYS)]
-    allowed = [p.rpartition(".")[2] for p in parents if p.rpartition(".")[0] == where]
+    paths = [*_SECTIONS, *(key.path for _, key in KEYS)]
+    allowed = [p.rpartition(".")[2] for p in paths if p.rpartition(".")[0] == where]
     for key in value:
         if key not in allowed:
             name = f"{where}.{key}" if where else str(key)
@@ -341,7 +341,8 @@ def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
 
 def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     """The file's settings, then the environment's over them, each checked as `Config`
-    declares it: the first problem is a usage error naming the key or the variable."""
+    declares it: the first problem (the file's before the environment's, each in `KEYS`'
+    order) is a usage error naming the key or the variable."""
     env = os.environ if environ is None else environ
     source = str(path)
     sections = {"": _mapping(_document(path), "", source)}
