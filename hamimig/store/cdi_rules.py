@@ -34,14 +34,7 @@ _NODE_FIELDS = frozenset(
 _MOUNT_FIELDS = frozenset({"hostPath", "containerPath", "options", "type"})
 _HOOK_FIELDS = frozenset({"hookName", "path", "args", "env", "timeout"})
 _HOOK_NAMES = frozenset(
-    {
-        "prestart",
-        "createRuntime",
-        "createContainer",
-        "startContainer",
-        "poststart",
-        "poststop",
-    }
+    {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
 )
 _RDT_FIELDS = frozenset(
     {
