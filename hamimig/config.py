@@ -9,20 +9,25 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hamimig.durations import DurationError, parse_duration
+from hamimig.durations import DurationError, exact_duration, parse_duration
 from hamimig.errors import UsageError
-from hamimig.store.cdi import check_kind
 from hamimig.store.cdi_base import AUTO, check_setting
+from hamimig.store.cdi_rules import check_kind
 from hamimig.store.events import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, MIN_MAX_BYTES
 from hamimig.store.files import read_input
 from hamimig.store.yamlload import DuplicateKey, refusing_duplicates
 from hamimig.store.yamlload import load as load_yaml
 
 DEFAULT_CDI_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
+POD_SOURCE = "pods.source"
+POD_SOURCES = ("kube",)
+MAX_IDLE_LIMIT = 1000
+"""More Idle instances than any GPU can hold (7 at most today): a larger cap is a typo."""
 
 
 @dataclass(frozen=True)
@@ -37,86 +42,33 @@ class AllowlistEntry:
         return not self.models or any(m.lower() in wanted for m in self.models)
 
 
-@dataclass(frozen=True)
-class Config:
-    adopt_existing: bool = False
-    profile_allowlist: tuple[AllowlistEntry, ...] = ()
-    cdi_enabled: bool = True
-    cdi_kind: str = DEFAULT_CDI_KIND
-    cdi_annotations: bool = False
-    cdi_base_spec: str = AUTO
-    """Where a spec's driver edits come from: `auto` (the node's NVIDIA spec), a file, `none`."""
-    idle_ttl: int = 0
-    """Seconds an instance may stay Idle before `reconcile` reclaims it (0: no limit)."""
-    max_idle_per_gpu: int | None = None
-    """How many Idle instances `reconcile` keeps per GPU (None: no limit)."""
-    events_max_bytes: int = DEFAULT_MAX_BYTES
-    """The size at which the event journal is rotated (one older file is kept)."""
-    pod_source: str | None = None
-    """`kube`: the commands that take a pod source list this node's pods through the API when
-    none is named. The only default there is: the assertion that no pod holds an instance is
-    about the moment it is made, never a setting."""
-    sources: dict[str, str] = field(default_factory=dict, compare=False)
-
-    def profile_allowed(self, model: str, profile: str) -> bool:
-        """No allowlist: everything. Otherwise some entry for this model must name the profile."""
-        if not self.profile_allowlist:
-            return True
-        return any(e.covers_model(model) and profile in e.profiles for e in self.profile_allowlist)
-
-
-_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("devices", "cdi", "events", "pods"),
-    "devices": ("nvidia",),
-    "devices.nvidia": (
-        "adoptExistingMIGInstances",
-        "migProfileAllowlist",
-        "idleTTL",
-        "maxIdleInstancesPerGPU",
-    ),
-    "cdi": ("enabled", "kind", "annotations", "baseSpec"),
-    "events": ("maxBytes",),
-    "pods": ("source",),
-}
-
-ENV_OVERRIDES = {
-    "HAMIMIG_ADOPT_EXISTING_MIG_INSTANCES": "devices.nvidia.adoptExistingMIGInstances",
-    "HAMIMIG_CDI_ENABLED": "cdi.enabled",
-    "HAMIMIG_CDI_KIND": "cdi.kind",
-    "HAMIMIG_CDI_ANNOTATIONS": "cdi.annotations",
-    "HAMIMIG_CDI_BASE_SPEC": "cdi.baseSpec",
-    "HAMIMIG_IDLE_TTL": "devices.nvidia.idleTTL",
-    "HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU": "devices.nvidia.maxIdleInstancesPerGPU",
-    "HAMIMIG_EVENTS_MAX_BYTES": "events.maxBytes",
-    "HAMIMIG_POD_SOURCE": "pods.source",
-}
-
-IDLE_TTL = "devices.nvidia.idleTTL"
-MAX_IDLE = "devices.nvidia.maxIdleInstancesPerGPU"
-EVENTS_MAX_BYTES = "events.maxBytes"
-POD_SOURCE = "pods.source"
-POD_SOURCES = ("kube",)
-MAX_IDLE_LIMIT = 1000
-"""More Idle instances than any GPU can hold (7 at most today): a larger cap is a typo."""
-
-
-def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise UsageError(f"{source}: {where or 'the document'} must be a mapping")
-    allowed = _KEYS[where]
-    for key in value:
-        if key not in allowed:
-            name = f"{where}.{key}" if where else str(key)
-            raise UsageError(f"{source}: unknown key {name!r} (allowed: {', '.join(allowed)})")
-    return value
-
-
-def _bool(value: Any, name: str, source: str) -> bool:
+def _bool(value: Any, where: str) -> bool:
     if isinstance(value, bool):
         return value
-    raise UsageError(f"{source}: {name} must be true or false, not {value!r}")
+    raise UsageError(f"{where} must be true or false, not {value!r}")
+
+
+def _env_bool(text: str, where: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"{where}={text!r}: expected true or false")
+
+
+def _kind(value: Any, where: str) -> str:
+    problems = check_kind(value)
+    if problems:
+        raise UsageError(f"{where}: {problems[0]}")
+    return str(value)
+
+
+def _base_spec(value: Any, where: str) -> str:
+    problem = check_setting(value)
+    if problem:
+        raise UsageError(f"{where} {problem}")
+    return str(value)
 
 
 def _pod_source(value: Any, where: str) -> str:
@@ -128,19 +80,9 @@ def _pod_source(value: Any, where: str) -> str:
     )
 
 
-def _parse_bool_env(text: str, name: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise UsageError(f"environment {name}={text!r}: expected true or false")
-
-
 def _idle_ttl(value: Any, where: str) -> int:
     """A duration string or whole seconds; 0 is off. YAML gives ints for `3600`, strings for
-    `1h`; a bool or a float is refused (`1.5` is not whole seconds). `where` names the
-    setting: the file and key, or the environment variable."""
+    `1h`; a bool or a float is refused (`1.5` is not whole seconds)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise UsageError(f"{where} must be a duration (90s, 30m, 1h30m) or seconds")
     try:
@@ -150,13 +92,23 @@ def _idle_ttl(value: Any, where: str) -> int:
 
 
 def _max_idle(value: Any, where: str) -> int:
+    """A whole number from the file: a string there is a quoted value or a form YAML 1.1 reads
+    in another base (`010`)."""
     if isinstance(value, str):
-        text = value.strip()
-        if not (text.isascii() and text.isdigit()):
-            raise UsageError(f"{where} must be a whole number of at least 0, not {value!r}")
-        if len(text) > 12:
-            raise UsageError(f"{where} must be at most {MAX_IDLE_LIMIT}, not {text}")
-        value = int(text)
+        raise UsageError(f"{where} must be a plain decimal whole number, not {value!r}")
+    return _at_most_limit(value, where)
+
+
+def _env_max_idle(text: str, where: str) -> int:
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise UsageError(f"{where} must be a whole number of at least 0, not {text!r}")
+    if len(digits) > 12:
+        raise UsageError(f"{where} must be at most {MAX_IDLE_LIMIT}, not {digits}")
+    return _at_most_limit(int(digits), where)
+
+
+def _at_most_limit(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UsageError(f"{where} must be a whole number of at least 0")
     if value > MAX_IDLE_LIMIT:
@@ -182,36 +134,146 @@ def _byte_size(value: Any, where: str) -> int:
     return size
 
 
-def _allowlist(value: Any, source: str) -> tuple[AllowlistEntry, ...]:
-    name = "devices.nvidia.migProfileAllowlist"
+def _allowlist(value: Any, where: str) -> tuple[AllowlistEntry, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise UsageError(f"{source}: {name} must be a list")
-    entries: list[AllowlistEntry] = []
-    for i, item in enumerate(value):
-        if isinstance(item, str) and item:
-            entries.append(AllowlistEntry(profiles=(item,)))
-            continue
-        if isinstance(item, dict):
-            unknown = set(item) - {"models", "profiles"}
-            if unknown:
-                raise UsageError(f"{source}: unknown key {sorted(unknown)[0]!r} in {name}[{i}]")
-            models = item.get("models", [])
-            profiles = item.get("profiles", [])
-            if (
-                isinstance(models, list)
-                and isinstance(profiles, list)
-                and all(isinstance(m, str) and m for m in models)
-                and all(isinstance(p, str) and p for p in profiles)
-            ):
-                entries.append(AllowlistEntry(profiles=tuple(profiles), models=tuple(models)))
-                continue
-        raise UsageError(
-            f"{source}: {name}[{i}] must be a profile name or "
-            "{models: [names], profiles: [names]}"
-        )
-    return tuple(entries)
+        raise UsageError(f"{where} must be a list")
+    return tuple(_allowlist_entry(item, f"{where}[{i}]") for i, item in enumerate(value))
+
+
+def _allowlist_entry(item: Any, where: str) -> AllowlistEntry:
+    if isinstance(item, str) and item:
+        return AllowlistEntry(profiles=(item,))
+    if isinstance(item, dict):
+        unknown = set(item) - {"models", "profiles"}
+        if unknown:
+            source, _, name = where.rpartition(": ")  # `where` is `<file>: <key>[<i>]`
+            raise UsageError(f"{source}: unknown key {sorted(unknown)[0]!r} in {name}")
+        models, profiles = item.get("models", []), item.get("profiles", [])
+        if _names(models) and _names(profiles):
+            return AllowlistEntry(profiles=tuple(profiles), models=tuple(models))
+    raise UsageError(f"{where} must be a profile name or {{models: [names], profiles: [names]}}")
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(n, str) and n for n in value)
+
+
+def _shown_allowlist(entries: tuple[AllowlistEntry, ...]) -> list[Any]:
+    """As the file writes it: a bare profile name for an entry of every model."""
+    out: list[Any] = []
+    for e in entries:
+        if e.models:
+            out.append({"models": list(e.models), "profiles": list(e.profiles)})
+        else:
+            out.extend(e.profiles)
+    return out
+
+
+def _shown_ttl(seconds: int) -> str:
+    return exact_duration(seconds) if seconds else "off"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the config file: its path in the document, how a value given there is read
+    (`read`) and one given in the environment variable `env` (`parse`; None: `read`), each
+    raising a usage error that starts with `where` (the file and key, or the variable); and how
+    `config show` writes the value. `null_unset`: YAML's `~` reads as the key left out."""
+
+    path: str
+    read: Callable[[Any, str], Any]
+    parse: Callable[[str, str], Any] | None = None
+    env: str | None = None
+    show: Callable[[Any], Any] = lambda value: value
+    null_unset: bool = False
+
+
+def _key(path: str, default: Any, *args: Any, **kw: Any) -> Any:
+    """A `Config` field read from the file's key `path` (`Key`), `default` when it is absent."""
+    return field(default=default, metadata={"key": Key(path, *args, **kw)})
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting, declared once: its value's type, its default and its key; loading,
+    validation, the environment overrides and `config show` read this declaration, in this
+    order (`KEYS`)."""
+
+    adopt_existing: bool = _key(
+        "devices.nvidia.adoptExistingMIGInstances",
+        False,
+        _bool,
+        _env_bool,
+        env="HAMIMIG_ADOPT_EXISTING_MIG_INSTANCES",
+    )
+    profile_allowlist: tuple[AllowlistEntry, ...] = _key(
+        "devices.nvidia.migProfileAllowlist", (), _allowlist, show=_shown_allowlist
+    )
+    idle_ttl: int = _key(
+        "devices.nvidia.idleTTL",
+        0,
+        _idle_ttl,
+        env="HAMIMIG_IDLE_TTL",
+        show=_shown_ttl,
+        null_unset=True,
+    )
+    """Seconds an instance may stay Idle before `reconcile` reclaims it (0: no limit)."""
+    max_idle_per_gpu: int | None = _key(
+        "devices.nvidia.maxIdleInstancesPerGPU",
+        None,
+        _max_idle,
+        _env_max_idle,
+        env="HAMIMIG_MAX_IDLE_INSTANCES_PER_GPU",
+        null_unset=True,
+    )
+    """How many Idle instances `reconcile` keeps per GPU (None: no limit)."""
+    events_max_bytes: int = _key(
+        "events.maxBytes",
+        DEFAULT_MAX_BYTES,
+        _byte_size,
+        env="HAMIMIG_EVENTS_MAX_BYTES",
+        null_unset=True,
+    )
+    """The size at which the event journal is rotated (one older file is kept)."""
+    pod_source: str | None = _key(
+        POD_SOURCE, None, _pod_source, env="HAMIMIG_POD_SOURCE", null_unset=True
+    )
+    """`kube`: the commands that take a pod source list this node's pods through the API when
+    none is named. The only default there is: the assertion that no pod holds an instance is
+    about the moment it is made, never a setting."""
+    cdi_enabled: bool = _key("cdi.enabled", True, _bool, _env_bool, env="HAMIMIG_CDI_ENABLED")
+    cdi_kind: str = _key("cdi.kind", DEFAULT_CDI_KIND, _kind, env="HAMIMIG_CDI_KIND")
+    cdi_annotations: bool = _key(
+        "cdi.annotations", False, _bool, _env_bool, env="HAMIMIG_CDI_ANNOTATIONS"
+    )
+    cdi_base_spec: str = _key(
+        "cdi.baseSpec",
+        AUTO,
+        _base_spec,
+        lambda text, where: _base_spec(text, f"{where}:"),
+        env="HAMIMIG_CDI_BASE_SPEC",
+    )
+    """Where a spec's driver edits come from: `auto` (the node's NVIDIA spec), a file, `none`."""
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    """Where each key's value came from (the file, `env VAR`); absent: the default."""
+
+    def profile_allowed(self, model: str, profile: str) -> bool:
+        """No allowlist: everything. Otherwise some entry for this model must name the profile."""
+        if not self.profile_allowlist:
+            return True
+        return any(e.covers_model(model) and profile in e.profiles for e in self.profile_allowlist)
+
+
+KEYS: tuple[tuple[str, Key], ...] = tuple(
+    (f.name, f.metadata["key"]) for f in fields(Config) if "key" in f.metadata
+)
+"""(`Config` field, its key), in `config show`'s order."""
+ENV_OVERRIDES = {key.env: key.path for _, key in KEYS if key.env}
+_SECTIONS = ("devices", "devices.nvidia", "cdi", "events", "pods")
+"""The document's mappings, in the order they are checked and an unknown key's error lists
+them."""
 
 
 _DECIMAL = re.compile(r"^[-+]?(0|[1-9][0-9]*)$")
@@ -240,116 +302,63 @@ def _loader(yaml: Any) -> Any:
     return Strict
 
 
-def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
-    env = os.environ if environ is None else environ
-    sources: dict[str, str] = {}
-    raw: Any = None
-    source = str(path)
+def _document(path: Path) -> Any:
+    """The config file's YAML (None: no file, which means the defaults)."""
     try:
-        text: str | None = read_input(path).decode("utf-8")
+        text = read_input(path).decode("utf-8")
     except FileNotFoundError:
-        text = None
+        return None
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
     except ValueError as exc:  # UnicodeDecodeError too
         raise UsageError(f"cannot read config {path}: {exc}") from None
-    if text is not None:
-        import yaml
+    import yaml
 
-        try:
-            raw = load_yaml(text, _loader(yaml))  # a SafeLoader: no Python objects
-        except DuplicateKey as exc:
-            raise UsageError(f"{source}: {exc}") from None
-        except yaml.YAMLError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
-            raise UsageError(f"{source}: not valid YAML: {first}") from None
-    top = _mapping(raw, "", source)
-    devices = _mapping(top.get("devices"), "devices", source)
-    nvidia = _mapping(devices.get("nvidia"), "devices.nvidia", source)
-    cdi = _mapping(top.get("cdi"), "cdi", source)
-    events = _mapping(top.get("events"), "events", source)
-    pods = _mapping(top.get("pods"), "pods", source)
+    try:
+        return load_yaml(text, _loader(yaml))  # a SafeLoader: no Python objects
+    except DuplicateKey as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
+        raise UsageError(f"{path}: not valid YAML: {first}") from None
 
+
+def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
+    """A section of the document, every key of it known (None, as YAML reads `devices:`, is
+    an empty one)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{source}: {where or 'the document'} must be a mapping")
+    paths = [*_SECTIONS, *(key.path for _, key in KEYS)]
+    allowed = [p.rpartition(".")[2] for p in paths if p.rpartition(".")[0] == where]
+    for key in value:
+        if key not in allowed:
+            name = f"{where}.{key}" if where else str(key)
+            raise UsageError(f"{source}: unknown key {name!r} (allowed: {', '.join(allowed)})")
+    return value
+
+
+def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
+    """The file's settings, then the environment's over them, each checked as `Config`
+    declares it: the first problem (the file's before the environment's, each in `KEYS`'
+    order) is a usage error naming the key or the variable."""
+    env = os.environ if environ is None else environ
+    source = str(path)
+    sections = {"": _mapping(_document(path), "", source)}
+    for name in _SECTIONS:
+        parent, _, leaf = name.rpartition(".")
+        sections[name] = _mapping(sections[parent].get(leaf), name, source)
     values: dict[str, Any] = {}
-    for key, container, field_name in (
-        ("devices.nvidia.adoptExistingMIGInstances", nvidia, "adoptExistingMIGInstances"),
-        ("cdi.enabled", cdi, "enabled"),
-        ("cdi.annotations", cdi, "annotations"),
-    ):
-        if field_name in container:
-            values[key] = _bool(container[field_name], key, source)
-            sources[key] = source
-    if "kind" in cdi:
-        problems = check_kind(cdi["kind"])
-        if problems:
-            raise UsageError(f"{source}: cdi.kind: {problems[0]}")
-        values["cdi.kind"] = cdi["kind"]
-        sources["cdi.kind"] = source
-    if "baseSpec" in cdi:
-        problem = check_setting(cdi["baseSpec"])
-        if problem:
-            raise UsageError(f"{source}: cdi.baseSpec {problem}")
-        values["cdi.baseSpec"] = cdi["baseSpec"]
-        sources["cdi.baseSpec"] = source
-    if "idleTTL" in nvidia and nvidia["idleTTL"] is not None:
-        # YAML's `~` (null) reads as "absent", as for the cap: no limit.
-        values[IDLE_TTL] = _idle_ttl(nvidia["idleTTL"], f"{source}: {IDLE_TTL}")
-        sources[IDLE_TTL] = source
-    if "maxIdleInstancesPerGPU" in nvidia and nvidia["maxIdleInstancesPerGPU"] is not None:
-        # YAML's `~` (null) reads as "absent": no cap, as when the key is left out.
-        given = nvidia["maxIdleInstancesPerGPU"]
-        if isinstance(given, str):
-            # A string here is a quoted value or a form YAML 1.1 reads in another base (010).
-            raise UsageError(
-                f"{source}: {MAX_IDLE} must be a plain decimal whole number, not {given!r}"
-            )
-        values[MAX_IDLE] = _max_idle(nvidia["maxIdleInstancesPerGPU"], f"{source}: {MAX_IDLE}")
-        sources[MAX_IDLE] = source
-    if events.get("maxBytes") is not None:
-        values[EVENTS_MAX_BYTES] = _byte_size(events["maxBytes"], f"{source}: {EVENTS_MAX_BYTES}")
-        sources[EVENTS_MAX_BYTES] = source
-    if pods.get("source") is not None:
-        values[POD_SOURCE] = _pod_source(pods["source"], f"{source}: {POD_SOURCE}")
-        sources[POD_SOURCE] = source
-    allowlist = _allowlist(nvidia.get("migProfileAllowlist"), source)
-    if "migProfileAllowlist" in nvidia:
-        sources["devices.nvidia.migProfileAllowlist"] = source
-
-    for var, key in ENV_OVERRIDES.items():
-        if var in env:
-            text_value = env[var]
-            if key == "cdi.kind":
-                problems = check_kind(text_value)
-                if problems:
-                    raise UsageError(f"environment {var}: {problems[0]}")
-                values[key] = text_value
-            elif key == "cdi.baseSpec":
-                problem = check_setting(text_value)
-                if problem:
-                    raise UsageError(f"environment {var}: {problem}")
-                values[key] = text_value
-            elif key == IDLE_TTL:
-                values[key] = _idle_ttl(text_value, f"environment {var}")
-            elif key == MAX_IDLE:
-                values[key] = _max_idle(text_value, f"environment {var}")
-            elif key == EVENTS_MAX_BYTES:
-                values[key] = _byte_size(text_value, f"environment {var}")
-            elif key == POD_SOURCE:
-                values[key] = _pod_source(text_value, f"environment {var}")
-            else:
-                values[key] = _parse_bool_env(text_value, var)
-            sources[key] = f"env {var}"
-
-    return Config(
-        adopt_existing=values.get("devices.nvidia.adoptExistingMIGInstances", False),
-        profile_allowlist=allowlist,
-        cdi_enabled=values.get("cdi.enabled", True),
-        cdi_kind=values.get("cdi.kind", DEFAULT_CDI_KIND),
-        cdi_annotations=values.get("cdi.annotations", False),
-        cdi_base_spec=values.get("cdi.baseSpec", AUTO),
-        idle_ttl=values.get(IDLE_TTL, 0),
-        max_idle_per_gpu=values.get(MAX_IDLE),
-        events_max_bytes=values.get(EVENTS_MAX_BYTES, DEFAULT_MAX_BYTES),
-        pod_source=values.get(POD_SOURCE),
-        sources=sources,
-    )
+    sources: dict[str, str] = {}
+    for field_name, key in KEYS:
+        section, _, leaf = key.path.rpartition(".")
+        given = sections[section]
+        if leaf in given and not (key.null_unset and given[leaf] is None):
+            values[field_name] = key.read(given[leaf], f"{source}: {key.path}")
+            sources[key.path] = source
+    for field_name, key in KEYS:
+        if key.env is not None and key.env in env:
+            values[field_name] = (key.parse or key.read)(env[key.env], f"environment {key.env}")
+            sources[key.path] = f"env {key.env}"
+    return Config(**values, sources=sources)

@@ -8,6 +8,7 @@ rejects is one a runtime would refuse to inject.
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import os
@@ -420,3 +421,28 @@ def test_reference_library_is_strict_about_unknown_fields(tmp_path: Path, cdi_ch
     assert listed == []
     assert any("bogusField" in e for e in errors), errors
     assert any("bogusField" in p for p in validate_spec(spec))
+
+
+def _store_imports(module: Path) -> set[str]:
+    """The store modules `module` imports, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        found.update(n.removeprefix("hamimig.store.") for n in names if "hamimig.store." in n)
+    return found
+
+
+def test_the_store_modules_import_one_way() -> None:
+    """No store module imports one that imports it back, lazily or not: the CDI rules sit
+    below both the per-instance specs and the NVIDIA base spec, which import them."""
+    store = Path(__file__).parent.parent / "hamimig" / "store"
+    graph = {p.stem: _store_imports(p) for p in store.glob("*.py")}
+    assert "cdi_base" in graph["cdi"]  # the check sees the imports it judges
+    reached = {name: set(deps) for name, deps in graph.items()}
+    for _ in graph:  # close over every path
+        for deps in reached.values():
+            deps.update(*(reached.get(d, set()) for d in list(deps)))
+    cycles = sorted(name for name, deps in reached.items() if name in deps)
+    assert cycles == []

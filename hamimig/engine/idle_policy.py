@@ -207,34 +207,8 @@ def plan_idle_policy(
         reason = f"{problem.reason}; the idle clocks of HAMi's own records start again"
         plan.warnings.append(Warning_(file=problem.file, reason=reason))
     holds = PodHolds.of(pods)
-    in_flight = [(i.gpu_uuid, i.placement) for i in durable.intents]
-    joining: dict[str, int] = {}
-    for step in plan.steps:
-        if step.kind is ActionKind.RELEASE_IDLE and isinstance(step.target, Managed):
-            released = step.target.record
-            if holds.hold(released) is not None:
-                continue  # a pod holds it after all: it will not be waiting for anyone
-            joining[released.gpu_uuid] = joining.get(released.gpu_uuid, 0) + 1
-    by_gpu: dict[str, list[Record]] = {}
-    for record in idle_records(durable.records.values()):
-        by_gpu.setdefault(record.gpu_uuid, []).append(record)
-    looked: list[tuple[Gpu, list[Record], dict[str, LiveCheck]]] = []
-    kept: dict[str, str | None] = {}
-    for gpu_uuid in sorted(by_gpu):
-        try:
-            gpu = hw.gpu_by_uuid(gpu_uuid)
-        except HamimigError:
-            continue  # its GPU is gone: recover's business, as for the spec refresh
-        try:
-            layout = hw.layout(gpu.index)
-        except HamimigError as exc:
-            plan.failures.append(f"idle policy: GPU {gpu.index}: {exc.message}")
-            continue
-        names = profile_names(node, gpu, layout)
-        lives = {r.mig_uuid: check_record(r, layout, names) for r in by_gpu[gpu_uuid]}
-        for r in by_gpu[gpu_uuid]:
-            kept[r.mig_uuid] = _kept_because(hw, r, lives[r.mig_uuid], holds, in_flight, pods)
-        looked.append((gpu, by_gpu[gpu_uuid], lives))
+    joining = _joining(plan, holds)
+    looked, kept = _looked(plan, node, hw, durable, holds, pods)
     # A pod or a process holding one of HAMi's records stops its clock; in flight does not.
     unheld = {u for u, why in kept.items() if why is None or why == _IN_FLIGHT}
     new_seen = seen_after(seen, durable.records.values(), unheld, node.clock())
@@ -256,6 +230,52 @@ def plan_idle_policy(
         s for s in plan.steps if not (s.kind is ActionKind.REPAIR_CDI and s.mig_uuid in evicted)
     ]
     return new_seen if new_seen != seen or problem is not None else None
+
+
+def _joining(plan: Plan, holds: PodHolds) -> dict[str, int]:
+    """Per GPU, the instances `plan` releases to Idle: they count toward the cap, except one a
+    pod holds after all (it will not be waiting for anyone)."""
+    joining: dict[str, int] = {}
+    for step in plan.steps:
+        if step.kind is ActionKind.RELEASE_IDLE and isinstance(step.target, Managed):
+            released = step.target.record
+            if holds.hold(released) is None:
+                joining[released.gpu_uuid] = joining.get(released.gpu_uuid, 0) + 1
+    return joining
+
+
+_Looked = tuple[Gpu, list[Record], dict[str, LiveCheck]]
+"""A GPU, its Idle records, and each checked against its layout."""
+
+
+def _looked(
+    plan: Plan, node: Node, hw: MigHardware, durable: Durable, holds: PodHolds, pods: PodSnapshot
+) -> tuple[list[_Looked], dict[str, str | None]]:
+    """Each GPU's Idle records checked against its layout, and why each must stay (None: it
+    may go). A GPU that is gone is recover's business, as for the spec refresh; one whose
+    layout cannot be read is a failure of the pass."""
+    in_flight = [(i.gpu_uuid, i.placement) for i in durable.intents]
+    by_gpu: dict[str, list[Record]] = {}
+    for record in idle_records(durable.records.values()):
+        by_gpu.setdefault(record.gpu_uuid, []).append(record)
+    looked: list[_Looked] = []
+    kept: dict[str, str | None] = {}
+    for gpu_uuid, records in sorted(by_gpu.items()):
+        try:
+            gpu = hw.gpu_by_uuid(gpu_uuid)
+        except HamimigError:
+            continue
+        try:
+            layout = hw.layout(gpu.index)
+        except HamimigError as exc:
+            plan.failures.append(f"idle policy: GPU {gpu.index}: {exc.message}")
+            continue
+        names = profile_names(node, gpu, layout)
+        lives = {r.mig_uuid: check_record(r, layout, names) for r in records}
+        for r in records:
+            kept[r.mig_uuid] = _kept_because(hw, r, lives[r.mig_uuid], holds, in_flight, pods)
+        looked.append((gpu, records, lives))
+    return looked, kept
 
 
 _IN_FLIGHT = "an allocation is in flight on its slices"

@@ -25,12 +25,11 @@ from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
 from hamimig.errors import HamimigError, UnverifiableError
 from hamimig.store.cdi import SPEC_PREFIX, CdiStore, spec_file_name
+from hamimig.store.cdi_base import read_spec_file, spec_files
 from hamimig.store.records import Record
 
 SYSTEM_CDI_DIR = Path("/etc/cdi")
 """The runtimes' other CDI directory; `--cdi-dir` (default /var/run/cdi) is the first one."""
-
-CDI_SUFFIXES = (".json", ".yaml")
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,6 @@ def read_any_spec(path: Path) -> Any:
     can neither hang nor exhaust a command. ValueError (the reason) when it cannot be parsed
     or is beyond those bounds: runtimes, which have no such bounds, may still load it.
     """
-    from hamimig.store.cdi_base import read_spec_file
-
     try:
         if stat.S_ISDIR(os.stat(path).st_mode):
             return None
@@ -90,24 +87,12 @@ def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object] | None = None) 
     if isinstance(cached, CdiScan):
         return cached
     definers: dict[str, list[Path]] = {}
-    seen_dirs: set[str] = set()
     searched: list[str] = []
     unreadable: list[tuple[Path, str]] = []
     read = 0
-    for directory in (Path(d) for d in key):
-        real = os.path.realpath(directory)
-        if real in seen_dirs or not os.path.isdir(directory):
-            continue
-        seen_dirs.add(real)
+    for directory, paths in spec_files(Path(d) for d in key):
         searched.append(str(directory))
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            continue
-        for name in names:
-            if not name.endswith(CDI_SUFFIXES):
-                continue
-            path = directory / name
+        for path in paths:
             try:
                 spec = read_any_spec(path)
             except ValueError as exc:
@@ -148,12 +133,12 @@ def unreadable_spec_problem(path: Path, why: str) -> Warning_:
 def unreadable_specs(cdi: CdiStore, scan: CdiScan) -> list[Warning_]:
     """The files of `scan` that hamimig could not parse, except a damaged spec of our own
     (its own check reports it, and repair-cdi rewrites it)."""
-    ours = Path(os.path.abspath(cdi.directory))
-    return [
-        unreadable_spec_problem(path, why)
-        for path, why in scan.unreadable
-        if not (path.parent == ours and path.name.startswith(SPEC_PREFIX))
-    ]
+    return [unreadable_spec_problem(p, why) for p, why in scan.unreadable if not _ours(p, cdi)]
+
+
+def _ours(path: Path, cdi: CdiStore) -> bool:
+    """A per-instance spec in our CDI directory (ours or HAMi's: the names are the same)."""
+    return path.parent == Path(os.path.abspath(cdi.directory)) and path.name.startswith(SPEC_PREFIX)
 
 
 def holder_problem(directory: Path, holder: str, held: str) -> Warning_ | None:
@@ -281,27 +266,11 @@ def decision_file_problems(node: Node) -> list[Warning_]:
     """Every file whose content decides ownership or what a container gets: the config,
     records, intents, the removal queue, idle-seen.json, our CDI directory and our specs in
     it, and the NVIDIA base spec hamimig chose."""
-    from hamimig.store.idle_seen import IDLE_SEEN_NAME
-    from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
-    from hamimig.store.queue import QUEUE_NAME
-    from hamimig.store.records import LOADER_PREFIX, RECORD_SUFFIX
-
     found: list[Warning_ | None] = config_problems(node.config_path)
     state = node.state_dir
-    names: list[str] = []
-    try:
-        names = sorted(os.listdir(state))
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # absent (hamimig creates it), or not a directory: the stores refuse that
-    except OSError as exc:
-        found.append(_uninspectable(state, "the state directory", exc))
-    for name in names:
-        if name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX):
-            found.append(path_problem(state / name, f"the ownership record {name}"))
-        elif name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX):
-            found.append(path_problem(state / name, f"the intent {name}"))
-        elif name in (QUEUE_NAME, IDLE_SEEN_NAME):
-            found.append(path_problem(state / name, name))
+    names, unlisted = _listing(state, "the state directory")
+    found.append(unlisted)
+    found += [path_problem(state / n, what) for n, what in _state_files(names)]
     try:
         cdi = node.cdi()
     except (HamimigError, OSError):  # an unreadable config is reported by the command itself
@@ -310,15 +279,10 @@ def decision_file_problems(node: Node) -> list[Warning_]:
         directory = Path(cdi.directory)
         if directory.is_dir():  # not a directory (`--cdi-dir /dev/null`): no mode to fix there
             found.append(path_problem(directory, "the CDI directory"))
-        specs: list[str] = []
-        try:
-            specs = sorted(n for n in os.listdir(directory) if n.startswith(SPEC_PREFIX))
-        except (FileNotFoundError, NotADirectoryError):
-            pass
-        except OSError as exc:
-            found.append(_uninspectable(directory, "the CDI directory", exc))
-        for name in specs:
-            found.append(path_problem(directory / name, f"the CDI spec {name}"))
+        names, unlisted = _listing(directory, "the CDI directory")
+        found.append(unlisted)
+        specs = [n for n in names if n.startswith(SPEC_PREFIX)]
+        found += [path_problem(directory / n, f"the CDI spec {n}") for n in specs]
     try:
         base = node.cdi_base().base
     except (HamimigError, OSError):  # reported by the command itself
@@ -326,6 +290,36 @@ def decision_file_problems(node: Node) -> list[Warning_]:
     if base is not None:
         found.append(path_problem(base.path, "the NVIDIA base spec"))
     return [w for w in found if w is not None]
+
+
+def _listing(directory: Path, what: str) -> tuple[list[str], Warning_ | None]:
+    """The sorted names in a directory that holds deciding files, and a warning when it cannot
+    be listed (it fails closed); none and no warning when it is absent or not a directory
+    (hamimig creates it, or the stores refuse it)."""
+    try:
+        return sorted(os.listdir(directory)), None
+    except (FileNotFoundError, NotADirectoryError):
+        return [], None
+    except OSError as exc:
+        return [], _uninspectable(directory, what, exc)
+
+
+def _state_files(names: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, what it is) for the state directory's files whose content decides."""
+    from hamimig.store.idle_seen import IDLE_SEEN_NAME
+    from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
+    from hamimig.store.queue import QUEUE_NAME
+    from hamimig.store.records import LOADER_PREFIX, RECORD_SUFFIX
+
+    found = []
+    for name in names:
+        if name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX):
+            found.append((name, f"the ownership record {name}"))
+        elif name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX):
+            found.append((name, f"the intent {name}"))
+        elif name in (QUEUE_NAME, IDLE_SEEN_NAME):
+            found.append((name, name))
+    return found
 
 
 def cdi_conflicts(
@@ -340,7 +334,7 @@ def cdi_conflicts(
     # Specs of ours without a record still define our names: they count as ours, not foreign.
     for qualified, paths in scan.definers.items():
         for path in paths:
-            if path.parent == ours and path.name.startswith(SPEC_PREFIX):
+            if _ours(path, cdi):
                 expected.setdefault(qualified, path)
     out = []
     for qualified, own in sorted(expected.items()):
@@ -355,14 +349,11 @@ def node_problems(node: Node, records: dict[str, Record]) -> list[Warning_]:
     problems = state_dir_problems(node.state_dir) + decision_file_problems(node)
     cdi = node.cdi()
     if cdi is not None:
-        ours = Path(os.path.abspath(cdi.directory))
         scan = scan_cdi_dirs(default_cdi_dirs(node), node.cache)
         problems += unreadable_specs(cdi, scan)
         for qualified, own, found in cdi_conflicts(cdi, records, scan):
             # A damaged spec of our own is repaired by the command itself (repair-cdi).
-            others = tuple(
-                p for p in found if not (p.parent == ours and p.name.startswith(SPEC_PREFIX))
-            )
+            others = tuple(p for p in found if not _ours(p, cdi))
             if not others:
                 continue
             listed = ", ".join(str(p) for p in others)

@@ -77,37 +77,45 @@ class _Selection:
         self.holder: dict[str, object] = {}
 
     def __call__(self, event: Event) -> bool:
-        query = self.query
         mig = event.get("migUUID")
         mig = mig if isinstance(mig, str) else None
-        if query.pod is not None:
-            holder = event.get("pod")
-            if holder is not None and mig is not None:
-                self.holder[mig] = holder
-            elif holder is None and mig is not None:
-                holder = self.holder.get(mig)
-            if holder != query.pod:
-                return False
-        if self.uuid is not None:
-            how, wanted = self.uuid
-            if mig is None:
-                return False
-            if how == "device" and not device_name(mig).startswith(wanted):
-                return False
-            if how == "prefix" and not mig.lower().startswith(wanted):
-                return False
-        gpu = query.gpu
-        if isinstance(gpu, int) and (
-            event.get("gpuIndex") != gpu or isinstance(event.get("gpuIndex"), bool)
-        ):
+        # The pod's filter first: it learns who held each instance from every event it sees.
+        return (
+            self._pod(event, mig)
+            and self._instance(mig)
+            and self._gpu(event)
+            and self._since(event)
+        )
+
+    def _pod(self, event: Event, mig: str | None) -> bool:
+        if self.query.pod is None:
+            return True
+        holder = event.get("pod")
+        if holder is not None and mig is not None:
+            self.holder[mig] = holder
+        elif holder is None and mig is not None:
+            holder = self.holder.get(mig)
+        return holder == self.query.pod
+
+    def _instance(self, mig: str | None) -> bool:
+        if self.uuid is None:
+            return True
+        how, wanted = self.uuid
+        if mig is None:
             return False
-        if isinstance(gpu, str) and str(event.get("gpuUUID", "")).lower() != gpu.lower():
-            return False
-        if query.since is not None:
-            when = parse_time(str(event.get("time", "")))
-            if when is None or when < query.since:
-                return False
-        return True
+        return (device_name(mig) if how == "device" else mig.lower()).startswith(wanted)
+
+    def _gpu(self, event: Event) -> bool:
+        gpu, index = self.query.gpu, event.get("gpuIndex")
+        if isinstance(gpu, int):
+            return index == gpu and not isinstance(index, bool)
+        return gpu is None or str(event.get("gpuUUID", "")).lower() == gpu.lower()
+
+    def _since(self, event: Event) -> bool:
+        if self.query.since is None:
+            return True
+        when = parse_time(str(event.get("time", "")))
+        return when is not None and when >= self.query.since
 
 
 def _forgeable(node: Node) -> list[Warning_]:

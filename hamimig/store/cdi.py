@@ -5,17 +5,14 @@ when the instance is created, kept while it is Active or Idle, and removed only 
 is gone. Its names are HAMi's, so a node can move between HAMi's device plugin and hamimig
 without orphaning or duplicating a device.
 
-Runtimes parse specs with the reference Go library, strictly: an unknown field or a `cdiVersion`
-lower than the content needs makes the whole file invalid, and a runtime built on an older
-library rejects versions it does not know. So every spec declares the *minimum* version its
-content needs (as NVIDIA's tools do), and `render` checks each spec against the library's rules
-before it is written: a spec that no runtime would load must never reach the CDI directory.
+Every spec declares the *minimum* version its content needs (as NVIDIA's tools do), and
+`render` checks each spec against the reference library's rules (`cdi_rules`) before it is
+written: a spec that no runtime would load must never reach the CDI directory.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 from hamimig.errors import HardwareError, UsageError
 from hamimig.store._fields import uuid_digest
 from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
+from hamimig.store.cdi_rules import devices_of, dicts, edits_of, minimum_version, validate_spec
 from hamimig.store.files import (
     FileOp,
     Problem,
@@ -46,50 +44,6 @@ GEOMETRY_ANNOTATION = "hami.io/mig-geometry"
 HAMI_ANNOTATIONS = (MIG_UUID_ANNOTATION, PARENT_GPU_ANNOTATION, GEOMETRY_ANNOTATION)
 """HAMi's device annotations: its plugin identifies a dynamic MIG spec by `hami.io/mig-uuid` on
 the device, and the geometry reads `<GPU minor>:<GI>:<CI>`."""
-
-KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
-"""The versions the reference library accepts (0.1.0/0.2.0 predate the base features)."""
-
-_VENDOR_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_CLASS_RE = _VENDOR_RE
-_DEVICE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
-_ANNOTATION_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_MAX_ANNOTATIONS_BYTES = 256 * 1024
-
-_SPEC_FIELDS = frozenset({"cdiVersion", "kind", "annotations", "devices", "containerEdits"})
-_DEVICE_FIELDS = frozenset({"name", "annotations", "containerEdits"})
-_EDITS_FIELDS = frozenset(
-    {"env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices"}
-)
-_NODE_FIELDS = frozenset(
-    {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"}
-)
-_MOUNT_FIELDS = frozenset({"hostPath", "containerPath", "options", "type"})
-_HOOK_FIELDS = frozenset({"hookName", "path", "args", "env", "timeout"})
-_HOOK_NAMES = frozenset(
-    {
-        "prestart",
-        "createRuntime",
-        "createContainer",
-        "startContainer",
-        "poststart",
-        "poststop",
-    }
-)
-_RDT_FIELDS = frozenset(
-    {
-        "closID",
-        "l3CacheSchema",
-        "memBwSchema",
-        "schemata",
-        "enableMonitoring",
-        "enableCMT",
-        "enableMBM",
-    }
-)
-_NETDEV_FIELDS = frozenset({"hostInterfaceName", "name"})
-_NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 
 
 @dataclass(frozen=True)
@@ -150,20 +104,14 @@ def build_spec(
     The lowest version is what keeps the spec loadable by runtimes built on older libraries
     (Debian 12's stops at 0.5.0); annotations are therefore opt-in, since they force 0.6.0.
     """
-    device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
-    if annotations:
-        device["annotations"] = dict(annotations)
-    device["containerEdits"] = {
-        "deviceNodes": [
-            {"path": f"/dev/nvidia{dev.gpu_minor}"},
-            {"path": f"/dev/nvidia-caps/nvidia-cap{dev.gi_cap_minor}"},
-            {"path": f"/dev/nvidia-caps/nvidia-cap{dev.ci_cap_minor}"},
-        ]
-    }
-    body: dict[str, Any] = {"kind": kind, "devices": [device]}
+    device_nodes = [
+        {"path": f"/dev/nvidia{dev.gpu_minor}"},
+        {"path": f"/dev/nvidia-caps/nvidia-cap{dev.gi_cap_minor}"},
+        {"path": f"/dev/nvidia-caps/nvidia-cap{dev.ci_cap_minor}"},
+    ]
     # NVIDIA_VISIBLE_DEVICES=void stops the NVIDIA runtime hook from injecting devices of its own
     # on top of the ones this spec grants.
-    body["containerEdits"] = {
+    common = {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": [
             {"path": "/dev/nvidiactl"},
@@ -171,7 +119,7 @@ def build_spec(
             {"path": "/dev/nvidia-uvm-tools"},
         ],
     }
-    return {"cdiVersion": minimum_version(body), **body}
+    return _spec(kind, dev, annotations, {"deviceNodes": device_nodes}, common)
 
 
 def _cap_node(minor: int, major: int, mode: int | None) -> dict[str, Any]:
@@ -207,43 +155,26 @@ def compose_spec(
         _cap_node(dev.gi_cap_minor, dev.caps_major, dev.gi_cap_mode),
         _cap_node(dev.ci_cap_minor, dev.caps_major, dev.ci_cap_mode),
     ]
+    return _spec(kind, dev, annotations, edits, base.common_edits())
+
+
+def _spec(
+    kind: str,
+    dev: CdiDevice,
+    annotations: dict[str, str] | None,
+    edits: dict[str, Any],
+    common: dict[str, Any],
+) -> dict[str, Any]:
+    """One device, the instance's, with `edits` (and `common` at spec level when there are
+    any), declaring the lowest `cdiVersion` its content allows."""
     device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
     if annotations:
         device["annotations"] = dict(annotations)
     device["containerEdits"] = edits
     body: dict[str, Any] = {"kind": kind, "devices": [device]}
-    common = base.common_edits()
     if common:
         body["containerEdits"] = common
     return {"cdiVersion": minimum_version(body), **body}
-
-
-# --------------------------------------------------------------------------------------------
-# Versions
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
-def _edits_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The spec-level edits and every device's edits (whatever of them are objects)."""
-    found: list[dict[str, Any]] = []
-    edits = spec.get("containerEdits")
-    if isinstance(edits, dict):
-        found.append(edits)
-    for device in _devices_of(spec):
-        edits = device.get("containerEdits")
-        if isinstance(edits, dict):
-            found.append(edits)
-    return found
-
-
-def _devices_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    devices = spec.get("devices")
-    if not isinstance(devices, list):
-        return []
-    return [d for d in devices if isinstance(d, dict)]
 
 
 def device_node_paths(spec: Any) -> set[str]:
@@ -251,268 +182,11 @@ def device_node_paths(spec: Any) -> set[str]:
     if not isinstance(spec, dict):
         return set()
     paths = set()
-    for edits in _edits_of(spec):
-        for node in _dicts(edits.get("deviceNodes")):
+    for edits in edits_of(spec):
+        for node in dicts(edits.get("deviceNodes")):
             if isinstance(node.get("path"), str):
                 paths.add(node["path"])
     return paths
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def minimum_version(spec: dict[str, Any]) -> str:
-    """The lowest `cdiVersion` the reference library accepts for this content (docs/formats.md
-    "CDI specs")."""
-    edits = _edits_of(spec)
-    devices = _devices_of(spec)
-    if any(e.get("netDevices") for e in edits):
-        return "1.1.0"
-    if any(e.get("intelRdt") is not None or e.get("additionalGids") for e in edits):
-        return "0.7.0"
-    kind = spec.get("kind")
-    cls = kind.split("/", 1)[1] if isinstance(kind, str) and "/" in kind else ""
-    if spec.get("annotations") or any(d.get("annotations") for d in devices) or "." in cls:
-        return "0.6.0"
-    names = [d.get("name") for d in devices]
-    if any(isinstance(n, str) and n[:1].isdigit() for n in names) or any(
-        node.get("hostPath") for e in edits for node in _dicts(e.get("deviceNodes"))
-    ):
-        return "0.5.0"
-    if any(mount.get("type") for e in edits for mount in _dicts(e.get("mounts"))):
-        return "0.4.0"
-    return "0.3.0"
-
-
-# --------------------------------------------------------------------------------------------
-# Validation
-
-
-def check_kind(kind: Any) -> list[str]:
-    """Problems with a `vendor/class` kind (also for checking configuration early)."""
-    if not isinstance(kind, str) or "/" not in kind:
-        return [f"kind {kind!r} is not of the form vendor/class"]
-    vendor, cls = kind.split("/", 1)
-    problems = []
-    if not _VENDOR_RE.match(vendor):
-        problems.append(f"kind {kind!r}: invalid vendor {vendor!r}")
-    if not _CLASS_RE.match(cls):
-        problems.append(f"kind {kind!r}: invalid class {cls!r}")
-    return problems
-
-
-def _unknown(obj: dict[str, Any], allowed: frozenset[str], where: str) -> list[str]:
-    return [f"{where}: unknown field {key!r}" for key in obj if key not in allowed]
-
-
-def _check_annotations(value: Any, where: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, dict):
-        return [f"{where}.annotations must be an object"]
-    problems: list[str] = []
-    total = 0
-    for key, val in value.items():
-        if not isinstance(val, str):
-            problems.append(f"{where}.annotations[{key!r}] must be a string")
-            continue
-        total += len(key) + len(val)
-        prefix, _, name = key.rpartition("/")
-        if len(name) > 63 or not _ANNOTATION_NAME_RE.match(name):
-            problems.append(f"{where}.annotations: invalid key {key!r}")
-        elif "/" in key and (
-            not prefix
-            or len(prefix) > 253
-            or not all(_DNS_LABEL_RE.match(label) for label in prefix.split("."))
-        ):
-            problems.append(f"{where}.annotations: invalid key prefix in {key!r}")
-    if total > _MAX_ANNOTATIONS_BYTES:
-        problems.append(f"{where}.annotations are larger than {_MAX_ANNOTATIONS_BYTES} bytes")
-    return problems
-
-
-def _check_env(value: Any, where: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        return [f"{where}.env must be a list"]
-    problems: list[str] = []
-    for entry in value:
-        if not isinstance(entry, str) or entry.find("=") <= 0:
-            problems.append(f"{where}.env: invalid entry {entry!r} (needs NAME=VALUE)")
-    return problems
-
-
-def _check_list(value: Any, where: str) -> tuple[list[dict[str, Any]], list[str]]:
-    if value is None:
-        return [], []
-    if not isinstance(value, list):
-        return [], [f"{where} must be a list"]
-    bad = [
-        f"{where}[{i}] must be an object" for i, v in enumerate(value) if not isinstance(v, dict)
-    ]
-    return [v for v in value if isinstance(v, dict)], bad
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_node(node: dict[str, Any], where: str) -> list[str]:
-    problems = _unknown(node, _NODE_FIELDS, where)
-    path = node.get("path")
-    if not isinstance(path, str) or not path:
-        problems.append(f"{where}: missing device path")
-    elif not path.startswith("/"):
-        problems.append(f"{where}: device path {path!r} is not absolute")
-    host_path = node.get("hostPath")
-    if host_path is not None and not isinstance(host_path, str):
-        problems.append(f"{where}: hostPath must be a string")
-    node_type = node.get("type", "")
-    if node_type not in _NODE_TYPES:
-        problems.append(f"{where}: invalid device type {node_type!r} (use b, c, u or p)")
-    perms = node.get("permissions", "")
-    if not isinstance(perms, str) or any(c not in "rwm" for c in perms):
-        problems.append(f"{where}: invalid permissions {perms!r} (only r, w, m)")
-    # The Go types the reference library decodes into: int64, os.FileMode (uint32), uint32.
-    for key, low, high in (
-        ("major", -(2**63), 2**63 - 1),
-        ("minor", -(2**63), 2**63 - 1),
-        ("fileMode", 0, 2**32 - 1),
-        ("uid", 0, 2**32 - 1),
-        ("gid", 0, 2**32 - 1),
-    ):
-        if node.get(key) is None:  # absent, or null (Go leaves the field at its zero)
-            continue
-        if not _is_int(node[key]):
-            problems.append(f"{where}: {key} must be an integer")
-        elif not low <= node[key] <= high:
-            problems.append(f"{where}: {key} {node[key]} is out of range ({low}..{high})")
-    return problems
-
-
-def _check_mount(mount: dict[str, Any], where: str) -> list[str]:
-    problems = _unknown(mount, _MOUNT_FIELDS, where)
-    for key in ("hostPath", "containerPath"):
-        if not isinstance(mount.get(key), str) or not mount.get(key):
-            problems.append(f"{where}: missing {key}")
-    options = mount.get("options")
-    if options is not None and (
-        not isinstance(options, list) or not all(isinstance(o, str) for o in options)
-    ):
-        problems.append(f"{where}: options must be a list of strings")
-    if "type" in mount and not isinstance(mount["type"], str):
-        problems.append(f"{where}: type must be a string")
-    return problems
-
-
-def _check_hook(hook: dict[str, Any], where: str) -> list[str]:
-    problems = _unknown(hook, _HOOK_FIELDS, where)
-    if hook.get("hookName") not in _HOOK_NAMES:
-        problems.append(f"{where}: invalid hook name {hook.get('hookName')!r}")
-    if not isinstance(hook.get("path"), str) or not hook.get("path"):
-        problems.append(f"{where}: missing hook path")
-    args = hook.get("args")
-    if args is not None and (
-        not isinstance(args, list) or not all(isinstance(a, str) for a in args)
-    ):
-        problems.append(f"{where}: args must be a list of strings")
-    timeout = hook.get("timeout")
-    if timeout is not None and (not _is_int(timeout) or not -(2**63) <= timeout < 2**63):
-        problems.append(f"{where}: timeout must be an integer (seconds)")
-    problems += _check_env(hook.get("env"), where)
-    return problems
-
-
-def _check_edits(edits: Any, where: str) -> tuple[list[str], bool]:
-    """Problems in one `containerEdits`, and whether it is empty."""
-    if edits is None:
-        return [], True
-    if not isinstance(edits, dict):
-        return [f"{where} must be an object"], True
-    problems = _unknown(edits, _EDITS_FIELDS, where)
-    problems += _check_env(edits.get("env"), where)
-    nodes, bad = _check_list(edits.get("deviceNodes"), f"{where}.deviceNodes")
-    problems += bad
-    for i, node in enumerate(nodes):
-        problems += _check_node(node, f"{where}.deviceNodes[{i}]")
-    mounts, bad = _check_list(edits.get("mounts"), f"{where}.mounts")
-    problems += bad
-    for i, mount in enumerate(mounts):
-        problems += _check_mount(mount, f"{where}.mounts[{i}]")
-    hooks, bad = _check_list(edits.get("hooks"), f"{where}.hooks")
-    problems += bad
-    for i, hook in enumerate(hooks):
-        problems += _check_hook(hook, f"{where}.hooks[{i}]")
-    rdt = edits.get("intelRdt")
-    if rdt is not None:
-        if isinstance(rdt, dict):
-            problems += _unknown(rdt, _RDT_FIELDS, f"{where}.intelRdt")
-        else:
-            problems.append(f"{where}.intelRdt must be an object")
-    gids = edits.get("additionalGids")
-    if gids is not None and (
-        not isinstance(gids, list) or not all(_is_int(g) and g >= 0 for g in gids)
-    ):
-        problems.append(f"{where}.additionalGids must be a list of non-negative integers")
-    netdevs, bad = _check_list(edits.get("netDevices"), f"{where}.netDevices")
-    problems += bad
-    for i, netdev in enumerate(netdevs):
-        nwhere = f"{where}.netDevices[{i}]"
-        problems += _unknown(netdev, _NETDEV_FIELDS, nwhere)
-        for key in ("hostInterfaceName", "name"):
-            if not isinstance(netdev.get(key), str) or not netdev.get(key):
-                problems.append(f"{nwhere}: missing {key}")
-    empty = not any(edits.get(k) for k in _EDITS_FIELDS if k != "intelRdt") and (
-        edits.get("intelRdt") is None
-    )
-    return problems, empty
-
-
-def validate_spec(spec: Any) -> list[str]:
-    """What the reference CDI library would reject in `spec`; empty when a runtime accepts it.
-
-    Covers the rules (docs/formats.md "CDI specs") that a per-instance spec can break, including
-    strict parsing (unknown fields) and a `cdiVersion` below what the content needs.
-    """
-    if not isinstance(spec, dict):
-        return ["spec is not a JSON object"]
-    problems = _unknown(spec, _SPEC_FIELDS, "spec")
-    version = spec.get("cdiVersion")
-    if not isinstance(version, str) or version not in KNOWN_VERSIONS:
-        problems.append(f"unknown cdiVersion {version!r} (known: {', '.join(KNOWN_VERSIONS)})")
-    else:
-        needed = minimum_version(spec)
-        if _version_key(version) < _version_key(needed):
-            problems.append(f"cdiVersion {version} is too low: the content needs {needed}")
-    problems += check_kind(spec.get("kind"))
-    problems += _check_annotations(spec.get("annotations"), "spec")
-    devices = spec.get("devices")
-    if not isinstance(devices, list) or not devices:
-        problems.append("spec has no devices")
-        devices = []
-    seen: set[str] = set()
-    for i, device in enumerate(devices):
-        where = f"devices[{i}]"
-        if not isinstance(device, dict):
-            problems.append(f"{where} must be an object")
-            continue
-        problems += _unknown(device, _DEVICE_FIELDS, where)
-        name = device.get("name")
-        if not isinstance(name, str) or not _DEVICE_RE.match(name):
-            problems.append(f"{where}: invalid device name {name!r}")
-        elif name in seen:
-            problems.append(f"{where}: duplicate device name {name!r}")
-        else:
-            seen.add(name)
-        problems += _check_annotations(device.get("annotations"), where)
-        edit_problems, empty = _check_edits(device.get("containerEdits"), f"{where}.containerEdits")
-        problems += edit_problems
-        if empty:
-            problems.append(f"{where}: device {name!r} has empty containerEdits")
-    problems += _check_edits(spec.get("containerEdits"), "containerEdits")[0]
-    return problems
 
 
 # --------------------------------------------------------------------------------------------
@@ -646,7 +320,7 @@ class CdiStore(StoreFiles):
         if not isinstance(found, dict) or validate_spec(found):
             return False
         return found.get("kind") == self.kind and any(
-            d.get("name") == device_name(mig_uuid) for d in _devices_of(found)
+            d.get("name") == device_name(mig_uuid) for d in devices_of(found)
         )
 
     def file_of_device(self, device: str) -> str:
@@ -661,9 +335,7 @@ class CdiStore(StoreFiles):
         """Whether anything (even a symlink or a broken file) sits at spec file name `name`."""
         try:
             describe_entry(self.directory, name)
-        except FileNotFoundError:
-            return False
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
         return True
 
@@ -713,18 +385,17 @@ class CdiStore(StoreFiles):
     def remove(self, mig_uuid: str) -> bool:
         """Remove the spec durably; False when it was already gone. Raises `ForeignSpec` (and
         keeps the file) when its content is not this instance's spec."""
-        name = spec_file_name(mig_uuid)
-        why = self.not_ours(name, mig_uuid)
-        if why is not None:
-            raise ForeignSpec(self.directory / name, why)
-        return self.remove_named(FileOpName.CDI_REMOVE, name)
+        return self._remove_ours(spec_file_name(mig_uuid), mig_uuid)
 
     def remove_name(self, name: str) -> bool:
         """Remove a spec of ours known only by its file name (no record names its MIG UUID);
         raises `ForeignSpec` as `remove` does."""
         if not self.owns(name):
             raise ValueError(f"{name} is not the name of a per-instance spec")
-        why = self.not_ours(name)
+        return self._remove_ours(name, None)
+
+    def _remove_ours(self, name: str, mig_uuid: str | None) -> bool:
+        why = self.not_ours(name, mig_uuid)
         if why is not None:
             raise ForeignSpec(self.directory / name, why)
         return self.remove_named(FileOpName.CDI_REMOVE, name)
@@ -762,7 +433,7 @@ def _without_hami_annotations(spec: dict[str, Any], dev: CdiDevice) -> dict[str,
     }
     copy: dict[str, Any] = json.loads(canonical(spec))
     stripped = False
-    for device in _devices_of(copy):
+    for device in devices_of(copy):
         found = device.get("annotations")
         if not isinstance(found, dict) or not found:
             continue

@@ -18,12 +18,13 @@ import copy
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hamimig.errors import UsageError
+from hamimig.store.cdi_rules import validate_spec
 from hamimig.store.files import read_input
 from hamimig.store.yamlload import load as load_yaml
 from hamimig.store.yamlload import refusing_duplicates
@@ -39,7 +40,8 @@ NONE = "none"
 OWN_SPEC_PREFIX = "hami-dynamic-mig-"
 """Per-instance specs (ours and HAMi's) are never a base."""
 
-_SUFFIXES = (".json", ".yaml")
+SPEC_SUFFIXES = (".json", ".yaml")
+"""The files runtimes load from a CDI directory."""
 _GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 _CAPS_NODE_PREFIX = "/dev/nvidia-caps/"
 GENERATE_HINT = "run `nvidia-ctk cdi generate` or set `cdi.baseSpec: none`"
@@ -252,8 +254,6 @@ def _count_values(document: Any) -> None:
 
 def _validated(path: Path, spec: Any) -> BaseSpec:
     """The spec as a base, or a usage error naming the file and the first problem."""
-    from hamimig.store.cdi import validate_spec
-
     problems = validate_spec(spec)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -265,12 +265,11 @@ def _validated(path: Path, spec: Any) -> BaseSpec:
     return BaseSpec(path, spec)
 
 
-def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]]:
-    """Every parsable spec file of an NVIDIA kind directly in `dirs` (each directory once),
-    and why the files that could not be parsed were not (one of them may be NVIDIA's)."""
+def spec_files(dirs: Iterable[Path]) -> Iterator[tuple[Path, list[Path]]]:
+    """Each CDI directory of `dirs` once (the same real directory under two names is searched
+    once), with the spec files in it by name, as runtimes find them; a directory that is absent
+    or not one is skipped, and one that cannot be listed holds none."""
     seen: set[str] = set()
-    found: list[tuple[Path, Any]] = []
-    unreadable: list[str] = []
     for directory in dirs:
         real = os.path.realpath(directory)
         if real in seen or not os.path.isdir(directory):
@@ -279,17 +278,26 @@ def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]
         try:
             names = sorted(os.listdir(directory))
         except OSError:
-            continue
-        for name in names:
-            if not name.endswith(_SUFFIXES) or name.startswith(OWN_SPEC_PREFIX):
+            names = []
+        yield directory, [directory / n for n in names if n.endswith(SPEC_SUFFIXES)]
+
+
+def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]]:
+    """Every parsable spec file of an NVIDIA kind directly in `dirs`, and why the files that
+    could not be parsed were not (one of them may be NVIDIA's)."""
+    found: list[tuple[Path, Any]] = []
+    unreadable: list[str] = []
+    for _, paths in spec_files(dirs):
+        for path in paths:
+            if path.name.startswith(OWN_SPEC_PREFIX):
                 continue
             try:
-                spec = read_spec_file(directory / name)
+                spec = read_spec_file(path)
             except ValueError as exc:
                 unreadable.append(str(exc))
                 continue
             if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
-                found.append((directory / name, spec))
+                found.append((path, spec))
     return found, unreadable
 
 
