@@ -98,6 +98,39 @@ def _opt_str(value: Any, where: str, field: str) -> str | None:
     raise _Malformed(f"{where}: {field} is not a string")
 
 
+def _named(meta: dict[str, Any], where: str) -> tuple[str, str]:
+    """The pod's namespace and name, checked as the API server checks them (a record naming the
+    pod as owner needs them valid), with its UID."""
+    name = meta.get("name")
+    namespace = meta.get("namespace")
+    if not isinstance(name, str) or not name:
+        raise _Malformed(_at(where, "pod has no metadata.name"))
+    if not isinstance(namespace, str) or not namespace:
+        raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
+    try:
+        k8s_label_field(namespace, "metadata.namespace")
+        k8s_subdomain_field(name, "metadata.name")
+        uid_field(meta.get("uid"), "metadata.uid")
+    except ValueError as exc:
+        raise _Malformed(_at(where, str(exc))) from None
+    return namespace, name
+
+
+def _claim(raw: Any) -> tuple[tuple[MigAllocation, ...], str | None]:
+    """The allocations an annotation value claims, or why it cannot be read. An absent or empty
+    value carries no claim at all; only a claim that cannot be read is an error."""
+    if raw is None:
+        return (), None
+    if not isinstance(raw, str):
+        return (), "annotation value is not a string"
+    if not raw.strip():
+        return (), None
+    try:
+        return decode_allocations(raw), None
+    except AnnotationError as exc:
+        return (), str(exc)
+
+
 def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     """One pod from its manifest, or None when it is another node's and claims nothing.
 
@@ -113,18 +146,7 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     if kind is not None and kind != "Pod":
         raise _Malformed(f"{where} has kind {kind!r}, not Pod")
     meta = _dict_field(item, "metadata", where or "pod")
-    name = meta.get("name")
-    namespace = meta.get("namespace")
-    if not isinstance(name, str) or not name:
-        raise _Malformed(_at(where, "pod has no metadata.name"))
-    if not isinstance(namespace, str) or not namespace:
-        raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
-    try:  # what the API server guarantees; a record naming the pod as owner needs it too
-        k8s_label_field(namespace, "metadata.namespace")
-        k8s_subdomain_field(name, "metadata.name")
-        uid_field(meta.get("uid"), "metadata.uid")
-    except ValueError as exc:
-        raise _Malformed(_at(where, str(exc))) from None
+    namespace, name = _named(meta, where)
     where = f"{where} ({namespace}/{name})" if where else f"pod {namespace}/{name}"
     spec = _dict_field(item, "spec", where)
     node_name = _opt_str(spec.get("nodeName"), where, "spec.nodeName")
@@ -132,36 +154,14 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     uid = _opt_str(meta.get("uid"), where, "metadata.uid")
     deletion = _opt_str(meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp")
     phase = _opt_str(_dict_field(item, "status", where).get("phase"), where, "status.phase")
-    annotations = _dict_field(meta, "annotations", where)
-    raw = annotations.get(ANNOTATION)
+    raw = _dict_field(meta, "annotations", where).get(ANNOTATION)
     elsewhere = node is not None and node_name != node
     if elsewhere and (not isinstance(raw, str) or deletion is not None or phase in TERMINAL_PHASES):
         return None
-
-    allocations: tuple[MigAllocation, ...] = ()
-    error: str | None = None
-    if raw is None:
-        pass
-    elif not isinstance(raw, str):
-        error = "annotation value is not a string"
-    elif raw.strip():
-        # An empty value carries no claim at all; only a claim that cannot be read is an error.
-        try:
-            allocations = decode_allocations(raw)
-        except AnnotationError as exc:
-            error = str(exc)
+    allocations, error = _claim(raw)
     if elsewhere and not allocations:
         return None  # an unreadable claim on another node is that node's business
-    return Pod(
-        namespace=namespace,
-        name=name,
-        uid=uid,
-        node_name=node_name,
-        phase=phase,
-        deletion_timestamp=deletion,
-        allocations=allocations,
-        annotation_error=error,
-    )
+    return Pod(namespace, name, uid, node_name, phase, deletion, allocations, error)
 
 
 class _Page(NamedTuple):
