@@ -35,15 +35,7 @@ from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
 from hamimig.engine.results import ActionReport, SkippedGpu, Warning_
-from hamimig.engine.steps import (
-    InFlight,
-    Managed,
-    OrphanGi,
-    Pair,
-    Plan,
-    Spec,
-    Where,
-)
+from hamimig.engine.steps import InFlight, Managed, OrphanGi, Pair, Plan, Spec, Where
 from hamimig.errors import NvmlError, UsageError
 from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.cdi import CdiStore, spec_file_name
@@ -284,25 +276,15 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
     return gi, ci
 
 
+_IDENTITY = ("gpu_uuid", "gpu_instance_id", "compute_instance_id", "placement", "profile")
+"""What a record and an annotation's allocation must agree on to name the same instance."""
+
+
 def _record_disagrees(
     survey: _Survey, record: Record, pod: Pod, alloc: MigAllocation, where: str
 ) -> str | None:
     """Why the record of an instance a pod names cannot be restored Active for that pod."""
-    identity = (
-        record.gpu_uuid,
-        record.gpu_instance_id,
-        record.compute_instance_id,
-        record.placement,
-        record.profile,
-    )
-    named = (
-        alloc.gpu_uuid,
-        alloc.gpu_instance_id,
-        alloc.compute_instance_id,
-        alloc.placement,
-        alloc.profile,
-    )
-    if identity != named:
+    if any(getattr(record, f) != getattr(alloc, f) for f in _IDENTITY):
         return f"the record of {alloc.mig_uuid} disagrees with {where}"
     if record.state in (State.RECLAIMING, State.ERROR):
         return f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
@@ -595,16 +577,10 @@ def _plan_unknown(survey: _Survey, adopt: bool, orphans: bool) -> None:
 def _plan_unmarked(
     survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
 ) -> None:
+    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
     if gi.shared:
-        where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
         survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, shared_gi_reason(gi))
         return
-    _plan_single(survey, gpu, gi, ci, name, adopt)
-
-
-def _plan_single(
-    survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
-) -> None:
     if adopt and not has_processes(survey.hw, ci.mig_uuid):
         reason = (
             f"unmarked complete GI/CI pair ({name}, GI {gi.id}, CI {ci.id}); adoption is enabled"
@@ -616,7 +592,6 @@ def _plan_single(
         if adopt
         else "no ownership record; adoption is not enabled"
     )
-    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
     survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, reason)
 
 

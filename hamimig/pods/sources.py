@@ -189,16 +189,15 @@ def _pods_of(doc: Any, node: str | None) -> _Page:
             "is a single Pod, not the node's pod list (kind List or PodList, as 'kubectl get "
             "pods -o json' prints it)"
         )
-    if kind in ("PodList", "List") or (kind is None and "items" in doc):
-        if "items" not in doc:  # kubectl and the API always write it; a list without is cut
-            raise _Malformed(f"the {kind} has no items key")
-        items = doc.get("items")
-        if items is None:  # Go marshals an empty slice it never allocated as null
-            items = []
-        if not isinstance(items, list):
-            raise _Malformed("items is not a list")
-    else:
+    if kind not in ("PodList", "List") and (kind is not None or "items" not in doc):
         raise _Malformed(f"expected kind PodList or List, got {kind!r}")
+    if "items" not in doc:  # kubectl and the API always write it; a list without is cut
+        raise _Malformed(f"the {kind} has no items key")
+    items = doc["items"]
+    if items is None:  # Go marshals an empty slice it never allocated as null
+        items = []
+    if not isinstance(items, list):
+        raise _Malformed("items is not a list")
     pods: list[Pod] = []
     elsewhere: list[Pod] = []
     unbound: list[Pod] = []
@@ -236,14 +235,13 @@ def _gc_paused() -> Iterator[None]:
     much as the parse. Callers keep it paused until the document has been reduced to `Pod`s and
     dropped, because the document's objects would otherwise be walked once the collector resumes.
     """
-    if not gc.isenabled():
-        yield
-        return
+    enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
 
 
 def _yaml_problem(exc: Exception) -> str:
@@ -451,11 +449,7 @@ def _read_path(path: str, source: str) -> tuple[bytearray, float]:
     except OSError as exc:
         raise _cannot_read(source, exc) from None
     try:
-        opened = os.fstat(fd)
-        if not stat.S_ISREG(opened.st_mode):
-            raise UsageError(f"{source}: is {_kind_of(opened.st_mode)}, not a regular file")
-        _check_size(opened.st_size, source)
-        return _read_fd(fd, source), opened.st_mtime
+        return _read_opened(fd, source, pipes=False)
     except OSError as exc:
         raise _cannot_read(source, exc) from None
     finally:
@@ -481,20 +475,24 @@ def _read_stdin() -> tuple[bytes | bytearray, float]:
     if os.isatty(fd):
         raise UsageError(_STDIN_TERMINAL, Setting.POD_LIST)
     try:
-        info = os.fstat(fd)
+        return _read_opened(fd, "stdin", pipes=True)
     except OSError as exc:
         raise _cannot_read("stdin", exc) from None
+
+
+def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
+    """A regular file's bytes and modification time or, with `pipes`, a pipe's (or a socket's)
+    and the process start; anything else is refused unread."""
+    info = os.fstat(fd)
     if stat.S_ISREG(info.st_mode):
-        _check_size(info.st_size, "stdin")
+        _check_size(info.st_size, source)
         taken_at = info.st_mtime
-    elif stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+    elif pipes and (stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
         taken_at = hamimig.PROCESS_STARTED
     else:
-        raise UsageError(f"stdin: is {_kind_of(info.st_mode)}, not a pipe or a regular file")
-    try:
-        return _read_fd(fd, "stdin"), taken_at
-    except OSError as exc:
-        raise _cannot_read("stdin", exc) from None
+        wanted = "a pipe or a regular file" if pipes else "a regular file"
+        raise UsageError(f"{source}: is {_kind_of(info.st_mode)}, not {wanted}")
+    return _read_fd(fd, source), taken_at
 
 
 def _read_fd(fd: int, source: str) -> bytearray:
@@ -631,11 +629,18 @@ class _Listing:
             finished = False
             try:
                 status = int(response.status)
-                if 200 <= status < 300:
-                    body, finished = self._read(response, self.budget), True
+                success = 200 <= status < 300
+                limit = self.budget if success else _ERROR_BODY_BYTES
+                declared = response.headers.get("Content-Length") or ""
+                if success and declared.isdigit() and int(declared) > limit:
+                    raise self._too_big()
+                body = self._read(response, limit)
+                finished = len(body) <= limit
+                if success:
+                    if not finished:
+                        raise self._too_big()
                     self.budget -= len(body)
-                else:
-                    body, finished = self._read(response, _ERROR_BODY_BYTES, cut=True)
+                body = body[:limit]  # an error answer is quoted only in part
             finally:
                 if not finished:  # unread bytes left: the connection cannot serve another request
                     response.close()
@@ -650,35 +655,23 @@ class _Listing:
             ) from None
         return status, str(response.reason or ""), body
 
-    def _read(self, response: Any, limit: int, cut: bool = False) -> Any:
-        """Up to `limit` bytes, one socket read at a time so that the deadline is checked
-        between reads and bounds each of them.
-
-        Returns the body, or with `cut` (an error answer, quoted only in part) the bytes read so
-        far and whether that was all of it. Without `cut`, more than `limit` is a failure.
-        """
-        declared = response.headers.get("Content-Length")
-        if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
-            raise self._too_big()
-        read = getattr(response, "read1", None) or response.read  # read1: urllib3 2.2 and later
+    def _read(self, response: Any, limit: int) -> bytes:
+        """Up to `limit` bytes, or as soon as that is passed a little more, one socket read at a
+        time so that the deadline is checked between reads and bounds each of them."""
         settimeout = getattr(_socket_of(response), "settimeout", None)
         chunks: list[bytes] = []
         size = 0
-        while True:
+        while size <= limit:
             left = self._left()
             if settimeout is not None:
                 with contextlib.suppress(OSError):  # closed once the whole body has arrived
                     settimeout(left)
-            chunk = read(_CHUNK)
+            chunk = response.read1(_CHUNK)  # one socket read at most (urllib3 2.2 and later)
             if not chunk:
-                body = b"".join(chunks)
-                return (body, True) if cut else body
+                break
             size += len(chunk)
             chunks.append(chunk)
-            if size > limit:
-                if cut:
-                    return b"".join(chunks)[:limit], False
-                raise self._too_big()
+        return b"".join(chunks)
 
     def _too_big(self) -> PodSourceError:
         return PodSourceError(
