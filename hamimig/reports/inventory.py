@@ -46,6 +46,8 @@ def _gpus(hw: MigHardware, gpu_ref: int | str | None) -> list[Gpu]:
 
 
 def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
+    if gpu.mig_mode is MigMode.UNSUPPORTED:
+        return 0
     ends = [p.end for prof in hw.profiles(gpu.index) for p in prof.placements]
     return max(ends, default=MEMORY_SLICES)
 
@@ -89,21 +91,20 @@ def gpu_instances(
     claims = _Claims()
     _claim_recorded(claims, gpu, layout, names, durable)
     _claim_the_rest(node, claims, gpu, layout, names, durable)
-    counts = {gi.id: len(gi.compute_instances) for gi in layout}
+    counts = _ci_counts(layout)
     out = [_with_count_of_cis(_with_processes(hw, v), counts) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
     return out, claims.records, claims.intents
+
+
+def _ci_counts(layout: tuple[GpuInstance, ...]) -> dict[int, int]:
+    return {gi.id: len(gi.compute_instances) for gi in layout}
 
 
 def _with_count_of_cis(view: InstanceView, counts: dict[int, int]) -> InstanceView:
     if view.gpu_instance_id is None or view.gpu_instance_id not in counts:
         return view
     return dataclasses.replace(view, compute_instance_count=counts[view.gpu_instance_id])
-
-
-def _live_ci_count(hw: MigHardware, live: MigDevice) -> dict[int, int]:
-    """The GI-to-CI-count map of the GPU a live MIG device is on (`show`)."""
-    return {gi.id: len(gi.compute_instances) for gi in hw.layout(live.gpu_index)}
 
 
 def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
@@ -175,17 +176,7 @@ def _claim_the_rest(
                 claims.views.append(_unreadable(node, view, durable))
 
 
-_LIVE_PAIR_STATES = frozenset(
-    (
-        State.ACTIVE,
-        State.IDLE,
-        State.RECLAIMING,
-        State.ERROR,
-        State.UNMANAGED,
-        State.CREATING,
-        State.UNREADABLE,
-    )
-)
+_LIVE_PAIR_STATES = frozenset(State) - {State.MISSING, State.ORPHAN_GI}
 
 
 def _with_count(hw: MigHardware, view: InstanceView, mig_uuid: str) -> InstanceView:
@@ -288,9 +279,7 @@ def list_instances(
                 uuid=gpu.uuid,
                 model=gpu.model,
                 mig_mode=gpu.mig_mode,
-                memory_slices=_memory_slices(hw, gpu)
-                if gpu.mig_mode is not MigMode.UNSUPPORTED
-                else 0,
+                memory_slices=_memory_slices(hw, gpu),
                 mig_pending=gpu.mig_pending,
             )
         )
@@ -380,7 +369,7 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         )
         view = _with_count(hw, _unreadable(node, view, durable), mig_uuid)
     if live is not None:
-        view = _with_count_of_cis(view, _live_ci_count(hw, live))
+        view = _with_count_of_cis(view, _ci_counts(hw.layout(live.gpu_index)))
     return InstanceDetail(
         instance=view,
         record=str(node.records().path_of(mig_uuid))

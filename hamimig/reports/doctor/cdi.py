@@ -156,32 +156,29 @@ def _check_spec_files(
 ) -> tuple[list[Check], int]:
     """The problems among our spec files, and how many are fine (those get one summary row,
     not one per instance)."""
-    if durable is None:  # records unreadable: whose spec it is cannot be told
-        results = [
-            _check_spec(cdi, name, None, live, False, False, records_known=False) for name in names
-        ]
-    else:
-        by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
-        queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
-        in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
-        # The spec of a record that cannot be read is no orphan: its record's check says why.
-        unreadable = {
-            cdi.file_of_device(device)
-            for file in durable.unreadable_records()
-            if (device := forget_name(file)) != file
-        }
-        results = [
-            _check_spec(
-                cdi,
-                name,
-                by_spec.get(name),
-                live,
-                name in queued,
-                name in in_flight,
-                records_known=name not in unreadable,
-            )
-            for name in names
-        ]
+    known = durable is not None  # records unreadable: whose spec it is cannot be told
+    durable = durable or Durable(records={}, intents=(), removals=(), problems=())
+    by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
+    queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
+    in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
+    # The spec of a record that cannot be read is no orphan: its record's check says why.
+    unreadable = {
+        cdi.file_of_device(device)
+        for file in durable.unreadable_records()
+        if (device := forget_name(file)) != file
+    }
+    results = [
+        _check_spec(
+            cdi,
+            name,
+            by_spec.get(name),
+            live,
+            name in queued,
+            name in in_flight,
+            records_known=known and name not in unreadable,
+        )
+        for name in names
+    ]
     problems = [c for c in results if c.status is not CheckStatus.OK]
     return problems, len(results) - len(problems)
 
