@@ -106,9 +106,9 @@ class _Survey:
 
 def owner_pod(record: Record, pods: list[Pod]) -> Pod | None:
     """The first of `pods` that an Active record names as its owner."""
-    if record.owner is None or record.state is not State.ACTIVE:
-        return None
     owner = record.owner
+    if owner is None or record.state is not State.ACTIVE:
+        return None
     return next((pod for pod in pods if owned_by(owner, pod)), None)
 
 
@@ -490,10 +490,8 @@ def _plan_intents(survey: _Survey) -> None:
 def _plan_intent(survey: _Survey, intent: Intent) -> None:
     plan = survey.plan
     record = survey.durable.records.get(intent.mig_uuid or "")
-    if record is not None and (record.gpu_uuid, record.placement) == (
-        intent.gpu_uuid,
-        intent.placement,
-    ):
+    slot = (intent.gpu_uuid, intent.placement)
+    if record is not None and (record.gpu_uuid, record.placement) == slot:
         reason = f"allocation {intent.id} had completed; clearing its intent"
         plan.add(ActionKind.FINISH_INTENT, InFlight(intent), reason)
         return
