@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import gc
 import json
 import os
@@ -307,55 +306,30 @@ class _AnchorFound(Exception):
             self.where = f" (line {line + 1}, column {column + 1})"
 
 
-def _refuses_anchors(event: Any) -> None:
-    import yaml
-
-    if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-        raise _AnchorFound(event.start_mark)
-
-
-@functools.cache
-def _pure_loader() -> Any:
-    """PyYAML's pure-Python safe loader, refusing anchors and aliases as it composes (and, as
-    every loader here, a key given twice in one mapping: `hamimig.store.yamlload`).
+def _yaml_loader(text: str) -> Any:
+    """libyaml's safe loader when it is installed (several times faster), else PyYAML's
+    pure-Python one, refusing a key given twice in one mapping (`hamimig.store.yamlload`); either
+    way, a document with an anchor never reaches the composer.
 
     An alias makes two places of the document one node, so a few lines can describe a tree of
     billions of nodes ("billion laughs"), and merge keys (`<<: [*a, *a]`) copy them for real.
-    No pod list needs either, so the first anchor ends the parse.
+    No pod list needs either, so a document that may hold one is first run through the loader's
+    event parser (about a third more time), and the first anchor or alias ends it. kubectl never
+    writes anchors, and a list without an `&` where an anchor could start skips that pass.
     """
     import yaml
 
-    class RefusingLoader(refusing_duplicates(yaml.SafeLoader)):  # type: ignore[misc]
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            parser: Any = self  # PyYAML's parser methods are untyped
-            _refuses_anchors(parser.peek_event())
-            return super().compose_node(parent, index)
-
-    return RefusingLoader
-
-
-def _yaml_loader(text: str) -> Any:
-    """libyaml's loader when it is installed (several times faster), else the pure-Python one;
-    either way, a document with an anchor never reaches the composer.
-
-    libyaml composes in C, where no subclass can see an alias, so a document that may hold one
-    is first run through libyaml's event parser (about a third more time). kubectl never writes
-    anchors, and a list without an `&` where an anchor could start skips that pass.
-    """
-    import yaml
-
-    libyaml = getattr(yaml, "CSafeLoader", None)
-    if libyaml is None:
-        return _pure_loader()
-    fast = refusing_duplicates(libyaml)
+    loader = refusing_duplicates(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     if "&" in text and _ANCHOR_LIKE.search(text) is not None:
-        parser = fast(text)
+        parser = loader(text)
         try:
             while parser.check_event():
-                _refuses_anchors(parser.get_event())
+                event = parser.get_event()
+                if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                    raise _AnchorFound(event.start_mark)
         finally:
             parser.dispose()
-    return fast
+    return loader
 
 
 def read_pods_text(
@@ -694,15 +668,13 @@ def _socket_of(response: Any) -> Any:
 
 
 def _status_failure(source: str, status: int, reason: str, body: bytes) -> PodSourceError:
-    detail = ""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):
         doc = None
-    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
-        detail = doc["message"]
+    detail = doc.get("message") if isinstance(doc, dict) else None
     text = f"{source}: the Kubernetes API answered {status} {reason}".rstrip()
-    if detail:
+    if isinstance(detail, str) and detail:
         text += f": {detail}"
     return PodSourceError(_one_line(text))
 
