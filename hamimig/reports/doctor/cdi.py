@@ -246,19 +246,14 @@ def _check_spec(
     check = subject_of(cdi.store, cdi.subject(name))
     path = cdi.directory / name
     rewrite = "hamimig recover rewrites the spec of a live instance; remove one without a record"
+    move = f"move {path} out of the CDI directory if it is not hamimig's"
     found = cdi.inspect(name)
     if found is None:
         return ok(check, f"{path} was removed while doctor looked")
     if isinstance(found, Problem):
-        if found.io:
-            return fail(check, f"{path}: {found.reason}", "run as root", HARDWARE)
-        if record is None and records_known:  # no command removes it (not ours by content)
-            return fail(
-                check,
-                f"{path}: {found.reason}",
-                f"move {path} out of the CDI directory if it is not hamimig's",
-            )
-        return fail(check, f"{path}: {found.reason}", rewrite)
+        # Without a record no command removes it (it is not ours by content).
+        fix = "run as root" if found.io else move if record is None and records_known else rewrite
+        return fail(check, f"{path}: {found.reason}", fix, HARDWARE if found.io else UNVERIFIABLE)
     if record is None:
         if not records_known:
             return ok(check, f"{path} is valid (not matched with records: they cannot be read)")
@@ -268,7 +263,7 @@ def _check_spec(
                 check,
                 f"{path} is not hamimig's spec of its instance ({foreign}): recover refuses it "
                 "and no command removes it",
-                f"move {path} out of the CDI directory if it is not hamimig's",
+                move,
                 UNVERIFIABLE,
             )
         if queued:
