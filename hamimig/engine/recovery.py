@@ -359,9 +359,7 @@ def _live_elsewhere(survey: _Survey, record: Record, by_gi: bool = True) -> str 
         return None
     for gi in gpu.layout:
         if gi.id == record.gpu_instance_id and gpu.names.get(gi.profile_id) == record.profile:
-            at: tuple[tuple[str, object, object], ...] = (
-                ("placement", str(record.placement), str(gi.placement)),
-            )
+            at = (("placement", str(record.placement), str(gi.placement)),)
             return f"GI {gi.id} ({record.profile}) is live on its GPU, {differs(at)}"
     return None
 
