@@ -55,16 +55,10 @@ def format_duration(seconds: float) -> str:
     """`3h12m`, `45m10s`, `9s`, `2d3h`: the two largest units, rounded down to whole seconds
     (so a printed age never overstates how long an instance has been idle)."""
     whole = max(0, int(seconds))
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
-    while len(parts) > 1 and parts[0][0] == 0:
-        parts.pop(0)
-    shown = parts[:2]
-    if len(shown) == 2 and shown[1][0] == 0:
-        shown = shown[:1]
-    return "".join(f"{n}{unit}" for n, unit in shown)
+    parts = (whole // 86400, whole // 3600 % 24, whole // 60 % 60, whole % 60)
+    first = next((i for i, n in enumerate(parts) if n), 3)  # the largest unit, or seconds
+    units = zip(parts[first : first + 2], "dhms"[first:], strict=False)
+    return "".join(f"{n}{unit}" for i, (n, unit) in enumerate(units) if n or i == 0)
 
 
 def exact_duration(seconds: int) -> str:

@@ -70,14 +70,9 @@ class PodSource:
 
             snapshot = read_pods_file(self.pods_file, node.node_name)
         elif self.kube:
-            from hamimig.pods.sources import read_pods_kube
+            from hamimig.pods.sources import read_pods_kube  # refuses a node without a name
 
-            if not node.node_name:
-                raise UsageError(
-                    "listing pods through the Kubernetes API needs this node's name",
-                    Setting.NODE_NAME,
-                )
-            snapshot = read_pods_kube(node.node_name)
+            snapshot = read_pods_kube(node.node_name or "")
         elif self.snapshot is not None:
             snapshot = self.snapshot
         else:

@@ -35,15 +35,7 @@ from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
 from hamimig.engine.results import ActionReport, SkippedGpu, Warning_
-from hamimig.engine.steps import (
-    InFlight,
-    Managed,
-    OrphanGi,
-    Pair,
-    Plan,
-    Spec,
-    Where,
-)
+from hamimig.engine.steps import InFlight, Managed, OrphanGi, Pair, Plan, Spec, Where
 from hamimig.errors import NvmlError, UsageError
 from hamimig.hw.types import ComputeInstance, Gpu, GpuInstance, MigHardware, MigMode
 from hamimig.store.cdi import CdiStore, spec_file_name
@@ -114,9 +106,9 @@ class _Survey:
 
 def owner_pod(record: Record, pods: list[Pod]) -> Pod | None:
     """The first of `pods` that an Active record names as its owner."""
-    if record.owner is None or record.state is not State.ACTIVE:
-        return None
     owner = record.owner
+    if owner is None or record.state is not State.ACTIVE:
+        return None
     return next((pod for pod in pods if owned_by(owner, pod)), None)
 
 
@@ -289,25 +281,15 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
     return gi, ci
 
 
+_IDENTITY = ("gpu_uuid", "gpu_instance_id", "compute_instance_id", "placement", "profile")
+"""What a record and an annotation's allocation must agree on to name the same instance."""
+
+
 def _record_disagrees(
     survey: _Survey, record: Record, pod: Pod, alloc: MigAllocation, where: str
 ) -> str | None:
     """Why the record of an instance a pod names cannot be restored Active for that pod."""
-    identity = (
-        record.gpu_uuid,
-        record.gpu_instance_id,
-        record.compute_instance_id,
-        record.placement,
-        record.profile,
-    )
-    named = (
-        alloc.gpu_uuid,
-        alloc.gpu_instance_id,
-        alloc.compute_instance_id,
-        alloc.placement,
-        alloc.profile,
-    )
-    if identity != named:
+    if any(getattr(record, f) != getattr(alloc, f) for f in _IDENTITY):
         return f"the record of {alloc.mig_uuid} disagrees with {where}"
     if record.state in (State.RECLAIMING, State.ERROR):
         return f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
@@ -382,9 +364,7 @@ def _live_elsewhere(survey: _Survey, record: Record, by_gi: bool = True) -> str 
         return None
     for gi in gpu.layout:
         if gi.id == record.gpu_instance_id and gpu.names.get(gi.profile_id) == record.profile:
-            at: tuple[tuple[str, object, object], ...] = (
-                ("placement", str(record.placement), str(gi.placement)),
-            )
+            at = (("placement", str(record.placement), str(gi.placement)),)
             return f"GI {gi.id} ({record.profile}) is live on its GPU, {differs(at)}"
     return None
 
@@ -513,10 +493,8 @@ def _plan_intents(survey: _Survey) -> None:
 def _plan_intent(survey: _Survey, intent: Intent) -> None:
     plan = survey.plan
     record = survey.durable.records.get(intent.mig_uuid or "")
-    if record is not None and (record.gpu_uuid, record.placement) == (
-        intent.gpu_uuid,
-        intent.placement,
-    ):
+    slot = (intent.gpu_uuid, intent.placement)
+    if record is not None and (record.gpu_uuid, record.placement) == slot:
         reason = f"allocation {intent.id} had completed; clearing its intent"
         plan.add(ActionKind.FINISH_INTENT, InFlight(intent), reason)
         return
@@ -600,16 +578,10 @@ def _plan_unknown(survey: _Survey, adopt: bool, orphans: bool) -> None:
 def _plan_unmarked(
     survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
 ) -> None:
+    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
     if gi.shared:
-        where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
         survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, shared_gi_reason(gi))
         return
-    _plan_single(survey, gpu, gi, ci, name, adopt)
-
-
-def _plan_single(
-    survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
-) -> None:
     if adopt and not has_processes(survey.hw, ci.mig_uuid):
         reason = (
             f"unmarked complete GI/CI pair ({name}, GI {gi.id}, CI {ci.id}); adoption is enabled"
@@ -621,7 +593,6 @@ def _plan_single(
         if adopt
         else "no ownership record; adoption is not enabled"
     )
-    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
     survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, reason)
 
 

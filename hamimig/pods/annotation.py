@@ -79,20 +79,14 @@ class MigAllocation:
             "profile": self.profile,
             "placement": {"start": self.placement.start, "size": self.placement.size},
         }
-        if self.mig_uuid is not None:
-            doc["migUUID"] = self.mig_uuid
-        if self.gpu_instance_id is not None:
-            doc["gpuInstanceID"] = self.gpu_instance_id
-        if self.compute_instance_id is not None:
-            doc["computeInstanceID"] = self.compute_instance_id
+        runtime = (self.mig_uuid, self.gpu_instance_id, self.compute_instance_id)
+        doc.update((k, v) for k, v in zip(_RUNTIME_KEYS, runtime, strict=True) if v is not None)
         return doc
 
 
 def _uint(value: Any, where: str) -> int:
     # bool is an int in Python but not in Go's decoder, and 1.0 is an error there too.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise AnnotationError(f"{where} must be a non-negative integer")
-    if value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise AnnotationError(f"{where} must be a non-negative integer")
     return value
 
@@ -147,14 +141,7 @@ def _entry(doc: Any, i: int) -> MigAllocation:
         gi_id = _uint(doc["gpuInstanceID"], f"{where}: gpuInstanceID")
         ci_id = _uint(doc["computeInstanceID"], f"{where}: computeInstanceID")
     return MigAllocation(
-        container_index=container_index,
-        device_index=device_index,
-        gpu_uuid=gpu_uuid,
-        profile=profile,
-        placement=placement,
-        mig_uuid=mig_uuid,
-        gpu_instance_id=gi_id,
-        compute_instance_id=ci_id,
+        container_index, device_index, gpu_uuid, profile, placement, mig_uuid, gi_id, ci_id
     )
 
 

@@ -26,17 +26,6 @@ from typing import Any
 from hamimig.pods.model import NodeIdentity, PodSnapshot, PodSourceError
 from hamimig.vocabulary import Setting
 
-__all__ = [
-    "NODE_REGISTER_ANNOTATION",
-    "PRODUCT_UUID_PATH",
-    "NodeIdentity",
-    "RegistrationError",
-    "node_identity_from",
-    "parse_registered_gpus",
-    "read_product_uuid",
-    "verify_node",
-]
-
 NODE_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 PRODUCT_UUID_PATH = Path("/sys/class/dmi/id/product_uuid")
 

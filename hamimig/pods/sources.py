@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import gc
 import json
 import os
@@ -98,6 +97,39 @@ def _opt_str(value: Any, where: str, field: str) -> str | None:
     raise _Malformed(f"{where}: {field} is not a string")
 
 
+def _named(meta: dict[str, Any], where: str) -> tuple[str, str]:
+    """The pod's namespace and name, checked as the API server checks them (a record naming the
+    pod as owner needs them valid), with its UID."""
+    name = meta.get("name")
+    namespace = meta.get("namespace")
+    if not isinstance(name, str) or not name:
+        raise _Malformed(_at(where, "pod has no metadata.name"))
+    if not isinstance(namespace, str) or not namespace:
+        raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
+    try:
+        k8s_label_field(namespace, "metadata.namespace")
+        k8s_subdomain_field(name, "metadata.name")
+        uid_field(meta.get("uid"), "metadata.uid")
+    except ValueError as exc:
+        raise _Malformed(_at(where, str(exc))) from None
+    return namespace, name
+
+
+def _claim(raw: Any) -> tuple[tuple[MigAllocation, ...], str | None]:
+    """The allocations an annotation value claims, or why it cannot be read. An absent or empty
+    value carries no claim at all; only a claim that cannot be read is an error."""
+    if raw is None:
+        return (), None
+    if not isinstance(raw, str):
+        return (), "annotation value is not a string"
+    if not raw.strip():
+        return (), None
+    try:
+        return decode_allocations(raw), None
+    except AnnotationError as exc:
+        return (), str(exc)
+
+
 def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     """One pod from its manifest, or None when it is another node's and claims nothing.
 
@@ -113,18 +145,7 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     if kind is not None and kind != "Pod":
         raise _Malformed(f"{where} has kind {kind!r}, not Pod")
     meta = _dict_field(item, "metadata", where or "pod")
-    name = meta.get("name")
-    namespace = meta.get("namespace")
-    if not isinstance(name, str) or not name:
-        raise _Malformed(_at(where, "pod has no metadata.name"))
-    if not isinstance(namespace, str) or not namespace:
-        raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
-    try:  # what the API server guarantees; a record naming the pod as owner needs it too
-        k8s_label_field(namespace, "metadata.namespace")
-        k8s_subdomain_field(name, "metadata.name")
-        uid_field(meta.get("uid"), "metadata.uid")
-    except ValueError as exc:
-        raise _Malformed(_at(where, str(exc))) from None
+    namespace, name = _named(meta, where)
     where = f"{where} ({namespace}/{name})" if where else f"pod {namespace}/{name}"
     spec = _dict_field(item, "spec", where)
     node_name = _opt_str(spec.get("nodeName"), where, "spec.nodeName")
@@ -132,36 +153,14 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     uid = _opt_str(meta.get("uid"), where, "metadata.uid")
     deletion = _opt_str(meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp")
     phase = _opt_str(_dict_field(item, "status", where).get("phase"), where, "status.phase")
-    annotations = _dict_field(meta, "annotations", where)
-    raw = annotations.get(ANNOTATION)
+    raw = _dict_field(meta, "annotations", where).get(ANNOTATION)
     elsewhere = node is not None and node_name != node
     if elsewhere and (not isinstance(raw, str) or deletion is not None or phase in TERMINAL_PHASES):
         return None
-
-    allocations: tuple[MigAllocation, ...] = ()
-    error: str | None = None
-    if raw is None:
-        pass
-    elif not isinstance(raw, str):
-        error = "annotation value is not a string"
-    elif raw.strip():
-        # An empty value carries no claim at all; only a claim that cannot be read is an error.
-        try:
-            allocations = decode_allocations(raw)
-        except AnnotationError as exc:
-            error = str(exc)
+    allocations, error = _claim(raw)
     if elsewhere and not allocations:
         return None  # an unreadable claim on another node is that node's business
-    return Pod(
-        namespace=namespace,
-        name=name,
-        uid=uid,
-        node_name=node_name,
-        phase=phase,
-        deletion_timestamp=deletion,
-        allocations=allocations,
-        annotation_error=error,
-    )
+    return Pod(namespace, name, uid, node_name, phase, deletion, allocations, error)
 
 
 class _Page(NamedTuple):
@@ -189,16 +188,15 @@ def _pods_of(doc: Any, node: str | None) -> _Page:
             "is a single Pod, not the node's pod list (kind List or PodList, as 'kubectl get "
             "pods -o json' prints it)"
         )
-    if kind in ("PodList", "List") or (kind is None and "items" in doc):
-        if "items" not in doc:  # kubectl and the API always write it; a list without is cut
-            raise _Malformed(f"the {kind} has no items key")
-        items = doc.get("items")
-        if items is None:  # Go marshals an empty slice it never allocated as null
-            items = []
-        if not isinstance(items, list):
-            raise _Malformed("items is not a list")
-    else:
+    if kind not in ("PodList", "List") and (kind is not None or "items" not in doc):
         raise _Malformed(f"expected kind PodList or List, got {kind!r}")
+    if "items" not in doc:  # kubectl and the API always write it; a list without is cut
+        raise _Malformed(f"the {kind} has no items key")
+    items = doc["items"]
+    if items is None:  # Go marshals an empty slice it never allocated as null
+        items = []
+    if not isinstance(items, list):
+        raise _Malformed("items is not a list")
     pods: list[Pod] = []
     elsewhere: list[Pod] = []
     unbound: list[Pod] = []
@@ -236,14 +234,13 @@ def _gc_paused() -> Iterator[None]:
     much as the parse. Callers keep it paused until the document has been reduced to `Pod`s and
     dropped, because the document's objects would otherwise be walked once the collector resumes.
     """
-    if not gc.isenabled():
-        yield
-        return
+    enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
 
 
 def _yaml_problem(exc: Exception) -> str:
@@ -309,55 +306,30 @@ class _AnchorFound(Exception):
             self.where = f" (line {line + 1}, column {column + 1})"
 
 
-def _refuses_anchors(event: Any) -> None:
-    import yaml
-
-    if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-        raise _AnchorFound(event.start_mark)
-
-
-@functools.cache
-def _pure_loader() -> Any:
-    """PyYAML's pure-Python safe loader, refusing anchors and aliases as it composes (and, as
-    every loader here, a key given twice in one mapping: `hamimig.store.yamlload`).
+def _yaml_loader(text: str) -> Any:
+    """libyaml's safe loader when it is installed (several times faster), else PyYAML's
+    pure-Python one, refusing a key given twice in one mapping (`hamimig.store.yamlload`); either
+    way, a document with an anchor never reaches the composer.
 
     An alias makes two places of the document one node, so a few lines can describe a tree of
     billions of nodes ("billion laughs"), and merge keys (`<<: [*a, *a]`) copy them for real.
-    No pod list needs either, so the first anchor ends the parse.
+    No pod list needs either, so a document that may hold one is first run through the loader's
+    event parser (about a third more time), and the first anchor or alias ends it. kubectl never
+    writes anchors, and a list without an `&` where an anchor could start skips that pass.
     """
     import yaml
 
-    class RefusingLoader(refusing_duplicates(yaml.SafeLoader)):  # type: ignore[misc]
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            parser: Any = self  # PyYAML's parser methods are untyped
-            _refuses_anchors(parser.peek_event())
-            return super().compose_node(parent, index)
-
-    return RefusingLoader
-
-
-def _yaml_loader(text: str) -> Any:
-    """libyaml's loader when it is installed (several times faster), else the pure-Python one;
-    either way, a document with an anchor never reaches the composer.
-
-    libyaml composes in C, where no subclass can see an alias, so a document that may hold one
-    is first run through libyaml's event parser (about a third more time). kubectl never writes
-    anchors, and a list without an `&` where an anchor could start skips that pass.
-    """
-    import yaml
-
-    libyaml = getattr(yaml, "CSafeLoader", None)
-    if libyaml is None:
-        return _pure_loader()
-    fast = refusing_duplicates(libyaml)
+    loader = refusing_duplicates(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     if "&" in text and _ANCHOR_LIKE.search(text) is not None:
-        parser = fast(text)
+        parser = loader(text)
         try:
             while parser.check_event():
-                _refuses_anchors(parser.get_event())
+                event = parser.get_event()
+                if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                    raise _AnchorFound(event.start_mark)
         finally:
             parser.dispose()
-    return fast
+    return loader
 
 
 def read_pods_text(
@@ -451,11 +423,7 @@ def _read_path(path: str, source: str) -> tuple[bytearray, float]:
     except OSError as exc:
         raise _cannot_read(source, exc) from None
     try:
-        opened = os.fstat(fd)
-        if not stat.S_ISREG(opened.st_mode):
-            raise UsageError(f"{source}: is {_kind_of(opened.st_mode)}, not a regular file")
-        _check_size(opened.st_size, source)
-        return _read_fd(fd, source), opened.st_mtime
+        return _read_opened(fd, source, pipes=False)
     except OSError as exc:
         raise _cannot_read(source, exc) from None
     finally:
@@ -481,20 +449,24 @@ def _read_stdin() -> tuple[bytes | bytearray, float]:
     if os.isatty(fd):
         raise UsageError(_STDIN_TERMINAL, Setting.POD_LIST)
     try:
-        info = os.fstat(fd)
+        return _read_opened(fd, "stdin", pipes=True)
     except OSError as exc:
         raise _cannot_read("stdin", exc) from None
+
+
+def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
+    """A regular file's bytes and modification time or, with `pipes`, a pipe's (or a socket's)
+    and the process start; anything else is refused unread."""
+    info = os.fstat(fd)
     if stat.S_ISREG(info.st_mode):
-        _check_size(info.st_size, "stdin")
+        _check_size(info.st_size, source)
         taken_at = info.st_mtime
-    elif stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+    elif pipes and (stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
         taken_at = hamimig.PROCESS_STARTED
     else:
-        raise UsageError(f"stdin: is {_kind_of(info.st_mode)}, not a pipe or a regular file")
-    try:
-        return _read_fd(fd, "stdin"), taken_at
-    except OSError as exc:
-        raise _cannot_read("stdin", exc) from None
+        wanted = "a pipe or a regular file" if pipes else "a regular file"
+        raise UsageError(f"{source}: is {_kind_of(info.st_mode)}, not {wanted}")
+    return _read_fd(fd, source), taken_at
 
 
 def _read_fd(fd: int, source: str) -> bytearray:
@@ -631,11 +603,18 @@ class _Listing:
             finished = False
             try:
                 status = int(response.status)
-                if 200 <= status < 300:
-                    body, finished = self._read(response, self.budget), True
+                success = 200 <= status < 300
+                limit = self.budget if success else _ERROR_BODY_BYTES
+                declared = response.headers.get("Content-Length") or ""
+                if success and declared.isdigit() and int(declared) > limit:
+                    raise self._too_big()
+                body = self._read(response, limit)
+                finished = len(body) <= limit
+                if success:
+                    if not finished:
+                        raise self._too_big()
                     self.budget -= len(body)
-                else:
-                    body, finished = self._read(response, _ERROR_BODY_BYTES, cut=True)
+                body = body[:limit]  # an error answer is quoted only in part
             finally:
                 if not finished:  # unread bytes left: the connection cannot serve another request
                     response.close()
@@ -650,35 +629,23 @@ class _Listing:
             ) from None
         return status, str(response.reason or ""), body
 
-    def _read(self, response: Any, limit: int, cut: bool = False) -> Any:
-        """Up to `limit` bytes, one socket read at a time so that the deadline is checked
-        between reads and bounds each of them.
-
-        Returns the body, or with `cut` (an error answer, quoted only in part) the bytes read so
-        far and whether that was all of it. Without `cut`, more than `limit` is a failure.
-        """
-        declared = response.headers.get("Content-Length")
-        if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
-            raise self._too_big()
-        read = getattr(response, "read1", None) or response.read  # read1: urllib3 2.2 and later
+    def _read(self, response: Any, limit: int) -> bytes:
+        """Up to `limit` bytes, or as soon as that is passed a little more, one socket read at a
+        time so that the deadline is checked between reads and bounds each of them."""
         settimeout = getattr(_socket_of(response), "settimeout", None)
         chunks: list[bytes] = []
         size = 0
-        while True:
+        while size <= limit:
             left = self._left()
             if settimeout is not None:
                 with contextlib.suppress(OSError):  # closed once the whole body has arrived
                     settimeout(left)
-            chunk = read(_CHUNK)
+            chunk = response.read1(_CHUNK)  # one socket read at most (urllib3 2.2 and later)
             if not chunk:
-                body = b"".join(chunks)
-                return (body, True) if cut else body
+                break
             size += len(chunk)
             chunks.append(chunk)
-            if size > limit:
-                if cut:
-                    return b"".join(chunks)[:limit], False
-                raise self._too_big()
+        return b"".join(chunks)
 
     def _too_big(self) -> PodSourceError:
         return PodSourceError(
@@ -701,15 +668,13 @@ def _socket_of(response: Any) -> Any:
 
 
 def _status_failure(source: str, status: int, reason: str, body: bytes) -> PodSourceError:
-    detail = ""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):
         doc = None
-    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
-        detail = doc["message"]
+    detail = doc.get("message") if isinstance(doc, dict) else None
     text = f"{source}: the Kubernetes API answered {status} {reason}".rstrip()
-    if detail:
+    if isinstance(detail, str) and detail:
         text += f": {detail}"
     return PodSourceError(_one_line(text))
 

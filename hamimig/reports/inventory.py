@@ -45,6 +45,8 @@ def _gpus(hw: MigHardware, gpu_ref: int | str | None) -> list[Gpu]:
 
 
 def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
+    if gpu.mig_mode is MigMode.UNSUPPORTED:
+        return 0
     ends = [p.end for prof in hw.profiles(gpu.index) for p in prof.placements]
     return max(ends, default=MEMORY_SLICES)
 
@@ -67,8 +69,13 @@ def _intent_view(intent: Intent, gpu_index: int, gi: GpuInstance | None) -> Inst
 
 @dataclass
 class _Claims:
-    """What one GPU's records and intents account for, filled in as they are matched."""
+    """One GPU's live layout, and what its records and intents account for, filled in as they
+    are matched."""
 
+    gpu: Gpu
+    layout: tuple[GpuInstance, ...]
+    names: dict[int, str]
+    durable: Durable
     views: list[InstanceView] = field(default_factory=list)
     pairs: set[tuple[int, int]] = field(default_factory=set)
     gis: set[int] = field(default_factory=set)
@@ -84,25 +91,23 @@ def gpu_instances(
     if gpu.mig_mode is not MigMode.ENABLED:
         return [], set(), set()
     names = {p.id: p.name for p in hw.profiles(gpu.index)}
-    layout = hw.layout(gpu.index)
-    claims = _Claims()
-    _claim_recorded(claims, gpu, layout, names, durable)
-    _claim_the_rest(node, claims, gpu, layout, names, durable)
-    counts = {gi.id: len(gi.compute_instances) for gi in layout}
+    claims = _Claims(gpu, hw.layout(gpu.index), names, durable)
+    _claim_recorded(claims)
+    _claim_the_rest(node, claims)
+    counts = _ci_counts(claims.layout)
     out = [_with_count_of_cis(_with_processes(hw, v), counts) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
     return out, claims.records, claims.intents
+
+
+def _ci_counts(layout: tuple[GpuInstance, ...]) -> dict[int, int]:
+    return {gi.id: len(gi.compute_instances) for gi in layout}
 
 
 def _with_count_of_cis(view: InstanceView, counts: dict[int, int]) -> InstanceView:
     if view.gpu_instance_id is None or view.gpu_instance_id not in counts:
         return view
     return view.model_copy(update={"compute_instance_count": counts[view.gpu_instance_id]})
-
-
-def _live_ci_count(hw: MigHardware, live: MigDevice) -> dict[int, int]:
-    """The GI-to-CI-count map of the GPU a live MIG device is on (`show`)."""
-    return {gi.id: len(gi.compute_instances) for gi in hw.layout(live.gpu_index)}
 
 
 def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
@@ -114,16 +119,11 @@ def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
     )
 
 
-def _claim_recorded(
-    claims: _Claims,
-    gpu: Gpu,
-    layout: tuple[GpuInstance, ...],
-    names: dict[int, str],
-    durable: Durable,
-) -> None:
+def _claim_recorded(claims: _Claims) -> None:
     """The views of records whose GI (with or without its CI) is live."""
+    gpu, durable = claims.gpu, claims.durable
     for record in durable.on_gpu(gpu.uuid):
-        live = check_record(record, layout, names)
+        live = check_record(record, claims.layout, claims.names)
         if live.status is Liveness.COMPLETE:
             claims.pairs.add((record.gpu_instance_id, record.compute_instance_id))
         elif live.status is Liveness.GI_ONLY:
@@ -142,24 +142,18 @@ def _claim_recorded(
         claims.views.append(record_view(record, gpu.index, error=error or record.error))
 
 
-def _claim_the_rest(
-    node: Node,
-    claims: _Claims,
-    gpu: Gpu,
-    layout: tuple[GpuInstance, ...],
-    names: dict[int, str],
-    durable: Durable,
-) -> None:
+def _claim_the_rest(node: Node, claims: _Claims) -> None:
     """The live GIs and pairs no record claimed: an allocation in flight, or unmanaged.
 
     An intent's row stands for the GI its request created and the CIs it can have created
     in it (`ci_created_by`); every other live CI, in that GI or at the intent's placement,
     gets its own Unmanaged row beside the intent's Creating one (an intent that created no
     live GI gets its row in `list_instances`)."""
-    for gi in layout:
+    gpu, durable = claims.gpu, claims.durable
+    for gi in claims.layout:
         if gi.id in claims.gis:
             continue
-        profile = names.get(gi.profile_id, f"profile-{gi.profile_id}")
+        profile = claims.names.get(gi.profile_id, f"profile-{gi.profile_id}")
         intent = _intent_at(durable, gpu, gi)
         cis = gi.compute_instances
         if intent is not None and intent.id not in claims.intents:
@@ -174,17 +168,7 @@ def _claim_the_rest(
                 claims.views.append(_unreadable(node, view, durable))
 
 
-_LIVE_PAIR_STATES = frozenset(
-    (
-        State.ACTIVE,
-        State.IDLE,
-        State.RECLAIMING,
-        State.ERROR,
-        State.UNMANAGED,
-        State.CREATING,
-        State.UNREADABLE,
-    )
-)
+_LIVE_PAIR_STATES = frozenset(State) - {State.MISSING, State.ORPHAN_GI}
 
 
 def _with_count(hw: MigHardware, view: InstanceView, mig_uuid: str) -> InstanceView:
@@ -287,9 +271,7 @@ def list_instances(
                 uuid=gpu.uuid,
                 model=gpu.model,
                 mig_mode=gpu.mig_mode,
-                memory_slices=_memory_slices(hw, gpu)
-                if gpu.mig_mode is not MigMode.UNSUPPORTED
-                else 0,
+                memory_slices=_memory_slices(hw, gpu),
                 mig_pending=gpu.mig_pending,
             )
         )
@@ -379,7 +361,7 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         )
         view = _with_count(hw, _unreadable(node, view, durable), mig_uuid)
     if live is not None:
-        view = _with_count_of_cis(view, _live_ci_count(hw, live))
+        view = _with_count_of_cis(view, _ci_counts(hw.layout(live.gpu_index)))
     return InstanceDetail(
         instance=view,
         record=str(node.records.path_of(mig_uuid))

@@ -89,6 +89,7 @@ from hamimig.engine.results import InstanceView, Warning_
 from hamimig.errors import HamimigError, HardwareError, PathUnusable
 from hamimig.hw.types import MigMode
 from hamimig.reports.doctor import run_checks
+from hamimig.reports.doctor.verdicts import why
 from hamimig.reports.inventory import list_instances
 from hamimig.reports.views import CheckStatus, InstanceList, Metrics
 from hamimig.store.counters import (
@@ -323,8 +324,8 @@ def _doctor(out: _Exposition, node: Node) -> Warning_ | None:
         report = run_checks(node)
         failed, warned = report.count(CheckStatus.FAIL), report.count(CheckStatus.WARN)
     except Exception as exc:  # doctor reports every expected failure as a check: a bug
-        why = exc.message if isinstance(exc, HamimigError) else f"{type(exc).__name__}: {exc}"
-        reason = f"hamimig doctor's report could not be built ({why}); counted as 1 failed check"
+        cause = exc.message if isinstance(exc, HamimigError) else f"{type(exc).__name__}: {exc}"
+        reason = f"hamimig doctor's report could not be built ({cause}); counted as 1 failed check"
         warning = Warning_(file=str(node.state_dir), reason=reason)
         failed, warned = 1, 0
     _gauge(out, DOCTOR_FAILED, "How many of hamimig doctor's checks fail (without pods).", failed)
@@ -341,12 +342,12 @@ def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
         # NVML down, a lost GPU, a bad config: the instance series go, the health series stay
         # (doctor's failing checks among them), so the node still tells its alerts why.
         inventory = InstanceList(instances=(), gpus=())
-        warnings.append(Warning_(file="instances", reason=f"not exported: {_why(exc)}"))
+        warnings.append(Warning_(file="instances", reason=f"not exported: {why(exc)}"))
     try:
         durable = load_durable(node)
     except (HamimigError, OSError) as exc:
         durable = Durable(records={}, intents=(), removals=(), problems=())
-        warnings.append(Warning_(file=str(node.state_dir), reason=f"not read: {_why(exc)}"))
+        warnings.append(Warning_(file=str(node.state_dir), reason=f"not read: {why(exc)}"))
     seen, seen_problem = node.idle_seen.load()
     counters = node.counters.load()
     now = node.now()
@@ -365,10 +366,6 @@ def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
     if doctor_warning is not None:
         warnings.append(doctor_warning)
     return out.text(), out.series, tuple(warnings)
-
-
-def _why(exc: HamimigError | OSError) -> str:
-    return exc.message if isinstance(exc, HamimigError) else str(exc.strerror or exc)
 
 
 def _ours(path: Path) -> bool:

@@ -48,7 +48,7 @@ from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.safety import default_cdi_dirs
 from hamimig.errors import HamimigError
-from hamimig.reports.doctor.cdi import DOCTOR_TEMP_PREFIX, check_cdi
+from hamimig.reports.doctor.cdi import check_cdi
 from hamimig.reports.doctor.hardware import check_hardware, check_mig_minors
 from hamimig.reports.doctor.recovery import with_recovery
 from hamimig.reports.doctor.state import (
@@ -61,8 +61,6 @@ from hamimig.reports.doctor.state import (
 )
 from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, why
 from hamimig.reports.views import Check, DoctorReport
-
-__all__ = ["DOCTOR_TEMP_PREFIX", "run_checks"]
 
 
 def check_config(node: Node) -> tuple[Config, Check]:

@@ -156,32 +156,29 @@ def _check_spec_files(
 ) -> tuple[list[Check], int]:
     """The problems among our spec files, and how many are fine (those get one summary row,
     not one per instance)."""
-    if durable is None:  # records unreadable: whose spec it is cannot be told
-        results = [
-            _check_spec(cdi, name, None, live, False, False, records_known=False) for name in names
-        ]
-    else:
-        by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
-        queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
-        in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
-        # The spec of a record that cannot be read is no orphan: its record's check says why.
-        unreadable = {
-            cdi.file_of_device(device)
-            for file in durable.unreadable_records()
-            if (device := forget_name(file)) != file
-        }
-        results = [
-            _check_spec(
-                cdi,
-                name,
-                by_spec.get(name),
-                live,
-                name in queued,
-                name in in_flight,
-                records_known=name not in unreadable,
-            )
-            for name in names
-        ]
+    known = durable is not None  # records unreadable: whose spec it is cannot be told
+    durable = durable or Durable(records={}, intents=(), removals=(), problems=())
+    by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
+    queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
+    in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
+    # The spec of a record that cannot be read is no orphan: its record's check says why.
+    unreadable = {
+        cdi.file_of_device(device)
+        for file in durable.unreadable_records()
+        if (device := forget_name(file)) != file
+    }
+    results = [
+        _check_spec(
+            cdi,
+            name,
+            by_spec.get(name),
+            live,
+            name in queued,
+            name in in_flight,
+            records_known=known and name not in unreadable,
+        )
+        for name in names
+    ]
     problems = [c for c in results if c.status is not CheckStatus.OK]
     return problems, len(results) - len(problems)
 
@@ -249,19 +246,14 @@ def _check_spec(
     check = subject_of(cdi.store, cdi.subject(name))
     path = cdi.directory / name
     rewrite = "hamimig recover rewrites the spec of a live instance; remove one without a record"
+    move = f"move {path} out of the CDI directory if it is not hamimig's"
     found = cdi.inspect(name)
     if found is None:
         return ok(check, f"{path} was removed while doctor looked")
     if isinstance(found, Problem):
-        if found.io:
-            return fail(check, f"{path}: {found.reason}", "run as root", HARDWARE)
-        if record is None and records_known:  # no command removes it (not ours by content)
-            return fail(
-                check,
-                f"{path}: {found.reason}",
-                f"move {path} out of the CDI directory if it is not hamimig's",
-            )
-        return fail(check, f"{path}: {found.reason}", rewrite)
+        # Without a record no command removes it (it is not ours by content).
+        fix = "run as root" if found.io else move if record is None and records_known else rewrite
+        return fail(check, f"{path}: {found.reason}", fix, HARDWARE if found.io else UNVERIFIABLE)
     if record is None:
         if not records_known:
             return ok(check, f"{path} is valid (not matched with records: they cannot be read)")
@@ -271,7 +263,7 @@ def _check_spec(
                 check,
                 f"{path} is not hamimig's spec of its instance ({foreign}): recover refuses it "
                 "and no command removes it",
-                f"move {path} out of the CDI directory if it is not hamimig's",
+                move,
                 UNVERIFIABLE,
             )
         if queued:

@@ -6,7 +6,6 @@ take their capability device numbers from. `Live` keeps what was read for the CD
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hamimig.config import Config
 from hamimig.engine.facts import Liveness, cdi_device_for, check_record
@@ -76,7 +75,7 @@ def check_hardware(node: Node, config: Config) -> tuple[list[Check], Live]:
     except (HamimigError, OSError, ImportError) as exc:
         return [fail("nvml", f"{why(exc)}; GPU checks skipped", hint, HARDWARE)], live
     live.hw = hw
-    checks = [ok("nvml", f"{where} reachable" if node.sim else "NVML reachable")]
+    checks = [ok("nvml", f"{where} reachable")]
     checks += guarded("driver", lambda: [_check_driver(hw.driver_version())])
     try:
         count = hw.gpu_count()
@@ -118,11 +117,8 @@ def _check_mig_mode(gpu: Gpu) -> Check:
     if gpu.mig_mode is MigMode.UNSUPPORTED:
         return warn(name, f"{what}: MIG not supported; hamimig ignores this GPU", "nothing to do")
     if gpu.reset_pending:
-        loses = (
-            "; it destroys every MIG instance on the GPU"
-            if gpu.mig_pending is MigMode.DISABLED
-            else ""
-        )
+        disabling = gpu.mig_pending is MigMode.DISABLED
+        loses = "; it destroys every MIG instance on the GPU" if disabling else ""
         revert = 1 if gpu.mig_mode is MigMode.ENABLED else 0
         return warn(
             name,
@@ -140,13 +136,8 @@ def _check_mig_mode(gpu: Gpu) -> Check:
     return ok(name, f"{what}: MIG enabled")
 
 
-def _mig_minors_path(node: Node) -> Path:
-    """The file the node's adapter reads: the driver's, or the one beside the simulated node."""
-    return node.files().mig_minors
-
-
 def check_mig_minors(node: Node, live: Live) -> list[Check]:
-    path = _mig_minors_path(node)
+    path = node.files().mig_minors  # the driver's, or the one beside the simulated node
     enabled = [g for g in live.gpus if g.mig_mode is MigMode.ENABLED]
     hint = (
         f"recreate the simulated node (sim init writes {path})"

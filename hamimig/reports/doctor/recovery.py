@@ -5,6 +5,8 @@ sends the operator to `recover` while it would refuse.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hamimig.config import Config
 from hamimig.engine.facts import Durable
 from hamimig.engine.node import Node
@@ -12,6 +14,9 @@ from hamimig.engine.podsource import PodSource, stale_warning
 from hamimig.errors import HamimigError
 from hamimig.reports.doctor.verdicts import HARDWARE, UNVERIFIABLE, fail, ok, skipped, warn
 from hamimig.reports.views import Check, CheckStatus
+
+if TYPE_CHECKING:
+    from hamimig.engine.steps import Plan
 
 RECOVER_REFUSES = (
     "recover refuses until every recovery/N failure is resolved: stop the stray process, fix "
@@ -36,17 +41,7 @@ def with_recovery(
     refuses before planning), the recovery checks are `skipped`, saying why: never left out."""
     from hamimig.engine.recovery import plan_recovery
 
-    blockers = [
-        c.name
-        for c in checks
-        if c.status is CheckStatus.FAIL
-        and (
-            c.exit_code == HARDWARE
-            or c.name in ("config", "state-dir", "cdi-dir", "cdi-removal-queue")
-            or c.name.startswith(("record/", "intent/"))
-        )
-        and c.name != "cdi-base"  # recover keeps existing specs without one (and warns)
-    ]
+    blockers = [c.name for c in checks if _blocks_recover(c)]
     if blockers or durable is None or durable.problems:
         failing = ", ".join(blockers) or "the hardware or the state directory"
         why = f"not checked while {failing} fail(s): recover cannot get that far either"
@@ -71,11 +66,32 @@ def with_recovery(
         name = "recovery/pods" if "pod" in exc.message else "recovery"
         failed = fail(name, f"recover would fail: {exc.message}", _POD_HINT, code)
         return [*_not_via_recover(checks), failed]
-    for number, refusal in enumerate(plan.refusals, 1):
-        found.append(
-            fail(f"recovery/{number}", f"recover would refuse: {refusal}", RECOVER_REFUSES)
+    found += _verdicts(plan, pods_known, bool(found))
+    return [*(_not_via_recover(checks) if plan.refusals else checks), *found]
+
+
+def _blocks_recover(check: Check) -> bool:
+    """A failure that makes recover fail or refuse before it plans (a missing NVIDIA base spec
+    does not: recover keeps existing specs without one, and warns)."""
+    return (
+        check.status is CheckStatus.FAIL
+        and check.name != "cdi-base"
+        and (
+            check.exit_code == HARDWARE
+            or check.name in ("config", "state-dir", "cdi-dir", "cdi-removal-queue")
+            or check.name.startswith(("record/", "intent/"))
         )
-    if not found:
+    )
+
+
+def _verdicts(plan: Plan, pods_known: bool, warned: bool) -> list[Check]:
+    """The planner's refusals as failing checks, else that recover can verify everything (unless
+    a warning was already given); and that the pods went unchecked without a pod source."""
+    found = [
+        fail(f"recovery/{number}", f"recover would refuse: {refusal}", RECOVER_REFUSES)
+        for number, refusal in enumerate(plan.refusals, 1)
+    ]
+    if not found and not warned:
         changes = sum(1 for step in plan.steps if step.changes)
         found.append(
             ok("recovery", f"recover can verify every record and intent ({changes} step(s))")
@@ -88,9 +104,7 @@ def with_recovery(
                 "doctor --pods FILE|- or --kube checks it too",
             )
         )
-    if plan.refusals:
-        checks = _not_via_recover(checks)
-    return [*checks, *found]
+    return found
 
 
 def _not_via_recover(checks: list[Check]) -> list[Check]:
