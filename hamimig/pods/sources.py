@@ -36,7 +36,7 @@ from hamimig.pods.identity import node_identity_from
 from hamimig.pods.model import TERMINAL_PHASES, NodeIdentity, Pod
 from hamimig.pods.model import PodSnapshot as PodSnapshot
 from hamimig.pods.model import PodSourceError as PodSourceError
-from hamimig.store._fields import k8s_label_field, k8s_subdomain_field, uid_field
+from hamimig.store.records import Owner
 from hamimig.store.yamlload import DuplicateKey, refusing_duplicates
 from hamimig.store.yamlload import load as load_yaml
 from hamimig.vocabulary import Setting
@@ -120,9 +120,7 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     if not isinstance(namespace, str) or not namespace:
         raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
     try:  # what the API server guarantees; a record naming the pod as owner needs it too
-        k8s_label_field(namespace, "metadata.namespace")
-        k8s_subdomain_field(name, "metadata.name")
-        uid_field(meta.get("uid"), "metadata.uid")
+        Owner.from_json({"namespace": namespace, "name": name, "uid": meta.get("uid")}, "metadata")
     except ValueError as exc:
         raise _Malformed(_at(where, str(exc))) from None
     where = f"{where} ({namespace}/{name})" if where else f"pod {namespace}/{name}"

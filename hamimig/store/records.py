@@ -17,26 +17,31 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from hamimig.durations import parse_time
-from hamimig.hw.types import Placement
+from pydantic import AliasPath, BeforeValidator, Field
+
 from hamimig.store._fields import (
-    RecordError as RecordError,  # re-exported: callers catch it from here
-)
-from hamimig.store._fields import (
+    MigUuid,
+    Namespace,
+    NonEmpty,
+    OptStr,
+    OptUInt,
+    PlacementField,
+    PodName,
+    PodUid,
+    Stored,
+    Time,
+    UInt,
+    check_version,
+    dumped,
     json_object,
-    k8s_label_field,
-    k8s_subdomain_field,
-    mig_uuid_field,
-    nonempty_str,
-    opt_str,
-    placement_field,
-    placement_json,
-    uid_field,
-    uint_field,
     uuid_digest,
     uuid_digest_like,
+    validated,
+)
+from hamimig.store._fields import (
+    RecordError as RecordError,  # re-exported: callers catch it from here
 )
 from hamimig.store.files import (
     Problem,
@@ -57,68 +62,95 @@ STATE_DIR_MODE = 0o750
 
 
 @dataclasses.dataclass(frozen=True)
-class Owner:
+class Owner(Stored):
     """The pod container device slot an Active instance is allocated to."""
 
-    namespace: str
-    name: str
-    uid: str | None = None
-    container_index: int = 0
-    device_index: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "containerIndex": self.container_index,
-            "deviceIndex": self.device_index,
-        }
+    namespace: Namespace
+    name: PodName
+    uid: PodUid = None
+    container_index: Annotated[UInt, Field(alias="containerIndex")] = 0
+    device_index: Annotated[UInt, Field(alias="deviceIndex")] = 0
 
     @classmethod
-    def from_json(cls, d: Any, field: str = "owner") -> Owner:
+    def from_json(cls, doc: Any, where: str = "owner") -> Owner:
         """Raises ValueError (a `RecordError`) naming the first field that is wrong (under
-        `field`: `owner`, `hamimig.lastOwner`)."""
-        if not isinstance(d, dict):
-            raise RecordError(f"{field} must be an object")
-        return cls(
-            namespace=k8s_label_field(d.get("namespace"), f"{field}.namespace"),
-            name=k8s_subdomain_field(d.get("name"), f"{field}.name"),
-            uid=uid_field(d.get("uid"), f"{field}.uid"),
-            container_index=uint_field(d.get("containerIndex", 0), f"{field}.containerIndex"),
-            device_index=uint_field(d.get("deviceIndex", 0), f"{field}.deviceIndex"),
-        )
+        `where`: `owner`, `hamimig.lastOwner`)."""
+        return validated(cls, doc, where)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}[{self.container_index}/{self.device_index}]"
 
 
+def _owner_at(where: str) -> Any:
+    return BeforeValidator(lambda doc: None if doc is None else Owner.from_json(doc, where))
+
+
+OwnerField = Annotated[Owner | None, _owner_at("owner")]
+
+
+def _ours(name: str) -> Any:
+    """A field under the `"hamimig"` key, which HAMi's Go decoder ignores."""
+    return Field(validation_alias=AliasPath("hamimig", name), serialization_alias=name)
+
+
+def _state(ext: Any) -> State:
+    """The record's state, once the `"hamimig"` key holding it is known to be readable."""
+    if not isinstance(ext, dict):
+        raise RecordError("the 'hamimig' key must be an object")
+    schema = ext.get("schemaVersion")
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        raise RecordError("hamimig.schemaVersion must be a positive integer")
+    if schema > SCHEMA_VERSION:
+        # Its meaning is unknown to this version; acting on it could undo a newer hamimig's work.
+        raise RecordError(
+            f"written by a newer hamimig (schema {schema}); this hamimig reads schema "
+            f"{SCHEMA_VERSION}: upgrade hamimig"
+        )
+    state = next((s for s in RECORD_STATES if s.value == ext.get("state")), None)
+    if state is None:
+        allowed = ", ".join(s.value for s in RECORD_STATES)
+        raise RecordError(f"hamimig.state {ext.get('state')!r} is not one of {allowed}")
+    return state
+
+
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """One ownership record. `managed` is False for a record HAMi wrote (no "hamimig" key)."""
+    """One ownership record. `managed` is False for a record HAMi wrote (no "hamimig" key).
 
-    mig_uuid: str
-    gpu_uuid: str
-    profile: str
-    placement: Placement
-    gpu_instance_id: int
-    compute_instance_id: int
-    state: State = State.IDLE
-    owner: Owner | None = None
-    cdi_device: str | None = None
-    error: str | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
-    managed: bool = True
-    gpu_index: int | None = None
+    HAMi's v1 fields come first, in its order; the rest live under the `"hamimig"` key."""
+
+    mig_uuid: Annotated[MigUuid, Field(alias="migUUID")]
+    gpu_uuid: Annotated[NonEmpty, Field(alias="parentGPUUUID")]
+    profile: NonEmpty
+    placement: PlacementField
+    gpu_instance_id: Annotated[UInt, Field(alias="gpuInstanceID")]
+    compute_instance_id: Annotated[UInt, Field(alias="computeInstanceID")]
+    state: Annotated[
+        State,
+        Field(validation_alias="hamimig", serialization_alias="state"),
+        BeforeValidator(_state),
+    ] = State.IDLE
+    owner: Annotated[OwnerField, _ours("owner")] = None
+    cdi_device: Annotated[OptStr, _ours("cdiDevice")] = None
+    error: Annotated[OptStr, _ours("error")] = None
+    created_at: Annotated[OptStr, _ours("createdAt")] = None
+    updated_at: Annotated[OptStr, _ours("updatedAt")] = None
+    managed: Annotated[
+        bool, Field(validation_alias="hamimig", exclude=True), BeforeValidator(lambda _: True)
+    ] = True
+    gpu_index: Annotated[OptUInt, _ours("gpuIndex")] = None
     """The GPU's NVML index when last verified: a hint only (indexes change across reboots)."""
-    idle_since: str | None = None
+    idle_since: Annotated[Time, _ours("idleSince")] = None
     """When the instance last entered Idle (the idle policy's clock); None outside Idle, and
     in records written before hamimig kept it (their age counts from `updated_at`)."""
-    last_owner: Owner | None = None
+    last_owner: Annotated[Owner | None, _ours("lastOwner"), _owner_at("hamimig.lastOwner")] = None
     """Who held the instance before it became Idle (a release, reconcile's release, recovery's
     restore from Active): kept while it stays Idle, so that a repeated release of that pod is
     known to be one; None outside Idle, once handed out again, and in older records."""
+
+
+_HAMI_FIELDS = 6
+"""How many of `Record`'s fields are HAMi's own, written at the top level."""
 
 
 def record_name(mig_uuid: str) -> str:
@@ -136,121 +168,35 @@ def forget_name(name: str) -> str:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Encoding
-
-
 def encode_record(r: Record) -> bytes:
     """HAMi's v1 fields plus the `"hamimig"` key, as written to disk.
 
     The output is decoded again before it is returned, so hamimig can never write a record that
     its own loader (and therefore HAMi's, which is laxer) would refuse on the next start.
+    `idleSince` and `lastOwner` are written only while set (only while Idle): readers of schema
+    1 that predate them ignore the keys.
     """
-    doc: dict[str, Any] = {
-        "version": HAMI_VERSION,
-        "migUUID": r.mig_uuid,
-        "parentGPUUUID": r.gpu_uuid,
-        "profile": r.profile,
-        "placement": placement_json(r.placement),
-        "gpuInstanceID": r.gpu_instance_id,
-        "computeInstanceID": r.compute_instance_id,
-        "hamimig": {
-            "schemaVersion": SCHEMA_VERSION,
-            "state": r.state.value,
-            "owner": None if r.owner is None else r.owner.to_json(),
-            "cdiDevice": r.cdi_device,
-            "error": r.error,
-            "createdAt": r.created_at,
-            "updatedAt": r.updated_at,
-            "gpuIndex": r.gpu_index,
-        },
-    }
-    if r.idle_since is not None:
-        # Only while Idle: readers of schema 1 that predate it ignore the key.
-        doc["hamimig"]["idleSince"] = r.idle_since
-    if r.last_owner is not None:
-        # Likewise only while Idle, and absent from records written before it was kept.
-        doc["hamimig"]["lastOwner"] = r.last_owner.to_json()
+    fields = list(dumped(r).items())
+    ours = {k: v for k, v in fields[_HAMI_FIELDS:] if v is not None or k not in _OPTIONAL}
+    doc = {"version": HAMI_VERSION, **dict(fields[:_HAMI_FIELDS])}
+    doc["hamimig"] = {"schemaVersion": SCHEMA_VERSION, **ours}
     data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
     decode_record(record_name(r.mig_uuid), data)
     return data
 
 
-# --------------------------------------------------------------------------------------------
-# Decoding
+_OPTIONAL = ("idleSince", "lastOwner")
 
 
 def _decode_content(data: bytes) -> Record:
     """Everything HAMi and hamimig check except the file name (see `RecordStore.load`)."""
     doc = json_object(data, "record")
-    version = doc.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version != HAMI_VERSION:
-        raise RecordError(f"unsupported record version {version!r} (HAMi reads version 1)")
-    mig_uuid = mig_uuid_field(doc.get("migUUID"))
-    gpu_uuid = nonempty_str(doc.get("parentGPUUUID"), "parentGPUUUID")
-    profile = nonempty_str(doc.get("profile"), "profile")
-    placement = placement_field(doc.get("placement"))
-    gi = uint_field(doc.get("gpuInstanceID"), "gpuInstanceID")
-    ci = uint_field(doc.get("computeInstanceID"), "computeInstanceID")
-    base = Record(
-        mig_uuid=mig_uuid,
-        gpu_uuid=gpu_uuid,
-        profile=profile,
-        placement=placement,
-        gpu_instance_id=gi,
-        compute_instance_id=ci,
-    )
+    check_version(doc, HAMI_VERSION, "record", "HAMi reads version 1")
+    record = validated(Record, doc)
     if "hamimig" not in doc:
         # Written by HAMi: it has no lifecycle state, and HAMi restores such instances as idle.
-        return dataclasses.replace(base, state=State.IDLE, managed=False)
-    return _with_hamimig_fields(base, doc["hamimig"])
-
-
-def _with_hamimig_fields(base: Record, ext: Any) -> Record:
-    if not isinstance(ext, dict):
-        raise RecordError("the 'hamimig' key must be an object")
-    schema = ext.get("schemaVersion")
-    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
-        raise RecordError("hamimig.schemaVersion must be a positive integer")
-    if schema > SCHEMA_VERSION:
-        # Its meaning is unknown to this version; acting on it could undo a newer hamimig's work.
-        raise RecordError(
-            f"written by a newer hamimig (schema {schema}); this hamimig reads schema "
-            f"{SCHEMA_VERSION}: upgrade hamimig"
-        )
-    raw_state = ext.get("state")
-    state = next((s for s in RECORD_STATES if s.value == raw_state), None)
-    if state is None:
-        allowed = ", ".join(s.value for s in RECORD_STATES)
-        raise RecordError(f"hamimig.state {raw_state!r} is not one of {allowed}")
-    raw_owner = ext.get("owner")
-    owner = None if raw_owner is None else Owner.from_json(raw_owner)
-    raw_last = ext.get("lastOwner")
-    last_owner = None if raw_last is None else Owner.from_json(raw_last, "hamimig.lastOwner")
-    return dataclasses.replace(
-        base,
-        state=state,
-        owner=owner,
-        cdi_device=opt_str(ext.get("cdiDevice"), "hamimig.cdiDevice"),
-        error=opt_str(ext.get("error"), "hamimig.error"),
-        created_at=opt_str(ext.get("createdAt"), "hamimig.createdAt"),
-        updated_at=opt_str(ext.get("updatedAt"), "hamimig.updatedAt"),
-        managed=True,
-        gpu_index=None
-        if ext.get("gpuIndex") is None
-        else uint_field(ext["gpuIndex"], "hamimig.gpuIndex"),
-        idle_since=_time_field(ext.get("idleSince"), "hamimig.idleSince"),
-        last_owner=last_owner,
-    )
-
-
-def _time_field(value: Any, field: str) -> str | None:
-    """An RFC 3339 time with its offset, or absent: the idle policy destroys instances by it,
-    so a value it cannot read is refused, never taken as "idle forever" or "just now"."""
-    text = opt_str(value, field)
-    if text is not None and parse_time(text) is None:
-        raise RecordError(f"{field} {text!r} is not an RFC 3339 time with an offset")
-    return text
+        return dataclasses.replace(record, managed=False)
+    return record
 
 
 def _check_name_matches(name: str, record: Record) -> None:
