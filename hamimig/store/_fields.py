@@ -31,7 +31,7 @@ class RecordError(ValueError):
 Rule = tuple[Callable[[Any], object], str]
 
 
-def _check(*rules: Rule, optional: bool = False) -> Callable[[Any], Any]:
+def check(*rules: Rule, optional: bool = False) -> Callable[[Any], Any]:
     """A value's check: each rule's text (`{!r}` is the value) for the first rule it breaks."""
 
     def check(value: Any) -> Any:
@@ -63,8 +63,9 @@ _MIG: Rule = (
     lambda v: isinstance(v, str) and MIG_UUID.fullmatch(v),
     "{!r} is not a MIG UUID (MIG-<uuid>, or MIG-GPU-<uuid>/<gi>/<ci>)",
 )
-check_uint = _check(_INT, _NATURAL)
-check_mig_uuid = _check(_MIG)
+UINT = (_INT, _NATURAL)
+check_uint = check(*UINT)
+check_mig_uuid = check(_MIG)
 
 
 def _placement(value: Any) -> Placement:
@@ -77,17 +78,17 @@ def _placement(value: Any) -> Placement:
 
 
 UInt = Annotated[int, BeforeValidator(check_uint)]
-OptUInt = Annotated[int | None, BeforeValidator(_check(_INT, _NATURAL, optional=True))]
-NonEmpty = Annotated[str, BeforeValidator(_check(_TEXT))]
-OptStr = Annotated[str | None, BeforeValidator(_check(_STR_OR_NULL, optional=True))]
-Str = Annotated[str, BeforeValidator(_check((lambda v: isinstance(v, str), "must be a string")))]
+OptUInt = Annotated[int | None, BeforeValidator(check(_INT, _NATURAL, optional=True))]
+NonEmpty = Annotated[str, BeforeValidator(check(_TEXT))]
+OptStr = Annotated[str | None, BeforeValidator(check(_STR_OR_NULL, optional=True))]
+Str = Annotated[str, BeforeValidator(check((lambda v: isinstance(v, str), "must be a string")))]
 MigUuid = Annotated[str, BeforeValidator(check_mig_uuid)]
-OptMigUuid = Annotated[str | None, BeforeValidator(_check(_MIG, optional=True))]
+OptMigUuid = Annotated[str | None, BeforeValidator(check(_MIG, optional=True))]
 PlacementField = Annotated[Placement, BeforeValidator(_placement)]
 # An RFC 3339 time with its offset, or absent: the idle policy destroys instances by it, so a
 # value it cannot read is refused, never taken as "idle forever" or "just now".
 _RFC3339: Rule = (lambda v: parse_time(v), "{!r} is not an RFC 3339 time with an offset")
-Time = Annotated[str | None, BeforeValidator(_check(_STR_OR_NULL, _RFC3339, optional=True))]
+Time = Annotated[str | None, BeforeValidator(check(_STR_OR_NULL, _RFC3339, optional=True))]
 # A namespace and a pod name as Kubernetes spells them (a DNS-1123 label and subdomain): anything
 # else in a record was not written by hamimig or HAMi, and would break one-line output and `awk`.
 _LABEL: Rule = (
@@ -98,12 +99,12 @@ _SUBDOMAIN: Rule = (
     lambda v: len(v) <= 253 and all(_DNS_LABEL.fullmatch(part) for part in v.split(".")),
     "{!r} is not a Kubernetes pod name",
 )
-Namespace = Annotated[str, BeforeValidator(_check(_TEXT, _LABEL))]
-PodName = Annotated[str, BeforeValidator(_check(_TEXT, _SUBDOMAIN))]
+Namespace = Annotated[str, BeforeValidator(check(_TEXT, _LABEL))]
+PodName = Annotated[str, BeforeValidator(check(_TEXT, _SUBDOMAIN))]
 _POD_UID: Rule = (lambda v: not v or _UID.fullmatch(v), "{!r} is not a pod UID")
 PodUid = Annotated[
     str | None,
-    BeforeValidator(_check(_STR_OR_NULL, _POD_UID, optional=True)),
+    BeforeValidator(check(_STR_OR_NULL, _POD_UID, optional=True)),
     AfterValidator(lambda v: v or None),
 ]
 
