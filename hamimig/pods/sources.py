@@ -36,7 +36,7 @@ from hamimig.pods.identity import node_identity_from
 from hamimig.pods.model import TERMINAL_PHASES, NodeIdentity, Pod
 from hamimig.pods.model import PodSnapshot as PodSnapshot
 from hamimig.pods.model import PodSourceError as PodSourceError
-from hamimig.store.records import Owner
+from hamimig.store._fields import check_namespace, check_pod_name, check_pod_uid, named
 from hamimig.store.yamlload import DuplicateKey, refusing_duplicates
 from hamimig.store.yamlload import load as load_yaml
 from hamimig.vocabulary import Setting
@@ -120,7 +120,9 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     if not isinstance(namespace, str) or not namespace:
         raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
     try:  # what the API server guarantees; a record naming the pod as owner needs it too
-        Owner.from_json({"namespace": namespace, "name": name, "uid": meta.get("uid")}, "metadata")
+        named(check_namespace, namespace, "metadata.namespace")
+        named(check_pod_name, name, "metadata.name")
+        named(check_pod_uid, meta.get("uid"), "metadata.uid")
     except ValueError as exc:
         raise _Malformed(_at(where, str(exc))) from None
     where = f"{where} ({namespace}/{name})" if where else f"pod {namespace}/{name}"

@@ -99,14 +99,13 @@ _SUBDOMAIN: Rule = (
     lambda v: len(v) <= 253 and all(_DNS_LABEL.fullmatch(part) for part in v.split(".")),
     "{!r} is not a Kubernetes pod name",
 )
-Namespace = Annotated[str, BeforeValidator(check(_TEXT, _LABEL))]
-PodName = Annotated[str, BeforeValidator(check(_TEXT, _SUBDOMAIN))]
 _POD_UID: Rule = (lambda v: not v or _UID.fullmatch(v), "{!r} is not a pod UID")
-PodUid = Annotated[
-    str | None,
-    BeforeValidator(check(_STR_OR_NULL, _POD_UID, optional=True)),
-    AfterValidator(lambda v: v or None),
-]
+check_namespace = check(_TEXT, _LABEL)
+check_pod_name = check(_TEXT, _SUBDOMAIN)
+check_pod_uid = check(_STR_OR_NULL, _POD_UID, optional=True)
+Namespace = Annotated[str, BeforeValidator(check_namespace)]
+PodName = Annotated[str, BeforeValidator(check_pod_name)]
+PodUid = Annotated[str | None, BeforeValidator(check_pod_uid), AfterValidator(lambda v: v or None)]
 
 
 def named(check: Callable[[Any], Any], value: Any, field: str) -> Any:
