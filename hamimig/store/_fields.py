@@ -1,24 +1,29 @@
-"""The field types every JSON file in the state directory is declared with, and their reader.
+"""The checked fields every JSON file in the state directory is declared with, and their reader.
 
-Each file format is a dataclass whose fields carry their JSON name and one of these types;
-pydantic reads and writes them (`Stored.from_json`, `Stored.to_json`). The types mirror what
-Go's `encoding/json` would accept for HAMi's typed struct fields (no bools or floats for ints),
-so that hamimig never accepts a record that HAMi would read differently. Each check is done by
-the type's own validator, not by pydantic's strict mode (which would refuse a JSON object for a
-dataclass), and names the offending field so a Problem tells the operator what to fix.
-Construction in code stays a plain dataclass call: a file is checked when read, and when written
-(its encoder reads its own output back).
+Each file format is a dataclass whose fields say, in their annotation, their JSON name and their
+check (`Annotated[int, Json("gpuInstanceID", check_uint)]`); one reader (`validated`) and one
+writer (`dumped`) follow the declaration. The checks mirror what Go's `encoding/json` would accept
+for HAMi's typed struct fields (no bools or floats for ints), so that hamimig never accepts a
+record that HAMi would read differently, and the first complaint names its field so a Problem
+tells the operator what to fix. A missing field without a default is read as null (its check says
+why it is needed); a field with one is checked only when present. Construction in code stays a
+plain dataclass call: a file is checked when read, and when written (its encoder reads its own
+output back).
+
+Not pydantic: every TAB reads the records, and a TAB must not import it (nor pay for building
+models); the checks' texts are the contract either way.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
 import json
 import re
+import typing
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
-
-from pydantic import AfterValidator, BeforeValidator, TypeAdapter, ValidationError
+from typing import Any, TypeVar
 
 from hamimig.durations import parse_time
 from hamimig.hw.types import Placement
@@ -63,12 +68,12 @@ _MIG: Rule = (
     lambda v: isinstance(v, str) and MIG_UUID.fullmatch(v),
     "{!r} is not a MIG UUID (MIG-<uuid>, or MIG-GPU-<uuid>/<gi>/<ci>)",
 )
-UINT = (_INT, _NATURAL)
-check_uint = check(*UINT)
+_UINT = (_INT, _NATURAL)
+check_uint = check(*_UINT)
 check_mig_uuid = check(_MIG)
 
 
-def _placement(value: Any) -> Placement:
+def check_placement(value: Any) -> Placement:
     if not isinstance(value, dict):
         raise RecordError("placement must be an object with start and size")
     start, size = (named(check_uint, value.get(k), f"placement.{k}") for k in ("start", "size"))
@@ -77,18 +82,15 @@ def _placement(value: Any) -> Placement:
     return Placement(start, size)
 
 
-UInt = Annotated[int, BeforeValidator(check_uint)]
-OptUInt = Annotated[int | None, BeforeValidator(check(_INT, _NATURAL, optional=True))]
-NonEmpty = Annotated[str, BeforeValidator(check(_TEXT))]
-OptStr = Annotated[str | None, BeforeValidator(check(_STR_OR_NULL, optional=True))]
-Str = Annotated[str, BeforeValidator(check((lambda v: isinstance(v, str), "must be a string")))]
-MigUuid = Annotated[str, BeforeValidator(check_mig_uuid)]
-OptMigUuid = Annotated[str | None, BeforeValidator(check(_MIG, optional=True))]
-PlacementField = Annotated[Placement, BeforeValidator(_placement)]
+check_opt_uint = check(*_UINT, optional=True)
+check_nonempty = check(_TEXT)
+check_opt_str = check(_STR_OR_NULL, optional=True)
+check_str = check((lambda v: isinstance(v, str), "must be a string"))
+check_opt_mig_uuid = check(_MIG, optional=True)
 # An RFC 3339 time with its offset, or absent: the idle policy destroys instances by it, so a
 # value it cannot read is refused, never taken as "idle forever" or "just now".
 _RFC3339: Rule = (lambda v: parse_time(v), "{!r} is not an RFC 3339 time with an offset")
-Time = Annotated[str | None, BeforeValidator(check(_STR_OR_NULL, _RFC3339, optional=True))]
+check_time = check(_STR_OR_NULL, _RFC3339, optional=True)
 # A namespace and a pod name as Kubernetes spells them (a DNS-1123 label and subdomain): anything
 # else in a record was not written by hamimig or HAMi, and would break one-line output and `awk`.
 _LABEL: Rule = (
@@ -102,10 +104,11 @@ _SUBDOMAIN: Rule = (
 _POD_UID: Rule = (lambda v: not v or _UID.fullmatch(v), "{!r} is not a pod UID")
 check_namespace = check(_TEXT, _LABEL)
 check_pod_name = check(_TEXT, _SUBDOMAIN)
-check_pod_uid = check(_STR_OR_NULL, _POD_UID, optional=True)
-Namespace = Annotated[str, BeforeValidator(check_namespace)]
-PodName = Annotated[str, BeforeValidator(check_pod_name)]
-PodUid = Annotated[str | None, BeforeValidator(check_pod_uid), AfterValidator(lambda v: v or None)]
+_check_uid = check(_STR_OR_NULL, _POD_UID, optional=True)
+
+
+def check_pod_uid(value: Any) -> str | None:
+    return _check_uid(value) or None
 
 
 def named(check: Callable[[Any], Any], value: Any, field: str) -> Any:
@@ -118,42 +121,68 @@ def named(check: Callable[[Any], Any], value: Any, field: str) -> Any:
         raise RecordError(f"{field} {exc}") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class Json:
+    """A field's JSON name and check, as `Annotated` metadata: `under` names the object it is
+    kept in (a record's `"hamimig"` key), `required` checks it even where it has a default."""
+
+    name: str
+    check: Callable[[Any], Any]
+    under: str | None = None
+    required: bool = False
+
+
 T = TypeVar("T")
+_Spec = tuple[tuple[str, Json, bool], ...]
+_SPECS: dict[type[Any], _Spec] = {}
 
 
-_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+def _spec(cls: type[Any]) -> _Spec:
+    """(attribute, Json, required) of each declared field, in order; read once per class."""
+    if cls not in _SPECS:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        _SPECS[cls] = tuple(
+            (f.name, json, json.required or f.default is dataclasses.MISSING)
+            for f in dataclasses.fields(cls)
+            for json in getattr(hints[f.name], "__metadata__", ())[:1]
+        )
+    return _SPECS[cls]
 
 
-def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
-    # Built on first use, not at import: start-up (`--help`, completion) never pays for it.
-    if cls not in _ADAPTERS:
-        _ADAPTERS[cls] = TypeAdapter(cls)
-    return _ADAPTERS[cls]
+def read(cls: type[Any], doc: dict[str, Any], where: str = "", under: str | None = None) -> Any:
+    """The values of `cls`'s fields kept in `doc` (those `under` it), by attribute; else a
+    `RecordError` naming the first field that is wrong, under `where`."""
+    values = {}
+    for attr, spec, required in _spec(cls):
+        if spec.under == under and (required or spec.name in doc):
+            field = f"{where}.{spec.name}" if where else spec.name
+            values[attr] = named(spec.check, doc.get(spec.name), field)
+    return values
 
 
 def validated(cls: type[T], doc: Any, where: str = "", what: str | None = None) -> T:
-    """`doc` read as a `cls`; else a `RecordError` naming the first field that is wrong
-    (under `where`: `owner`, `hamimig.lastOwner`). A missing field is read as null, as the
-    checks always did: its own check says why it is needed."""
+    """`doc` read as a `cls`; a `RecordError` naming the first field that is wrong (under
+    `where`: `owner`, `hamimig.lastOwner`), or `what` when it is no JSON object."""
     if not isinstance(doc, dict):
-        raise RecordError(what or f"{where or 'it'} must be an object")
-    try:
-        return _adapter(cls).validate_python(doc)  # type: ignore[no-any-return]
-    except ValidationError as exc:
-        first = exc.errors()[0]
-    if first["type"] == "missing" and len(first["loc"]) == 1:
-        return validated(cls, {**doc, first["loc"][0]: None}, where, what)
-    cause = first.get("ctx", {}).get("error")
-    if isinstance(cause, RecordError):
-        raise RecordError(str(cause))
-    field = ".".join(str(part) for part in (where, *first["loc"]) if part != "")
-    raise RecordError(f"{field} {cause or first['msg']}")
+        raise RecordError(what or f"{where} must be an object")
+    return cls(**read(cls, doc, where))
 
 
-def dumped(obj: Any) -> dict[str, Any]:
-    """A dataclass declared with these types as its JSON object, by its fields' JSON names."""
-    doc: dict[str, Any] = _adapter(type(obj)).dump_python(obj, mode="json", by_alias=True)
-    return doc
+def _plain(value: Any) -> Any:
+    if isinstance(value, Stored):
+        return value.to_json()
+    if isinstance(value, enum.Enum):
+        return value.value
+    return dataclasses.asdict(value) if isinstance(value, Placement) else value
+
+
+def dumped(obj: Any, under: str | None = None) -> dict[str, Any]:
+    """The declared fields of `obj` (those `under` the given key) as JSON, in their order."""
+    return {
+        spec.name: _plain(getattr(obj, attr))
+        for attr, spec, _ in _spec(type(obj))
+        if spec.under == under
+    }
 
 
 class Stored:

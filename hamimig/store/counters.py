@@ -20,12 +20,9 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import Annotated
-
-from pydantic import BeforeValidator
 
 from hamimig.errors import HamimigError
-from hamimig.store._fields import UINT, check, check_version, json_object, validated
+from hamimig.store._fields import RecordError, check_uint, check_version, json_object, named
 from hamimig.store.files import Problem, SingleFile, check_dir
 from hamimig.store.records import STATE_DIR_MODE
 
@@ -69,6 +66,9 @@ class CounterValues:
         return self.timestamps.get(name, 0)
 
 
+_Stored = tuple[dict[str, dict[str, int]], dict[str, int]]
+
+
 def decode_counters(data: bytes) -> dict[str, dict[str, int]]:
     return decode_stored(data)[0]
 
@@ -77,35 +77,34 @@ MAX_VALUE = 2**53
 """The largest integer a Prometheus sample (a float64) holds exactly: a larger one is no count
 or time hamimig wrote, and printed it would not parse as a sample value."""
 
-Count = Annotated[
-    int, BeforeValidator(check(*UINT, (lambda v: v <= MAX_VALUE, "is larger than 2^53")))
-]
+
+def _count(value: object, where: str) -> int:
+    number: int = named(check_uint, value, where)
+    if number > MAX_VALUE:
+        raise RecordError(f"{where} is larger than 2^53")
+    return number
 
 
-def _labelled(value: object) -> object:
-    """An unlabelled counter's integer as its one value under `NO_LABEL`."""
-    if not isinstance(value, dict):
-        return {NO_LABEL: value}
-    if not value or NO_LABEL in value:
-        raise ValueError("must map non-empty label values to integers")
-    return value
-
-
-_OBJECT = BeforeValidator(check((lambda v: isinstance(v, dict), "must be an object")))
-
-
-@dataclass(frozen=True)
-class _File:
-    counters: Annotated[dict[str, Annotated[dict[str, Count], BeforeValidator(_labelled)]], _OBJECT]
-    timestamps: Annotated[dict[str, Count], _OBJECT] = field(default_factory=dict)
-
-
-def decode_stored(data: bytes) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+def decode_stored(data: bytes) -> _Stored:
     """The counters and the timestamps of a counters file."""
     doc = json_object(data, "counters file")
     check_version(doc, COUNTERS_VERSION, "counters", "this hamimig reads 1")
-    stored = validated(_File, doc)
-    return stored.counters, stored.timestamps
+    raw = doc.get("counters")
+    if not isinstance(raw, dict):
+        raise RecordError("counters must be an object")
+    out: dict[str, dict[str, int]] = {}
+    for name, value in raw.items():
+        if isinstance(value, dict):
+            if not value or NO_LABEL in value:
+                raise RecordError(f"counters.{name} must map non-empty label values to integers")
+            out[name] = {k: _count(v, f"counters.{name}.{k}") for k, v in value.items()}
+        else:
+            out[name] = {NO_LABEL: _count(value, f"counters.{name}")}
+    raw_times = doc.get("timestamps", {})
+    if not isinstance(raw_times, dict):
+        raise RecordError("timestamps must be an object")
+    times = {k: _count(v, f"timestamps.{k}") for k, v in raw_times.items()}
+    return out, times
 
 
 def encode_counters(

@@ -21,16 +21,16 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
-
+from hamimig.hw.types import Placement
 from hamimig.store._fields import (
-    NonEmpty,
-    OptMigUuid,
-    OptUInt,
-    PlacementField,
+    Json,
     RecordError,
     Stored,
-    UInt,
+    check_nonempty,
+    check_opt_mig_uuid,
+    check_opt_uint,
+    check_placement,
+    check_uint,
     check_version,
     json_object,
     validated,
@@ -41,7 +41,7 @@ from hamimig.store.files import (
     check_dir,
     list_names,
 )
-from hamimig.store.records import STATE_DIR_MODE, OwnerField
+from hamimig.store.records import STATE_DIR_MODE, Owner, check_owner
 from hamimig.vocabulary import FileOpName
 
 INTENT_PREFIX = "intent-"
@@ -63,11 +63,10 @@ def intent_file_name(intent_id: str) -> str:
 
 
 def _intent_id(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError("must be a non-empty string")
-    if not _ID_RE.match(value):
-        raise ValueError(f"{value!r} is not a valid intent ID")
-    return value
+    text: str = check_nonempty(value)
+    if not _ID_RE.match(text):
+        raise ValueError(f"{text!r} is not a valid intent ID")
+    return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,18 +74,18 @@ class Intent(Stored):
     """One journalled operation. IDs and the MIG UUID are filled in as the hardware reports them,
     so that recovery can name exactly what this request created."""
 
-    id: Annotated[str, BeforeValidator(_intent_id)]
-    op: NonEmpty
-    gpu_uuid: Annotated[NonEmpty, Field(alias="gpuUUID")]
-    gpu_index: Annotated[UInt, Field(alias="gpuIndex")]
-    profile: NonEmpty
-    profile_id: Annotated[UInt, Field(alias="profileID")]
-    placement: PlacementField
-    owner: OwnerField
-    created_at: Annotated[NonEmpty, Field(alias="createdAt")]
-    gpu_instance_id: Annotated[OptUInt, Field(alias="gpuInstanceID")] = None
-    compute_instance_id: Annotated[OptUInt, Field(alias="computeInstanceID")] = None
-    mig_uuid: Annotated[OptMigUuid, Field(alias="migUUID")] = None
+    id: Annotated[str, Json("id", _intent_id)]
+    op: Annotated[str, Json("op", check_nonempty)]
+    gpu_uuid: Annotated[str, Json("gpuUUID", check_nonempty)]
+    gpu_index: Annotated[int, Json("gpuIndex", check_uint)]
+    profile: Annotated[str, Json("profile", check_nonempty)]
+    profile_id: Annotated[int, Json("profileID", check_uint)]
+    placement: Annotated[Placement, Json("placement", check_placement)]
+    owner: Annotated[Owner | None, Json("owner", check_owner("owner"))]
+    created_at: Annotated[str, Json("createdAt", check_nonempty)]
+    gpu_instance_id: Annotated[int | None, Json("gpuInstanceID", check_opt_uint)] = None
+    compute_instance_id: Annotated[int | None, Json("computeInstanceID", check_opt_uint)] = None
+    mig_uuid: Annotated[str | None, Json("migUUID", check_opt_mig_uuid)] = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": INTENT_VERSION, **super().to_json()}

@@ -12,15 +12,14 @@ import json
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import Field
-
 from hamimig.errors import UnverifiableError
 from hamimig.store._fields import (
-    NonEmpty,
+    Json,
     RecordError,
     Stored,
-    Str,
-    UInt,
+    check_nonempty,
+    check_str,
+    check_uint,
     check_version,
     json_object,
     validated,
@@ -38,10 +37,10 @@ QUEUE_MODE = 0o600
 class QueuedRemoval(Stored):
     """A spec still to be removed: since when, how often it failed, and the last error."""
 
-    mig_uuid: Annotated[NonEmpty, Field(alias="migUUID")]
-    since: NonEmpty
-    attempts: UInt
-    last_error: Annotated[Str, Field(alias="lastError")] = ""
+    mig_uuid: Annotated[str, Json("migUUID", check_nonempty)]
+    since: Annotated[str, Json("since", check_nonempty)]
+    attempts: Annotated[int, Json("attempts", check_uint)]
+    last_error: Annotated[str, Json("lastError", check_str)] = ""
 
 
 def decode_queue(data: bytes) -> list[QueuedRemoval]:

@@ -19,23 +19,24 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasPath, BeforeValidator, Field
-
+from hamimig.hw.types import Placement
 from hamimig.store._fields import (
-    MigUuid,
-    Namespace,
-    NonEmpty,
-    OptStr,
-    OptUInt,
-    PlacementField,
-    PodName,
-    PodUid,
+    Json,
     Stored,
-    Time,
-    UInt,
+    check_mig_uuid,
+    check_namespace,
+    check_nonempty,
+    check_opt_str,
+    check_opt_uint,
+    check_placement,
+    check_pod_name,
+    check_pod_uid,
+    check_time,
+    check_uint,
     check_version,
     dumped,
     json_object,
+    read,
     uuid_digest,
     uuid_digest_like,
     validated,
@@ -65,11 +66,11 @@ STATE_DIR_MODE = 0o750
 class Owner(Stored):
     """The pod container device slot an Active instance is allocated to."""
 
-    namespace: Namespace
-    name: PodName
-    uid: PodUid = None
-    container_index: Annotated[UInt, Field(alias="containerIndex")] = 0
-    device_index: Annotated[UInt, Field(alias="deviceIndex")] = 0
+    namespace: Annotated[str, Json("namespace", check_namespace)]
+    name: Annotated[str, Json("name", check_pod_name)]
+    uid: Annotated[str | None, Json("uid", check_pod_uid)] = None
+    container_index: Annotated[int, Json("containerIndex", check_uint)] = 0
+    device_index: Annotated[int, Json("deviceIndex", check_uint)] = 0
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "owner") -> Owner:
@@ -81,36 +82,20 @@ class Owner(Stored):
         return f"{self.namespace}/{self.name}[{self.container_index}/{self.device_index}]"
 
 
-def _owner_at(where: str) -> Any:
-    return BeforeValidator(lambda doc: None if doc is None else Owner.from_json(doc, where))
+def check_owner(where: str) -> Any:
+    return lambda doc: None if doc is None else Owner.from_json(doc, where)
 
 
-OwnerField = Annotated[Owner | None, _owner_at("owner")]
-
-
-def _ours(name: str) -> Any:
-    """A field under the `"hamimig"` key, which HAMi's Go decoder ignores."""
-    return Field(validation_alias=AliasPath("hamimig", name), serialization_alias=name)
-
-
-def _state(ext: Any) -> State:
-    """The record's state, once the `"hamimig"` key holding it is known to be readable."""
-    if not isinstance(ext, dict):
-        raise RecordError("the 'hamimig' key must be an object")
-    schema = ext.get("schemaVersion")
-    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
-        raise RecordError("hamimig.schemaVersion must be a positive integer")
-    if schema > SCHEMA_VERSION:
-        # Its meaning is unknown to this version; acting on it could undo a newer hamimig's work.
-        raise RecordError(
-            f"written by a newer hamimig (schema {schema}); this hamimig reads schema "
-            f"{SCHEMA_VERSION}: upgrade hamimig"
-        )
-    state = next((s for s in RECORD_STATES if s.value == ext.get("state")), None)
+def _state(value: Any) -> State:
+    state = next((s for s in RECORD_STATES if s.value == value), None)
     if state is None:
-        allowed = ", ".join(s.value for s in RECORD_STATES)
-        raise RecordError(f"hamimig.state {ext.get('state')!r} is not one of {allowed}")
+        raise ValueError(f"{value!r} is not one of {', '.join(s.value for s in RECORD_STATES)}")
     return state
+
+
+def _ours(name: str, check: Any, required: bool = False) -> Json:
+    """A field under the `"hamimig"` key, which HAMi's Go decoder ignores."""
+    return Json(name, check, under="hamimig", required=required)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,38 +104,28 @@ class Record:
 
     HAMi's v1 fields come first, in its order; the rest live under the `"hamimig"` key."""
 
-    mig_uuid: Annotated[MigUuid, Field(alias="migUUID")]
-    gpu_uuid: Annotated[NonEmpty, Field(alias="parentGPUUUID")]
-    profile: NonEmpty
-    placement: PlacementField
-    gpu_instance_id: Annotated[UInt, Field(alias="gpuInstanceID")]
-    compute_instance_id: Annotated[UInt, Field(alias="computeInstanceID")]
-    state: Annotated[
-        State,
-        Field(validation_alias="hamimig", serialization_alias="state"),
-        BeforeValidator(_state),
-    ] = State.IDLE
-    owner: Annotated[OwnerField, _ours("owner")] = None
-    cdi_device: Annotated[OptStr, _ours("cdiDevice")] = None
-    error: Annotated[OptStr, _ours("error")] = None
-    created_at: Annotated[OptStr, _ours("createdAt")] = None
-    updated_at: Annotated[OptStr, _ours("updatedAt")] = None
-    managed: Annotated[
-        bool, Field(validation_alias="hamimig", exclude=True), BeforeValidator(lambda _: True)
-    ] = True
-    gpu_index: Annotated[OptUInt, _ours("gpuIndex")] = None
+    mig_uuid: Annotated[str, Json("migUUID", check_mig_uuid)]
+    gpu_uuid: Annotated[str, Json("parentGPUUUID", check_nonempty)]
+    profile: Annotated[str, Json("profile", check_nonempty)]
+    placement: Annotated[Placement, Json("placement", check_placement)]
+    gpu_instance_id: Annotated[int, Json("gpuInstanceID", check_uint)]
+    compute_instance_id: Annotated[int, Json("computeInstanceID", check_uint)]
+    state: Annotated[State, _ours("state", _state, required=True)] = State.IDLE
+    owner: Annotated[Owner | None, _ours("owner", check_owner("owner"))] = None
+    cdi_device: Annotated[str | None, _ours("cdiDevice", check_opt_str)] = None
+    error: Annotated[str | None, _ours("error", check_opt_str)] = None
+    created_at: Annotated[str | None, _ours("createdAt", check_opt_str)] = None
+    updated_at: Annotated[str | None, _ours("updatedAt", check_opt_str)] = None
+    managed: bool = True
+    gpu_index: Annotated[int | None, _ours("gpuIndex", check_opt_uint)] = None
     """The GPU's NVML index when last verified: a hint only (indexes change across reboots)."""
-    idle_since: Annotated[Time, _ours("idleSince")] = None
+    idle_since: Annotated[str | None, _ours("idleSince", check_time)] = None
     """When the instance last entered Idle (the idle policy's clock); None outside Idle, and
     in records written before hamimig kept it (their age counts from `updated_at`)."""
-    last_owner: Annotated[Owner | None, _ours("lastOwner"), _owner_at("hamimig.lastOwner")] = None
+    last_owner: Annotated[Owner | None, _ours("lastOwner", check_owner("hamimig.lastOwner"))] = None
     """Who held the instance before it became Idle (a release, reconcile's release, recovery's
     restore from Active): kept while it stays Idle, so that a repeated release of that pod is
     known to be one; None outside Idle, once handed out again, and in older records."""
-
-
-_HAMI_FIELDS = 6
-"""How many of `Record`'s fields are HAMi's own, written at the top level."""
 
 
 def record_name(mig_uuid: str) -> str:
@@ -176,10 +151,12 @@ def encode_record(r: Record) -> bytes:
     `idleSince` and `lastOwner` are written only while set (only while Idle): readers of schema
     1 that predate them ignore the keys.
     """
-    fields = list(dumped(r).items())
-    ours = {k: v for k, v in fields[_HAMI_FIELDS:] if v is not None or k not in _OPTIONAL}
-    doc = {"version": HAMI_VERSION, **dict(fields[:_HAMI_FIELDS])}
-    doc["hamimig"] = {"schemaVersion": SCHEMA_VERSION, **ours}
+    ours = {k: v for k, v in dumped(r, "hamimig").items() if v is not None or k not in _OPTIONAL}
+    doc = {
+        "version": HAMI_VERSION,
+        **dumped(r),
+        "hamimig": {"schemaVersion": SCHEMA_VERSION, **ours},
+    }
     data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
     decode_record(record_name(r.mig_uuid), data)
     return data
@@ -192,11 +169,23 @@ def _decode_content(data: bytes) -> Record:
     """Everything HAMi and hamimig check except the file name (see `RecordStore.load`)."""
     doc = json_object(data, "record")
     check_version(doc, HAMI_VERSION, "record", "HAMi reads version 1")
-    record = validated(Record, doc)
+    hami = read(Record, doc)
     if "hamimig" not in doc:
         # Written by HAMi: it has no lifecycle state, and HAMi restores such instances as idle.
-        return dataclasses.replace(record, managed=False)
-    return record
+        return Record(**hami, managed=False)
+    ext = doc["hamimig"]
+    if not isinstance(ext, dict):
+        raise RecordError("the 'hamimig' key must be an object")
+    schema = ext.get("schemaVersion")
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        raise RecordError("hamimig.schemaVersion must be a positive integer")
+    if schema > SCHEMA_VERSION:
+        # Its meaning is unknown to this version; acting on it could undo a newer hamimig's work.
+        raise RecordError(
+            f"written by a newer hamimig (schema {schema}); this hamimig reads schema "
+            f"{SCHEMA_VERSION}: upgrade hamimig"
+        )
+    return Record(**hami, **read(Record, ext, "hamimig", "hamimig"))
 
 
 def _check_name_matches(name: str, record: Record) -> None:
