@@ -142,9 +142,9 @@ def _spec(cls: type[Any]) -> _Spec:
     if cls not in _SPECS:
         hints = typing.get_type_hints(cls, include_extras=True)
         _SPECS[cls] = tuple(
-            (f.name, json, json.required or f.default is dataclasses.MISSING)
+            (f.name, meta, meta.required or f.default is dataclasses.MISSING)
             for f in dataclasses.fields(cls)
-            for json in getattr(hints[f.name], "__metadata__", ())[:1]
+            for meta in getattr(hints[f.name], "__metadata__", ())[:1]
         )
     return _SPECS[cls]
 
