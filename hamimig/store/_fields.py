@@ -169,11 +169,11 @@ def validated(cls: type[T], doc: Any, where: str = "", what: str | None = None) 
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, Stored):
-        return value.to_json()
+    if isinstance(value, Placement):
+        return {"start": value.start, "size": value.size}
     if isinstance(value, enum.Enum):
         return value.value
-    return dataclasses.asdict(value) if isinstance(value, Placement) else value
+    return value.to_json() if isinstance(value, Stored) else value
 
 
 def dumped(obj: Any, under: str | None = None) -> dict[str, Any]:
