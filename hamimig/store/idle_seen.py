@@ -15,13 +15,7 @@ from __future__ import annotations
 import json
 
 from hamimig.durations import parse_time
-from hamimig.store._fields import (
-    RecordError,
-    check_mig_uuid,
-    check_version,
-    json_object,
-    named,
-)
+from hamimig.store._fields import RecordError, check_mig_uuid, check_version, json_object, named
 from hamimig.store.files import Problem, SingleFile, check_dir
 from hamimig.store.records import STATE_DIR_MODE
 
