@@ -371,6 +371,10 @@ def test_non_json_numbers_make_a_record_unreadable(
             {"hamimig": {"schemaVersion": 1, "state": "Idle", "gpuIndex": False}},
             "hamimig.gpuIndex must be an integer",
         ),
+        (  # the owners are checked before the other fields under "hamimig"
+            {"hamimig": {"schemaVersion": 1, "state": "Idle", "cdiDevice": 3, "lastOwner": 5}},
+            "hamimig.lastOwner must be an object",
+        ),
         (
             {"hamimig": {"schemaVersion": 1, "state": "Idle", "idleSince": "yesterday"}},
             "hamimig.idleSince 'yesterday' is not an RFC 3339 time with an offset",

@@ -124,12 +124,15 @@ def named(check: Callable[[Any], Any], value: Any, field: str) -> Any:
 @dataclasses.dataclass(frozen=True)
 class Json:
     """A field's JSON name and check, as `Annotated` metadata: `under` names the object it is
-    kept in (a record's `"hamimig"` key), `required` checks it even where it has a default."""
+    kept in (a record's `"hamimig"` key), `required` checks it even where it has a default,
+    `first` before the fields that are not (the order their checks always ran in, which picks
+    the field a refusal names)."""
 
     name: str
     check: Callable[[Any], Any]
     under: str | None = None
     required: bool = False
+    first: bool = False
 
 
 T = TypeVar("T")
@@ -153,7 +156,7 @@ def read(cls: type[Any], doc: dict[str, Any], where: str = "", under: str | None
     """The values of `cls`'s fields kept in `doc` (those `under` it), by attribute; else a
     `RecordError` naming the first field that is wrong, under `where`."""
     values = {}
-    for attr, spec, required in _spec(cls):
+    for attr, spec, required in sorted(_spec(cls), key=lambda field: not field[1].first):
         if spec.under == under and (required or spec.name in doc):
             field = f"{where}.{spec.name}" if where else spec.name
             values[attr] = named(spec.check, doc.get(spec.name), field)

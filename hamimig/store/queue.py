@@ -40,7 +40,7 @@ class QueuedRemoval(Stored):
     mig_uuid: Annotated[str, Json("migUUID", check_nonempty)]
     since: Annotated[str, Json("since", check_nonempty)]
     attempts: Annotated[int, Json("attempts", check_uint)]
-    last_error: Annotated[str, Json("lastError", check_str)] = ""
+    last_error: Annotated[str, Json("lastError", check_str, first=True)] = ""
 
 
 def decode_queue(data: bytes) -> list[QueuedRemoval]:

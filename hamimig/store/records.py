@@ -93,9 +93,9 @@ def _state(value: Any) -> State:
     return state
 
 
-def _ours(name: str, check: Any, required: bool = False) -> Json:
+def _ours(name: str, check: Any, required: bool = False, first: bool = False) -> Json:
     """A field under the `"hamimig"` key, which HAMi's Go decoder ignores."""
-    return Json(name, check, under="hamimig", required=required)
+    return Json(name, check, under="hamimig", required=required, first=first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +110,8 @@ class Record:
     placement: Annotated[Placement, Json("placement", check_placement)]
     gpu_instance_id: Annotated[int, Json("gpuInstanceID", check_uint)]
     compute_instance_id: Annotated[int, Json("computeInstanceID", check_uint)]
-    state: Annotated[State, _ours("state", _state, required=True)] = State.IDLE
-    owner: Annotated[Owner | None, _ours("owner", check_owner("owner"))] = None
+    state: Annotated[State, _ours("state", _state, required=True, first=True)] = State.IDLE
+    owner: Annotated[Owner | None, _ours("owner", check_owner("owner"), first=True)] = None
     cdi_device: Annotated[str | None, _ours("cdiDevice", check_opt_str)] = None
     error: Annotated[str | None, _ours("error", check_opt_str)] = None
     created_at: Annotated[str | None, _ours("createdAt", check_opt_str)] = None
@@ -122,7 +122,9 @@ class Record:
     idle_since: Annotated[str | None, _ours("idleSince", check_time)] = None
     """When the instance last entered Idle (the idle policy's clock); None outside Idle, and
     in records written before hamimig kept it (their age counts from `updated_at`)."""
-    last_owner: Annotated[Owner | None, _ours("lastOwner", check_owner("hamimig.lastOwner"))] = None
+    last_owner: Annotated[
+        Owner | None, _ours("lastOwner", check_owner("hamimig.lastOwner"), first=True)
+    ] = None
     """Who held the instance before it became Idle (a release, reconcile's release, recovery's
     restore from Active): kept while it stays Idle, so that a repeated release of that pod is
     known to be one; None outside Idle, once handed out again, and in older records."""
