@@ -170,3 +170,15 @@ def test_symlinked_queue_is_a_problem(tmp_path: Path) -> None:
     removals, problems = RemovalQueue(tmp_path / "state").load()
     assert removals == []
     assert "symbolic link" in problems[0].reason
+
+
+def test_a_refused_queue_names_its_first_wrong_field_in_these_words(tmp_path: Path) -> None:
+    """As the loader always checked a queued removal: its `lastError` first, then the rest."""
+    removal = {"migUUID": 5, "since": "t", "attempts": 1, "lastError": 7}
+    doc = {"version": 1, "removals": [removal]}
+    tmp_path.joinpath("cdi-removal-queue.json").write_text(json.dumps(doc))
+    assert [p.reason for p in RemovalQueue(tmp_path).load()[1]] == ["lastError must be a string"]
+    removal["lastError"] = "e"
+    tmp_path.joinpath("cdi-removal-queue.json").write_text(json.dumps(doc))
+    reasons = [p.reason for p in RemovalQueue(tmp_path).load()[1]]
+    assert reasons == ["migUUID must be a non-empty string"]

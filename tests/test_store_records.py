@@ -328,3 +328,65 @@ def test_non_json_numbers_make_a_record_unreadable(
     assert problems[0].reason == (
         f"record is not valid JSON: it contains {constant}, which JSON does not allow"
     )
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"gpuInstanceID": True}, "gpuInstanceID must be an integer"),
+        ({"gpuInstanceID": 1.0}, "gpuInstanceID must be an integer"),
+        ({"gpuInstanceID": "1"}, "gpuInstanceID must be an integer"),
+        ({"gpuInstanceID": None}, "gpuInstanceID must be an integer"),
+        ({"computeInstanceID": -1}, "computeInstanceID must not be negative"),
+        ({"profile": None}, "profile must be a non-empty string"),
+        ({"placement": {"size": 1}}, "placement.start must be an integer"),
+        ({"placement": {"start": 0, "size": 0}}, "placement.size must be greater than 0"),
+        (
+            {"migUUID": "MIG-x"},
+            "migUUID 'MIG-x' is not a MIG UUID (MIG-<uuid>, or MIG-GPU-<uuid>/<gi>/<ci>)",
+        ),
+        ({"hamimig": []}, "the 'hamimig' key must be an object"),
+        ({"hamimig": {"schemaVersion": 1}}, "hamimig.state None is not one of"),
+        (
+            {"gpuInstanceID": -1, "hamimig": {"schemaVersion": 2, "state": "New"}},
+            "gpuInstanceID must not be negative",
+        ),
+        (
+            {"hamimig": {"schemaVersion": 2, "state": "New"}},
+            "written by a newer hamimig (schema 2); this hamimig reads schema 1: upgrade hamimig",
+        ),
+        (
+            {"hamimig": {"schemaVersion": 1, "state": "Idle", "owner": {"namespace": "A"}}},
+            "owner.namespace 'A' is not a Kubernetes namespace",
+        ),
+        (
+            {"hamimig": {"schemaVersion": 1, "state": "Idle", "owner": {"namespace": "a"}}},
+            "owner.name must be a non-empty string",
+        ),
+        (
+            {"hamimig": {"schemaVersion": 1, "state": "Idle", "lastOwner": 5}},
+            "hamimig.lastOwner must be an object",
+        ),
+        (
+            {"hamimig": {"schemaVersion": 1, "state": "Idle", "gpuIndex": False}},
+            "hamimig.gpuIndex must be an integer",
+        ),
+        (  # the owners are checked before the other fields under "hamimig"
+            {"hamimig": {"schemaVersion": 1, "state": "Idle", "cdiDevice": 3, "lastOwner": 5}},
+            "hamimig.lastOwner must be an object",
+        ),
+        (
+            {"hamimig": {"schemaVersion": 1, "state": "Idle", "idleSince": "yesterday"}},
+            "hamimig.idleSince 'yesterday' is not an RFC 3339 time with an offset",
+        ),
+    ],
+)
+def test_a_refused_record_names_its_first_wrong_field_in_these_words(
+    changes: dict[str, Any], reason: str
+) -> None:
+    """The reasons doctor and list print are an interface: they name the JSON field, and the
+    first wrong one in the file's order, whatever reads the file."""
+    doc = hami_doc(**changes)
+    with pytest.raises(RecordError) as raised:
+        decode_record(record_name(MIG), json.dumps(doc).encode())
+    assert str(raised.value).startswith(reason)

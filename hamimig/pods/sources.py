@@ -35,7 +35,7 @@ from hamimig.pods.identity import node_identity_from
 from hamimig.pods.model import TERMINAL_PHASES, NodeIdentity, Pod
 from hamimig.pods.model import PodSnapshot as PodSnapshot
 from hamimig.pods.model import PodSourceError as PodSourceError
-from hamimig.store._fields import k8s_label_field, k8s_subdomain_field, uid_field
+from hamimig.store._fields import check_namespace, check_pod_name, check_pod_uid, named
 from hamimig.store.yamlload import DuplicateKey, refusing_duplicates
 from hamimig.store.yamlload import load as load_yaml
 from hamimig.vocabulary import Setting
@@ -107,9 +107,9 @@ def _named(meta: dict[str, Any], where: str) -> tuple[str, str]:
     if not isinstance(namespace, str) or not namespace:
         raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
     try:
-        k8s_label_field(namespace, "metadata.namespace")
-        k8s_subdomain_field(name, "metadata.name")
-        uid_field(meta.get("uid"), "metadata.uid")
+        named(check_namespace, namespace, "metadata.namespace")
+        named(check_pod_name, name, "metadata.name")
+        named(check_pod_uid, meta.get("uid"), "metadata.uid")
     except ValueError as exc:
         raise _Malformed(_at(where, str(exc))) from None
     return namespace, name

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 
 from hamimig.errors import HamimigError
-from hamimig.store._fields import RecordError, json_object, uint_field
+from hamimig.store._fields import RecordError, check_uint, check_version, json_object, named
 from hamimig.store.files import Problem, SingleFile, check_dir
 from hamimig.store.records import STATE_DIR_MODE
 
@@ -79,7 +79,7 @@ or time hamimig wrote, and printed it would not parse as a sample value."""
 
 
 def _count(value: object, where: str) -> int:
-    number = uint_field(value, where)
+    number: int = named(check_uint, value, where)
     if number > MAX_VALUE:
         raise RecordError(f"{where} is larger than 2^53")
     return number
@@ -88,9 +88,7 @@ def _count(value: object, where: str) -> int:
 def decode_stored(data: bytes) -> _Stored:
     """The counters and the timestamps of a counters file."""
     doc = json_object(data, "counters file")
-    version = doc.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version != COUNTERS_VERSION:
-        raise RecordError(f"unsupported counters version {version!r} (this hamimig reads 1)")
+    check_version(doc, COUNTERS_VERSION, "counters", "this hamimig reads 1")
     raw = doc.get("counters")
     if not isinstance(raw, dict):
         raise RecordError("counters must be an object")

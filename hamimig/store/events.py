@@ -275,11 +275,7 @@ def decode_event(raw: bytes | None) -> Event | None:
         doc = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, RecursionError):  # RecursionError: a line nested a thousand deep
         return None
-    if not isinstance(doc, dict):
+    if not isinstance(doc, dict) or not isinstance(doc.get("action"), str) or not doc["action"]:
         return None
     when = doc.get("time")
-    if not isinstance(when, str) or parse_time(when) is None:
-        return None
-    if not isinstance(doc.get("action"), str) or not doc["action"]:
-        return None
-    return doc
+    return doc if isinstance(when, str) and parse_time(when) is not None else None

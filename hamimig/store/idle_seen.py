@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 from hamimig.durations import parse_time
-from hamimig.store._fields import RecordError, json_object, mig_uuid_field
+from hamimig.store._fields import RecordError, check_mig_uuid, check_version, json_object, named
 from hamimig.store.files import Problem, SingleFile, check_dir
 from hamimig.store.records import STATE_DIR_MODE
 
@@ -26,15 +26,13 @@ IDLE_SEEN_MODE = 0o600
 
 def decode_idle_seen(data: bytes) -> dict[str, str]:
     doc = json_object(data, "idle-seen file")
-    version = doc.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version != IDLE_SEEN_VERSION:
-        raise RecordError(f"unsupported idle-seen version {version!r} (this hamimig reads 1)")
+    check_version(doc, IDLE_SEEN_VERSION, "idle-seen", "this hamimig reads 1")
     raw = doc.get("seen")
     if not isinstance(raw, dict):
         raise RecordError("seen must be an object from MIG UUID to time")
     seen: dict[str, str] = {}
     for key, value in raw.items():
-        mig_uuid = mig_uuid_field(key, "seen key")
+        mig_uuid: str = named(check_mig_uuid, key, "seen key")
         if not isinstance(value, str) or parse_time(value) is None:
             raise RecordError(f"seen.{mig_uuid} must be an RFC 3339 time with an offset")
         seen[mig_uuid] = value

@@ -19,17 +19,21 @@ import json
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from hamimig.hw.types import Placement
 from hamimig.store._fields import (
+    Json,
     RecordError,
+    Stored,
+    check_nonempty,
+    check_opt_mig_uuid,
+    check_opt_uint,
+    check_placement,
+    check_uint,
+    check_version,
     json_object,
-    mig_uuid_field,
-    nonempty_str,
-    placement_field,
-    placement_json,
-    uint_field,
+    validated,
 )
 from hamimig.store.files import (
     Problem,
@@ -37,7 +41,7 @@ from hamimig.store.files import (
     check_dir,
     list_names,
 )
-from hamimig.store.records import STATE_DIR_MODE, Owner
+from hamimig.store.records import STATE_DIR_MODE, Owner, check_owner
 from hamimig.vocabulary import FileOpName
 
 INTENT_PREFIX = "intent-"
@@ -58,74 +62,41 @@ def intent_file_name(intent_id: str) -> str:
     return f"{INTENT_PREFIX}{intent_id}{INTENT_SUFFIX}"
 
 
-def _optuint_field(value: Any, field: str) -> int | None:
-    return None if value is None else uint_field(value, field)
+def _intent_id(value: Any) -> str:
+    text: str = check_nonempty(value)
+    if not _ID_RE.match(text):
+        raise ValueError(f"{text!r} is not a valid intent ID")
+    return text
 
 
 @dataclasses.dataclass(frozen=True)
-class Intent:
+class Intent(Stored):
     """One journalled operation. IDs and the MIG UUID are filled in as the hardware reports them,
     so that recovery can name exactly what this request created."""
 
-    id: str
-    op: str
-    gpu_uuid: str
-    gpu_index: int
-    profile: str
-    profile_id: int
-    placement: Placement
-    owner: Owner | None
-    created_at: str
-    gpu_instance_id: int | None = None
-    compute_instance_id: int | None = None
-    mig_uuid: str | None = None
+    id: Annotated[str, Json("id", _intent_id)]
+    op: Annotated[str, Json("op", check_nonempty)]
+    gpu_uuid: Annotated[str, Json("gpuUUID", check_nonempty)]
+    gpu_index: Annotated[int, Json("gpuIndex", check_uint)]
+    profile: Annotated[str, Json("profile", check_nonempty)]
+    profile_id: Annotated[int, Json("profileID", check_uint)]
+    placement: Annotated[Placement, Json("placement", check_placement)]
+    owner: Annotated[Owner | None, Json("owner", check_owner("owner"))]
+    created_at: Annotated[str, Json("createdAt", check_nonempty)]
+    gpu_instance_id: Annotated[int | None, Json("gpuInstanceID", check_opt_uint)] = None
+    compute_instance_id: Annotated[int | None, Json("computeInstanceID", check_opt_uint)] = None
+    mig_uuid: Annotated[str | None, Json("migUUID", check_opt_mig_uuid)] = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": INTENT_VERSION,
-            "id": self.id,
-            "op": self.op,
-            "gpuUUID": self.gpu_uuid,
-            "gpuIndex": self.gpu_index,
-            "profile": self.profile,
-            "profileID": self.profile_id,
-            "placement": placement_json(self.placement),
-            "owner": None if self.owner is None else self.owner.to_json(),
-            "createdAt": self.created_at,
-            "gpuInstanceID": self.gpu_instance_id,
-            "computeInstanceID": self.compute_instance_id,
-            "migUUID": self.mig_uuid,
-        }
+        return {"version": INTENT_VERSION, **super().to_json()}
 
     @classmethod
-    def from_json(cls, d: Any) -> Intent:
+    def from_json(cls, doc: Any, where: str = "") -> Intent:
         """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
-        if not isinstance(d, dict):
-            raise RecordError("intent is not a JSON object")
-        version = d.get("version")
-        if isinstance(version, bool) or not isinstance(version, int) or version != INTENT_VERSION:
-            raise RecordError(
-                f"unsupported intent version {version!r} (this hamimig reads {INTENT_VERSION})"
-            )
-        intent_id = nonempty_str(d.get("id"), "id")
-        if not _ID_RE.match(intent_id):
-            raise RecordError(f"id {intent_id!r} is not a valid intent ID")
-        raw_owner = d.get("owner")
-        mig_uuid = d.get("migUUID")
-        return cls(
-            id=intent_id,
-            op=nonempty_str(d.get("op"), "op"),
-            gpu_uuid=nonempty_str(d.get("gpuUUID"), "gpuUUID"),
-            gpu_index=uint_field(d.get("gpuIndex"), "gpuIndex"),
-            profile=nonempty_str(d.get("profile"), "profile"),
-            profile_id=uint_field(d.get("profileID"), "profileID"),
-            placement=placement_field(d.get("placement")),
-            owner=None if raw_owner is None else Owner.from_json(raw_owner),
-            created_at=nonempty_str(d.get("createdAt"), "createdAt"),
-            gpu_instance_id=_optuint_field(d.get("gpuInstanceID"), "gpuInstanceID"),
-            compute_instance_id=_optuint_field(d.get("computeInstanceID"), "computeInstanceID"),
-            mig_uuid=None if mig_uuid is None else mig_uuid_field(mig_uuid),
-        )
+        if isinstance(doc, dict):
+            reads = f"this hamimig reads {INTENT_VERSION}"
+            check_version(doc, INTENT_VERSION, "intent", reads)
+        return validated(cls, doc, what="intent is not a JSON object")
 
 
 def encode_intent(intent: Intent) -> bytes:

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
 from hamimig.errors import UnverifiableError
 from hamimig.store._fields import (
+    Json,
     RecordError,
+    Stored,
+    check_nonempty,
+    check_str,
+    check_uint,
+    check_version,
     json_object,
-    nonempty_str,
-    uint_field,
+    validated,
 )
 from hamimig.store.files import Problem, SingleFile, check_dir
 from hamimig.store.records import STATE_DIR_MODE
@@ -29,46 +34,23 @@ QUEUE_MODE = 0o600
 
 
 @dataclass(frozen=True)
-class QueuedRemoval:
+class QueuedRemoval(Stored):
     """A spec still to be removed: since when, how often it failed, and the last error."""
 
-    mig_uuid: str
-    since: str
-    attempts: int
-    last_error: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "migUUID": self.mig_uuid,
-            "since": self.since,
-            "attempts": self.attempts,
-            "lastError": self.last_error,
-        }
-
-    @classmethod
-    def from_json(cls, d: Any) -> QueuedRemoval:
-        if not isinstance(d, dict):
-            raise RecordError("a queued removal must be an object")
-        last_error = d.get("lastError", "")
-        if not isinstance(last_error, str):
-            raise RecordError("lastError must be a string")
-        return cls(
-            mig_uuid=nonempty_str(d.get("migUUID"), "migUUID"),
-            since=nonempty_str(d.get("since"), "since"),
-            attempts=uint_field(d.get("attempts"), "attempts"),
-            last_error=last_error,
-        )
+    mig_uuid: Annotated[str, Json("migUUID", check_nonempty)]
+    since: Annotated[str, Json("since", check_nonempty)]
+    attempts: Annotated[int, Json("attempts", check_uint)]
+    last_error: Annotated[str, Json("lastError", check_str, first=True)] = ""
 
 
 def decode_queue(data: bytes) -> list[QueuedRemoval]:
     doc = json_object(data, "removal queue")
-    version = doc.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version != QUEUE_VERSION:
-        raise RecordError(f"unsupported queue version {version!r} (this hamimig reads 1)")
+    check_version(doc, QUEUE_VERSION, "queue", "this hamimig reads 1")
     raw = doc.get("removals")
     if not isinstance(raw, list):
         raise RecordError("removals must be a list")
-    removals = [QueuedRemoval.from_json(item) for item in raw]
+    what = "a queued removal must be an object"
+    removals = [validated(QueuedRemoval, item, what=what) for item in raw]
     uuids = [r.mig_uuid for r in removals]
     if len(set(uuids)) != len(uuids):
         raise RecordError("a MIG UUID is queued twice")

@@ -17,26 +17,32 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from hamimig.durations import parse_time
 from hamimig.hw.types import Placement
 from hamimig.store._fields import (
-    RecordError as RecordError,  # re-exported: callers catch it from here
-)
-from hamimig.store._fields import (
+    Json,
+    Stored,
+    check_mig_uuid,
+    check_namespace,
+    check_nonempty,
+    check_opt_str,
+    check_opt_uint,
+    check_placement,
+    check_pod_name,
+    check_pod_uid,
+    check_time,
+    check_uint,
+    check_version,
+    dumped,
     json_object,
-    k8s_label_field,
-    k8s_subdomain_field,
-    mig_uuid_field,
-    nonempty_str,
-    opt_str,
-    placement_field,
-    placement_json,
-    uid_field,
-    uint_field,
+    read,
     uuid_digest,
     uuid_digest_like,
+    validated,
+)
+from hamimig.store._fields import (
+    RecordError as RecordError,  # re-exported: callers catch it from here
 )
 from hamimig.store.files import (
     Problem,
@@ -57,65 +63,68 @@ STATE_DIR_MODE = 0o750
 
 
 @dataclasses.dataclass(frozen=True)
-class Owner:
+class Owner(Stored):
     """The pod container device slot an Active instance is allocated to."""
 
-    namespace: str
-    name: str
-    uid: str | None = None
-    container_index: int = 0
-    device_index: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "containerIndex": self.container_index,
-            "deviceIndex": self.device_index,
-        }
+    namespace: Annotated[str, Json("namespace", check_namespace)]
+    name: Annotated[str, Json("name", check_pod_name)]
+    uid: Annotated[str | None, Json("uid", check_pod_uid)] = None
+    container_index: Annotated[int, Json("containerIndex", check_uint)] = 0
+    device_index: Annotated[int, Json("deviceIndex", check_uint)] = 0
 
     @classmethod
-    def from_json(cls, d: Any, field: str = "owner") -> Owner:
+    def from_json(cls, doc: Any, where: str = "owner") -> Owner:
         """Raises ValueError (a `RecordError`) naming the first field that is wrong (under
-        `field`: `owner`, `hamimig.lastOwner`)."""
-        if not isinstance(d, dict):
-            raise RecordError(f"{field} must be an object")
-        return cls(
-            namespace=k8s_label_field(d.get("namespace"), f"{field}.namespace"),
-            name=k8s_subdomain_field(d.get("name"), f"{field}.name"),
-            uid=uid_field(d.get("uid"), f"{field}.uid"),
-            container_index=uint_field(d.get("containerIndex", 0), f"{field}.containerIndex"),
-            device_index=uint_field(d.get("deviceIndex", 0), f"{field}.deviceIndex"),
-        )
+        `where`: `owner`, `hamimig.lastOwner`)."""
+        return validated(cls, doc, where)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}[{self.container_index}/{self.device_index}]"
 
 
+def check_owner(where: str) -> Any:
+    return lambda doc: None if doc is None else Owner.from_json(doc, where)
+
+
+def _state(value: Any) -> State:
+    state = next((s for s in RECORD_STATES if s.value == value), None)
+    if state is None:
+        raise ValueError(f"{value!r} is not one of {', '.join(s.value for s in RECORD_STATES)}")
+    return state
+
+
+def _ours(name: str, check: Any, required: bool = False, first: bool = False) -> Json:
+    """A field under the `"hamimig"` key, which HAMi's Go decoder ignores."""
+    return Json(name, check, under="hamimig", required=required, first=first)
+
+
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """One ownership record. `managed` is False for a record HAMi wrote (no "hamimig" key)."""
+    """One ownership record. `managed` is False for a record HAMi wrote (no "hamimig" key).
 
-    mig_uuid: str
-    gpu_uuid: str
-    profile: str
-    placement: Placement
-    gpu_instance_id: int
-    compute_instance_id: int
-    state: State = State.IDLE
-    owner: Owner | None = None
-    cdi_device: str | None = None
-    error: str | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
+    HAMi's v1 fields come first, in its order; the rest live under the `"hamimig"` key."""
+
+    mig_uuid: Annotated[str, Json("migUUID", check_mig_uuid)]
+    gpu_uuid: Annotated[str, Json("parentGPUUUID", check_nonempty)]
+    profile: Annotated[str, Json("profile", check_nonempty)]
+    placement: Annotated[Placement, Json("placement", check_placement)]
+    gpu_instance_id: Annotated[int, Json("gpuInstanceID", check_uint)]
+    compute_instance_id: Annotated[int, Json("computeInstanceID", check_uint)]
+    state: Annotated[State, _ours("state", _state, required=True, first=True)] = State.IDLE
+    owner: Annotated[Owner | None, _ours("owner", check_owner("owner"), first=True)] = None
+    cdi_device: Annotated[str | None, _ours("cdiDevice", check_opt_str)] = None
+    error: Annotated[str | None, _ours("error", check_opt_str)] = None
+    created_at: Annotated[str | None, _ours("createdAt", check_opt_str)] = None
+    updated_at: Annotated[str | None, _ours("updatedAt", check_opt_str)] = None
     managed: bool = True
-    gpu_index: int | None = None
+    gpu_index: Annotated[int | None, _ours("gpuIndex", check_opt_uint)] = None
     """The GPU's NVML index when last verified: a hint only (indexes change across reboots)."""
-    idle_since: str | None = None
+    idle_since: Annotated[str | None, _ours("idleSince", check_time)] = None
     """When the instance last entered Idle (the idle policy's clock); None outside Idle, and
     in records written before hamimig kept it (their age counts from `updated_at`)."""
-    last_owner: Owner | None = None
+    last_owner: Annotated[
+        Owner | None, _ours("lastOwner", check_owner("hamimig.lastOwner"), first=True)
+    ] = None
     """Who held the instance before it became Idle (a release, reconcile's release, recovery's
     restore from Active): kept while it stays Idle, so that a repeated release of that pod is
     known to be one; None outside Idle, once handed out again, and in older records."""
@@ -136,77 +145,37 @@ def forget_name(name: str) -> str:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Encoding
-
-
 def encode_record(r: Record) -> bytes:
     """HAMi's v1 fields plus the `"hamimig"` key, as written to disk.
 
     The output is decoded again before it is returned, so hamimig can never write a record that
     its own loader (and therefore HAMi's, which is laxer) would refuse on the next start.
+    `idleSince` and `lastOwner` are written only while set (only while Idle): readers of schema
+    1 that predate them ignore the keys.
     """
-    doc: dict[str, Any] = {
+    ours = {k: v for k, v in dumped(r, "hamimig").items() if v is not None or k not in _OPTIONAL}
+    doc = {
         "version": HAMI_VERSION,
-        "migUUID": r.mig_uuid,
-        "parentGPUUUID": r.gpu_uuid,
-        "profile": r.profile,
-        "placement": placement_json(r.placement),
-        "gpuInstanceID": r.gpu_instance_id,
-        "computeInstanceID": r.compute_instance_id,
-        "hamimig": {
-            "schemaVersion": SCHEMA_VERSION,
-            "state": r.state.value,
-            "owner": None if r.owner is None else r.owner.to_json(),
-            "cdiDevice": r.cdi_device,
-            "error": r.error,
-            "createdAt": r.created_at,
-            "updatedAt": r.updated_at,
-            "gpuIndex": r.gpu_index,
-        },
+        **dumped(r),
+        "hamimig": {"schemaVersion": SCHEMA_VERSION, **ours},
     }
-    if r.idle_since is not None:
-        # Only while Idle: readers of schema 1 that predate it ignore the key.
-        doc["hamimig"]["idleSince"] = r.idle_since
-    if r.last_owner is not None:
-        # Likewise only while Idle, and absent from records written before it was kept.
-        doc["hamimig"]["lastOwner"] = r.last_owner.to_json()
     data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
     decode_record(record_name(r.mig_uuid), data)
     return data
 
 
-# --------------------------------------------------------------------------------------------
-# Decoding
+_OPTIONAL = ("idleSince", "lastOwner")
 
 
 def _decode_content(data: bytes) -> Record:
     """Everything HAMi and hamimig check except the file name (see `RecordStore.load`)."""
     doc = json_object(data, "record")
-    version = doc.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version != HAMI_VERSION:
-        raise RecordError(f"unsupported record version {version!r} (HAMi reads version 1)")
-    mig_uuid = mig_uuid_field(doc.get("migUUID"))
-    gpu_uuid = nonempty_str(doc.get("parentGPUUUID"), "parentGPUUUID")
-    profile = nonempty_str(doc.get("profile"), "profile")
-    placement = placement_field(doc.get("placement"))
-    gi = uint_field(doc.get("gpuInstanceID"), "gpuInstanceID")
-    ci = uint_field(doc.get("computeInstanceID"), "computeInstanceID")
-    base = Record(
-        mig_uuid=mig_uuid,
-        gpu_uuid=gpu_uuid,
-        profile=profile,
-        placement=placement,
-        gpu_instance_id=gi,
-        compute_instance_id=ci,
-    )
+    check_version(doc, HAMI_VERSION, "record", "HAMi reads version 1")
+    hami = read(Record, doc)
     if "hamimig" not in doc:
         # Written by HAMi: it has no lifecycle state, and HAMi restores such instances as idle.
-        return dataclasses.replace(base, state=State.IDLE, managed=False)
-    return _with_hamimig_fields(base, doc["hamimig"])
-
-
-def _with_hamimig_fields(base: Record, ext: Any) -> Record:
+        return Record(**hami, managed=False)
+    ext = doc["hamimig"]
     if not isinstance(ext, dict):
         raise RecordError("the 'hamimig' key must be an object")
     schema = ext.get("schemaVersion")
@@ -218,39 +187,7 @@ def _with_hamimig_fields(base: Record, ext: Any) -> Record:
             f"written by a newer hamimig (schema {schema}); this hamimig reads schema "
             f"{SCHEMA_VERSION}: upgrade hamimig"
         )
-    raw_state = ext.get("state")
-    state = next((s for s in RECORD_STATES if s.value == raw_state), None)
-    if state is None:
-        allowed = ", ".join(s.value for s in RECORD_STATES)
-        raise RecordError(f"hamimig.state {raw_state!r} is not one of {allowed}")
-    raw_owner = ext.get("owner")
-    owner = None if raw_owner is None else Owner.from_json(raw_owner)
-    raw_last = ext.get("lastOwner")
-    last_owner = None if raw_last is None else Owner.from_json(raw_last, "hamimig.lastOwner")
-    return dataclasses.replace(
-        base,
-        state=state,
-        owner=owner,
-        cdi_device=opt_str(ext.get("cdiDevice"), "hamimig.cdiDevice"),
-        error=opt_str(ext.get("error"), "hamimig.error"),
-        created_at=opt_str(ext.get("createdAt"), "hamimig.createdAt"),
-        updated_at=opt_str(ext.get("updatedAt"), "hamimig.updatedAt"),
-        managed=True,
-        gpu_index=None
-        if ext.get("gpuIndex") is None
-        else uint_field(ext["gpuIndex"], "hamimig.gpuIndex"),
-        idle_since=_time_field(ext.get("idleSince"), "hamimig.idleSince"),
-        last_owner=last_owner,
-    )
-
-
-def _time_field(value: Any, field: str) -> str | None:
-    """An RFC 3339 time with its offset, or absent: the idle policy destroys instances by it,
-    so a value it cannot read is refused, never taken as "idle forever" or "just now"."""
-    text = opt_str(value, field)
-    if text is not None and parse_time(text) is None:
-        raise RecordError(f"{field} {text!r} is not an RFC 3339 time with an offset")
-    return text
+    return Record(**hami, **read(Record, ext, "hamimig", "hamimig"))
 
 
 def _check_name_matches(name: str, record: Record) -> None:
