@@ -8,15 +8,7 @@ import typer
 
 from hamimig.cli import options
 from hamimig.cli.context import execute
-from hamimig.cli.options import (
-    AssumeNoPods,
-    DryRun,
-    GpuFilter,
-    Kube,
-    LockTimeout,
-    PodsFile,
-    locked,
-)
+from hamimig.cli.options import AssumeNoPods, DryRun, GpuFilter, Kube, LockTimeout, PodsFile, locked
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:

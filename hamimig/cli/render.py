@@ -132,6 +132,7 @@ def emit(
     elif result.kind in _TABLES:
         # A table `-o wide` changes, piped without COLUMNS, is drawn at its natural width.
         draw, wide = _TABLES[result.kind]
+        clock = clock and functools.cache(clock)  # read once, and only if a cell shows an age
         look = Look(wide=bool(wide) and fmt == "wide", headers=headers, clock=clock)
         console = None if wide is None else _console(_UNBOUNDED if look.wide else _PIPED_WIDTH)
         draw(console, result, look)
@@ -354,7 +355,7 @@ def _instance_cols(
     outcomes = any(i.outcome is not None for i in instances)
     skip = {*(() if outcomes else ("OUTCOME",)), *(() if age or look.wide else ("AGE",))}
     cols = [c for c in tables.INSTANCE if c.name not in skip and c.wide in (None, look.wide)]
-    return cols, look.but(shared=frozenset(p for p in pods if pods.count(p) > 1))
+    return cols, look._replace(shared=frozenset(p for p in pods if pods.count(p) > 1))
 
 
 def _instances(
@@ -369,7 +370,7 @@ def _instances(
     cols, look = _instance_cols(instances, look, age)
     keep: set[str] = set()
     if look.wide:
-        plain = look.but(wide=False)
+        plain = look._replace(wide=False)
         plain_cols, _ = _instance_cols(instances, plain, age)
         shown = {c.name: [c.get(i, plain) for i in instances] for c in plain_cols}
         fitted, _, _ = _fit(console.width, True, plain_cols, shown, ())
@@ -400,7 +401,7 @@ def _acted(console: Console, result: r.Release | r.Reclaim, look: Look) -> None:
     title, verb = _ACTED[result.kind][not result.dry_run]
     if isinstance(result, r.Release) and all(i.outcome is Outcome.UNCHANGED for i in shown):
         title = "already released (Idle): nothing changed" if shown else title
-    if _instances(console, title, shown, look.but(dry_run=result.dry_run)):
+    if _instances(console, title, shown, look._replace(dry_run=result.dry_run)):
         for inst in shown:
             if inst.mig_uuid:
                 _wrapped(console, f"{verb} {inst.mig_uuid}")
@@ -413,15 +414,14 @@ def _acted(console: Console, result: r.Release | r.Reclaim, look: Look) -> None:
 def _allocation(console: Console, result: r.Allocation, look: Look) -> None:
     """The sentence, then the instance table (its OUTCOME: created, reused or unchanged)."""
     inst, dry_run = result.instance, result.dry_run
-    how = "already held" if result.outcome is Outcome.UNCHANGED else result.outcome.value
-    if dry_run and result.outcome is not Outcome.UNCHANGED:
-        how = tables.outcome(result.outcome, dry_run)
+    held = result.outcome is Outcome.UNCHANGED
+    how = "already held" if held else tables.outcome(result.outcome, dry_run)
     console.print(
         f"{how}: {inst.mig_uuid or 'a new instance'} ({inst.profile} at {inst.placement} on "
         f"GPU {inst.gpu_index}) for {tables.owner(inst)}"
         + (" (dry run: nothing changed)" if dry_run else "")
     )
-    _instances(console, "", result.instances, look.but(dry_run=dry_run))
+    _instances(console, "", result.instances, look._replace(dry_run=dry_run))
     if result.reclaimed:
         first = "would reclaim first" if dry_run else "reclaimed to make room"
         console.print(f"{first}: " + ", ".join(result.reclaimed))
@@ -545,7 +545,7 @@ def _forget(console: Console, result: r.Forget, look: Look) -> None:
         title = "would forget (dry run: nothing changed)"
         if not result.dry_run:
             title = "forgotten (ownership dropped; a live instance is now Unmanaged)"
-        _instances(console, title, result.instances, look.but(dry_run=result.dry_run))
+        _instances(console, title, result.instances, look._replace(dry_run=result.dry_run))
     for line in tables.forgotten(result, _escape):
         console.print(line)
     _after(console, result)

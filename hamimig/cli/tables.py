@@ -6,9 +6,8 @@ and rich markup only: render.py draws them.
 
 from __future__ import annotations
 
-import functools
+import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from hamimig.engine.results import ActionReport, Forget, InstanceView
@@ -47,8 +46,7 @@ _GONE = (Outcome.RECLAIMED, Outcome.FORGOTTEN)
 """Outcomes after which the instance's last state no longer holds: its STATE is dimmed."""
 
 
-@dataclass(frozen=True)
-class Look:
+class Look(NamedTuple):
     """How a table is drawn: `-o wide` (instance and event tables gain columns; every other
     table is as `-o table` draws it), `--no-headers`, whether the result is a dry run, the pods
     holding several of the instances shown, and the node's clock, read once and only when a
@@ -59,13 +57,6 @@ class Look:
     clock: Callable[[], float] | None = None
     dry_run: bool = False
     shared: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        if self.clock is not None and not hasattr(self.clock, "cache_info"):
-            object.__setattr__(self, "clock", functools.cache(self.clock))
-
-    def but(self, **changes: Any) -> Look:
-        return replace(self, **changes)
 
 
 LAST = 100
@@ -430,21 +421,19 @@ def forgotten(result: Forget, escape: Callable[[str], str]) -> list[str]:
     return lines
 
 
+def _value(setting: Any, _: Look) -> str:
+    return setting.value if isinstance(setting.value, str) else json.dumps(setting.value)
+
+
 def config_columns(fits: bool) -> tuple[Col, ...]:
     """`config show`: what it exists to show is never cut: keys stay on one line where the
     terminal `fits` them beside VALUE and SOURCE, and everything folds where the width runs
     out."""
     return (
         Col("SETTING", lambda s, _: s.key, fold=1, wrap=not fits),
-        Col("VALUE", lambda s, _: s.value if isinstance(s.value, str) else _json(s.value), fold=1),
+        Col("VALUE", _value, fold=1),
         Col("SOURCE", lambda s, _: s.source, fold=1),
     )
-
-
-def _json(value: object) -> str:
-    import json
-
-    return json.dumps(value)
 
 
 _DONE_WORDS = {"restore-idle": "restored Idle", "restore-active": "restored Active"}
