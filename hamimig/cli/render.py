@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 from hamimig.cli import tables
 from hamimig.cli.tables import LAST, STATE_STYLE, Col, Look
 from hamimig.cli.tables import short_uuids as _short_uuids
-from hamimig.cli.tables import uuid_floor as _uuid_floor
 from hamimig.engine import results as r
 from hamimig.errors import HamimigError
 from hamimig.reports import views as v
@@ -222,7 +221,7 @@ def _fit(
     each group in `drop` order; the same without rules below 80 columns or where `boxed` is None
     (rules where they fit); below 80 or without rules, also without the groups from `LAST` on;
     else the last of them. A folding column counts as its `fold` at most, a MIG UUID column as
-    `_uuid_floor`, any other as its widest cell or header."""
+    `tables.uuid_floor`, any other as its widest cell or header."""
     drops, groups = _drop_groups(cols, cells, keep)
     shortened = {**cells, _UUID: _short_uuids(cells[_UUID])} if _UUID in cells else cells
     ruled = boxed is not False
@@ -256,7 +255,7 @@ def _needed(cols: Sequence[Col], shown: Cells, ruled: bool) -> int:
 
     floor = {c.name: c.fold for c in cols if c.fold}
     if _UUID in shown:
-        floor[_UUID] = max(_uuid_floor(shown[_UUID]), len(_UUID))
+        floor[_UUID] = max(tables.uuid_floor(shown[_UUID]), len(_UUID))
     total = 0
     for name, column in shown.items():
         natural = max([cell_len(name), *(cell_len(c) for c in column)])
@@ -278,6 +277,7 @@ def _table(
     per item, under `title` (printed as lines of its own: rich would pad it with spaces to the
     table's width). With `fit`, the columns and rules `_fit` chooses for the console (`boxed`:
     rules if they fit). Returns the cells shown."""
+    from rich.box import HEAVY_HEAD
     from rich.table import Table
 
     cols = [c for c in cols if c.wide in (None, look.wide)]
@@ -287,10 +287,7 @@ def _table(
         cells, ruled, fits = _fit(console.width, boxed, cols, cells, keep)
         squeezed = [c._replace(fold=min(c.fold, 10)) for c in cols]
         fits = fits or _needed(squeezed, cells, ruled) <= console.width
-    table = Table(header_style="bold")
-    if not ruled:
-        table.box = None
-        table.pad_edge = False
+    table = Table(header_style="bold", box=HEAVY_HEAD if ruled else None, pad_edge=ruled)
     cols = [c for c in cols if c.name in cells]
     for c in cols:
         table.add_column(c.name, **_column(c, cells[c.name], fits))
@@ -309,7 +306,7 @@ def _column(c: Col, column: list[str], fits: bool | None) -> dict[str, Any]:
     from rich.cells import cell_len
 
     widest = max(map(cell_len, [c.name, *column]))
-    whole = fits is True and c.name == _UUID and _uuid_floor(column) >= widest
+    whole = fits is True and c.name == _UUID and tables.uuid_floor(column) >= widest
     wraps = (bool(c.fold) if c.wrap is None else c.wrap) or (c.name == _UUID and not whole)
     no_wrap = fits is not False and not wraps  # `…` only in a `cut` column or one that fits
     overflow = "ellipsis" if c.cut or no_wrap else "fold"
