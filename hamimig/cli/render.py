@@ -462,17 +462,8 @@ def _detail(console: Console, result: v.InstanceDetail, look: Look) -> None:
 
 def _instance_list(console: Console, result: v.InstanceList, look: Look) -> None:
     instances = result.instances
-    if not look.headers:  # rows only, on stdout; the rest goes to stderr
-        if instances:
-            cols, look = _instance_cols(instances, look, True)
-            text(_plain_rows([[c.get(i, look) for i in instances] for c in cols]))
-        else:
-            text("no MIG instances", err=True)
-        for warning in result.warnings:
-            text(f"warning: {warning.file}: {warning.reason}", err=True)
-        if result.queued_removals:
-            text(tables.queued_note(result), err=True)
-        return
+    if not look.headers:
+        return _rows_only(result, look)
     if instances:
         _instances(console, "MIG instances", instances, look, age=True)
     else:
@@ -492,13 +483,23 @@ def _instance_list(console: Console, result: v.InstanceList, look: Look) -> None
         _wrapped(console, tables.queued_note(result))
 
 
-def _plain_rows(columns: list[list[str]]) -> str:
-    """`list --no-headers`: one instance a line, columns two spaces apart, every cell one word,
-    nothing cut, no colours and no trailing spaces (for awk and cut)."""
-    widths = [max(map(len, column)) for column in columns]
-    rows = zip(*columns, strict=True)
-    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
-    return "\n".join(line.rstrip() for line in lines)
+def _rows_only(result: v.InstanceList, look: Look) -> None:
+    """`list --no-headers`: one instance a line on stdout, columns two spaces apart, every cell
+    one word, nothing cut, no colours and no trailing spaces (for awk and cut); the rest goes to
+    stderr."""
+    if not result.instances:
+        text("no MIG instances", err=True)
+    else:
+        cols, look = _instance_cols(result.instances, look, True)
+        columns = [[c.get(i, look) for i in result.instances] for c in cols]
+        widths = [max(map(len, column)) for column in columns]
+        rows = zip(*columns, strict=True)
+        lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+        text("\n".join(line.rstrip() for line in lines))
+    for warning in result.warnings:
+        text(f"warning: {warning.file}: {warning.reason}", err=True)
+    if result.queued_removals:
+        text(tables.queued_note(result), err=True)
 
 
 def _profile_list(console: Console, result: v.ProfileList, look: Look) -> None:
