@@ -75,24 +75,23 @@ def _node(ctx: typer.Context) -> tuple[Path, Path | None] | None:
 
 def profiles(ctx: typer.Context) -> list[str]:
     """The profiles of the boards hamimig knows and those the records name."""
-    from hamimig.reports.completion import board_profiles, record_values
+    from hamimig.reports import completion
 
     node = _node(ctx)
-    return sorted({*board_profiles(), *(record_values(node[0], "profiles") if node else ())})
+    return completion.profiles(node and node[0])
 
 
 def instances(ctx: typer.Context, incomplete: str) -> list[str]:
     """The records' MIG UUIDs, or their CDI device names once the word starts as those do."""
-    from hamimig.reports.completion import record_values
+    from hamimig.reports import completion
 
     node = _node(ctx)
-    kind = "cdi-names" if incomplete.startswith("m") else "mig-uuids"
-    return record_values(node[0], kind) if node else []
+    return completion.instances(node[0], incomplete.startswith("m")) if node else []
 
 
 def gpus(ctx: typer.Context) -> list[str]:
     """The GPUs the records name and a simulated node's: NVML indexes, then GPU UUIDs."""
-    from hamimig.reports.completion import gpu_values
+    from hamimig.reports import completion
 
     node = _node(ctx)
-    return gpu_values(*node) if node else []
+    return completion.gpus(*node) if node else []

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from hamimig.cli.context import execute
-from hamimig.cli.options import Kube, PodsFile
+from hamimig.cli.options import Kube, PodsFile, pod_source
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
@@ -28,12 +28,11 @@ def doctor(
     Changes nothing and takes no lock. The recovery checks run recover's own planner; with
     --pods or --kube they also judge what pods hold, without one those checks are skipped.
     """
-    from hamimig.cli import options
     from hamimig.reports import doctor as checks
 
     def action(node: Node) -> Result:
         try:
-            source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False)
+            source = pod_source(node, pods, kube, assume_no_pods=False, required=False)
         except UsageError:
             if pods is not None or kube:
                 raise

@@ -21,7 +21,6 @@ def events(
     mig_uuid: Annotated[
         str | None,
         typer.Option(
-            "--mig-uuid",
             metavar="MIG_UUID",
             help=(
                 "Only this instance: its MIG UUID, a prefix of it or its CDI device name "
@@ -33,7 +32,6 @@ def events(
     pod: Annotated[
         str | None,
         typer.Option(
-            "--pod",
             metavar=options.POD,
             help="Only events of this pod and of the instances it held (their reclaim too).",
         ),
@@ -42,7 +40,6 @@ def events(
     since: Annotated[
         str | None,
         typer.Option(
-            "--since",
             metavar="DURATION|TIME",
             help="Only events this recent (90s, 30m, 2h, 1h30m) or since an RFC 3339 time.",
         ),
@@ -50,7 +47,6 @@ def events(
     limit: Annotated[
         int | None,
         typer.Option(
-            "--limit",
             metavar="N",
             help="Only the newest N of the events that match (a table: 500 unless given).",
         ),

@@ -32,12 +32,11 @@ def list_(
     ] = None,
     pod: Annotated[
         str | None,
-        typer.Option("--pod", metavar=options.POD, help="Only the instances this pod holds."),
+        typer.Option(metavar=options.POD, help="Only the instances this pod holds."),
     ] = None,
     profile: Annotated[
         str | None,
         typer.Option(
-            "--profile",
             metavar=options.PROFILE,
             help="Only this GI profile (1g.10gb).",
             autocompletion=completion.profiles,

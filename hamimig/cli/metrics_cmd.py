@@ -20,7 +20,6 @@ def metrics(
     textfile: Annotated[
         Path | None,
         typer.Option(
-            "--textfile",
             metavar="PATH",
             help=(
                 "Replace PATH atomically (mode 0644) instead of printing; for node-exporter's "

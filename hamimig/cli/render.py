@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 from hamimig.cli import tables
 from hamimig.cli.tables import LAST, STATE_STYLE, Col, Look
 from hamimig.cli.tables import short_uuids as _short_uuids
-from hamimig.cli.tables import uuid_floor as _uuid_floor
 from hamimig.engine import results as r
 from hamimig.errors import HamimigError
 from hamimig.reports import views as v
@@ -132,6 +131,7 @@ def emit(
     elif result.kind in _TABLES:
         # A table `-o wide` changes, piped without COLUMNS, is drawn at its natural width.
         draw, wide = _TABLES[result.kind]
+        clock = clock and functools.cache(clock)  # read once, and only if a cell shows an age
         look = Look(wide=bool(wide) and fmt == "wide", headers=headers, clock=clock)
         console = None if wide is None else _console(_UNBOUNDED if look.wide else _PIPED_WIDTH)
         draw(console, result, look)
@@ -221,7 +221,7 @@ def _fit(
     each group in `drop` order; the same without rules below 80 columns or where `boxed` is None
     (rules where they fit); below 80 or without rules, also without the groups from `LAST` on;
     else the last of them. A folding column counts as its `fold` at most, a MIG UUID column as
-    `_uuid_floor`, any other as its widest cell or header."""
+    `tables.uuid_floor`, any other as its widest cell or header."""
     drops, groups = _drop_groups(cols, cells, keep)
     shortened = {**cells, _UUID: _short_uuids(cells[_UUID])} if _UUID in cells else cells
     ruled = boxed is not False
@@ -255,7 +255,7 @@ def _needed(cols: Sequence[Col], shown: Cells, ruled: bool) -> int:
 
     floor = {c.name: c.fold for c in cols if c.fold}
     if _UUID in shown:
-        floor[_UUID] = max(_uuid_floor(shown[_UUID]), len(_UUID))
+        floor[_UUID] = max(tables.uuid_floor(shown[_UUID]), len(_UUID))
     total = 0
     for name, column in shown.items():
         natural = max([cell_len(name), *(cell_len(c) for c in column)])
@@ -277,6 +277,7 @@ def _table(
     per item, under `title` (printed as lines of its own: rich would pad it with spaces to the
     table's width). With `fit`, the columns and rules `_fit` chooses for the console (`boxed`:
     rules if they fit). Returns the cells shown."""
+    from rich.box import HEAVY_HEAD
     from rich.table import Table
 
     cols = [c for c in cols if c.wide in (None, look.wide)]
@@ -286,10 +287,7 @@ def _table(
         cells, ruled, fits = _fit(console.width, boxed, cols, cells, keep)
         squeezed = [c._replace(fold=min(c.fold, 10)) for c in cols]
         fits = fits or _needed(squeezed, cells, ruled) <= console.width
-    table = Table(header_style="bold")
-    if not ruled:
-        table.box = None
-        table.pad_edge = False
+    table = Table(header_style="bold", box=HEAVY_HEAD if ruled else None, pad_edge=ruled)
     cols = [c for c in cols if c.name in cells]
     for c in cols:
         table.add_column(c.name, **_column(c, cells[c.name], fits))
@@ -308,7 +306,7 @@ def _column(c: Col, column: list[str], fits: bool | None) -> dict[str, Any]:
     from rich.cells import cell_len
 
     widest = max(map(cell_len, [c.name, *column]))
-    whole = fits is True and c.name == _UUID and _uuid_floor(column) >= widest
+    whole = fits is True and c.name == _UUID and tables.uuid_floor(column) >= widest
     wraps = (bool(c.fold) if c.wrap is None else c.wrap) or (c.name == _UUID and not whole)
     no_wrap = fits is not False and not wraps  # `…` only in a `cut` column or one that fits
     overflow = "ellipsis" if c.cut or no_wrap else "fold"
@@ -354,7 +352,7 @@ def _instance_cols(
     outcomes = any(i.outcome is not None for i in instances)
     skip = {*(() if outcomes else ("OUTCOME",)), *(() if age or look.wide else ("AGE",))}
     cols = [c for c in tables.INSTANCE if c.name not in skip and c.wide in (None, look.wide)]
-    return cols, look.but(shared=frozenset(p for p in pods if pods.count(p) > 1))
+    return cols, look._replace(shared=frozenset(p for p in pods if pods.count(p) > 1))
 
 
 def _instances(
@@ -369,7 +367,7 @@ def _instances(
     cols, look = _instance_cols(instances, look, age)
     keep: set[str] = set()
     if look.wide:
-        plain = look.but(wide=False)
+        plain = look._replace(wide=False)
         plain_cols, _ = _instance_cols(instances, plain, age)
         shown = {c.name: [c.get(i, plain) for i in instances] for c in plain_cols}
         fitted, _, _ = _fit(console.width, True, plain_cols, shown, ())
@@ -400,7 +398,7 @@ def _acted(console: Console, result: r.Release | r.Reclaim, look: Look) -> None:
     title, verb = _ACTED[result.kind][not result.dry_run]
     if isinstance(result, r.Release) and all(i.outcome is Outcome.UNCHANGED for i in shown):
         title = "already released (Idle): nothing changed" if shown else title
-    if _instances(console, title, shown, look.but(dry_run=result.dry_run)):
+    if _instances(console, title, shown, look._replace(dry_run=result.dry_run)):
         for inst in shown:
             if inst.mig_uuid:
                 _wrapped(console, f"{verb} {inst.mig_uuid}")
@@ -413,15 +411,14 @@ def _acted(console: Console, result: r.Release | r.Reclaim, look: Look) -> None:
 def _allocation(console: Console, result: r.Allocation, look: Look) -> None:
     """The sentence, then the instance table (its OUTCOME: created, reused or unchanged)."""
     inst, dry_run = result.instance, result.dry_run
-    how = "already held" if result.outcome is Outcome.UNCHANGED else result.outcome.value
-    if dry_run and result.outcome is not Outcome.UNCHANGED:
-        how = tables.outcome(result.outcome, dry_run)
+    held = result.outcome is Outcome.UNCHANGED
+    how = "already held" if held else tables.outcome(result.outcome, dry_run)
     console.print(
         f"{how}: {inst.mig_uuid or 'a new instance'} ({inst.profile} at {inst.placement} on "
         f"GPU {inst.gpu_index}) for {tables.owner(inst)}"
         + (" (dry run: nothing changed)" if dry_run else "")
     )
-    _instances(console, "", result.instances, look.but(dry_run=dry_run))
+    _instances(console, "", result.instances, look._replace(dry_run=dry_run))
     if result.reclaimed:
         first = "would reclaim first" if dry_run else "reclaimed to make room"
         console.print(f"{first}: " + ", ".join(result.reclaimed))
@@ -465,17 +462,8 @@ def _detail(console: Console, result: v.InstanceDetail, look: Look) -> None:
 
 def _instance_list(console: Console, result: v.InstanceList, look: Look) -> None:
     instances = result.instances
-    if not look.headers:  # rows only, on stdout; the rest goes to stderr
-        if instances:
-            cols, look = _instance_cols(instances, look, True)
-            text(_plain_rows([[c.get(i, look) for i in instances] for c in cols]))
-        else:
-            text("no MIG instances", err=True)
-        for warning in result.warnings:
-            text(f"warning: {warning.file}: {warning.reason}", err=True)
-        if result.queued_removals:
-            text(tables.queued_note(result), err=True)
-        return
+    if not look.headers:
+        return _rows_only(result, look)
     if instances:
         _instances(console, "MIG instances", instances, look, age=True)
     else:
@@ -495,13 +483,23 @@ def _instance_list(console: Console, result: v.InstanceList, look: Look) -> None
         _wrapped(console, tables.queued_note(result))
 
 
-def _plain_rows(columns: list[list[str]]) -> str:
-    """`list --no-headers`: one instance a line, columns two spaces apart, every cell one word,
-    nothing cut, no colours and no trailing spaces (for awk and cut)."""
-    widths = [max(map(len, column)) for column in columns]
-    rows = zip(*columns, strict=True)
-    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
-    return "\n".join(line.rstrip() for line in lines)
+def _rows_only(result: v.InstanceList, look: Look) -> None:
+    """`list --no-headers`: one instance a line on stdout, columns two spaces apart, every cell
+    one word, nothing cut, no colours and no trailing spaces (for awk and cut); the rest goes to
+    stderr."""
+    if not result.instances:
+        text("no MIG instances", err=True)
+    else:
+        cols, look = _instance_cols(result.instances, look, True)
+        columns = [[c.get(i, look) for i in result.instances] for c in cols]
+        widths = [max(map(len, column)) for column in columns]
+        rows = zip(*columns, strict=True)
+        lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+        text("\n".join(line.rstrip() for line in lines))
+    for warning in result.warnings:
+        text(f"warning: {warning.file}: {warning.reason}", err=True)
+    if result.queued_removals:
+        text(tables.queued_note(result), err=True)
 
 
 def _profile_list(console: Console, result: v.ProfileList, look: Look) -> None:
@@ -545,7 +543,7 @@ def _forget(console: Console, result: r.Forget, look: Look) -> None:
         title = "would forget (dry run: nothing changed)"
         if not result.dry_run:
             title = "forgotten (ownership dropped; a live instance is now Unmanaged)"
-        _instances(console, title, result.instances, look.but(dry_run=result.dry_run))
+        _instances(console, title, result.instances, look._replace(dry_run=result.dry_run))
     for line in tables.forgotten(result, _escape):
         console.print(line)
     _after(console, result)

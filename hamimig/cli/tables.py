@@ -6,19 +6,12 @@ and rich markup only: render.py draws them.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+import json
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from hamimig.engine.results import ActionReport, Forget, InstanceView
-from hamimig.reports.views import (
-    CheckStatus,
-    DoctorReport,
-    GpuView,
-    InstanceDetail,
-    InstanceList,
-)
+from hamimig.reports.views import CheckStatus, DoctorReport, GpuView, InstanceDetail, InstanceList
 from hamimig.vocabulary import Outcome, State
 
 STATE_STYLE = {
@@ -53,8 +46,7 @@ _GONE = (Outcome.RECLAIMED, Outcome.FORGOTTEN)
 """Outcomes after which the instance's last state no longer holds: its STATE is dimmed."""
 
 
-@dataclass(frozen=True)
-class Look:
+class Look(NamedTuple):
     """How a table is drawn: `-o wide` (instance and event tables gain columns; every other
     table is as `-o table` draws it), `--no-headers`, whether the result is a dry run, the pods
     holding several of the instances shown, and the node's clock, read once and only when a
@@ -65,16 +57,6 @@ class Look:
     clock: Callable[[], float] | None = None
     dry_run: bool = False
     shared: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        if self.clock is not None and not hasattr(self.clock, "cache_info"):
-            object.__setattr__(self, "clock", functools.cache(self.clock))
-
-    def now(self) -> float | None:
-        return None if self.clock is None else self.clock()
-
-    def but(self, **changes: Any) -> Look:
-        return replace(self, **changes)
 
 
 LAST = 100
@@ -159,7 +141,7 @@ def _age(inst: InstanceView, look: Look) -> str:
 
     since = inst.since()
     start = None if since is None else parse_time(since)
-    now = look.now()
+    now = None if look.clock is None else look.clock()
     if start is None or now is None:
         return "-"
     if start > now + 1:  # a timestamp ahead of this node's clock: a skew to see, not "0s"
@@ -316,34 +298,30 @@ EVENTS = (
 )
 """`events`: TIME, ACTION, MIG UUID (shortened), POD and REASON always stay."""
 
-PROFILES = (
-    Col("PROFILE", lambda p, _: p.name, wrap=True),
-    Col("ID", lambda p, _: str(p.id), wrap=True),
+
+def _wrapping(*cols: Col) -> tuple[Col, ...]:
+    """A table whose every column wraps (its cells fold where the width runs out)."""
+    return tuple(c._replace(wrap=True) for c in cols)
+
+
+PROFILES = _wrapping(
+    Col("PROFILE", lambda p, _: p.name),
+    Col("ID", lambda p, _: str(p.id)),
     # `3g.40gb` takes 3 of the GPU's compute slices but 4 of its memory slices (`0:4`).
-    Col("COMPUTE SLICES", lambda p, _: str(p.slice_count), wrap=True),
-    Col("MEMORY MiB", lambda p, _: str(p.memory_mb), wrap=True),
-    Col(
-        "FREE/TOTAL", lambda p, _: f"{p.free_instances}/{p.max_instances}", wrap=True
-    ),  # as nvidia-smi
-    Col(
-        "MEMORY SLICES (placement start:size)",
-        lambda p, _: " ".join(map(str, p.placements)),
-        wrap=True,
-    ),
+    Col("COMPUTE SLICES", lambda p, _: str(p.slice_count)),
+    Col("MEMORY MiB", lambda p, _: str(p.memory_mb)),
+    Col("FREE/TOTAL", lambda p, _: f"{p.free_instances}/{p.max_instances}"),  # as nvidia-smi
+    Col("MEMORY SLICES (placement start:size)", lambda p, _: " ".join(map(str, p.placements))),
 )
 
 
 def sim_rows(state: Any) -> list[tuple[Any, Any, Any]]:
     """`sim show`'s rows: (GPU, GI, CI), None where a GPU has no GI or a GI no CI."""
-
-    def or_none(items: Iterable[Any]) -> list[Any]:
-        return [*items] or [None]
-
     return [
         (gpu, gi, ci)
         for gpu in state.gpus
-        for gi in or_none(gpu.gis)
-        for ci in or_none(gi.cis if gi else ())
+        for gi in [*gpu.gis] or [None]
+        for ci in [*(gi.cis if gi else ())] or [None]
     ]
 
 
@@ -356,10 +334,8 @@ def _busy(row: tuple[Any, Any, Any], _: Look) -> str:
 
 
 def _mig(row: tuple[Any, Any, Any], _: Look) -> str:
-    gpu = row[0]
-    return ("on" if gpu.mig_current else "off") + (
-        " (reset pending)" if gpu.mig_current != gpu.mig_pending else ""
-    )
+    pending = " (reset pending)" if row[0].mig_current != row[0].mig_pending else ""
+    return ("on" if row[0].mig_current else "off") + pending
 
 
 def _of(n: int, get: Callable[[Any], object]) -> Callable[[tuple[Any, ...], Look], str]:
@@ -367,16 +343,16 @@ def _of(n: int, get: Callable[[Any], object]) -> Callable[[tuple[Any, ...], Look
     return lambda row, _: "-" if row[n] is None else str(get(row[n]))
 
 
-SIM = (
-    Col("GPU", _of(0, lambda g: g.index), wrap=True),
-    Col("MODEL", _of(0, lambda g: g.model), wrap=True),
-    Col("MIG", _mig, wrap=True),
-    Col("GI", _of(1, lambda gi: gi.id), wrap=True),
-    Col("PROFILE ID", _of(1, lambda gi: gi.profile_id), wrap=True),
-    Col("PLACEMENT", _of(1, lambda gi: f"{gi.start}:{gi.size}"), wrap=True),
-    Col("CI", _of(2, lambda ci: ci.id), wrap=True),
-    Col("MIG UUID", _of(2, lambda ci: ci.mig_uuid)),
-    Col("BUSY", _busy, wrap=True),
+SIM = _wrapping(
+    Col("GPU", _of(0, lambda g: g.index)),
+    Col("MODEL", _of(0, lambda g: g.model)),
+    Col("MIG", _mig),
+    Col("GI", _of(1, lambda gi: gi.id)),
+    Col("PROFILE ID", _of(1, lambda gi: gi.profile_id)),
+    Col("PLACEMENT", _of(1, lambda gi: f"{gi.start}:{gi.size}")),
+    Col("CI", _of(2, lambda ci: ci.id)),
+    Col("MIG UUID", _of(2, lambda ci: ci.mig_uuid)),  # wraps, as MIG UUIDs do in any table
+    Col("BUSY", _busy),
 )
 """`sim show`: one row per compute instance (per GI without one, per GPU without GIs)."""
 
@@ -445,21 +421,19 @@ def forgotten(result: Forget, escape: Callable[[str], str]) -> list[str]:
     return lines
 
 
+def _value(setting: Any, _: Look) -> str:
+    return setting.value if isinstance(setting.value, str) else json.dumps(setting.value)
+
+
 def config_columns(fits: bool) -> tuple[Col, ...]:
     """`config show`: what it exists to show is never cut: keys stay on one line where the
     terminal `fits` them beside VALUE and SOURCE, and everything folds where the width runs
     out."""
     return (
         Col("SETTING", lambda s, _: s.key, fold=1, wrap=not fits),
-        Col("VALUE", lambda s, _: s.value if isinstance(s.value, str) else _json(s.value), fold=1),
+        Col("VALUE", _value, fold=1),
         Col("SOURCE", lambda s, _: s.source, fold=1),
     )
-
-
-def _json(value: object) -> str:
-    import json
-
-    return json.dumps(value)
 
 
 _DONE_WORDS = {"restore-idle": "restored Idle", "restore-active": "restored Active"}

@@ -13,10 +13,7 @@ import re
 from pathlib import Path
 
 from hamimig.sim.models import MODELS
-from hamimig.store.records import RecordStore, forget_name, record_name
-
-KINDS = ("mig-uuids", "cdi-names", "profiles", "gpus")
-"""What `record_values` can list."""
+from hamimig.store.records import Record, RecordStore, forget_name, record_name
 
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:/@-]*\Z")
 """A value completion may offer: the shell reads the answer back as words (bash even expands
@@ -29,34 +26,34 @@ def board_profiles() -> tuple[str, ...]:
     return tuple(sorted({p.name for model in MODELS.values() for p in model.profiles}))
 
 
-def record_values(state_dir: Path, kind: str) -> list[str]:
-    """The sorted, distinct values of `kind` that the usable records in `state_dir` name (GPUs:
-    their UUIDs and the NVML indexes last seen); [] for an unknown kind or a state directory
-    that cannot be read."""
-    if kind not in KINDS:
-        return []
+def _records(state_dir: Path) -> dict[str, Record]:
+    """The usable records in `state_dir`; none when it cannot be read (complete nothing, say
+    nothing)."""
     try:
-        records, _problems = RecordStore(state_dir).load()
-    except Exception:  # an unreadable directory or file: complete nothing, say nothing
-        return []
-    if kind == "gpus":
-        found = {
-            str(v) for r in records.values() for v in (r.gpu_uuid, r.gpu_index) if v is not None
-        }
-    elif kind == "profiles":
-        found = {r.profile for r in records.values()}
-    else:
-        # A CDI device name (mig-<sha256>) as `list` shows it; store.cdi costs a TAB 20 ms more.
-        found = (
-            set(records) if kind == "mig-uuids" else {forget_name(record_name(m)) for m in records}
-        )
-    return _safe(found)
+        return RecordStore(state_dir).load()[0]
+    except Exception:
+        return {}
 
 
-def gpu_values(state_dir: Path, sim: Path | None) -> list[str]:
-    """The NVML indexes and UUIDs of the GPUs the records name and, for a simulated node, of its
-    GPUs, read from its file without its lock (it is replaced whole, never written in place)."""
-    found = set(record_values(state_dir, "gpus"))
+def profiles(state_dir: Path | None) -> list[str]:
+    """The boards' profiles and those the records in `state_dir` name."""
+    named = () if state_dir is None else _safe({r.profile for r in _records(state_dir).values()})
+    return sorted({*board_profiles(), *named})
+
+
+def instances(state_dir: Path, cdi_names: bool) -> list[str]:
+    """The records' MIG UUIDs, or their CDI device names (mig-<sha256>) as `list` shows them
+    (store.cdi would cost a TAB 20 ms more)."""
+    records = _records(state_dir)
+    return _safe({forget_name(record_name(m)) for m in records} if cdi_names else set(records))
+
+
+def gpus(state_dir: Path, sim: Path | None) -> list[str]:
+    """The NVML indexes (last seen) and UUIDs of the GPUs the records name and, for a simulated
+    node, of its GPUs, read from its file without its lock (it is replaced whole, never written
+    in place)."""
+    records = _records(state_dir).values()
+    found = {str(v) for r in records for v in (r.gpu_uuid, r.gpu_index) if v is not None}
     try:
         gpus = [] if sim is None else json.loads(sim.read_text(encoding="utf-8"))["gpus"]
         found |= {str(v) for gpu in gpus for v in (gpu["index"], gpu["uuid"])}
