@@ -334,6 +334,12 @@ def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None
     return None
 
 
+def check_live(hw: MigHardware, record: Record, live: MigDevice | None) -> str | None:
+    """`check_reuse` of `record` against `live`, what its MIG UUID reads back as."""
+    profile = None if live is None else hw.profile_name(live.gpu_index, live.profile_id)
+    return check_reuse(record, live, profile)
+
+
 def _fmt(values: tuple[object, ...]) -> str:
     return "/".join(str(v) for v in values)
 

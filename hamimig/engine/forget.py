@@ -34,12 +34,7 @@ from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
 from hamimig.engine.results import Forget, Forgotten, InstanceView, record_view
 from hamimig.engine.steps import Forgettable, Plan, Step
-from hamimig.errors import (
-    ConflictError,
-    NotFoundError,
-    UnverifiableError,
-    UsageError,
-)
+from hamimig.errors import ConflictError, NotFoundError, UnverifiableError, UsageError
 from hamimig.store.cdi import device_name
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent

@@ -195,11 +195,7 @@ def candidates(node: Node, records: Mapping[str, Record], intents: Iterable[Inte
 
 
 def resolve_instance(
-    node: Node,
-    text: str,
-    mutating: bool,
-    records: Mapping[str, Record],
-    intents: Iterable[Intent],
+    node: Node, text: str, mutating: bool, records: Mapping[str, Record], intents: Iterable[Intent]
 ) -> str:
     """The MIG UUID `text` names. A full MIG UUID (or any text that is no prefix or CDI
     device name) comes back unchanged, so an unknown one is the caller's "not found" as

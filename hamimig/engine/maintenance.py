@@ -19,19 +19,14 @@ from hamimig.engine.facts import (
     LiveCheck,
     Liveness,
     cdi_device_for,
+    check_live,
     check_record,
-    check_reuse,
     has_processes,
     load_for_mutation,
     moved,
     profile_names,
 )
-from hamimig.engine.idle_policy import (
-    IdlePolicy,
-    idle_age_of,
-    idle_records,
-    plan_idle_policy,
-)
+from hamimig.engine.idle_policy import IdlePolicy, idle_age_of, idle_records, plan_idle_policy
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import (
@@ -65,13 +60,7 @@ from hamimig.engine.results import (
     record_view,
 )
 from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
-from hamimig.errors import (
-    ConflictError,
-    HamimigError,
-    NotFoundError,
-    UnverifiableError,
-    UsageError,
-)
+from hamimig.errors import ConflictError, HamimigError, NotFoundError, UnverifiableError, UsageError
 from hamimig.hw.types import Gpu, GpuInstance, Placement
 from hamimig.store.counters import LAST_RECONCILE
 from hamimig.store.intents import Intent
@@ -115,20 +104,17 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         if isinstance(target, ByUuid):
             target = _resolved(node, target, durable)
-        already = _released_before(durable, target)
-        if already:
+        if already := _released_before(durable, target):
             views = tuple(
                 record_view(r, _index_hint(r)).with_outcome(Outcome.UNCHANGED) for r in already
             )
-            return Release(released=views, dry_run=dry_run, warnings=durable.warnings)
-        plan = plan_release(durable, target)
-        if dry_run:
+        elif dry_run:
             now = node.clock()
-            would = tuple(_would_be_idle(step, now) for step in plan.steps)
-            return Release(released=would, dry_run=True, warnings=durable.warnings)
-        released = _each(node, plan, _released)
-        tidy_finished(node, durable)
-        return Release(released=released)
+            views = tuple(_would_be_idle(s, now) for s in plan_release(durable, target).steps)
+        else:
+            views = _each(node, plan_release(durable, target), _released)
+            tidy_finished(node, durable)
+        return Release(released=views, dry_run=dry_run, warnings=durable.warnings)
 
 
 def _released_before(durable: Durable, target: ReleaseTarget) -> list[Record]:
@@ -268,18 +254,19 @@ def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool)
         notes: list[str] = []
         plan, skipped = plan_reclaim(node, durable, target, notes, holds)
         if dry_run:
-            return Reclaim(
-                dry_run=True,
-                reclaimed=tuple(
-                    _reclaimed(s.target, None) for s in plan.steps if isinstance(s.target, Managed)
-                ),
-                notes=tuple(notes),
-                skipped=skipped,
-                warnings=durable.warnings,
+            done = tuple(
+                _reclaimed(s.target, None) for s in plan.steps if isinstance(s.target, Managed)
             )
-        done = _each(node, plan, _reclaimed, notes)
-        tidy_finished(node, durable)
-        return Reclaim(dry_run=False, reclaimed=done, notes=tuple(notes), skipped=skipped)
+        else:
+            done = _each(node, plan, _reclaimed, notes)
+            tidy_finished(node, durable)
+        return Reclaim(
+            dry_run=dry_run,
+            reclaimed=done,
+            notes=tuple(notes),
+            skipped=skipped,
+            warnings=durable.warnings,
+        )
 
 
 def plan_reclaim(
@@ -617,7 +604,7 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
 
     Only existing specs are looked at (a missing one is recover's `repair-cdi`). A spec is
     compared with what its record says; one that differs is rewritten only once the record is
-    verified against the live instance, as a reuse verifies it (`check_reuse`: its MIG UUID
+    verified against the live instance, as a reuse verifies it (`check_live`: its MIG UUID
     live on the recorded GPU with the recorded GI ID, CI ID, placement and profile, its compute
     instance spanning its GPU instance). A record that disagrees would point the spec at the
     device nodes of another tenant's instance: the pass refuses (exit 5). With no usable base
@@ -642,12 +629,13 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
     cdi = node.cdi()
     assert cdi is not None
     at = Where(record.mig_uuid, record.gpu_uuid, record.placement)
+    hw = node.hardware()
     try:
-        gpu = node.hardware().gpu_by_uuid(record.gpu_uuid)
+        gpu = hw.gpu_by_uuid(record.gpu_uuid)
     except HamimigError:
         # Its GPU is not on the node: recover's business when the instance is gone with it,
         # but a record whose instance is live on another GPU disagrees with the hardware.
-        live = node.hardware().mig_device(record.mig_uuid)
+        live = hw.mig_device(record.mig_uuid)
         if live is not None:
             plan.refuse(
                 f"cannot verify the record of {record.mig_uuid}: it names GPU "
@@ -666,7 +654,7 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
         )
         if cdi.matches(dev):
             return
-        problem = _unverified(node, record)
+        problem = check_live(hw, record, hw.mig_device(record.mig_uuid))
     except UsageError as exc:
         path = str(cdi.path_of(record.mig_uuid))
         reason = f"kept as it is, not compared: {exc.message}"
@@ -688,15 +676,6 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
     reason += " and the instance need (a driver upgrade changes library paths)"
     target = Spec(record.mig_uuid, device=dev, gpu_uuid=gpu.uuid, placement=record.placement)
     plan.add(ActionKind.REPAIR_CDI, target, reason)
-
-
-def _unverified(node: Node, record: Record) -> str | None:
-    """Why `record` does not name its live instance (None: verified), read back from its MIG
-    UUID as a reuse reads it: eleven NVML calls, no scan of the node's layout."""
-    hw = node.hardware()
-    live = hw.mig_device(record.mig_uuid)
-    live_profile = None if live is None else hw.profile_name(live.gpu_index, live.profile_id)
-    return check_reuse(record, live, live_profile)
 
 
 def _plan_destroy_retries(

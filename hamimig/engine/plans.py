@@ -161,11 +161,7 @@ def held_by(records: dict[str, Record], owner: Owner) -> Record | None:
 
 
 def reuse_candidates(
-    records: dict[str, Record],
-    gpu: int | str,
-    profile: str,
-    start: int | None,
-    size: int | None,
+    records: dict[str, Record], gpu: int | str, profile: str, start: int | None, size: int | None
 ) -> list[Record]:
     """Idle records an exact reuse could hand out, most likely first.
 
@@ -349,10 +345,7 @@ def plan_create(
         after the destroy): finish them first, or they would name the new instance's slot."""
         out = []
         for r in records:
-            if r.placement.overlaps(p) and r.state in (
-                State.RECLAIMING,
-                State.ERROR,
-            ):
+            if r.placement.overlaps(p) and r.state in (State.RECLAIMING, State.ERROR):
                 live = check_record(r, layout, names)
                 if live.status is Liveness.ABSENT:
                     ghost = GpuInstance(-1, gpu_uuid, r.gpu_instance_id, -1, r.placement, ())
