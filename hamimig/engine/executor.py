@@ -50,7 +50,6 @@ from hamimig.errors import (
     NvmlError,
     UsageError,
 )
-from hamimig.hw.types import Gpu
 from hamimig.store.cdi import ForeignSpec
 from hamimig.store.counters import (
     CREATIONS,
@@ -571,14 +570,15 @@ def _roll_back(node: Node, target: Target) -> Applied:
 def _record_pair(node: Node, target: Target) -> Applied:
     """Record a verified live pair as Active for its pod, or as Idle (adopted). An adopted
     instance gets its record first, then its spec: a crash between them leaves a record whose
-    spec the next recovery writes, never a spec that no record accounts for."""
+    spec the next recovery writes, never a spec that no record accounts for. When no spec can
+    be composed (no NVIDIA spec, no nvidia-caps major) the adoption still stands and the note
+    says why there is no spec: the instance is never handed out without one, and a later
+    recover writes it (repair-cdi) once the node can."""
     assert isinstance(target, Pair)
     record, gpu, gi, ci = target.record, target.gpu, target.gi, target.ci
-    state = State.IDLE if target.owner is None else State.ACTIVE
-    cdi_name = _cdi_name(node, ci.mig_uuid)
-    if record is not None and _pair_as_recorded(node, target):
-        # already as it should be: a second run changes nothing
+    if _pair_as_recorded(node, target):  # already as it should be: a second run changes nothing
         return Applied(record, changed=False)
+    state = State.IDLE if target.owner is None else State.ACTIVE
     now = node.clock()
     base = record or Record(
         mig_uuid=ci.mig_uuid,
@@ -598,25 +598,31 @@ def _record_pair(node: Node, target: Target) -> Applied:
         updated_at=now,
         gpu_index=gpu.index,
         error=None,
-        cdi_device=cdi_name or base.cdi_device,
+        cdi_device=_cdi_name(node, ci.mig_uuid) or base.cdi_device,
         idle_since=idle_since_after(record, state, now),
         last_owner=last_owner_after(record, state),
     )
     node.records.write(written)
-    if record is not None:
+    cdi = node.cdi()
+    if record is not None or cdi is None:
         return Applied(written)
-    return Applied(written, _write_adopted_spec(node, gpu, gi.id, ci.id, ci.mig_uuid))
+    dev = cdi_device_for(node, ci.mig_uuid, gpu.uuid, gpu.minor, gi.id, ci.id)
+    try:
+        if not cdi.matches(dev):
+            cdi.write(dev)
+    except UsageError as exc:
+        return Applied(written, f"no CDI spec written yet: {exc.message}")
+    return Applied(written)
 
 
 def _pair_as_recorded(node: Node, target: Pair) -> bool:
     """Whether a pair's record already says what recording it would write."""
     record = target.record
-    state = State.IDLE if target.owner is None else State.ACTIVE
     cdi_name = _cdi_name(node, target.ci.mig_uuid)
     return (
         record is not None
         and record.managed
-        and record.state is state
+        and record.state is (State.IDLE if target.owner is None else State.ACTIVE)
         and record.owner == target.owner
         and record.gpu_index == target.gpu.index
         and (cdi_name is None or cdi_name == record.cdi_device)
@@ -630,22 +636,6 @@ def _idle_as_recorded(node: Node, record: Record) -> bool:
     return record.state is State.IDLE and (
         not record.managed or cdi_name is None or cdi_name == record.cdi_device
     )
-
-
-def _write_adopted_spec(node: Node, gpu: Gpu, gi: int, ci: int, mig_uuid: str) -> str | None:
-    """When no spec can be composed (no NVIDIA spec, no nvidia-caps major) the adoption still
-    stands and this says why there is no spec: the instance is never handed out without one,
-    and a later recover writes it (repair-cdi) once the node can."""
-    cdi = node.cdi()
-    if cdi is None:
-        return None
-    dev = cdi_device_for(node, mig_uuid, gpu.uuid, gpu.minor, gi, ci)
-    try:
-        if not cdi.matches(dev):
-            cdi.write(dev)
-    except UsageError as exc:
-        return f"no CDI spec written yet: {exc.message}"
-    return None
 
 
 def _restore_idle(node: Node, target: Target) -> Applied:

@@ -306,20 +306,16 @@ def plan_create(
     def blockers(p: Placement) -> list[Blocker]:
         out = []
         for gi in layout:
-            if gi.placement.overlaps(p):
-                rec = _record_of(gi, records)
-                check = check_record(rec, layout, names) if rec else None
-                busy = (
-                    rec is not None
-                    and check is not None
-                    and check.status is Liveness.COMPLETE
-                    and rec.state is not State.ACTIVE
-                    and is_busy(rec)
-                )
-                held = None
-                if rec is not None and rec.state is not State.ACTIVE and holds:
-                    held = holds.hold(rec)
-                out.append(Blocker(gi, rec, check, busy, held))
+            if not gi.placement.overlaps(p):
+                continue
+            rec = _record_of(gi, records)
+            if rec is None:
+                out.append(Blocker(gi, None, None))
+                continue
+            check = check_record(rec, layout, names)
+            mine = rec.state is not State.ACTIVE  # an Active one blocks whatever it says
+            busy = mine and check.status is Liveness.COMPLETE and is_busy(rec)
+            out.append(Blocker(gi, rec, check, busy, holds.hold(rec) if mine and holds else None))
         # Free slices another pod's entry claims: the plugin would hand that pod whatever is
         # created there. An entry at a live GI's exact slices is judged with that GI above.
         live = {gi.placement for gi in layout}
@@ -353,16 +349,9 @@ def plan_create(
         return out
 
     def plan_for(p: Placement, bs: list[Blocker], reason: str) -> CreatePlan:
-        bs = bs + leftovers(p)
-        soft = [b for b in bs if b.record is not None and b.check is not None]
-        soft.sort(
-            key=lambda b: (b.record.updated_at or "", b.record.mig_uuid) if b.record else ("", "")
-        )
-        return CreatePlan(
-            placement=p,
-            reclaim=tuple((b.record, b.check) for b in soft if b.record and b.check),
-            reason=reason,
-        )
+        soft = [(b.record, b.check) for b in bs + leftovers(p) if b.record and b.check]
+        soft.sort(key=lambda rc: (rc[0].updated_at or "", rc[0].mig_uuid))
+        return CreatePlan(placement=p, reclaim=tuple(soft), reason=reason)
 
     def blocked(p: Placement, refused: list[Blocker]) -> Blocked:
         return Blocked(placement=p, instances=tuple(b.view(names) for b in refused))
