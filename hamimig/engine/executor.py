@@ -147,10 +147,8 @@ def _create(node: Node, target: Target) -> Applied:
         created_at=node.clock(),
     )
     check_transition(None, Creating, f"{profile.name} at {placement}")
-    try:
+    with _io("cannot write the intent journal"):
         intents.write(intent)
-    except OSError as exc:
-        raise HardwareError(f"cannot write the intent journal: {exc.strerror or exc}") from None
     try:
         gi_id = hw.create_gpu_instance(gpu.index, profile.id, placement)
     except NvmlError as exc:
@@ -349,10 +347,6 @@ class Executed:
     @property
     def failed(self) -> str | None:
         return "; ".join(self.failures) or None
-
-    @property
-    def exit_code(self) -> int:
-        return HardwareError.exit_code if self.failures else 0
 
 
 def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:

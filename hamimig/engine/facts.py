@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from hamimig.engine.node import Node
@@ -312,20 +313,8 @@ def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None
             f"{record.mig_uuid}'s compute instance does not span GI {live.gpu_instance_id}: one "
             "GPU instance is one tenant"
         )
-    wanted = (
-        record.gpu_uuid,
-        record.gpu_instance_id,
-        record.compute_instance_id,
-        record.placement,
-        record.profile,
-    )
-    seen = (
-        live.gpu_uuid,
-        live.gpu_instance_id,
-        live.compute_instance_id,
-        live.placement,
-        live_profile,
-    )
+    where = attrgetter("gpu_uuid", "gpu_instance_id", "compute_instance_id", "placement")
+    wanted, seen = (*where(record), record.profile), (*where(live), live_profile)
     if wanted != seen:
         return (
             f"{record.mig_uuid}: recorded GPU/GI/CI/placement/profile {_fmt(wanted)} "

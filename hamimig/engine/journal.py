@@ -17,11 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hamimig.engine.node import Node
-from hamimig.engine.steps import (
-    Forgettable,
-    Spec,
-    Step,
-)
+from hamimig.engine.steps import Forgettable, Spec, Step
 from hamimig.errors import HamimigError
 from hamimig.store.counters import EVENTS_WRITE_FAILURES
 from hamimig.store.events import Event

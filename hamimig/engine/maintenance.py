@@ -35,6 +35,7 @@ from hamimig.engine.plans import (
     blocking_instance,
     holding_pods,
     owned_by,
+    record_of,
     same_uid,
 )
 from hamimig.engine.podsource import PodSource, changed_after, load_fresh, stale, stale_warning
@@ -435,9 +436,7 @@ def _blocker(
     in_flight: list[Intent],
     holds: PodHolds,
 ) -> BlockingInstance:
-    record = next(
-        (r for r in records if r.gpu_instance_id == gi.id and r.placement == gi.placement), None
-    )
+    record = record_of(gi, records)
     held = holds.hold(record) if record is not None else None
     found = blocking_instance(gi, record, names, held=held)
     intent = next((i for i in in_flight if i.placement == gi.placement), None)

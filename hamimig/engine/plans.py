@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from hamimig.durations import parse_time
@@ -143,14 +144,8 @@ def _own_entry(owner: Owner, pod: Pod, alloc: MigAllocation) -> bool:
 
 def same_slot(a: Owner, b: Owner) -> bool:
     """One pod container device slot; a recorded uid must match when both sides have one."""
-    if (a.namespace, a.name, a.container_index, a.device_index) != (
-        b.namespace,
-        b.name,
-        b.container_index,
-        b.device_index,
-    ):
-        return False
-    return same_uid(a.uid, b.uid)
+    slot = attrgetter("namespace", "name", "container_index", "device_index")
+    return slot(a) == slot(b) and same_uid(a.uid, b.uid)
 
 
 def held_by(records: dict[str, Record], owner: Owner) -> Record | None:
@@ -258,11 +253,11 @@ class CreatePlan:
     reason: str
 
 
-def _record_of(gi: GpuInstance, records: list[Record]) -> Record | None:
-    for r in records:
-        if r.gpu_instance_id == gi.id and r.placement == gi.placement:
-            return r
-    return None
+def record_of(gi: GpuInstance, records: list[Record]) -> Record | None:
+    """The record of the live GI `gi` among `records` (its GPU's): same GI ID and placement."""
+    return next(
+        (r for r in records if (r.gpu_instance_id, r.placement) == (gi.id, gi.placement)), None
+    )
 
 
 def plan_create(
@@ -308,7 +303,7 @@ def plan_create(
         for gi in layout:
             if not gi.placement.overlaps(p):
                 continue
-            rec = _record_of(gi, records)
+            rec = record_of(gi, records)
             if rec is None:
                 out.append(Blocker(gi, None, None))
                 continue
