@@ -245,9 +245,7 @@ def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
     gi_id = intent.gpu_instance_id
     try:
         if gi_id is not None:
-            ci_ids: set[int] = set()
-            if intent.compute_instance_id is not None:
-                ci_ids.add(intent.compute_instance_id)
+            ci_ids = {ci for ci in [intent.compute_instance_id] if ci is not None}
             if intent.mig_uuid is None:
                 # A CI may exist that the intent never learned of (its read-back failed, or a
                 # crash came first): the GI is this request's, so every CI in it is too.

@@ -12,6 +12,7 @@ Logging is bookkeeping: an event that cannot be appended is counted
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -108,9 +109,7 @@ def build_event(node: Node, step: Step, outcome: StepOutcome) -> Event:
         "gpuUUID": at["gpu_uuid"],
         "gpuIndex": index if index is not None and index >= 0 else None,
         "profile": at["profile"],
-        "placement": None
-        if placement is None
-        else {"start": placement.start, "size": placement.size},
+        "placement": None if placement is None else dataclasses.asdict(placement),
         "pod": None if (pod := at["owner"]) is None else f"{pod.namespace}/{pod.name}",
         "state": _state(step, outcome),
         "cdi": _cdi(node, at["mig_uuid"], outcome.ops),
