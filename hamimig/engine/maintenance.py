@@ -63,6 +63,7 @@ from hamimig.engine.results import (
 from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
 from hamimig.errors import ConflictError, HamimigError, NotFoundError, UnverifiableError, UsageError
 from hamimig.hw.types import Gpu, GpuInstance, Placement
+from hamimig.store.cdi import CdiStore
 from hamimig.store.counters import LAST_RECONCILE
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record
@@ -277,7 +278,10 @@ def plan_reclaim(
     claims it, or processes run on it), which refuse a reclaim by MIG UUID (exit 3). A plan of
     several goes on past a failed step, one of one aborts."""
     one = target.mig_uuid if isinstance(target, ByUuid) else None
-    targets = _reclaim_targets(node, durable, target, notes, holds)
+    if isinstance(target, ByUuid):
+        targets = _targets_by_uuid(node, durable, target.mig_uuid)
+    else:
+        targets = _targets_on_gpu(node, durable, target, notes, holds)
     held = [(t, hold) for t in targets if (hold := holds.hold(t.record)) is not None]
     if one is not None and held:
         hold = held[0][1]
@@ -296,17 +300,6 @@ def plan_reclaim(
     ]
     passed = (SkippedInstance(mig_uuid=t.record.mig_uuid, reason=why) for t, why in skipped)
     return Plan(steps, abort=len(steps) == 1), tuple(passed)
-
-
-def _reclaim_targets(
-    node: Node, durable: Durable, target: ReclaimTarget, notes: list[str], holds: PodHolds
-) -> list[Managed]:
-    """The verified instances a reclaim request names, oldest first."""
-    if isinstance(target, ByUuid):
-        targets = _targets_by_uuid(node, durable, target.mig_uuid)
-    else:
-        targets = _targets_on_gpu(node, durable, target, notes, holds)
-    return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
 def _targets_on_gpu(
@@ -330,7 +323,8 @@ def _targets_on_gpu(
         window = validate.reclaim_window(target.placement, slices)
         in_flight = [i for i in durable.intents if i.gpu_uuid == gpu.uuid]
         chosen = _window_targets(window, records, layout, names, in_flight, holds)
-    return [_verified(node, r, layout, names, gpu) for r in chosen]
+    targets = [_verified(node, r, layout, names, gpu) for r in chosen]
+    return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
 def _idle_older_than(
@@ -612,21 +606,12 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
     cdi = node.cdi()
     if cdi is None or not cdi.lookup().composes:
         return
-    records = sorted(
-        (
-            r
-            for r in durable.records.values()
-            if r.state in (State.ACTIVE, State.IDLE) and cdi.exists(r.mig_uuid)
-        ),
-        key=lambda r: r.mig_uuid,
-    )
-    for record in records:
-        _plan_spec(plan, node, record)
+    for record in sorted(durable.records.values(), key=lambda r: r.mig_uuid):
+        if record.state in (State.ACTIVE, State.IDLE) and cdi.exists(record.mig_uuid):
+            _plan_spec(plan, node, cdi, record)
 
 
-def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
-    cdi = node.cdi()
-    assert cdi is not None
+def _plan_spec(plan: Plan, node: Node, cdi: CdiStore, record: Record) -> None:
     at = Where(record.mig_uuid, record.gpu_uuid, record.placement)
     hw = node.hardware()
     try:
