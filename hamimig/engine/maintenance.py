@@ -111,8 +111,8 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
                 record_view(r, _index_hint(r)).with_outcome(Outcome.UNCHANGED) for r in already
             )
         elif dry_run:
-            now = node.clock()
-            views = tuple(_would_be_idle(s, now) for s in plan_release(durable, target).steps)
+            steps, now = plan_release(durable, target).steps, node.clock()
+            views = tuple(_would_be_idle(s, now) for s in steps)
         else:
             views = _each(node, plan_release(durable, target), _released)
             tidy_finished(node, durable)
