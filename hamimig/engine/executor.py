@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
-from hamimig.engine.facts import Durable, Liveness, cdi_device_for
+from hamimig.engine.facts import Durable, Liveness, cdi_device_for, same_slot
 from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action, Blocked, BlockingInstance, StepError
@@ -212,10 +212,9 @@ def _create(node: Node, target: Target) -> Applied:
 
 def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
     """Find and destroy the GI this request created but could not read back."""
-    hw = node.hardware()
     try:
-        for gi in hw.layout(intent.gpu_index):
-            if gi.placement == intent.placement and gi.profile_id == intent.profile_id:
+        for gi in node.hardware().layout(intent.gpu_index):
+            if same_slot(intent, gi):
                 rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id), False)
                 return
     except (HamimigError, OSError) as failed:

@@ -102,13 +102,9 @@ def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> 
     durable = dataclasses.replace(durable, warnings=warnings)
     if not tidy:
         return durable
+    slots = {uuid: (r.gpu_uuid, r.placement) for uuid, r in durable.records.items()}
     finished = tuple(
-        i
-        for i in durable.intents
-        if i.mig_uuid is not None
-        and i.mig_uuid in durable.records
-        and (durable.records[i.mig_uuid].gpu_uuid, durable.records[i.mig_uuid].placement)
-        == (i.gpu_uuid, i.placement)
+        i for i in durable.intents if slots.get(i.mig_uuid or "") == (i.gpu_uuid, i.placement)
     )
     kept = tuple(i for i in durable.intents if i not in finished)
     return dataclasses.replace(durable, intents=kept, finished=finished)
