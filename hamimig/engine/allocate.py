@@ -4,24 +4,27 @@ reclaim only the Idle instances in the way and create."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+from functools import partial
 
 from hamimig.engine.executor import Applied, execute, tidy_finished
 from hamimig.engine.facts import (
     Durable,
     cdi_device_for,
-    check_reuse,
+    check_live,
     has_processes,
     load_for_mutation,
     pending_mig_mode,
+    profile_names,
 )
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
-from hamimig.engine.plans import CreatePlan, PodHolds, held_by, plan_create, reuse_candidates
+from hamimig.engine.plans import PodHolds, held_by, plan_create, reuse_candidates
 from hamimig.engine.podsource import PodSource, load_fresh
 from hamimig.engine.requests import AllocateRequest
 from hamimig.engine.results import Allocation, InstanceView, Warning_, record_view
 from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Spec, Step, Target
 from hamimig.errors import ConflictError, HardwareError, NvmlError, UnverifiableError, UsageError
-from hamimig.hw.types import GiProfile, Gpu, MigMode, Placement
+from hamimig.hw.types import Gpu, MigMode, Placement
 from hamimig.store.cdi import device_node_paths
 from hamimig.store.cdi_base import BaseSpec
 from hamimig.store.queue import QueuedRemoval
@@ -197,8 +200,7 @@ def _idempotent(node: Node, record: Record, request: AllocateRequest) -> Instanc
             f"{request.owner} already holds {record.mig_uuid} ({record.profile} at "
             f"{record.placement} on GPU {live.gpu_index}); release it before asking for another"
         )
-    problem = check_reuse(record, live, hw.profile_name(live.gpu_index, live.profile_id))
-    if problem:
+    if problem := check_live(hw, record, live):
         raise UnverifiableError(
             f"the instance held by {request.owner} failed verification: {problem}"
         )
@@ -237,8 +239,7 @@ def _plan_reuse(
             )
         if isinstance(gpu_ref, int) and live.gpu_index != gpu_ref:
             continue  # the index hint was stale: it lives on another GPU
-        problem = check_reuse(record, live, hw.profile_name(live.gpu_index, live.profile_id))
-        if problem:
+        if problem := check_live(hw, record, live):
             raise UnverifiableError(f"cannot reuse: {problem}; run 'hamimig recover'")
         if has_processes(hw, record.mig_uuid):
             continue  # never handed out; it blocks its slices when the create path plans
@@ -305,16 +306,29 @@ def _plan_creation(
         raise UsageError(f"GPU {gpu.index} has MIG {gpu.mig_mode.value}{after}")
     profile = hw.find_profile(gpu.index, request.profile)
     if profile is None:
-        names = ", ".join(p.name for p in hw.profiles(gpu.index))
+        known = ", ".join(p.name for p in hw.profiles(gpu.index))
         raise UsageError(
-            f"unknown profile {request.profile!r} on GPU {gpu.index}; profiles: {names}"
+            f"unknown profile {request.profile!r} on GPU {gpu.index}; profiles: {known}"
         )
     _allowed(node, gpu.index, profile.name, gpu.model)
     requested: Placement | None = None
     start, size = request.placement or (None, None)
     if start is not None:
         requested = legal_placement(profile.name, profile.placements, start, size)
-    plan = _placement_plan(node, durable, gpu, profile, requested, holds)
+    layout = hw.layout(gpu.index)
+    names = {**profile_names(node, gpu, layout), profile.id: profile.name}
+    busy = functools.cache(partial(has_processes, hw))
+    plan = plan_create(
+        gpu.uuid,
+        profile.placements,
+        requested,
+        durable.on_gpu(gpu.uuid),
+        list(durable.intents),
+        layout,
+        names,
+        lambda record: busy(record.mig_uuid),
+        holds,
+    )
     owner = request.owner
     # The reason names the request that forced the reclaim (the event journal keeps it).
     why = f"blocks {plan.placement} for {profile.name} requested by {owner.namespace}/{owner.name}"
@@ -324,40 +338,6 @@ def _plan_creation(
     ]
     create = NewInstance(gpu, profile, plan.placement, request.owner, major)
     return [*reclaims, Step(ActionKind.CREATE, create, plan.reason)]
-
-
-def _placement_plan(
-    node: Node,
-    durable: Durable,
-    gpu: Gpu,
-    profile: GiProfile,
-    requested: Placement | None,
-    holds: PodHolds,
-) -> CreatePlan:
-    hw = node.hardware()
-    layout = hw.layout(gpu.index)
-    profile_names = {
-        gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout
-    }
-    profile_names[profile.id] = profile.name
-    busy: dict[str, bool] = {}
-
-    def is_busy(record: Record) -> bool:
-        if record.mig_uuid not in busy:
-            busy[record.mig_uuid] = has_processes(hw, record.mig_uuid)
-        return busy[record.mig_uuid]
-
-    return plan_create(
-        gpu.uuid,
-        profile.placements,
-        requested,
-        durable.on_gpu(gpu.uuid),
-        list(durable.intents),
-        layout,
-        profile_names,
-        is_busy,
-        holds,
-    )
 
 
 def _stale_specs(node: Node, durable: Durable, gpu: Gpu, dry_run: bool) -> list[QueuedRemoval]:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
-from hamimig.engine.facts import Durable, Liveness, cdi_device_for
+from hamimig.engine.facts import Durable, Liveness, cdi_device_for, same_slot
 from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action, Blocked, BlockingInstance, StepError
@@ -50,7 +50,6 @@ from hamimig.errors import (
     NvmlError,
     UsageError,
 )
-from hamimig.hw.types import Gpu
 from hamimig.store.cdi import ForeignSpec
 from hamimig.store.counters import (
     CREATIONS,
@@ -148,10 +147,8 @@ def _create(node: Node, target: Target) -> Applied:
         created_at=node.clock(),
     )
     check_transition(None, Creating, f"{profile.name} at {placement}")
-    try:
+    with _io("cannot write the intent journal"):
         intents.write(intent)
-    except OSError as exc:
-        raise HardwareError(f"cannot write the intent journal: {exc.strerror or exc}") from None
     try:
         gi_id = hw.create_gpu_instance(gpu.index, profile.id, placement)
     except NvmlError as exc:
@@ -215,10 +212,9 @@ def _create(node: Node, target: Target) -> Applied:
 
 def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
     """Find and destroy the GI this request created but could not read back."""
-    hw = node.hardware()
     try:
-        for gi in hw.layout(intent.gpu_index):
-            if gi.placement == intent.placement and gi.profile_id == intent.profile_id:
+        for gi in node.hardware().layout(intent.gpu_index):
+            if same_slot(intent, gi):
                 rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id), False)
                 return
     except (HamimigError, OSError) as failed:
@@ -248,9 +244,7 @@ def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
     gi_id = intent.gpu_instance_id
     try:
         if gi_id is not None:
-            ci_ids: set[int] = set()
-            if intent.compute_instance_id is not None:
-                ci_ids.add(intent.compute_instance_id)
+            ci_ids = {ci for ci in [intent.compute_instance_id] if ci is not None}
             if intent.mig_uuid is None:
                 # A CI may exist that the intent never learned of (its read-back failed, or a
                 # crash came first): the GI is this request's, so every CI in it is too.
@@ -350,10 +344,6 @@ class Executed:
     @property
     def failed(self) -> str | None:
         return "; ".join(self.failures) or None
-
-    @property
-    def exit_code(self) -> int:
-        return HardwareError.exit_code if self.failures else 0
 
 
 def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:
@@ -571,14 +561,15 @@ def _roll_back(node: Node, target: Target) -> Applied:
 def _record_pair(node: Node, target: Target) -> Applied:
     """Record a verified live pair as Active for its pod, or as Idle (adopted). An adopted
     instance gets its record first, then its spec: a crash between them leaves a record whose
-    spec the next recovery writes, never a spec that no record accounts for."""
+    spec the next recovery writes, never a spec that no record accounts for. When no spec can
+    be composed (no NVIDIA spec, no nvidia-caps major) the adoption still stands and the note
+    says why there is no spec: the instance is never handed out without one, and a later
+    recover writes it (repair-cdi) once the node can."""
     assert isinstance(target, Pair)
     record, gpu, gi, ci = target.record, target.gpu, target.gi, target.ci
-    state = State.IDLE if target.owner is None else State.ACTIVE
-    cdi_name = _cdi_name(node, ci.mig_uuid)
-    if record is not None and _pair_as_recorded(node, target):
-        # already as it should be: a second run changes nothing
+    if _pair_as_recorded(node, target):  # already as it should be: a second run changes nothing
         return Applied(record, changed=False)
+    state = State.IDLE if target.owner is None else State.ACTIVE
     now = node.clock()
     base = record or Record(
         mig_uuid=ci.mig_uuid,
@@ -598,25 +589,31 @@ def _record_pair(node: Node, target: Target) -> Applied:
         updated_at=now,
         gpu_index=gpu.index,
         error=None,
-        cdi_device=cdi_name or base.cdi_device,
+        cdi_device=_cdi_name(node, ci.mig_uuid) or base.cdi_device,
         idle_since=idle_since_after(record, state, now),
         last_owner=last_owner_after(record, state),
     )
     node.records.write(written)
-    if record is not None:
+    cdi = node.cdi()
+    if record is not None or cdi is None:
         return Applied(written)
-    return Applied(written, _write_adopted_spec(node, gpu, gi.id, ci.id, ci.mig_uuid))
+    dev = cdi_device_for(node, ci.mig_uuid, gpu.uuid, gpu.minor, gi.id, ci.id)
+    try:
+        if not cdi.matches(dev):
+            cdi.write(dev)
+    except UsageError as exc:
+        return Applied(written, f"no CDI spec written yet: {exc.message}")
+    return Applied(written)
 
 
 def _pair_as_recorded(node: Node, target: Pair) -> bool:
     """Whether a pair's record already says what recording it would write."""
     record = target.record
-    state = State.IDLE if target.owner is None else State.ACTIVE
     cdi_name = _cdi_name(node, target.ci.mig_uuid)
     return (
         record is not None
         and record.managed
-        and record.state is state
+        and record.state is (State.IDLE if target.owner is None else State.ACTIVE)
         and record.owner == target.owner
         and record.gpu_index == target.gpu.index
         and (cdi_name is None or cdi_name == record.cdi_device)
@@ -630,22 +627,6 @@ def _idle_as_recorded(node: Node, record: Record) -> bool:
     return record.state is State.IDLE and (
         not record.managed or cdi_name is None or cdi_name == record.cdi_device
     )
-
-
-def _write_adopted_spec(node: Node, gpu: Gpu, gi: int, ci: int, mig_uuid: str) -> str | None:
-    """When no spec can be composed (no NVIDIA spec, no nvidia-caps major) the adoption still
-    stands and this says why there is no spec: the instance is never handed out without one,
-    and a later recover writes it (repair-cdi) once the node can."""
-    cdi = node.cdi()
-    if cdi is None:
-        return None
-    dev = cdi_device_for(node, mig_uuid, gpu.uuid, gpu.minor, gi, ci)
-    try:
-        if not cdi.matches(dev):
-            cdi.write(dev)
-    except UsageError as exc:
-        return f"no CDI spec written yet: {exc.message}"
-    return None
 
 
 def _restore_idle(node: Node, target: Target) -> Applied:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from hamimig.engine.node import Node
@@ -101,13 +102,9 @@ def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> 
     durable = dataclasses.replace(durable, warnings=warnings)
     if not tidy:
         return durable
+    slots = {uuid: (r.gpu_uuid, r.placement) for uuid, r in durable.records.items()}
     finished = tuple(
-        i
-        for i in durable.intents
-        if i.mig_uuid is not None
-        and i.mig_uuid in durable.records
-        and (durable.records[i.mig_uuid].gpu_uuid, durable.records[i.mig_uuid].placement)
-        == (i.gpu_uuid, i.placement)
+        i for i in durable.intents if slots.get(i.mig_uuid or "") == (i.gpu_uuid, i.placement)
     )
     kept = tuple(i for i in durable.intents if i not in finished)
     return dataclasses.replace(durable, intents=kept, finished=finished)
@@ -312,26 +309,20 @@ def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None
             f"{record.mig_uuid}'s compute instance does not span GI {live.gpu_instance_id}: one "
             "GPU instance is one tenant"
         )
-    wanted = (
-        record.gpu_uuid,
-        record.gpu_instance_id,
-        record.compute_instance_id,
-        record.placement,
-        record.profile,
-    )
-    seen = (
-        live.gpu_uuid,
-        live.gpu_instance_id,
-        live.compute_instance_id,
-        live.placement,
-        live_profile,
-    )
+    where = attrgetter("gpu_uuid", "gpu_instance_id", "compute_instance_id", "placement")
+    wanted, seen = (*where(record), record.profile), (*where(live), live_profile)
     if wanted != seen:
         return (
             f"{record.mig_uuid}: recorded GPU/GI/CI/placement/profile {_fmt(wanted)} "
             f"but live {_fmt(seen)}"
         )
     return None
+
+
+def check_live(hw: MigHardware, record: Record, live: MigDevice | None) -> str | None:
+    """`check_reuse` of `record` against `live`, what its MIG UUID reads back as."""
+    profile = None if live is None else hw.profile_name(live.gpu_index, live.profile_id)
+    return check_reuse(record, live, profile)
 
 
 def _fmt(values: tuple[object, ...]) -> str:

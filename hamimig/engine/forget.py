@@ -34,12 +34,7 @@ from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
 from hamimig.engine.results import Forget, Forgotten, InstanceView, record_view
 from hamimig.engine.steps import Forgettable, Plan, Step
-from hamimig.errors import (
-    ConflictError,
-    NotFoundError,
-    UnverifiableError,
-    UsageError,
-)
+from hamimig.errors import ConflictError, NotFoundError, UnverifiableError, UsageError
 from hamimig.store.cdi import device_name
 from hamimig.store.files import Problem
 from hamimig.store.intents import Intent
@@ -163,15 +158,6 @@ def _find_record(node: Node, mig_uuid: str) -> tuple[Record | None, str | None]:
     raise NotFoundError(f"no hamimig record for {mig_uuid} ({records.path_of(mig_uuid)}){hint}")
 
 
-def _refuse_active(mig_uuid: str, record: Record) -> None:
-    if record.state is State.ACTIVE:
-        held = f" (held by {record.owner.namespace}/{record.owner.name})" if record.owner else ""
-        raise ConflictError(
-            f"{mig_uuid} is Active{held}: release it first ('hamimig release --mig-uuid "
-            f"{mig_uuid}'); nothing was changed"
-        )
-
-
 def _covering_intent(mig_uuid: str, record: Record | None, intents: list[Intent]) -> Intent | None:
     """An intent whose rollback could take this instance for its own once the record is gone:
     one naming the UUID, or one on the same GPU overlapping the recorded placement."""
@@ -216,8 +202,12 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     """What dropping the record of `mig_uuid` (and its CDI spec) means, or why it is refused.
     The caller holds the node lock."""
     record, unreadable = _find_record(node, mig_uuid)
-    if record is not None:
-        _refuse_active(mig_uuid, record)
+    if record is not None and record.state is State.ACTIVE:
+        held = f" (held by {record.owner.namespace}/{record.owner.name})" if record.owner else ""
+        raise ConflictError(
+            f"{mig_uuid} is Active{held}: release it first ('hamimig release --mig-uuid "
+            f"{mig_uuid}'); nothing was changed"
+        )
     intents, intent_problems = node.intents.load()
     _refuse_intents(node, mig_uuid, record, intents, intent_problems)
     cdi = node.cdi()

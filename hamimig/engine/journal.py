@@ -12,54 +12,21 @@ Logging is bookkeeping: an event that cannot be appended is counted
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from hamimig.engine.node import Node
-from hamimig.engine.steps import (
-    Forgettable,
-    Handout,
-    InFlight,
-    Managed,
-    NewInstance,
-    OrphanGi,
-    Pair,
-    Spec,
-    Step,
-)
+from hamimig.engine.steps import Forgettable, Spec, Step
 from hamimig.errors import HamimigError
 from hamimig.store.counters import EVENTS_WRITE_FAILURES
 from hamimig.store.events import Event
-from hamimig.store.records import Owner, Record
+from hamimig.store.records import Record
 from hamimig.vocabulary import FileOpName
 
 DONE = "done"
 FAILED = "failed"
-
-
-def _pod(owner: Owner | None) -> str | None:
-    return None if owner is None else f"{owner.namespace}/{owner.name}"
-
-
-def _described(step: Step) -> tuple[int | None, str | None, Owner | None]:
-    """GPU index, profile and pod as the step's target names them."""
-    target = step.target
-    if isinstance(target, Managed):
-        return target.gpu_index, target.record.profile, target.record.owner
-    if isinstance(target, Handout):
-        return target.device.gpu_index, target.record.profile, target.owner
-    if isinstance(target, NewInstance):
-        return target.gpu.index, target.profile.name, target.owner
-    if isinstance(target, Pair):
-        return target.gpu.index, target.profile, target.owner
-    if isinstance(target, InFlight):
-        intent = target.intent
-        index = target.gpu_index if target.gpu_index is not None else intent.gpu_index
-        return index, intent.profile, intent.owner
-    if isinstance(target, OrphanGi):
-        return target.gpu.index, None, None
-    return None, None, None  # a spec or a file to forget: `known_before` says the rest
 
 
 def _cdi(node: Node, mig_uuid: str | None, ops: list[FileOpName]) -> str | None:
@@ -112,8 +79,7 @@ _SUBJECT = ("mig_uuid", "gpu_uuid", "gpu_index", "placement", "profile", "owner"
 def _subject(step: Step, outcome: StepOutcome) -> dict[str, Any]:
     """The instance as the step's target names it (`_SUBJECT`), completed from its record as
     it was before (`known`) and as the step left it, where those are the same instance's."""
-    mig_uuid, gpu_uuid, placement = step.target.where
-    gpu_index, profile, owner = _described(step)
+    mig_uuid, gpu_uuid, placement, gpu_index, profile, owner = step.target.where
     named = (mig_uuid or outcome.made, gpu_uuid, gpu_index, placement, profile, owner)
     found = dict(zip(_SUBJECT, named, strict=True))
     for source in (outcome.known, outcome.record):
@@ -143,10 +109,8 @@ def build_event(node: Node, step: Step, outcome: StepOutcome) -> Event:
         "gpuUUID": at["gpu_uuid"],
         "gpuIndex": index if index is not None and index >= 0 else None,
         "profile": at["profile"],
-        "placement": None
-        if placement is None
-        else {"start": placement.start, "size": placement.size},
-        "pod": _pod(at["owner"]),
+        "placement": None if placement is None else dataclasses.asdict(placement),
+        "pod": None if (pod := at["owner"]) is None else f"{pod.namespace}/{pod.name}",
         "state": _state(step, outcome),
         "cdi": _cdi(node, at["mig_uuid"], outcome.ops),
         "command": node.command,

@@ -109,7 +109,9 @@ def check_reference(text: str, mutating: bool) -> None:
             f"MIG UUID prefix {text!r} names no digits: give at least the first hex digits "
             "after 'MIG-' (an empty variable?)"
         )
-    elif mutating and _is_old_form(text) and not FULL_MIG_UUID.fullmatch(text):
+    elif mutating and text.upper().startswith("MIG-GPU-") and not FULL_MIG_UUID.fullmatch(text):
+        # Drivers before R470 print MIG UUIDs whose hex digits are their GPU's UUID: no prefix
+        # of one tells one instance of that GPU from another.
         raise UsageError(
             f"MIG UUID {text} is part of an old-form MIG UUID: give a command that changes "
             "something the whole MIG-GPU-<GPU UUID>/<GI>/<CI>, since every instance on a GPU "
@@ -126,12 +128,6 @@ def check_reference(text: str, mutating: bool) -> None:
             f"MIG UUID prefix {text} is too short for a command that changes something: give "
             f"at least {MIN_MUTATING_DIGITS} hex digits after 'MIG-', or the whole MIG UUID"
         )
-
-
-def _is_old_form(text: str) -> bool:
-    """Whether `text` begins a MIG UUID of the form drivers before R470 print, whose hex digits
-    are its GPU's UUID: no prefix of it tells one instance of that GPU from another."""
-    return text.upper().startswith("MIG-GPU-")
 
 
 def _is_device(text: str) -> bool:
@@ -187,19 +183,13 @@ def candidates(node: Node, records: Mapping[str, Record], intents: Iterable[Inte
     known.update(i.mig_uuid for i in intents if i.mig_uuid)
     hw = node.hardware()
     for index in range(hw.gpu_count()):
-        if hw.gpu(index).mig_mode is not MigMode.ENABLED:
-            continue
-        for gi in hw.layout(index):
-            known.update(ci.mig_uuid for ci in gi.compute_instances)
+        if hw.gpu(index).mig_mode is MigMode.ENABLED:
+            known.update(ci.mig_uuid for gi in hw.layout(index) for ci in gi.compute_instances)
     return known
 
 
 def resolve_instance(
-    node: Node,
-    text: str,
-    mutating: bool,
-    records: Mapping[str, Record],
-    intents: Iterable[Intent],
+    node: Node, text: str, mutating: bool, records: Mapping[str, Record], intents: Iterable[Intent]
 ) -> str:
     """The MIG UUID `text` names. A full MIG UUID (or any text that is no prefix or CDI
     device name) comes back unchanged, so an unknown one is the caller's "not found" as

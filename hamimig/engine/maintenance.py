@@ -19,19 +19,14 @@ from hamimig.engine.facts import (
     LiveCheck,
     Liveness,
     cdi_device_for,
+    check_live,
     check_record,
-    check_reuse,
     has_processes,
     load_for_mutation,
     moved,
     profile_names,
 )
-from hamimig.engine.idle_policy import (
-    IdlePolicy,
-    idle_age_of,
-    idle_records,
-    plan_idle_policy,
-)
+from hamimig.engine.idle_policy import IdlePolicy, idle_age_of, idle_records, plan_idle_policy
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.plans import (
@@ -40,6 +35,7 @@ from hamimig.engine.plans import (
     blocking_instance,
     holding_pods,
     owned_by,
+    record_of,
     same_uid,
 )
 from hamimig.engine.podsource import PodSource, changed_after, load_fresh, stale, stale_warning
@@ -65,14 +61,9 @@ from hamimig.engine.results import (
     record_view,
 )
 from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
-from hamimig.errors import (
-    ConflictError,
-    HamimigError,
-    NotFoundError,
-    UnverifiableError,
-    UsageError,
-)
+from hamimig.errors import ConflictError, HamimigError, NotFoundError, UnverifiableError, UsageError
 from hamimig.hw.types import Gpu, GpuInstance, Placement
+from hamimig.store.cdi import CdiStore
 from hamimig.store.counters import LAST_RECONCILE
 from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record
@@ -115,20 +106,17 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         if isinstance(target, ByUuid):
             target = _resolved(node, target, durable)
-        already = _released_before(durable, target)
-        if already:
+        if already := _released_before(durable, target):
             views = tuple(
                 record_view(r, _index_hint(r)).with_outcome(Outcome.UNCHANGED) for r in already
             )
-            return Release(released=views, dry_run=dry_run, warnings=durable.warnings)
-        plan = plan_release(durable, target)
-        if dry_run:
-            now = node.clock()
-            would = tuple(_would_be_idle(step, now) for step in plan.steps)
-            return Release(released=would, dry_run=True, warnings=durable.warnings)
-        released = _each(node, plan, _released)
-        tidy_finished(node, durable)
-        return Release(released=released)
+        elif dry_run:
+            steps, now = plan_release(durable, target).steps, node.clock()
+            views = tuple(_would_be_idle(s, now) for s in steps)
+        else:
+            views = _each(node, plan_release(durable, target), _released)
+            tidy_finished(node, durable)
+        return Release(released=views, dry_run=dry_run, warnings=durable.warnings)
 
 
 def _released_before(durable: Durable, target: ReleaseTarget) -> list[Record]:
@@ -268,18 +256,19 @@ def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool)
         notes: list[str] = []
         plan, skipped = plan_reclaim(node, durable, target, notes, holds)
         if dry_run:
-            return Reclaim(
-                dry_run=True,
-                reclaimed=tuple(
-                    _reclaimed(s.target, None) for s in plan.steps if isinstance(s.target, Managed)
-                ),
-                notes=tuple(notes),
-                skipped=skipped,
-                warnings=durable.warnings,
+            done = tuple(
+                _reclaimed(s.target, None) for s in plan.steps if isinstance(s.target, Managed)
             )
-        done = _each(node, plan, _reclaimed, notes)
-        tidy_finished(node, durable)
-        return Reclaim(dry_run=False, reclaimed=done, notes=tuple(notes), skipped=skipped)
+        else:
+            done = _each(node, plan, _reclaimed, notes)
+            tidy_finished(node, durable)
+        return Reclaim(
+            dry_run=dry_run,
+            reclaimed=done,
+            notes=tuple(notes),
+            skipped=skipped,
+            warnings=durable.warnings,
+        )
 
 
 def plan_reclaim(
@@ -289,7 +278,10 @@ def plan_reclaim(
     claims it, or processes run on it), which refuse a reclaim by MIG UUID (exit 3). A plan of
     several goes on past a failed step, one of one aborts."""
     one = target.mig_uuid if isinstance(target, ByUuid) else None
-    targets = _reclaim_targets(node, durable, target, notes, holds)
+    if isinstance(target, ByUuid):
+        targets = _targets_by_uuid(node, durable, target.mig_uuid)
+    else:
+        targets = _targets_on_gpu(node, durable, target, notes, holds)
     held = [(t, hold) for t in targets if (hold := holds.hold(t.record)) is not None]
     if one is not None and held:
         hold = held[0][1]
@@ -308,17 +300,6 @@ def plan_reclaim(
     ]
     passed = (SkippedInstance(mig_uuid=t.record.mig_uuid, reason=why) for t, why in skipped)
     return Plan(steps, abort=len(steps) == 1), tuple(passed)
-
-
-def _reclaim_targets(
-    node: Node, durable: Durable, target: ReclaimTarget, notes: list[str], holds: PodHolds
-) -> list[Managed]:
-    """The verified instances a reclaim request names, oldest first."""
-    if isinstance(target, ByUuid):
-        targets = _targets_by_uuid(node, durable, target.mig_uuid)
-    else:
-        targets = _targets_on_gpu(node, durable, target, notes, holds)
-    return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
 def _targets_on_gpu(
@@ -342,7 +323,8 @@ def _targets_on_gpu(
         window = validate.reclaim_window(target.placement, slices)
         in_flight = [i for i in durable.intents if i.gpu_uuid == gpu.uuid]
         chosen = _window_targets(window, records, layout, names, in_flight, holds)
-    return [_verified(node, r, layout, names, gpu) for r in chosen]
+    targets = [_verified(node, r, layout, names, gpu) for r in chosen]
+    return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
 def _idle_older_than(
@@ -448,9 +430,7 @@ def _blocker(
     in_flight: list[Intent],
     holds: PodHolds,
 ) -> BlockingInstance:
-    record = next(
-        (r for r in records if r.gpu_instance_id == gi.id and r.placement == gi.placement), None
-    )
+    record = record_of(gi, records)
     held = holds.hold(record) if record is not None else None
     found = blocking_instance(gi, record, names, held=held)
     intent = next((i for i in in_flight if i.placement == gi.placement), None)
@@ -617,7 +597,7 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
 
     Only existing specs are looked at (a missing one is recover's `repair-cdi`). A spec is
     compared with what its record says; one that differs is rewritten only once the record is
-    verified against the live instance, as a reuse verifies it (`check_reuse`: its MIG UUID
+    verified against the live instance, as a reuse verifies it (`check_live`: its MIG UUID
     live on the recorded GPU with the recorded GI ID, CI ID, placement and profile, its compute
     instance spanning its GPU instance). A record that disagrees would point the spec at the
     device nodes of another tenant's instance: the pass refuses (exit 5). With no usable base
@@ -626,28 +606,20 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
     cdi = node.cdi()
     if cdi is None or not cdi.lookup().composes:
         return
-    records = sorted(
-        (
-            r
-            for r in durable.records.values()
-            if r.state in (State.ACTIVE, State.IDLE) and cdi.exists(r.mig_uuid)
-        ),
-        key=lambda r: r.mig_uuid,
-    )
-    for record in records:
-        _plan_spec(plan, node, record)
+    for record in sorted(durable.records.values(), key=lambda r: r.mig_uuid):
+        if record.state in (State.ACTIVE, State.IDLE) and cdi.exists(record.mig_uuid):
+            _plan_spec(plan, node, cdi, record)
 
 
-def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
-    cdi = node.cdi()
-    assert cdi is not None
+def _plan_spec(plan: Plan, node: Node, cdi: CdiStore, record: Record) -> None:
     at = Where(record.mig_uuid, record.gpu_uuid, record.placement)
+    hw = node.hardware()
     try:
-        gpu = node.hardware().gpu_by_uuid(record.gpu_uuid)
+        gpu = hw.gpu_by_uuid(record.gpu_uuid)
     except HamimigError:
         # Its GPU is not on the node: recover's business when the instance is gone with it,
         # but a record whose instance is live on another GPU disagrees with the hardware.
-        live = node.hardware().mig_device(record.mig_uuid)
+        live = hw.mig_device(record.mig_uuid)
         if live is not None:
             plan.refuse(
                 f"cannot verify the record of {record.mig_uuid}: it names GPU "
@@ -666,7 +638,7 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
         )
         if cdi.matches(dev):
             return
-        problem = _unverified(node, record)
+        problem = check_live(hw, record, hw.mig_device(record.mig_uuid))
     except UsageError as exc:
         path = str(cdi.path_of(record.mig_uuid))
         reason = f"kept as it is, not compared: {exc.message}"
@@ -688,15 +660,6 @@ def _plan_spec(plan: Plan, node: Node, record: Record) -> None:
     reason += " and the instance need (a driver upgrade changes library paths)"
     target = Spec(record.mig_uuid, device=dev, gpu_uuid=gpu.uuid, placement=record.placement)
     plan.add(ActionKind.REPAIR_CDI, target, reason)
-
-
-def _unverified(node: Node, record: Record) -> str | None:
-    """Why `record` does not name its live instance (None: verified), read back from its MIG
-    UUID as a reuse reads it: eleven NVML calls, no scan of the node's layout."""
-    hw = node.hardware()
-    live = hw.mig_device(record.mig_uuid)
-    live_profile = None if live is None else hw.profile_name(live.gpu_index, live.profile_id)
-    return check_reuse(record, live, live_profile)
 
 
 def _plan_destroy_retries(

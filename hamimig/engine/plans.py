@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from hamimig.durations import parse_time
@@ -143,14 +144,8 @@ def _own_entry(owner: Owner, pod: Pod, alloc: MigAllocation) -> bool:
 
 def same_slot(a: Owner, b: Owner) -> bool:
     """One pod container device slot; a recorded uid must match when both sides have one."""
-    if (a.namespace, a.name, a.container_index, a.device_index) != (
-        b.namespace,
-        b.name,
-        b.container_index,
-        b.device_index,
-    ):
-        return False
-    return same_uid(a.uid, b.uid)
+    slot = attrgetter("namespace", "name", "container_index", "device_index")
+    return slot(a) == slot(b) and same_uid(a.uid, b.uid)
 
 
 def held_by(records: dict[str, Record], owner: Owner) -> Record | None:
@@ -161,11 +156,7 @@ def held_by(records: dict[str, Record], owner: Owner) -> Record | None:
 
 
 def reuse_candidates(
-    records: dict[str, Record],
-    gpu: int | str,
-    profile: str,
-    start: int | None,
-    size: int | None,
+    records: dict[str, Record], gpu: int | str, profile: str, start: int | None, size: int | None
 ) -> list[Record]:
     """Idle records an exact reuse could hand out, most likely first.
 
@@ -262,11 +253,11 @@ class CreatePlan:
     reason: str
 
 
-def _record_of(gi: GpuInstance, records: list[Record]) -> Record | None:
-    for r in records:
-        if r.gpu_instance_id == gi.id and r.placement == gi.placement:
-            return r
-    return None
+def record_of(gi: GpuInstance, records: list[Record]) -> Record | None:
+    """The record of the live GI `gi` among `records` (its GPU's): same GI ID and placement."""
+    return next(
+        (r for r in records if (r.gpu_instance_id, r.placement) == (gi.id, gi.placement)), None
+    )
 
 
 def plan_create(
@@ -310,20 +301,16 @@ def plan_create(
     def blockers(p: Placement) -> list[Blocker]:
         out = []
         for gi in layout:
-            if gi.placement.overlaps(p):
-                rec = _record_of(gi, records)
-                check = check_record(rec, layout, names) if rec else None
-                busy = (
-                    rec is not None
-                    and check is not None
-                    and check.status is Liveness.COMPLETE
-                    and rec.state is not State.ACTIVE
-                    and is_busy(rec)
-                )
-                held = None
-                if rec is not None and rec.state is not State.ACTIVE and holds:
-                    held = holds.hold(rec)
-                out.append(Blocker(gi, rec, check, busy, held))
+            if not gi.placement.overlaps(p):
+                continue
+            rec = record_of(gi, records)
+            if rec is None:
+                out.append(Blocker(gi, None, None))
+                continue
+            check = check_record(rec, layout, names)
+            mine = rec.state is not State.ACTIVE  # an Active one blocks whatever it says
+            busy = mine and check.status is Liveness.COMPLETE and is_busy(rec)
+            out.append(Blocker(gi, rec, check, busy, holds.hold(rec) if mine and holds else None))
         # Free slices another pod's entry claims: the plugin would hand that pod whatever is
         # created there. An entry at a live GI's exact slices is judged with that GI above.
         live = {gi.placement for gi in layout}
@@ -349,10 +336,7 @@ def plan_create(
         after the destroy): finish them first, or they would name the new instance's slot."""
         out = []
         for r in records:
-            if r.placement.overlaps(p) and r.state in (
-                State.RECLAIMING,
-                State.ERROR,
-            ):
+            if r.placement.overlaps(p) and r.state in (State.RECLAIMING, State.ERROR):
                 live = check_record(r, layout, names)
                 if live.status is Liveness.ABSENT:
                     ghost = GpuInstance(-1, gpu_uuid, r.gpu_instance_id, -1, r.placement, ())
@@ -360,16 +344,9 @@ def plan_create(
         return out
 
     def plan_for(p: Placement, bs: list[Blocker], reason: str) -> CreatePlan:
-        bs = bs + leftovers(p)
-        soft = [b for b in bs if b.record is not None and b.check is not None]
-        soft.sort(
-            key=lambda b: (b.record.updated_at or "", b.record.mig_uuid) if b.record else ("", "")
-        )
-        return CreatePlan(
-            placement=p,
-            reclaim=tuple((b.record, b.check) for b in soft if b.record and b.check),
-            reason=reason,
-        )
+        soft = [(b.record, b.check) for b in bs + leftovers(p) if b.record and b.check]
+        soft.sort(key=lambda rc: (rc[0].updated_at or "", rc[0].mig_uuid))
+        return CreatePlan(placement=p, reclaim=tuple(soft), reason=reason)
 
     def blocked(p: Placement, refused: list[Blocker]) -> Blocked:
         return Blocked(placement=p, instances=tuple(b.view(names) for b in refused))

@@ -114,10 +114,8 @@ def _refuse_future(node: Node, snapshot: PodSnapshot) -> None:
 def stale_warning(node: Node, snapshot: PodSnapshot | None) -> Warning_ | None:
     """The warning every command that reads a pod list gives when it is older than
     `MAX_POD_LIST_AGE` (the actions that hand out or destroy an instance refuse it)."""
-    if snapshot is None:
-        return None
-    why = stale(node, snapshot)
-    if why is None:
+    why = None if snapshot is None else stale(node, snapshot)
+    if snapshot is None or why is None:
         return None
     from hamimig.engine.results import Warning_
 

@@ -6,23 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hamimig.hw.types import PlacementSpec
-from hamimig.store.records import Owner
-
-__all__ = [
-    "AllIdle",
-    "AllocateRequest",
-    "ByIntent",
-    "ByPod",
-    "ByUuid",
-    "GpuRef",
-    "IdleOlderThan",
-    "Owner",
-    "PlacementSpec",
-    "ReclaimTarget",
-    "ReleaseTarget",
-    "Window",
-]
+from hamimig.hw.types import PlacementSpec as PlacementSpec  # re-exported
+from hamimig.store.records import Owner as Owner  # re-exported
 
 GpuRef = int | str
 """A GPU by NVML index, or by GPU UUID (`GPU-…`)."""

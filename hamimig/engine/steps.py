@@ -22,8 +22,9 @@ from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import ActionKind, ActionResult, State
 
-Located = tuple[str | None, str | None, Placement | None]
-"""What a report names for a step: MIG UUID, GPU UUID and placement (each may be unknown)."""
+Located = tuple[str | None, str | None, Placement | None, int | None, str | None, Owner | None]
+"""What a report and an event name for a step: MIG UUID, GPU UUID, placement, GPU index,
+profile and pod (each may be unknown: a spec or a file to forget names only some)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Where:
 
     @property
     def where(self) -> Located:
-        return self.mig_uuid, self.gpu_uuid, self.placement
+        return self.mig_uuid, self.gpu_uuid, self.placement, None, None, None
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Managed:
 
     @property
     def where(self) -> Located:
-        return self.record.mig_uuid, self.record.gpu_uuid, self.record.placement
+        r = self.record
+        return r.mig_uuid, r.gpu_uuid, r.placement, self.gpu_index, r.profile, r.owner
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ class Handout:
 
     @property
     def where(self) -> Located:
-        return self.record.mig_uuid, self.record.gpu_uuid, self.record.placement
+        r = self.record
+        return r.mig_uuid, r.gpu_uuid, r.placement, self.device.gpu_index, r.profile, self.owner
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ class NewInstance:
 
     @property
     def where(self) -> Located:
-        return None, self.gpu.uuid, self.placement
+        return None, self.gpu.uuid, self.placement, self.gpu.index, self.profile.name, self.owner
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,8 @@ class Pair:
 
     @property
     def where(self) -> Located:
-        return self.ci.mig_uuid, self.gpu.uuid, self.gi.placement
+        gpu = self.gpu
+        return self.ci.mig_uuid, gpu.uuid, self.gi.placement, gpu.index, self.profile, self.owner
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,9 @@ class InFlight:
 
     @property
     def where(self) -> Located:
-        return self.intent.mig_uuid, self.intent.gpu_uuid, self.intent.placement
+        i = self.intent
+        index = self.gpu_index if self.gpu_index is not None else i.gpu_index
+        return i.mig_uuid, i.gpu_uuid, i.placement, index, i.profile, i.owner
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,7 @@ class Spec:
 
     @property
     def where(self) -> Located:
-        return self.mig_uuid, self.gpu_uuid, self.placement
+        return self.mig_uuid, self.gpu_uuid, self.placement, None, None, None
 
 
 @dataclass(frozen=True)
@@ -154,7 +160,7 @@ class OrphanGi:
 
     @property
     def where(self) -> Located:
-        return None, self.gpu.uuid, self.gi.placement
+        return None, self.gpu.uuid, self.gi.placement, self.gpu.index, None, None
 
 
 @dataclass(frozen=True)
@@ -173,7 +179,7 @@ class Forgettable:
 
     @property
     def where(self) -> Located:
-        return self.mig_uuid, None, None
+        return self.mig_uuid, None, None, None, None, None
 
 
 Target = Where | Managed | Handout | NewInstance | Pair | InFlight | Spec | OrphanGi | Forgettable
@@ -207,7 +213,7 @@ class Step:
             result = ActionResult.SKIPPED
         else:
             result = ActionResult.DONE if changed else ActionResult.UNCHANGED
-        mig_uuid, gpu_uuid, placement = self.target.where
+        mig_uuid, gpu_uuid, placement, *_ = self.target.where
         return Action(
             action=self.kind.value,
             mig_uuid=mig_uuid,

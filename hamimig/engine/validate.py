@@ -91,12 +91,3 @@ def reclaim_window(asked: PlacementSpec, slices: int) -> Placement:
             f"0 to {slices - 1}, SIZE at least 1 and START+SIZE at most {slices}"
         )
     return Placement(start, size)
-
-
-def has_surrogates(value: str) -> bool:
-    """True for a string decoded from bytes that were not UTF-8 (Python's surrogateescape)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
