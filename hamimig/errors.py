@@ -12,6 +12,9 @@ from typing import Any, Protocol
 
 from hamimig.vocabulary import Setting
 
+NOTHING_CHANGED = "nothing was changed"
+"""How a refusal ends, so an operator knows the node is as it was."""
+
 
 class HamimigError(Exception):
     """A failure that the CLI reports as one line with a contract exit code."""

@@ -51,7 +51,7 @@ from collections.abc import Callable
 import pytest
 
 from hamimig.engine.facts import LiveCheck, Liveness
-from hamimig.engine.plans import Blocker, CreatePlan, plan_create
+from hamimig.engine.placement import Blocker, CreatePlan, plan_create
 from hamimig.errors import ConflictError, UnverifiableError
 from hamimig.hw.types import ComputeInstance, GpuInstance, Placement
 from hamimig.store.intents import Intent

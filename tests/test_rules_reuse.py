@@ -37,14 +37,8 @@ import dataclasses
 
 import pytest
 
-from hamimig.engine.plans import (
-    held_by,
-    holding_pods,
-    owned_by,
-    reuse_candidates,
-    same_slot,
-    same_uid,
-)
+from hamimig.engine.ownership import held_by, holding_pods, owned_by, same_slot, same_uid
+from hamimig.engine.placement import reuse_candidates
 from hamimig.errors import UnverifiableError
 from hamimig.hw.types import Placement
 from hamimig.pods.model import Pod, PodSnapshot

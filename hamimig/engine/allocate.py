@@ -18,7 +18,8 @@ from hamimig.engine.facts import (
     profile_names,
 )
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
-from hamimig.engine.plans import PodHolds, held_by, plan_create, reuse_candidates
+from hamimig.engine.ownership import PodHolds, held_by
+from hamimig.engine.placement import plan_create, reuse_candidates
 from hamimig.engine.podsource import PodSource, load_fresh
 from hamimig.engine.requests import AllocateRequest
 from hamimig.engine.results import Allocation, InstanceView, Warning_, record_view

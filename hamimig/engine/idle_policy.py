@@ -37,7 +37,7 @@ from hamimig.engine.facts import (
     profile_names,
 )
 from hamimig.engine.node import Node
-from hamimig.engine.plans import PodHolds
+from hamimig.engine.ownership import PodHolds
 from hamimig.engine.podsource import changed_after, stale
 from hamimig.engine.results import Warning_
 from hamimig.engine.steps import Managed, Plan, Where

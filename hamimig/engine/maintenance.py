@@ -29,15 +29,8 @@ from hamimig.engine.facts import (
 from hamimig.engine.idle_policy import IdlePolicy, idle_age_of, idle_records, plan_idle_policy
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.plans import (
-    NOTHING_CHANGED,
-    PodHolds,
-    blocking_instance,
-    holding_pods,
-    owned_by,
-    record_of,
-    same_uid,
-)
+from hamimig.engine.ownership import PodHolds, holding_pods, owned_by, same_uid
+from hamimig.engine.placement import blocking_instance, record_of
 from hamimig.engine.podsource import PodSource, changed_after, load_fresh, stale, stale_warning
 from hamimig.engine.recovery import plan_queued_removals
 from hamimig.engine.requests import (
@@ -61,7 +54,14 @@ from hamimig.engine.results import (
     record_view,
 )
 from hamimig.engine.steps import Managed, Plan, Spec, Step, Where
-from hamimig.errors import ConflictError, HamimigError, NotFoundError, UnverifiableError, UsageError
+from hamimig.errors import (
+    NOTHING_CHANGED,
+    ConflictError,
+    HamimigError,
+    NotFoundError,
+    UnverifiableError,
+    UsageError,
+)
 from hamimig.hw.types import Gpu, GpuInstance, Placement
 from hamimig.store.cdi import CdiStore
 from hamimig.store.counters import LAST_RECONCILE

@@ -32,7 +32,7 @@ from hamimig.engine.facts import (
     shared_gi_reason,
 )
 from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.plans import PodHolds, holding_pods, owned_by
+from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
 from hamimig.engine.results import ActionReport, SkippedGpu, Warning_
 from hamimig.engine.steps import InFlight, Managed, OrphanGi, Pair, Plan, Spec, Where

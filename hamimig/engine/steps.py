@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 from hamimig.engine.facts import LiveCheck, Liveness
 from hamimig.engine.node import Node
-from hamimig.engine.plans import NOTHING_CHANGED
 from hamimig.engine.results import Action, SkippedGpu, StepError, Warning_
-from hamimig.errors import UnverifiableError
+from hamimig.errors import NOTHING_CHANGED, UnverifiableError
 from hamimig.hw.types import ComputeInstance, GiProfile, Gpu, GpuInstance, MigDevice, Placement
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.intents import Intent
