@@ -145,7 +145,8 @@ def plan_recovery(
         _plan_unknown(survey, adopt=True, orphans=False)
         return plan
     _reconcile_records(survey)
-    _plan_intents(survey)
+    for intent in durable.intents:
+        _plan_intent(survey, intent)
     _plan_unknown(survey, adopt, orphans=adopt)
     _plan_cdi_files(survey)
     return plan
@@ -159,19 +160,13 @@ def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dic
     )
     out: dict[str, GpuFacts] = {}
     for gpu in gpus:
+        mode = gpu.mig_mode.value
         if gpu.mig_mode is not MigMode.ENABLED:
-            plan.skipped.append(
-                SkippedGpu(
-                    index=gpu.index,
-                    uuid=gpu.uuid,
-                    mig_mode=gpu.mig_mode.value,
-                    reason=f"MIG {gpu.mig_mode.value}",
-                )
-            )
-            continue
-        layout = hw.layout(gpu.index)
-        names = {p.id: p.name for p in hw.profiles(gpu.index)}
-        out[gpu.uuid] = GpuFacts(gpu, layout, names)
+            skip = SkippedGpu(index=gpu.index, uuid=gpu.uuid, mig_mode=mode, reason=f"MIG {mode}")
+            plan.skipped.append(skip)
+        else:
+            names = {p.id: p.name for p in hw.profiles(gpu.index)}
+            out[gpu.uuid] = GpuFacts(gpu, hw.layout(gpu.index), names)
     return out
 
 
@@ -405,9 +400,15 @@ def _record_held(survey: _Survey, target: Managed, gpu: GpuFacts, owner: Pod) ->
         return
     survey.claims.instances[record.mig_uuid] = who
     survey.claims.busy_gpus.add(record.gpu_uuid)
-    assert live.gi is not None
-    ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
-    _activate(survey, Pair(gpu.gpu, live.gi, ci, record.profile, record.owner, record), who)
+    gi, ci = _live_pair(target)
+    _activate(survey, Pair(gpu.gpu, gi, ci, record.profile, record.owner, record), who)
+
+
+def _live_pair(target: Managed) -> tuple[GpuInstance, ComputeInstance]:
+    """The live GI/CI pair of a record verified complete."""
+    assert target.live is not None and target.live.gi is not None
+    gi = target.live.gi
+    return gi, next(c for c in gi.compute_instances if c.mig_uuid == target.record.mig_uuid)
 
 
 def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
@@ -472,9 +473,7 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
     else:
         was = "" if record.state is State.IDLE else f" (was {record.state.value})"
         plan.add(ActionKind.RESTORE_IDLE, target, f"verified live; no pod holds it{was}")
-        assert live.gi is not None
-        ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
-        _plan_cdi_repair(survey, gpu.gpu, live.gi, ci)
+        _plan_cdi_repair(survey, gpu.gpu, *_live_pair(target))
 
 
 def _at(record: Record) -> Where:
@@ -483,11 +482,6 @@ def _at(record: Record) -> Where:
 
 # --------------------------------------------------------------------------------------------
 # 3. Interrupted allocations
-
-
-def _plan_intents(survey: _Survey) -> None:
-    for intent in survey.durable.intents:
-        _plan_intent(survey, intent)
 
 
 def _plan_intent(survey: _Survey, intent: Intent) -> None:
