@@ -167,13 +167,11 @@ def seen_after(
     """The idle-seen map after a policy pass: HAMi's Idle records seen unheld keep their first
     sighting or get `now`; every other entry goes (its record is gone or hamimig's now, or a
     pod holds it, so its clock starts again when it is released)."""
-    out: dict[str, str] = {}
-    for record in records:
-        if record.managed or record.state is not State.IDLE:
-            continue
-        if record.mig_uuid in unheld:
-            out[record.mig_uuid] = seen.get(record.mig_uuid, now)
-    return out
+    return {
+        r.mig_uuid: seen.get(r.mig_uuid, now)
+        for r in records
+        if not r.managed and r.state is State.IDLE and r.mig_uuid in unheld
+    }
 
 
 # --- reconcile's idle pass ----------------------------------------------------------------

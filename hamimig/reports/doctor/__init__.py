@@ -119,14 +119,9 @@ def run_checks(
         try:
             durable = load_durable(node)
         except (HamimigError, OSError) as exc:
-            checks.append(
-                fail(
-                    "records",
-                    f"cannot load the state directory: {why(exc)}",
-                    "run as root; check the state directory's permissions",
-                    HARDWARE,
-                )
-            )
+            fix = "run as root; check the state directory's permissions"
+            failed = f"cannot load the state directory: {why(exc)}"
+            checks.append(fail("records", failed, fix, HARDWARE))
         else:
             checks += check_durable(node, durable)
         checks += guarded("counters", lambda: [check_counters(node.counters)])

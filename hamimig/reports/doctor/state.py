@@ -32,71 +32,44 @@ def check_state_dir(path: Path) -> tuple[list[Check], str]:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return [
-            warn(
-                name,
-                f"{path} does not exist; hamimig creates it (0750) on the first change",
-                "nothing to do on a new node; otherwise check --state-dir and the hostPath mount",
-            )
-        ], "missing"
+        absent = f"{path} does not exist; hamimig creates it (0750) on the first change"
+        hint = "nothing to do on a new node; otherwise check --state-dir and the hostPath mount"
+        return [warn(name, absent, hint)], "missing"
     except OSError as exc:
         return [fail(name, f"cannot inspect {path}: {why(exc)}", "run as root", HARDWARE)], "bad"
     if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(path)
-        return [
-            fail(
-                name,
-                f"{path} is a symbolic link (to {target}); hamimig and HAMi refuse it",
-                f"make {path} a real directory (mount the hostPath at this path itself)",
-            )
-        ], "bad"
+        link = f"{path} is a symbolic link (to {os.readlink(path)}); hamimig and HAMi refuse it"
+        hint = f"make {path} a real directory (mount the hostPath at this path itself)"
+        return [fail(name, link, hint)], "bad"
     if not stat.S_ISDIR(st.st_mode):
-        return [
-            # A file, or `/dev/null`: the option is what is wrong, never the file.
-            fail(name, f"{path} is not a directory", "not a directory: check --state-dir")
-        ], "bad"
-    checks: list[Check] = []
+        # A file, or `/dev/null`: the option is what is wrong, never the file.
+        hint = "not a directory: check --state-dir"
+        return [fail(name, f"{path} is not a directory", hint)], "bad"
+    uid, mode = os.getuid(), stat.S_IMODE(st.st_mode)
     if os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        checks.append(ok(name, f"{path} is a directory"))
+        checks = [ok(name, f"{path} is a directory")]
     else:
-        checks.append(
-            fail(
-                name,
-                f"{path} is not readable and writable by uid {os.getuid()}",
-                "run hamimig as root",
-                HARDWARE,
-            )
-        )
-    uid = os.getuid()
+        unusable = f"{path} is not readable and writable by uid {uid}"
+        checks = [fail(name, unusable, "run hamimig as root", HARDWARE)]
     if st.st_uid in (0, uid):
         checks.append(ok(f"{name}/owner", f"owned by uid {st.st_uid}"))
     else:
-        checks.append(
-            fail(
-                f"{name}/owner",
-                f"owned by uid {st.st_uid}, neither root nor this user (uid {uid}): "
-                "its owner can forge ownership records",
-                f"chown root {path}",
-            )
+        foreign = (
+            f"owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner can "
+            "forge ownership records"
         )
-    mode = stat.S_IMODE(st.st_mode)
+        checks.append(fail(f"{name}/owner", foreign, f"chown root {path}"))
+    shown = mode_text(mode)
     if mode & 0o022:
+        harm = "others can forge or delete ownership records"
         checks.append(
-            fail(
-                f"{name}/mode",
-                f"mode {mode_text(mode)} is group- or world-writable: others can forge or delete "
-                "ownership records",
-                fix,
-            )
+            fail(f"{name}/mode", f"mode {shown} is group- or world-writable: {harm}", fix)
         )
     elif mode != STATE_DIR_MODE:
-        checks.append(
-            warn(
-                f"{name}/mode", f"mode {mode_text(mode)}, expected {mode_text(STATE_DIR_MODE)}", fix
-            )
-        )
+        expected = f"mode {shown}, expected {mode_text(STATE_DIR_MODE)}"
+        checks.append(warn(f"{name}/mode", expected, fix))
     else:
-        checks.append(ok(f"{name}/mode", f"mode {mode_text(mode)}"))
+        checks.append(ok(f"{name}/mode", f"mode {shown}"))
     lock = NodeLock(path)
     lock_problem = lock.inspect()
     if lock_problem is not None:
