@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -94,19 +95,15 @@ def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
         for found in store.inspect_modes():
             name = f"file-mode/{found.subject or found.store}"
             fix = f"chmod {mode_text(found.expected)} {found.path}"
-            if found.writable_by_others:
-                message = f"{found.path}: mode {mode_text(found.mode)} is group- or world-writable"
-                if found.decides:
-                    checks.append(fail(name, message, fix))
-                else:  # bookkeeping: others could skew the metrics, not take an instance
-                    what = "the event history" if found.store == "events" else "the metrics"
-                    checks.append(warn(name, message + f" (only {what} depends on it)", fix))
-            else:
-                message = (
-                    f"{found.path}: mode {mode_text(found.mode)}, "
-                    f"expected {mode_text(found.expected)}"
-                )
-                checks.append(warn(name, message, fix))
+            mode = f"{found.path}: mode {mode_text(found.mode)}"
+            loose = f"{mode} is group- or world-writable"
+            if not found.writable_by_others:
+                checks.append(warn(name, f"{mode}, expected {mode_text(found.expected)}", fix))
+            elif found.decides:
+                checks.append(fail(name, loose, fix))
+            else:  # bookkeeping: others could skew the metrics, not take an instance
+                what = "the event history" if found.store == "events" else "the metrics"
+                checks.append(warn(name, f"{loose} (only {what} depends on it)", fix))
     return checks
 
 
@@ -115,19 +112,17 @@ def check_durable(node: Node, durable: Durable) -> list[Check]:
     for problem in durable.problems:
         line = forget_line(problem, node)
         way = f"drop it: {line}" if line else "move it out of the state directory"
-        checks.append(
-            fail(
-                subject_of(problem.store or "record", problem.subject),
-                f"{problem.file}: {problem.reason}",
-                "mutating commands and recover exit 5 until it is repaired or gone: check "
-                f"which instance it describes, then repair it or {way}",
-            )
+        hint = (
+            "mutating commands and recover exit 5 until it is repaired or gone: check which "
+            f"instance it describes, then repair it or {way}"
         )
+        name = subject_of(problem.store or "record", problem.subject)
+        checks.append(fail(name, f"{problem.file}: {problem.reason}", hint))
     if not any(c.name.startswith("record/") for c in checks):  # else the files say why
-        by_state: dict[str, int] = {}
-        for record in durable.records.values():
-            key = record.state.value if record.managed else f"{State.IDLE.value} (HAMi's)"
-            by_state[key] = by_state.get(key, 0) + 1
+        by_state = Counter(
+            r.state.value if r.managed else f"{State.IDLE.value} (HAMi's)"
+            for r in durable.records.values()
+        )
         detail = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items()))
         count = len(durable.records)
         checks.append(ok("records", f"{count} record(s) load" + (f": {detail}" if detail else "")))
@@ -136,13 +131,8 @@ def check_durable(node: Node, durable: Durable) -> list[Check]:
             f"{i.op} {i.profile} at {i.placement} on GPU {i.gpu_index} since {i.created_at}"
             for i in durable.intents
         )
-        checks.append(
-            warn(
-                "intents",
-                f"{len(durable.intents)} intent(s) left: {described}",
-                "if no hamimig command is running: hamimig recover (rolls back or finishes them)",
-            )
-        )
+        hint = "if no hamimig command is running: hamimig recover (rolls back or finishes them)"
+        checks.append(warn("intents", f"{len(durable.intents)} intent(s) left: {described}", hint))
     elif not any(c.name.startswith("intent/") for c in checks):
         checks.append(ok("intents", "no allocation in flight"))
     if durable.removals:
