@@ -290,9 +290,7 @@ def _loader(yaml: Any) -> Any:
 
     def integer(loader: Any, node: Any) -> Any:
         text = loader.construct_scalar(node)
-        if _DECIMAL.match(text):
-            return int(text)
-        return text
+        return int(text) if _DECIMAL.match(text) else text
 
     Strict.add_constructor("tag:yaml.org,2002:int", integer)
     return Strict

@@ -457,13 +457,10 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
         and (held := survey.may_be_held(record)) is not None
     ):
         plan.add(ActionKind.SKIP, _at(record), f"{held}; not destroyed")
-    elif record.state is State.RECLAIMING or live.status is Liveness.GI_ONLY:
-        reason = (
-            "an interrupted reclaim"
-            if record.state is State.RECLAIMING
-            else f"{live.detail}: not usable"
-        )
-        plan.add(ActionKind.FINISH_RECLAIM, target, reason)
+    elif record.state is State.RECLAIMING:
+        plan.add(ActionKind.FINISH_RECLAIM, target, "an interrupted reclaim")
+    elif live.status is Liveness.GI_ONLY:
+        plan.add(ActionKind.FINISH_RECLAIM, target, f"{live.detail}: not usable")
     elif record.state is State.ERROR:
         reason = (
             f"Error instance ({record.error or 'destroy failed'}) is never reused; retrying its "

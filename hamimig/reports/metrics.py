@@ -157,13 +157,8 @@ def _index(view: InstanceView) -> str:
 
 
 def _realized(view: InstanceView) -> bool:
-    return (
-        view.state is not State.MISSING
-        and view.mig_uuid is not None
-        and view.gpu_instance_id is not None
-        and view.compute_instance_id is not None
-        and view.gpu_index >= 0
-    )
+    ids = (view.mig_uuid, view.gpu_instance_id, view.compute_instance_id)
+    return view.state is not State.MISSING and None not in ids and view.gpu_index >= 0
 
 
 def _instance_labels(view: InstanceView) -> dict[str, str]:

@@ -81,9 +81,8 @@ def _check_base(lookup: BaseLookup, live: Live) -> Check:
         return fail("cdi-base", lookup.problem or "no NVIDIA CDI spec", _GENERATE, code)
     base = lookup.base
     lacking = []
-    for gpu in live.gpus:
-        if gpu.mig_mode is not MigMode.ENABLED:
-            continue
+    enabled = [g for g in live.gpus if g.mig_mode is MigMode.ENABLED]
+    for gpu in enabled:
         try:
             base.parent_edits(gpu.minor)
         except HamimigError as exc:
@@ -91,7 +90,7 @@ def _check_base(lookup: BaseLookup, live: Live) -> Check:
     if lacking:
         more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
         return fail("cdi-base", lacking[0] + more, _GENERATE)
-    covered = ", ".join(str(g.index) for g in live.gpus if g.mig_mode is MigMode.ENABLED)
+    covered = ", ".join(str(g.index) for g in enabled)
     gpus = f"; it describes GPU(s) {covered}" if covered else ""
     return ok("cdi-base", f"{base.path} (kind {base.kind}) is valid{gpus}")
 
