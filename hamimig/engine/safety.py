@@ -146,14 +146,8 @@ def holder_problem(directory: Path, holder: str, held: str) -> Warning_ | None:
     holds it, is owned by neither root nor this user (its owner may rename anything in it,
     sticky bit or not) or is group- or world-writable without the sticky bit. None when it is
     fine or absent; a directory that cannot be looked at fails closed."""
-    try:
-        st = os.stat(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        return _uninspectable(directory, holder, exc)
     harm = f"can replace {held}"
-    return _loose(directory, st, f"{holder} {directory}", harm, f"others {harm}", sticky_ok=True)
+    return _loose(directory, holder, harm, f"others {harm}", holder=True)
 
 
 def parent_problem(path: Path) -> Warning_ | None:
@@ -203,37 +197,35 @@ def _uninspectable(path: Path, what: str, exc: OSError) -> Warning_:
 def path_problem(path: Path, what: str) -> Warning_ | None:
     """Why others could forge a file or directory whose content decides: group/world-writable,
     owned by neither root nor this user, or beyond inspection. None when it is fine or absent."""
+    return _loose(path, what, "can forge it", "group- or world-writable, so others can forge it")
+
+
+def _loose(
+    path: Path, what: str, owner_harm: str, mode_harm: str, holder: bool = False
+) -> Warning_ | None:
+    """Owned by neither root nor this user (its owner may do anything to it), or group- or
+    world-writable (for a `holder` directory with the sticky bit, others may only add their own
+    files): the warning naming `what`, what that lets them do, and the fix.
+
+    A `holder` directory is followed if it is a link and named with its path, and its sticky
+    bit is fine; a file that decides is not followed (a link is refused by the stores
+    themselves). Absent is fine; beyond inspection fails closed."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path) if holder else os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         return _uninspectable(path, what, exc)
-    if stat.S_ISLNK(st.st_mode):  # a link is refused by the stores themselves
+    if stat.S_ISLNK(st.st_mode):
         return None
-    return _loose(
-        path, st, what, "can forge it", "group- or world-writable, so others can forge it"
-    )
-
-
-def _loose(
-    path: Path,
-    st: os.stat_result,
-    subject: str,
-    owner_harm: str,
-    mode_harm: str,
-    sticky_ok: bool = False,
-) -> Warning_ | None:
-    """Owned by neither root nor this user (its owner may do anything to it), or group- or
-    world-writable (for a directory with the sticky bit, when `sticky_ok`, others may only add
-    their own files): the warning naming `subject`, what that lets them do, and the fix."""
+    subject = f"{what} {path}" if holder else what
     uid = os.geteuid()
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid not in (0, uid):
         fix = f"chown {uid} {shlex.quote(str(path))}"
         why = f"is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner"
         return Warning_(file=str(path), reason=f"{subject} {why} {owner_harm} ({fix})", fix=fix)
-    if mode & 0o022 and not (sticky_ok and mode & stat.S_ISVTX):
+    if mode & 0o022 and not (holder and mode & stat.S_ISVTX):
         fix = f"chmod go-w {shlex.quote(str(path))}"
         reason = f"{subject} has mode {mode:04o}: {mode_harm} ({fix})"
         return Warning_(file=str(path), reason=reason, fix=fix)
