@@ -12,7 +12,6 @@ another.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -726,10 +725,7 @@ class AdoptionReport(ActionReport):
 def recover(node: Node, source: PodSource, adopt: bool, dry_run: bool) -> ActionReport:
     """`recover`: a pod source, or the assertion that no pod holds an instance, is required
     (the type says so)."""
-    adopt = adopt or node.config().adopt_existing
-    return _run(
-        node, RecoveryReport, dry_run, source, lambda d, pods: plan_recovery(node, d, pods, adopt)
-    )
+    return _run(node, RecoveryReport, dry_run, source, adopt or node.config().adopt_existing)
 
 
 def adopt_pairs(
@@ -740,13 +736,7 @@ def adopt_pairs(
             "adopt needs the opt-in that HAMi exclusively owns the complete MIG layout on this "
             "node: devices.nvidia.adoptExistingMIGInstances: true in the config"
         )
-    return _run(
-        node,
-        AdoptionReport,
-        dry_run,
-        source,
-        lambda d, pods: plan_recovery(node, d, pods, adopt=True, only_gpu=gpu, pairs_only=True),
-    )
+    return _run(node, AdoptionReport, dry_run, source, True, only_gpu=gpu, pairs_only=True)
 
 
 def _run(
@@ -754,7 +744,9 @@ def _run(
     report: type[ActionReport],
     dry_run: bool,
     source: PodSource,
-    make_plan: Callable[[Durable, PodSnapshot | None], Plan],
+    adopt: bool,
+    only_gpu: int | str | None = None,
+    pairs_only: bool = False,
 ) -> ActionReport:
     """Under the node lock: load the records, then the pods (never older than the records
     they judge), plan and verify everything, then execute (or only report: a dry run takes
@@ -762,7 +754,7 @@ def _run(
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, dry_run=dry_run)
         pods = source.load(node)
-        plan = make_plan(durable, pods)
+        plan = plan_recovery(node, durable, pods, adopt, only_gpu, pairs_only)
         if (old := stale_warning(node, pods)) is not None:
             plan.warnings.append(old)
         plan.check(node, dry_run)
