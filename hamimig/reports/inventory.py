@@ -179,9 +179,7 @@ def _with_processes(hw: MigHardware, view: InstanceView) -> InstanceView:
     """A live MIG device's view, with whether processes run on it (never for a GI alone)."""
     if view.mig_uuid is None or view.compute_instance_id is None:
         return view
-    if view.state not in _LIVE_PAIR_STATES:
-        return view
-    return _with_count(hw, view, view.mig_uuid)
+    return _with_count(hw, view, view.mig_uuid) if view.state in _LIVE_PAIR_STATES else view
 
 
 def _unmanaged(

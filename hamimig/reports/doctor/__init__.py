@@ -88,11 +88,9 @@ def run_checks(
     the pod source the recovery checks judge pod-held instances by (none: those are skipped).
     """
     dirs = tuple(cdi_dirs) if cdi_dirs is not None else default_cdi_dirs(node)
-    checks: list[Check] = []
     config, config_check = check_config(node)
-    checks.append(config_check)
     hw_checks, live = check_hardware(node, config)
-    checks += hw_checks
+    checks = [config_check, *hw_checks]
     checks += guarded("mig-minors", lambda: check_mig_minors(node, live))
     from hamimig.engine.safety import decision_file_problems
 

@@ -174,14 +174,12 @@ def _missing_specs(
         if spec in present or record.state not in (State.ACTIVE, State.IDLE):
             continue
         if _needs_a_device(live, record):
-            checks.append(
-                warn(
-                    subject_of(cdi.store, cdi.subject(spec)),
-                    f"missing: {record.mig_uuid} is live but has no spec in {cdi.directory}, "
-                    "so a pod given it cannot start",
-                    "hamimig recover (rewrites it: repair-cdi)",
-                )
+            missing = (
+                f"missing: {record.mig_uuid} is live but has no spec in {cdi.directory}, so a pod "
+                "given it cannot start"
             )
+            name = subject_of(cdi.store, cdi.subject(spec))
+            checks.append(warn(name, missing, "hamimig recover (rewrites it: repair-cdi)"))
     return checks
 
 
@@ -272,12 +270,11 @@ def _check_spec(
             check, f"{what}; not compared with the NVIDIA CDI spec: {why(exc)}", "see cdi-base"
         )
     if not same:
-        return warn(
-            check,
-            f"{path} differs from what {record.mig_uuid} needs (device nodes, the NVIDIA "
-            "CDI spec's driver edits, kind or version)",
-            "hamimig reconcile or recover (rewrites it: repair-cdi)",
+        differs = (
+            f"{path} differs from what {record.mig_uuid} needs (device nodes, the NVIDIA CDI "
+            "spec's driver edits, kind or version)"
         )
+        return warn(check, differs, "hamimig reconcile or recover (rewrites it: repair-cdi)")
     return ok(check, f"{what}, matches its live instance")
 
 
@@ -299,13 +296,9 @@ def _check_conflicts(
             else "the directory a runtime ranks higher shadows the other"
         )
         listed = ", ".join(str(p) for p in others)
-        checks.append(
-            fail(
-                f"cdi-conflict/{qualified.rsplit('=', 1)[-1]}",
-                f"{qualified} (ours: {own.name}) is also defined by {listed}: {effect}",
-                f"remove the other spec; never reuse the kind {cdi.kind} or its device names",
-            )
-        )
+        conflict = f"{qualified} (ours: {own.name}) is also defined by {listed}: {effect}"
+        hint = f"remove the other spec; never reuse the kind {cdi.kind} or its device names"
+        checks.append(fail(f"cdi-conflict/{qualified.rsplit('=', 1)[-1]}", conflict, hint))
     if not checks:
         where = ", ".join(scan.searched) if scan.searched else "no CDI directory present"
         none = f"no other spec defines a device of ours ({scan.read} file(s) in {where})"
