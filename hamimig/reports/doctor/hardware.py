@@ -52,15 +52,8 @@ class Live:
         live = check_record(record, *self._layouts[gpu.index])
         if live.status is not Liveness.COMPLETE:
             return f"its instance is not live ({live.detail})"
-        return cdi_device_for(
-            self.node,
-            record.mig_uuid,
-            gpu.uuid,
-            gpu.minor,
-            record.gpu_instance_id,
-            record.compute_instance_id,
-            self.composes,
-        )
+        ids = (record.gpu_instance_id, record.compute_instance_id)
+        return cdi_device_for(self.node, record.mig_uuid, gpu.uuid, gpu.minor, *ids, self.composes)
 
 
 def check_hardware(node: Node, config: Config) -> tuple[list[Check], Live]:
