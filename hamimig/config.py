@@ -171,10 +171,6 @@ def _shown_allowlist(entries: tuple[AllowlistEntry, ...]) -> list[Any]:
     return out
 
 
-def _shown_ttl(seconds: int) -> str:
-    return exact_duration(seconds) if seconds else "off"
-
-
 @dataclass(frozen=True)
 class Key:
     """One key of the config file: its path in the document, how a value given there is read
@@ -216,7 +212,7 @@ class Config:
         0,
         _idle_ttl,
         env="HAMIMIG_IDLE_TTL",
-        show=_shown_ttl,
+        show=lambda seconds: exact_duration(seconds) if seconds else "off",
         null_unset=True,
     )
     """Seconds an instance may stay Idle before `reconcile` reclaims it (0: no limit)."""
@@ -294,9 +290,7 @@ def _loader(yaml: Any) -> Any:
 
     def integer(loader: Any, node: Any) -> Any:
         text = loader.construct_scalar(node)
-        if _DECIMAL.match(text):
-            return int(text)
-        return text
+        return int(text) if _DECIMAL.match(text) else text
 
     Strict.add_constructor("tag:yaml.org,2002:int", integer)
     return Strict

@@ -21,6 +21,7 @@ the same lock (docs/formats.md "Config").
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -167,13 +168,11 @@ def seen_after(
     """The idle-seen map after a policy pass: HAMi's Idle records seen unheld keep their first
     sighting or get `now`; every other entry goes (its record is gone or hamimig's now, or a
     pod holds it, so its clock starts again when it is released)."""
-    out: dict[str, str] = {}
-    for record in records:
-        if record.managed or record.state is not State.IDLE:
-            continue
-        if record.mig_uuid in unheld:
-            out[record.mig_uuid] = seen.get(record.mig_uuid, now)
-    return out
+    return {
+        r.mig_uuid: seen.get(r.mig_uuid, now)
+        for r in records
+        if not r.managed and r.state is State.IDLE and r.mig_uuid in unheld
+    }
 
 
 # --- reconcile's idle pass ----------------------------------------------------------------
@@ -235,13 +234,12 @@ def plan_idle_policy(
 def _joining(plan: Plan, holds: PodHolds) -> dict[str, int]:
     """Per GPU, the instances `plan` releases to Idle: they count toward the cap, except one a
     pod holds after all (it will not be waiting for anyone)."""
-    joining: dict[str, int] = {}
-    for step in plan.steps:
-        if step.kind is ActionKind.RELEASE_IDLE and isinstance(step.target, Managed):
-            released = step.target.record
-            if holds.hold(released) is None:
-                joining[released.gpu_uuid] = joining.get(released.gpu_uuid, 0) + 1
-    return joining
+    released = (
+        s.target.record
+        for s in plan.steps
+        if s.kind is ActionKind.RELEASE_IDLE and isinstance(s.target, Managed)
+    )
+    return Counter(r.gpu_uuid for r in released if holds.hold(r) is None)
 
 
 _Looked = tuple[Gpu, list[Record], dict[str, LiveCheck]]

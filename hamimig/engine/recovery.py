@@ -12,7 +12,6 @@ another.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -145,7 +144,8 @@ def plan_recovery(
         _plan_unknown(survey, adopt=True, orphans=False)
         return plan
     _reconcile_records(survey)
-    _plan_intents(survey)
+    for intent in durable.intents:
+        _plan_intent(survey, intent)
     _plan_unknown(survey, adopt, orphans=adopt)
     _plan_cdi_files(survey)
     return plan
@@ -159,19 +159,13 @@ def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dic
     )
     out: dict[str, GpuFacts] = {}
     for gpu in gpus:
+        mode = gpu.mig_mode.value
         if gpu.mig_mode is not MigMode.ENABLED:
-            plan.skipped.append(
-                SkippedGpu(
-                    index=gpu.index,
-                    uuid=gpu.uuid,
-                    mig_mode=gpu.mig_mode.value,
-                    reason=f"MIG {gpu.mig_mode.value}",
-                )
-            )
-            continue
-        layout = hw.layout(gpu.index)
-        names = {p.id: p.name for p in hw.profiles(gpu.index)}
-        out[gpu.uuid] = GpuFacts(gpu, layout, names)
+            skip = SkippedGpu(index=gpu.index, uuid=gpu.uuid, mig_mode=mode, reason=f"MIG {mode}")
+            plan.skipped.append(skip)
+        else:
+            names = {p.id: p.name for p in hw.profiles(gpu.index)}
+            out[gpu.uuid] = GpuFacts(gpu, hw.layout(gpu.index), names)
     return out
 
 
@@ -405,9 +399,15 @@ def _record_held(survey: _Survey, target: Managed, gpu: GpuFacts, owner: Pod) ->
         return
     survey.claims.instances[record.mig_uuid] = who
     survey.claims.busy_gpus.add(record.gpu_uuid)
-    assert live.gi is not None
-    ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
-    _activate(survey, Pair(gpu.gpu, live.gi, ci, record.profile, record.owner, record), who)
+    gi, ci = _live_pair(target)
+    _activate(survey, Pair(gpu.gpu, gi, ci, record.profile, record.owner, record), who)
+
+
+def _live_pair(target: Managed) -> tuple[GpuInstance, ComputeInstance]:
+    """The live GI/CI pair of a record verified complete."""
+    assert target.live is not None and target.live.gi is not None
+    gi = target.live.gi
+    return gi, next(c for c in gi.compute_instances if c.mig_uuid == target.record.mig_uuid)
 
 
 def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
@@ -456,13 +456,10 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
         and (held := survey.may_be_held(record)) is not None
     ):
         plan.add(ActionKind.SKIP, _at(record), f"{held}; not destroyed")
-    elif record.state is State.RECLAIMING or live.status is Liveness.GI_ONLY:
-        reason = (
-            "an interrupted reclaim"
-            if record.state is State.RECLAIMING
-            else f"{live.detail}: not usable"
-        )
-        plan.add(ActionKind.FINISH_RECLAIM, target, reason)
+    elif record.state is State.RECLAIMING:
+        plan.add(ActionKind.FINISH_RECLAIM, target, "an interrupted reclaim")
+    elif live.status is Liveness.GI_ONLY:
+        plan.add(ActionKind.FINISH_RECLAIM, target, f"{live.detail}: not usable")
     elif record.state is State.ERROR:
         reason = (
             f"Error instance ({record.error or 'destroy failed'}) is never reused; retrying its "
@@ -472,9 +469,7 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
     else:
         was = "" if record.state is State.IDLE else f" (was {record.state.value})"
         plan.add(ActionKind.RESTORE_IDLE, target, f"verified live; no pod holds it{was}")
-        assert live.gi is not None
-        ci = next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
-        _plan_cdi_repair(survey, gpu.gpu, live.gi, ci)
+        _plan_cdi_repair(survey, gpu.gpu, *_live_pair(target))
 
 
 def _at(record: Record) -> Where:
@@ -483,11 +478,6 @@ def _at(record: Record) -> Where:
 
 # --------------------------------------------------------------------------------------------
 # 3. Interrupted allocations
-
-
-def _plan_intents(survey: _Survey) -> None:
-    for intent in survey.durable.intents:
-        _plan_intent(survey, intent)
 
 
 def _plan_intent(survey: _Survey, intent: Intent) -> None:
@@ -735,10 +725,7 @@ class AdoptionReport(ActionReport):
 def recover(node: Node, source: PodSource, adopt: bool, dry_run: bool) -> ActionReport:
     """`recover`: a pod source, or the assertion that no pod holds an instance, is required
     (the type says so)."""
-    adopt = adopt or node.config().adopt_existing
-    return _run(
-        node, RecoveryReport, dry_run, source, lambda d, pods: plan_recovery(node, d, pods, adopt)
-    )
+    return _run(node, RecoveryReport, dry_run, source, adopt or node.config().adopt_existing)
 
 
 def adopt_pairs(
@@ -749,13 +736,7 @@ def adopt_pairs(
             "adopt needs the opt-in that HAMi exclusively owns the complete MIG layout on this "
             "node: devices.nvidia.adoptExistingMIGInstances: true in the config"
         )
-    return _run(
-        node,
-        AdoptionReport,
-        dry_run,
-        source,
-        lambda d, pods: plan_recovery(node, d, pods, adopt=True, only_gpu=gpu, pairs_only=True),
-    )
+    return _run(node, AdoptionReport, dry_run, source, True, only_gpu=gpu, pairs_only=True)
 
 
 def _run(
@@ -763,7 +744,9 @@ def _run(
     report: type[ActionReport],
     dry_run: bool,
     source: PodSource,
-    make_plan: Callable[[Durable, PodSnapshot | None], Plan],
+    adopt: bool,
+    only_gpu: int | str | None = None,
+    pairs_only: bool = False,
 ) -> ActionReport:
     """Under the node lock: load the records, then the pods (never older than the records
     they judge), plan and verify everything, then execute (or only report: a dry run takes
@@ -771,7 +754,7 @@ def _run(
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, dry_run=dry_run)
         pods = source.load(node)
-        plan = make_plan(durable, pods)
+        plan = plan_recovery(node, durable, pods, adopt, only_gpu, pairs_only)
         if (old := stale_warning(node, pods)) is not None:
             plan.warnings.append(old)
         plan.check(node, dry_run)

@@ -19,7 +19,7 @@ import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hamimig.engine.node import Node
 from hamimig.engine.results import Warning_
@@ -78,14 +78,17 @@ def qualified_names(spec: Any) -> list[str]:
     ]
 
 
-def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object] | None = None) -> CdiScan:
+def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object]) -> CdiScan:
     """Every device name defined in the CDI directories, read once per command (`cache` is
     the node's per-command cache: a command may ask several times)."""
     key = tuple(os.path.abspath(d) for d in dirs)
     cache_key = "cdi-scan:" + "\0".join(key)
-    cached = cache.get(cache_key) if cache is not None else None
-    if isinstance(cached, CdiScan):
-        return cached
+    if cache_key not in cache:
+        cache[cache_key] = _scan(key)
+    return cast("CdiScan", cache[cache_key])
+
+
+def _scan(key: tuple[str, ...]) -> CdiScan:
     definers: dict[str, list[Path]] = {}
     searched: list[str] = []
     unreadable: list[tuple[Path, str]] = []
@@ -106,12 +109,8 @@ def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object] | None = None) 
             read += 1
             for qualified in qualified_names(spec):
                 definers.setdefault(qualified, []).append(path)
-    scan = CdiScan(
-        {k: tuple(v) for k, v in definers.items()}, tuple(searched), read, tuple(unreadable)
-    )
-    if cache is not None:
-        cache[cache_key] = scan
-    return scan
+    definer = {k: tuple(v) for k, v in definers.items()}
+    return CdiScan(definer, tuple(searched), read, tuple(unreadable))
 
 
 def default_cdi_dirs(node: Node) -> tuple[Path, ...]:
@@ -147,14 +146,8 @@ def holder_problem(directory: Path, holder: str, held: str) -> Warning_ | None:
     holds it, is owned by neither root nor this user (its owner may rename anything in it,
     sticky bit or not) or is group- or world-writable without the sticky bit. None when it is
     fine or absent; a directory that cannot be looked at fails closed."""
-    try:
-        st = os.stat(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        return _uninspectable(directory, holder, exc)
     harm = f"can replace {held}"
-    return _loose(directory, st, f"{holder} {directory}", harm, f"others {harm}", sticky_ok=True)
+    return _loose(directory, holder, harm, f"others {harm}", holder=True)
 
 
 def parent_problem(path: Path) -> Warning_ | None:
@@ -174,29 +167,21 @@ def state_dir_problems(path: Path) -> list[Warning_]:
         return []
     if not stat.S_ISDIR(st.st_mode):
         return []
-    problems: list[Warning_] = []
-    uid = os.getuid()
+    uid, mode = os.getuid(), stat.S_IMODE(st.st_mode)
+    reasons = []
     if st.st_uid not in (0, uid):
-        problems.append(
-            Warning_(
-                file=str(path),
-                reason=f"the state directory is owned by uid {st.st_uid}, neither root nor this "
-                f"user (uid {uid}): its owner can forge ownership records",
-            )
+        reasons.append(
+            f"the state directory is owned by uid {st.st_uid}, neither root nor this user (uid "
+            f"{uid}): its owner can forge ownership records"
         )
-    mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022:
-        problems.append(
-            Warning_(
-                file=str(path),
-                reason=f"the state directory has mode {mode:04o}: group- or world-writable, so "
-                "others can forge or delete ownership records (chmod 0750)",
-            )
+        reasons.append(
+            f"the state directory has mode {mode:04o}: group- or world-writable, so others can "
+            "forge or delete ownership records (chmod 0750)"
         )
+    problems = [Warning_(file=str(path), reason=r) for r in reasons]
     parent = parent_problem(path)
-    if parent is not None:
-        problems.append(parent)
-    return problems
+    return problems if parent is None else [*problems, parent]
 
 
 def _uninspectable(path: Path, what: str, exc: OSError) -> Warning_:
@@ -212,37 +197,35 @@ def _uninspectable(path: Path, what: str, exc: OSError) -> Warning_:
 def path_problem(path: Path, what: str) -> Warning_ | None:
     """Why others could forge a file or directory whose content decides: group/world-writable,
     owned by neither root nor this user, or beyond inspection. None when it is fine or absent."""
+    return _loose(path, what, "can forge it", "group- or world-writable, so others can forge it")
+
+
+def _loose(
+    path: Path, what: str, owner_harm: str, mode_harm: str, holder: bool = False
+) -> Warning_ | None:
+    """Owned by neither root nor this user (its owner may do anything to it), or group- or
+    world-writable (for a `holder` directory with the sticky bit, others may only add their own
+    files): the warning naming `what`, what that lets them do, and the fix.
+
+    A `holder` directory is followed if it is a link and named with its path, and its sticky
+    bit is fine; a file that decides is not followed (a link is refused by the stores
+    themselves). Absent is fine; beyond inspection fails closed."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path) if holder else os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         return _uninspectable(path, what, exc)
-    if stat.S_ISLNK(st.st_mode):  # a link is refused by the stores themselves
+    if stat.S_ISLNK(st.st_mode):
         return None
-    return _loose(
-        path, st, what, "can forge it", "group- or world-writable, so others can forge it"
-    )
-
-
-def _loose(
-    path: Path,
-    st: os.stat_result,
-    subject: str,
-    owner_harm: str,
-    mode_harm: str,
-    sticky_ok: bool = False,
-) -> Warning_ | None:
-    """Owned by neither root nor this user (its owner may do anything to it), or group- or
-    world-writable (for a directory with the sticky bit, when `sticky_ok`, others may only add
-    their own files): the warning naming `subject`, what that lets them do, and the fix."""
+    subject = f"{what} {path}" if holder else what
     uid = os.geteuid()
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid not in (0, uid):
         fix = f"chown {uid} {shlex.quote(str(path))}"
         why = f"is owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner"
         return Warning_(file=str(path), reason=f"{subject} {why} {owner_harm} ({fix})", fix=fix)
-    if mode & 0o022 and not (sticky_ok and mode & stat.S_ISVTX):
+    if mode & 0o022 and not (holder and mode & stat.S_ISVTX):
         fix = f"chmod go-w {shlex.quote(str(path))}"
         reason = f"{subject} has mode {mode:04o}: {mode_harm} ({fix})"
         return Warning_(file=str(path), reason=reason, fix=fix)
@@ -356,13 +339,11 @@ def node_problems(node: Node, records: dict[str, Record]) -> list[Warning_]:
             others = tuple(p for p in found if not _ours(p, cdi))
             if not others:
                 continue
-            listed = ", ".join(str(p) for p in others)
+            why = f"{qualified} (ours: {own.name}) is also defined by " + ", ".join(
+                map(str, others)
+            )
             problems.append(
-                Warning_(
-                    file=str(others[0]),
-                    reason=f"{qualified} (ours: {own.name}) is also defined by {listed}: "
-                    "runtimes drop or shadow it",
-                )
+                Warning_(file=str(others[0]), reason=why + ": runtimes drop or shadow it")
             )
     return problems
 

@@ -91,10 +91,8 @@ class _Selection:
         if self.query.pod is None:
             return True
         holder = event.get("pod")
-        if holder is not None and mig is not None:
-            self.holder[mig] = holder
-        elif holder is None and mig is not None:
-            holder = self.holder.get(mig)
+        if mig is not None:  # an instance's event without a pod is its last holder's
+            holder = self.holder[mig] = self.holder.get(mig) if holder is None else holder
         return holder == self.query.pod
 
     def _instance(self, mig: str | None) -> bool:

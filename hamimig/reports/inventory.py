@@ -94,18 +94,14 @@ def gpu_instances(
     claims = _Claims(gpu, hw.layout(gpu.index), names, durable)
     _claim_recorded(claims)
     _claim_the_rest(node, claims)
-    counts = _ci_counts(claims.layout)
-    out = [_with_count_of_cis(_with_processes(hw, v), counts) for v in claims.views]
+    out = [_with_count_of_cis(_with_processes(hw, v), claims.layout) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
     return out, claims.records, claims.intents
 
 
-def _ci_counts(layout: tuple[GpuInstance, ...]) -> dict[int, int]:
-    return {gi.id: len(gi.compute_instances) for gi in layout}
-
-
-def _with_count_of_cis(view: InstanceView, counts: dict[int, int]) -> InstanceView:
-    if view.gpu_instance_id is None or view.gpu_instance_id not in counts:
+def _with_count_of_cis(view: InstanceView, layout: tuple[GpuInstance, ...]) -> InstanceView:
+    counts = {gi.id: len(gi.compute_instances) for gi in layout}
+    if view.gpu_instance_id not in counts:
         return view
     return view.model_copy(update={"compute_instance_count": counts[view.gpu_instance_id]})
 
@@ -183,9 +179,7 @@ def _with_processes(hw: MigHardware, view: InstanceView) -> InstanceView:
     """A live MIG device's view, with whether processes run on it (never for a GI alone)."""
     if view.mig_uuid is None or view.compute_instance_id is None:
         return view
-    if view.state not in _LIVE_PAIR_STATES:
-        return view
-    return _with_count(hw, view, view.mig_uuid)
+    return _with_count(hw, view, view.mig_uuid) if view.state in _LIVE_PAIR_STATES else view
 
 
 def _unmanaged(
@@ -280,24 +274,15 @@ def list_instances(
         seen_records |= records
         seen_intents |= intents
     shown = {g.uuid: g.index for g in gpus}
+    every_gpu = gpu_ref is None
     for record in durable.records.values():
-        if record.mig_uuid in seen_records or (
-            record.gpu_uuid not in shown and gpu_ref is not None
-        ):
-            continue
-        index = shown.get(record.gpu_uuid, -1)
-        instances.append(
-            record_view(
-                record,
-                index,
-                state=State.MISSING,
-                error=f"recorded as {record.state.value} but not live",
-            )
-        )
+        if record.mig_uuid not in seen_records and (every_gpu or record.gpu_uuid in shown):
+            missing = f"recorded as {record.state.value} but not live"
+            index = shown.get(record.gpu_uuid, -1)
+            instances.append(record_view(record, index, state=State.MISSING, error=missing))
     for intent in durable.intents:
-        if intent.id in seen_intents or (intent.gpu_uuid not in shown and gpu_ref is not None):
-            continue
-        instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
+        if intent.id not in seen_intents and (every_gpu or intent.gpu_uuid in shown):
+            instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
     if isinstance(wanted, State):
         wanted = ListFilter(states=frozenset((wanted,)))
     if wanted is not None and wanted.profile is not None:
@@ -361,7 +346,7 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         )
         view = _with_count(hw, _unreadable(node, view, durable), mig_uuid)
     if live is not None:
-        view = _with_count_of_cis(view, _ci_counts(hw.layout(live.gpu_index)))
+        view = _with_count_of_cis(view, hw.layout(live.gpu_index))
     return InstanceDetail(
         instance=view,
         record=str(node.records.path_of(mig_uuid))
@@ -380,13 +365,8 @@ def _in_flight(hw: MigHardware, intent: Intent, live: MigDevice | None) -> Insta
         except UsageError:
             index = -1
         return _intent_view(intent, index, None)
-    view = _intent_view(intent, live.gpu_index, None)
-    view = view.model_copy(
-        update={
-            "gpu_instance_id": live.gpu_instance_id,
-            "compute_instance_id": live.compute_instance_id,
-        }
-    )
+    ids = {"gpu_instance_id": live.gpu_instance_id, "compute_instance_id": live.compute_instance_id}
+    view = _intent_view(intent, live.gpu_index, None).model_copy(update=ids)
     return _with_count(hw, view, intent.mig_uuid or live.mig_uuid)
 
 

@@ -107,18 +107,7 @@ from hamimig.store.intents import IntentStore
 from hamimig.vocabulary import State
 
 TEXTFILE_MODE = 0o644
-
 INFO = "hamimig_mig_instance_info"
-INSTANCES = "hamimig_mig_instances"
-IDLE_AGE = "hamimig_idle_instance_age_seconds"
-EVENTS_WRITE_FAILURES_TOTAL = "hamimig_events_write_failures_total"
-PENDING_INTENTS = "hamimig_pending_intents"
-PENDING_INTENT_MAX_AGE = "hamimig_pending_intent_max_age_seconds"
-CDI_REMOVAL_QUEUE = "hamimig_cdi_removal_queue_length"
-UNREADABLE_RECORDS = "hamimig_unreadable_records"
-LAST_RECONCILE_TIME = "hamimig_last_reconcile_timestamp_seconds"
-DOCTOR_FAILED = "hamimig_doctor_failed_checks"
-DOCTOR_WARNED = "hamimig_doctor_warned_checks"
 
 _COUNTER_HELP = {
     CREATIONS: "MIG instances created by hamimig allocate.",
@@ -135,10 +124,6 @@ def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
 class _Exposition:
     """Prometheus text format 0.0.4: HELP and TYPE once per family, then its samples, each
     labelled `node` first, so that every series names its node (and joins HAMi's on it)."""
@@ -149,14 +134,19 @@ class _Exposition:
         self.series = 0
 
     def family(self, name: str, kind: str, help_text: str) -> None:
-        self.lines.append(f"# HELP {name} {_escape_help(help_text)}")
-        self.lines.append(f"# TYPE {name} {kind}")
+        help_text = help_text.replace("\\", "\\\\").replace("\n", "\\n")
+        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
 
     def sample(self, name: str, labels: dict[str, str], value: int) -> None:
         labelled = {"node": self.node_name, **labels}
         inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labelled.items())
         self.lines.append(f"{name}{{{inner}}} {value}")
         self.series += 1
+
+    def single(self, name: str, kind: str, help_text: str, value: int) -> None:
+        """A family of one unlabelled sample (besides `node`)."""
+        self.family(name, kind, help_text)
+        self.sample(name, {}, value)
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -167,25 +157,16 @@ def _index(view: InstanceView) -> str:
 
 
 def _realized(view: InstanceView) -> bool:
-    return (
-        view.state is not State.MISSING
-        and view.mig_uuid is not None
-        and view.gpu_instance_id is not None
-        and view.compute_instance_id is not None
-        and view.gpu_index >= 0
-    )
-
-
-def _gpu_labels(gpu_uuid: str, gpu_index: str) -> dict[str, str]:
-    """A GPU's labels, named as HAMi's scheduler names them on every series of its own."""
-    return {"device_uuid": gpu_uuid, "device_index": gpu_index}
+    ids = (view.mig_uuid, view.gpu_instance_id, view.compute_instance_id)
+    return view.state is not State.MISSING and None not in ids and view.gpu_index >= 0
 
 
 def _instance_labels(view: InstanceView) -> dict[str, str]:
     """The info series' labels of one realized instance (HAMi's, plus `state`; `node` is on
-    every sample)."""
+    every sample). A GPU is named as HAMi's scheduler names it on every series of its own."""
     return {
-        **_gpu_labels(view.gpu_uuid, _index(view)),
+        "device_uuid": view.gpu_uuid,
+        "device_index": _index(view),
         "mig_uuid": view.mig_uuid or "",
         "profile": view.profile,
         "gpu_instance_id": str(view.gpu_instance_id),
@@ -196,124 +177,105 @@ def _instance_labels(view: InstanceView) -> dict[str, str]:
     }
 
 
-def _info(out: _Exposition, inventory: InstanceList) -> None:
+def _seconds(value: float) -> int:
+    """Whole seconds, rounded down, never negative (a time in the future reads 0)."""
+    return max(0, math.floor(value))
+
+
+def _instances(
+    out: _Exposition, inventory: InstanceList, durable: Durable, seen: dict[str, str], now: float
+) -> None:
+    """The info series, the per-GPU-and-state counts and the idle ages."""
     out.family(
         INFO,
         "gauge",
         "Realized MIG instance identity and placement (HAMi's labels plus state), by hamimig; "
         "joins HAMi's hami_node_gpu_mig_instance_info on mig_uuid.",
     )
+    realized = [v for v in inventory.instances if _realized(v)]
+    for view in realized:
+        out.sample(INFO, _instance_labels(view), 1)
+    name = "hamimig_mig_instances"
+    out.family(name, "gauge", "MIG instances on this node per GPU and state.")
+    counts: dict[tuple[str, str], dict[State, int]] = {
+        (g.uuid, str(g.index)): dict.fromkeys(State, 0)
+        for g in inventory.gpus
+        if g.mig_mode is not MigMode.UNSUPPORTED
+    }
     for view in inventory.instances:
-        if _realized(view):
-            out.sample(INFO, _instance_labels(view), 1)
-
-
-def _seconds(value: float) -> int:
-    """Whole seconds, rounded down, never negative (a time in the future reads 0)."""
-    return max(0, math.floor(value))
-
-
-def _idle_ages(
-    out: _Exposition,
-    inventory: InstanceList,
-    durable: Durable,
-    seen: dict[str, str],
-    now: float,
-) -> None:
+        counts.setdefault((view.gpu_uuid, _index(view)), dict.fromkeys(State, 0))[view.state] += 1
+    order = {(g.uuid, str(g.index)): g.index for g in inventory.gpus}
+    for key in sorted(counts, key=lambda k: (order.get(k, len(order)), k)):
+        for state, value in counts[key].items():
+            labels = {"device_uuid": key[0], "device_index": key[1], "state": state.value}
+            out.sample(name, labels, value)
+    name = "hamimig_idle_instance_age_seconds"
     out.family(
-        IDLE_AGE,
+        name,
         "gauge",
         "Seconds each Idle MIG instance has been Idle, by the node's clock, as the idle policy "
         "counts it; no series while its idle age is unknown.",
     )
-    for view in inventory.instances:
-        if view.state is not State.IDLE or not _realized(view):
-            continue
+    for view in realized:
         record = durable.records.get(view.mig_uuid or "")
-        if record is None:
-            continue
-        since = idle_age_of(record, seen).since
-        if since is not None:
-            out.sample(IDLE_AGE, _instance_labels(view), _seconds(now - since))
-
-
-def _per_state(out: _Exposition, inventory: InstanceList) -> None:
-    out.family(INSTANCES, "gauge", "MIG instances on this node per GPU and state.")
-    counts: dict[tuple[str, str], dict[State, int]] = {}
-    for gpu in inventory.gpus:
-        if gpu.mig_mode is not MigMode.UNSUPPORTED:
-            counts[(gpu.uuid, str(gpu.index))] = dict.fromkeys(State, 0)
-    for view in inventory.instances:
-        per_gpu = counts.setdefault((view.gpu_uuid, _index(view)), dict.fromkeys(State, 0))
-        per_gpu[view.state] += 1
-    order = {(g.uuid, str(g.index)): g.index for g in inventory.gpus}
-    for key in sorted(counts, key=lambda k: (order.get(k, len(order)), k)):
-        for state, value in counts[key].items():
-            out.sample(INSTANCES, {**_gpu_labels(*key), "state": state.value}, value)
+        if view.state is State.IDLE and record is not None:
+            since = idle_age_of(record, seen).since
+            if since is not None:
+                out.sample(name, _instance_labels(view), _seconds(now - since))
 
 
 def _counters(out: _Exposition, values: CounterValues) -> None:
     for name in (CREATIONS, REUSES, RECLAIMS):
-        metric = f"hamimig_mig_{name}_total"
-        out.family(metric, "counter", _COUNTER_HELP[name])
-        out.sample(metric, {}, values.get(name))
+        out.single(f"hamimig_mig_{name}_total", "counter", _COUNTER_HELP[name], values.get(name))
     metric = f"hamimig_mig_{FAILURES}_total"
     out.family(metric, "counter", _COUNTER_HELP[FAILURES])
-    ops = set(FAILURE_OPS) | set(values.values.get(FAILURES, {}))
-    for op in sorted(ops):
+    for op in sorted(set(FAILURE_OPS) | set(values.values.get(FAILURES, {}))):
         if op:
             out.sample(metric, {"op": op}, values.get(FAILURES, op))
-    out.family(
-        EVENTS_WRITE_FAILURES_TOTAL,
+    out.single(
+        "hamimig_events_write_failures_total",
         "counter",
         "Event journal appends that failed (the lifecycle step they describe stood).",
+        values.get(EVENTS_WRITE_FAILURES),
     )
-    out.sample(EVENTS_WRITE_FAILURES_TOTAL, {}, values.get(EVENTS_WRITE_FAILURES))
-
-
-def _gauge(out: _Exposition, name: str, help_text: str, value: int) -> None:
-    out.family(name, "gauge", help_text)
-    out.sample(name, {}, value)
 
 
 def _durable_health(out: _Exposition, durable: Durable, values: CounterValues, now: float) -> None:
     unreadable_intents = sum(1 for p in durable.problems if p.store == IntentStore.store)
-    _gauge(
-        out,
-        PENDING_INTENTS,
-        "Intent journal entries on disk: allocations in flight or interrupted "
-        "(hamimig recover rolls those back).",
-        len(durable.intents) + unreadable_intents,
-    )
     created = [parse_time(i.created_at) for i in durable.intents]
     ages = [now - t for t in created if t is not None]
     undated = sum(1 for t in created if t is None)
-    _gauge(
-        out,
-        PENDING_INTENT_MAX_AGE,
-        "Age in seconds of the oldest pending intent, by the node's clock; 0 when none.",
-        _seconds(max(ages, default=0)),
-    )
-    _gauge(
-        out,
-        CDI_REMOVAL_QUEUE,
-        "Entries in the CDI removal queue (spec removals retried by reconcile and recover).",
-        len(durable.removals),
-    )
-    _gauge(
-        out,
-        UNREADABLE_RECORDS,
-        "Durable-state files hamimig cannot use (records, intents, the CDI removal queue: "
-        "unreadable, invalid, duplicate, an intent without a valid createdAt); recover and "
-        "mutating commands refuse the node while any is.",
-        len(durable.problems) + undated,
-    )
-    _gauge(
-        out,
-        LAST_RECONCILE_TIME,
-        "Unix time of the last hamimig reconcile pass that ran its plan to the end; 0 = never.",
-        values.timestamp(LAST_RECONCILE),
-    )
+    for name, help_text, value in (
+        (
+            "hamimig_pending_intents",
+            "Intent journal entries on disk: allocations in flight or interrupted "
+            "(hamimig recover rolls those back).",
+            len(durable.intents) + unreadable_intents,
+        ),
+        (
+            "hamimig_pending_intent_max_age_seconds",
+            "Age in seconds of the oldest pending intent, by the node's clock; 0 when none.",
+            _seconds(max(ages, default=0)),
+        ),
+        (
+            "hamimig_cdi_removal_queue_length",
+            "Entries in the CDI removal queue (spec removals retried by reconcile and recover).",
+            len(durable.removals),
+        ),
+        (
+            "hamimig_unreadable_records",
+            "Durable-state files hamimig cannot use (records, intents, the CDI removal queue: "
+            "unreadable, invalid, duplicate, an intent without a valid createdAt); recover and "
+            "mutating commands refuse the node while any is.",
+            len(durable.problems) + undated,
+        ),
+        (
+            "hamimig_last_reconcile_timestamp_seconds",
+            "Unix time of the last hamimig reconcile pass that ran its plan to the end; 0 = never.",
+            values.timestamp(LAST_RECONCILE),
+        ),
+    ):
+        out.single(name, "gauge", help_text, value)
 
 
 def _doctor(out: _Exposition, node: Node) -> Warning_ | None:
@@ -328,8 +290,9 @@ def _doctor(out: _Exposition, node: Node) -> Warning_ | None:
         reason = f"hamimig doctor's report could not be built ({cause}); counted as 1 failed check"
         warning = Warning_(file=str(node.state_dir), reason=reason)
         failed, warned = 1, 0
-    _gauge(out, DOCTOR_FAILED, "How many of hamimig doctor's checks fail (without pods).", failed)
-    _gauge(out, DOCTOR_WARNED, "How many of hamimig doctor's checks warn (without pods).", warned)
+    for what, value in (("failed", failed), ("warned", warned)):
+        help_text = f"How many of hamimig doctor's checks {what[:-2]} (without pods)."
+        out.single(f"hamimig_doctor_{what}_checks", "gauge", help_text, value)
     return warning
 
 
@@ -353,9 +316,7 @@ def exposition(node: Node) -> tuple[str, int, tuple[Warning_, ...]]:
     now = node.now()
     # --node/NODE_NAME (the DaemonSet sets it to spec.nodeName); the hostname only without it.
     out = _Exposition(node.node_name or socket.gethostname())
-    _info(out, inventory)
-    _per_state(out, inventory)
-    _idle_ages(out, inventory, durable, seen, now)
+    _instances(out, inventory, durable, seen, now)
     _counters(out, counters)
     _durable_health(out, durable, counters, now)
     doctor_warning = _doctor(out, node)

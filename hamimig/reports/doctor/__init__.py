@@ -88,11 +88,9 @@ def run_checks(
     the pod source the recovery checks judge pod-held instances by (none: those are skipped).
     """
     dirs = tuple(cdi_dirs) if cdi_dirs is not None else default_cdi_dirs(node)
-    checks: list[Check] = []
     config, config_check = check_config(node)
-    checks.append(config_check)
     hw_checks, live = check_hardware(node, config)
-    checks += hw_checks
+    checks = [config_check, *hw_checks]
     checks += guarded("mig-minors", lambda: check_mig_minors(node, live))
     from hamimig.engine.safety import decision_file_problems
 
@@ -119,14 +117,9 @@ def run_checks(
         try:
             durable = load_durable(node)
         except (HamimigError, OSError) as exc:
-            checks.append(
-                fail(
-                    "records",
-                    f"cannot load the state directory: {why(exc)}",
-                    "run as root; check the state directory's permissions",
-                    HARDWARE,
-                )
-            )
+            fix = "run as root; check the state directory's permissions"
+            failed = f"cannot load the state directory: {why(exc)}"
+            checks.append(fail("records", failed, fix, HARDWARE))
         else:
             checks += check_durable(node, durable)
         checks += guarded("counters", lambda: [check_counters(node.counters)])

@@ -49,13 +49,9 @@ def check_cdi(
     if not config.cdi_enabled:
         ours = _names_or_none(cdi)
         if ours:
-            return [
-                warn(
-                    "cdi-dir",
-                    f"cdi.enabled is false, yet {len(ours)} spec(s) of ours are in {directory}",
-                    "remove them once no container uses them, or set cdi.enabled: true",
-                )
-            ]
+            left = f"cdi.enabled is false, yet {len(ours)} spec(s) of ours are in {directory}"
+            hint = "remove them once no container uses them, or set cdi.enabled: true"
+            return [warn("cdi-dir", left, hint)]
         return [ok("cdi-dir", "CDI disabled (legacy mode): no specs to check")]
     dir_check, usable = _check_cdi_dir(directory)
     checks = [dir_check, _check_base(cdi.lookup(), live)]
@@ -85,9 +81,8 @@ def _check_base(lookup: BaseLookup, live: Live) -> Check:
         return fail("cdi-base", lookup.problem or "no NVIDIA CDI spec", _GENERATE, code)
     base = lookup.base
     lacking = []
-    for gpu in live.gpus:
-        if gpu.mig_mode is not MigMode.ENABLED:
-            continue
+    enabled = [g for g in live.gpus if g.mig_mode is MigMode.ENABLED]
+    for gpu in enabled:
         try:
             base.parent_edits(gpu.minor)
         except HamimigError as exc:
@@ -95,7 +90,7 @@ def _check_base(lookup: BaseLookup, live: Live) -> Check:
     if lacking:
         more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
         return fail("cdi-base", lacking[0] + more, _GENERATE)
-    covered = ", ".join(str(g.index) for g in live.gpus if g.mig_mode is MigMode.ENABLED)
+    covered = ", ".join(str(g.index) for g in enabled)
     gpus = f"; it describes GPU(s) {covered}" if covered else ""
     return ok("cdi-base", f"{base.path} (kind {base.kind}) is valid{gpus}")
 
@@ -112,25 +107,18 @@ def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return warn(
-            "cdi-dir",
-            f"{path} does not exist; hamimig creates it (0755) with the first spec",
-            "check --cdi-dir: container runtimes must read the same directory",
-        ), False
+        absent = f"{path} does not exist; hamimig creates it (0755) with the first spec"
+        hint = "check --cdi-dir: container runtimes must read the same directory"
+        return warn("cdi-dir", absent, hint), False
     except OSError as exc:
         return fail("cdi-dir", f"cannot inspect {path}: {why(exc)}", "run as root", HARDWARE), False
+    refuses = "hamimig refuses to write specs there"
     if stat.S_ISLNK(st.st_mode):
-        return fail(
-            "cdi-dir",
-            f"{path} is a symbolic link; hamimig refuses to write specs there",
-            f"make {path} a real directory",
-        ), False
+        hint = f"make {path} a real directory"
+        return fail("cdi-dir", f"{path} is a symbolic link; {refuses}", hint), False
     if not stat.S_ISDIR(st.st_mode):  # a file, or `/dev/null`: the option is what is wrong
-        return fail(
-            "cdi-dir",
-            f"{path} is not a directory; hamimig refuses to write specs there",
-            "not a directory: check --cdi-dir",
-        ), False
+        hint = "not a directory: check --cdi-dir"
+        return fail("cdi-dir", f"{path} is not a directory; {refuses}", hint), False
     fix = "mount it read-write and run hamimig as root"
     if not os.access(path, os.W_OK | os.X_OK):
         return fail("cdi-dir", f"{path} is not writable by uid {os.getuid()}", fix, HARDWARE), True
@@ -156,28 +144,21 @@ def _check_spec_files(
 ) -> tuple[list[Check], int]:
     """The problems among our spec files, and how many are fine (those get one summary row,
     not one per instance)."""
-    known = durable is not None  # records unreadable: whose spec it is cannot be told
-    durable = durable or Durable(records={}, intents=(), removals=(), problems=())
+    if durable is None:  # records unreadable: whose spec it is cannot be told
+        durable = Durable(records={}, intents=(), removals=(), problems=())
+        unreadable = set(names)
+    else:  # nor for a record that cannot be read, whose own check says why
+        unreadable = {
+            cdi.file_of_device(device)
+            for file in durable.unreadable_records()
+            if (device := forget_name(file)) != file
+        }
     by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
     queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
     in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
-    # The spec of a record that cannot be read is no orphan: its record's check says why.
-    unreadable = {
-        cdi.file_of_device(device)
-        for file in durable.unreadable_records()
-        if (device := forget_name(file)) != file
-    }
     results = [
-        _check_spec(
-            cdi,
-            name,
-            by_spec.get(name),
-            live,
-            name in queued,
-            name in in_flight,
-            records_known=known and name not in unreadable,
-        )
-        for name in names
+        _check_spec(cdi, n, by_spec.get(n), live, n in queued, n in in_flight, n not in unreadable)
+        for n in names
     ]
     problems = [c for c in results if c.status is not CheckStatus.OK]
     return problems, len(results) - len(problems)
@@ -193,14 +174,12 @@ def _missing_specs(
         if spec in present or record.state not in (State.ACTIVE, State.IDLE):
             continue
         if _needs_a_device(live, record):
-            checks.append(
-                warn(
-                    subject_of(cdi.store, cdi.subject(spec)),
-                    f"missing: {record.mig_uuid} is live but has no spec in {cdi.directory}, "
-                    "so a pod given it cannot start",
-                    "hamimig recover (rewrites it: repair-cdi)",
-                )
+            missing = (
+                f"missing: {record.mig_uuid} is live but has no spec in {cdi.directory}, so a pod "
+                "given it cannot start"
             )
+            name = subject_of(cdi.store, cdi.subject(spec))
+            checks.append(warn(name, missing, "hamimig recover (rewrites it: repair-cdi)"))
     return checks
 
 
@@ -259,30 +238,19 @@ def _check_spec(
             return ok(check, f"{path} is valid (not matched with records: they cannot be read)")
         foreign = cdi.not_ours(name)
         if foreign is not None:
+            refused = "recover refuses it and no command removes it"
             return fail(
-                check,
-                f"{path} is not hamimig's spec of its instance ({foreign}): recover refuses it "
-                "and no command removes it",
-                move,
-                UNVERIFIABLE,
+                check, f"{path} is not hamimig's spec of its instance ({foreign}): {refused}", move
             )
         if queued:
             return warn(
-                check,
-                f"{path}: queued for removal (its instance is gone)",
-                "hamimig reconcile",
+                check, f"{path}: queued for removal (its instance is gone)", "hamimig reconcile"
             )
         if in_flight:
-            return warn(
-                check,
-                f"{path}: belongs to an allocation in flight (an intent)",
-                "if no hamimig command is running: hamimig recover",
-            )
-        return warn(
-            check,
-            f"orphan spec: no record names the device of {path}, yet runtimes still offer it",
-            f"if no container uses it, remove {path}",
-        )
+            hint = "if no hamimig command is running: hamimig recover"
+            return warn(check, f"{path}: belongs to an allocation in flight (an intent)", hint)
+        orphan = f"orphan spec: no record names the device of {path}, yet runtimes still offer it"
+        return warn(check, orphan, f"if no container uses it, remove {path}")
     what = f"valid, for {record.mig_uuid}"
     if live.hw is None:
         return ok(check, f"{what} (not compared with the hardware: NVML unavailable)")
@@ -291,10 +259,9 @@ def _check_spec(
     except (HamimigError, OSError) as exc:
         return warn(check, f"{what}, but what it needs is unknown: {why(exc)}", "see mig-minors")
     if isinstance(needed, str):
+        hint = "hamimig recover (drops or repairs the record and its spec)"
         return warn(
-            check,
-            f"{what}, but {needed}: the spec offers a device that does not work",
-            "hamimig recover (drops or repairs the record and its spec)",
+            check, f"{what}, but {needed}: the spec offers a device that does not work", hint
         )
     try:
         same = cdi.matches(needed)
@@ -303,12 +270,11 @@ def _check_spec(
             check, f"{what}; not compared with the NVIDIA CDI spec: {why(exc)}", "see cdi-base"
         )
     if not same:
-        return warn(
-            check,
-            f"{path} differs from what {record.mig_uuid} needs (device nodes, the NVIDIA "
-            "CDI spec's driver edits, kind or version)",
-            "hamimig reconcile or recover (rewrites it: repair-cdi)",
+        differs = (
+            f"{path} differs from what {record.mig_uuid} needs (device nodes, the NVIDIA CDI "
+            "spec's driver edits, kind or version)"
         )
+        return warn(check, differs, "hamimig reconcile or recover (rewrites it: repair-cdi)")
     return ok(check, f"{what}, matches its live instance")
 
 
@@ -330,19 +296,11 @@ def _check_conflicts(
             else "the directory a runtime ranks higher shadows the other"
         )
         listed = ", ".join(str(p) for p in others)
-        checks.append(
-            fail(
-                f"cdi-conflict/{qualified.rsplit('=', 1)[-1]}",
-                f"{qualified} (ours: {own.name}) is also defined by {listed}: {effect}",
-                f"remove the other spec; never reuse the kind {cdi.kind} or its device names",
-            )
-        )
+        conflict = f"{qualified} (ours: {own.name}) is also defined by {listed}: {effect}"
+        hint = f"remove the other spec; never reuse the kind {cdi.kind} or its device names"
+        checks.append(fail(f"cdi-conflict/{qualified.rsplit('=', 1)[-1]}", conflict, hint))
     if not checks:
         where = ", ".join(scan.searched) if scan.searched else "no CDI directory present"
-        checks.append(
-            ok(
-                "cdi-conflicts",
-                f"no other spec defines a device of ours ({scan.read} file(s) in {where})",
-            )
-        )
+        none = f"no other spec defines a device of ours ({scan.read} file(s) in {where})"
+        checks.append(ok("cdi-conflicts", none))
     return checks

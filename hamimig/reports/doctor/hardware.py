@@ -31,8 +31,9 @@ class Live:
     composes: bool = True
     """Whether specs are composed from the NVIDIA base (`cdi.baseSpec` is not none)."""
     gpus: list[Gpu] = field(default_factory=list)
-    _layouts: dict[int, tuple[GpuInstance, ...]] = field(default_factory=dict)
-    _names: dict[int, dict[int, str]] = field(default_factory=dict)
+    _layouts: dict[int, tuple[tuple[GpuInstance, ...], dict[int, str]]] = field(
+        default_factory=dict
+    )
 
     def gpu_of(self, gpu_uuid: str) -> Gpu | None:
         return next((g for g in self.gpus if g.uuid == gpu_uuid), None)
@@ -46,20 +47,13 @@ class Live:
         if gpu.mig_mode is not MigMode.ENABLED:
             return f"MIG is {gpu.mig_mode.value} on GPU {gpu.index}: its instance is not live"
         if gpu.index not in self._layouts:
-            self._layouts[gpu.index] = self.hw.layout(gpu.index)
-            self._names[gpu.index] = {p.id: p.name for p in self.hw.profiles(gpu.index)}
-        live = check_record(record, self._layouts[gpu.index], self._names[gpu.index])
+            names = {p.id: p.name for p in self.hw.profiles(gpu.index)}
+            self._layouts[gpu.index] = (self.hw.layout(gpu.index), names)
+        live = check_record(record, *self._layouts[gpu.index])
         if live.status is not Liveness.COMPLETE:
             return f"its instance is not live ({live.detail})"
-        return cdi_device_for(
-            self.node,
-            record.mig_uuid,
-            gpu.uuid,
-            gpu.minor,
-            record.gpu_instance_id,
-            record.compute_instance_id,
-            self.composes,
-        )
+        ids = (record.gpu_instance_id, record.compute_instance_id)
+        return cdi_device_for(self.node, record.mig_uuid, gpu.uuid, gpu.minor, *ids, self.composes)
 
 
 def check_hardware(node: Node, config: Config) -> tuple[list[Check], Live]:
@@ -91,9 +85,8 @@ def check_hardware(node: Node, config: Config) -> tuple[list[Check], Live]:
         try:
             gpu = hw.gpu(index)
         except (HamimigError, OSError) as exc:
-            checks.append(
-                fail(name, f"GPU {index}: {why(exc)}", f"check nvidia-smi -i {index}", HARDWARE)
-            )
+            hint = f"check nvidia-smi -i {index}"
+            checks.append(fail(name, f"GPU {index}: {why(exc)}", hint, HARDWARE))
             continue
         live.gpus.append(gpu)
         checks.append(_check_mig_mode(gpu))
@@ -103,11 +96,8 @@ def check_hardware(node: Node, config: Config) -> tuple[list[Check], Live]:
 def _check_driver(version: str) -> Check:
     major_text = version.split(".", 1)[0]
     if major_text.isdigit() and int(major_text) < _FIRST_STABLE_UUID_DRIVER:
-        return warn(
-            "driver",
-            f"driver {version} predates R470: MIG UUIDs there read MIG-GPU-…/GI/CI",
-            "upgrade the NVIDIA driver to R470 or later",
-        )
+        old = f"driver {version} predates R470: MIG UUIDs there read MIG-GPU-…/GI/CI"
+        return warn("driver", old, "upgrade the NVIDIA driver to R470 or later")
     return ok("driver", f"driver {version}")
 
 
@@ -128,11 +118,8 @@ def _check_mig_mode(gpu: Gpu) -> Check:
             f"nvidia-smi -i {gpu.index} -mig {revert}",
         )
     if gpu.mig_mode is MigMode.DISABLED:
-        return warn(
-            name,
-            f"{what}: MIG disabled; hamimig manages no instances on it",
-            f"to use it: nvidia-smi -i {gpu.index} -mig 1, then reset the GPU",
-        )
+        hint = f"to use it: nvidia-smi -i {gpu.index} -mig 1, then reset the GPU"
+        return warn(name, f"{what}: MIG disabled; hamimig manages no instances on it", hint)
     return ok(name, f"{what}: MIG enabled")
 
 

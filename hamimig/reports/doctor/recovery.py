@@ -93,17 +93,12 @@ def _verdicts(plan: Plan, pods_known: bool, warned: bool) -> list[Check]:
     ]
     if not found and not warned:
         changes = sum(1 for step in plan.steps if step.changes)
-        found.append(
-            ok("recovery", f"recover can verify every record and intent ({changes} step(s))")
-        )
+        verified = f"recover can verify every record and intent ({changes} step(s))"
+        found.append(ok("recovery", verified))
     if not pods_known:
-        found.append(
-            skipped(
-                "recovery/pods",
-                "no pod source given, so what pods hold is not checked",
-                "doctor --pods FILE|- or --kube checks it too",
-            )
-        )
+        unchecked = "no pod source given, so what pods hold is not checked"
+        hint = "doctor --pods FILE|- or --kube checks it too"
+        found.append(skipped("recovery/pods", unchecked, hint))
     return found
 
 

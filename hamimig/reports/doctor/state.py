@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,71 +33,44 @@ def check_state_dir(path: Path) -> tuple[list[Check], str]:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return [
-            warn(
-                name,
-                f"{path} does not exist; hamimig creates it (0750) on the first change",
-                "nothing to do on a new node; otherwise check --state-dir and the hostPath mount",
-            )
-        ], "missing"
+        absent = f"{path} does not exist; hamimig creates it (0750) on the first change"
+        hint = "nothing to do on a new node; otherwise check --state-dir and the hostPath mount"
+        return [warn(name, absent, hint)], "missing"
     except OSError as exc:
         return [fail(name, f"cannot inspect {path}: {why(exc)}", "run as root", HARDWARE)], "bad"
     if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(path)
-        return [
-            fail(
-                name,
-                f"{path} is a symbolic link (to {target}); hamimig and HAMi refuse it",
-                f"make {path} a real directory (mount the hostPath at this path itself)",
-            )
-        ], "bad"
+        link = f"{path} is a symbolic link (to {os.readlink(path)}); hamimig and HAMi refuse it"
+        hint = f"make {path} a real directory (mount the hostPath at this path itself)"
+        return [fail(name, link, hint)], "bad"
     if not stat.S_ISDIR(st.st_mode):
-        return [
-            # A file, or `/dev/null`: the option is what is wrong, never the file.
-            fail(name, f"{path} is not a directory", "not a directory: check --state-dir")
-        ], "bad"
-    checks: list[Check] = []
+        # A file, or `/dev/null`: the option is what is wrong, never the file.
+        hint = "not a directory: check --state-dir"
+        return [fail(name, f"{path} is not a directory", hint)], "bad"
+    uid, mode = os.getuid(), stat.S_IMODE(st.st_mode)
     if os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        checks.append(ok(name, f"{path} is a directory"))
+        checks = [ok(name, f"{path} is a directory")]
     else:
-        checks.append(
-            fail(
-                name,
-                f"{path} is not readable and writable by uid {os.getuid()}",
-                "run hamimig as root",
-                HARDWARE,
-            )
-        )
-    uid = os.getuid()
+        unusable = f"{path} is not readable and writable by uid {uid}"
+        checks = [fail(name, unusable, "run hamimig as root", HARDWARE)]
     if st.st_uid in (0, uid):
         checks.append(ok(f"{name}/owner", f"owned by uid {st.st_uid}"))
     else:
-        checks.append(
-            fail(
-                f"{name}/owner",
-                f"owned by uid {st.st_uid}, neither root nor this user (uid {uid}): "
-                "its owner can forge ownership records",
-                f"chown root {path}",
-            )
+        foreign = (
+            f"owned by uid {st.st_uid}, neither root nor this user (uid {uid}): its owner can "
+            "forge ownership records"
         )
-    mode = stat.S_IMODE(st.st_mode)
+        checks.append(fail(f"{name}/owner", foreign, f"chown root {path}"))
+    shown = mode_text(mode)
     if mode & 0o022:
+        harm = "others can forge or delete ownership records"
         checks.append(
-            fail(
-                f"{name}/mode",
-                f"mode {mode_text(mode)} is group- or world-writable: others can forge or delete "
-                "ownership records",
-                fix,
-            )
+            fail(f"{name}/mode", f"mode {shown} is group- or world-writable: {harm}", fix)
         )
     elif mode != STATE_DIR_MODE:
-        checks.append(
-            warn(
-                f"{name}/mode", f"mode {mode_text(mode)}, expected {mode_text(STATE_DIR_MODE)}", fix
-            )
-        )
+        expected = f"mode {shown}, expected {mode_text(STATE_DIR_MODE)}"
+        checks.append(warn(f"{name}/mode", expected, fix))
     else:
-        checks.append(ok(f"{name}/mode", f"mode {mode_text(mode)}"))
+        checks.append(ok(f"{name}/mode", f"mode {shown}"))
     lock = NodeLock(path)
     lock_problem = lock.inspect()
     if lock_problem is not None:
@@ -121,19 +95,15 @@ def check_file_modes(stores: Sequence[StoreFiles]) -> list[Check]:
         for found in store.inspect_modes():
             name = f"file-mode/{found.subject or found.store}"
             fix = f"chmod {mode_text(found.expected)} {found.path}"
-            if found.writable_by_others:
-                message = f"{found.path}: mode {mode_text(found.mode)} is group- or world-writable"
-                if found.decides:
-                    checks.append(fail(name, message, fix))
-                else:  # bookkeeping: others could skew the metrics, not take an instance
-                    what = "the event history" if found.store == "events" else "the metrics"
-                    checks.append(warn(name, message + f" (only {what} depends on it)", fix))
-            else:
-                message = (
-                    f"{found.path}: mode {mode_text(found.mode)}, "
-                    f"expected {mode_text(found.expected)}"
-                )
-                checks.append(warn(name, message, fix))
+            mode = f"{found.path}: mode {mode_text(found.mode)}"
+            loose = f"{mode} is group- or world-writable"
+            if not found.writable_by_others:
+                checks.append(warn(name, f"{mode}, expected {mode_text(found.expected)}", fix))
+            elif found.decides:
+                checks.append(fail(name, loose, fix))
+            else:  # bookkeeping: others could skew the metrics, not take an instance
+                what = "the event history" if found.store == "events" else "the metrics"
+                checks.append(warn(name, f"{loose} (only {what} depends on it)", fix))
     return checks
 
 
@@ -142,19 +112,17 @@ def check_durable(node: Node, durable: Durable) -> list[Check]:
     for problem in durable.problems:
         line = forget_line(problem, node)
         way = f"drop it: {line}" if line else "move it out of the state directory"
-        checks.append(
-            fail(
-                subject_of(problem.store or "record", problem.subject),
-                f"{problem.file}: {problem.reason}",
-                "mutating commands and recover exit 5 until it is repaired or gone: check "
-                f"which instance it describes, then repair it or {way}",
-            )
+        hint = (
+            "mutating commands and recover exit 5 until it is repaired or gone: check which "
+            f"instance it describes, then repair it or {way}"
         )
+        name = subject_of(problem.store or "record", problem.subject)
+        checks.append(fail(name, f"{problem.file}: {problem.reason}", hint))
     if not any(c.name.startswith("record/") for c in checks):  # else the files say why
-        by_state: dict[str, int] = {}
-        for record in durable.records.values():
-            key = record.state.value if record.managed else f"{State.IDLE.value} (HAMi's)"
-            by_state[key] = by_state.get(key, 0) + 1
+        by_state = Counter(
+            r.state.value if r.managed else f"{State.IDLE.value} (HAMi's)"
+            for r in durable.records.values()
+        )
         detail = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items()))
         count = len(durable.records)
         checks.append(ok("records", f"{count} record(s) load" + (f": {detail}" if detail else "")))
@@ -163,13 +131,8 @@ def check_durable(node: Node, durable: Durable) -> list[Check]:
             f"{i.op} {i.profile} at {i.placement} on GPU {i.gpu_index} since {i.created_at}"
             for i in durable.intents
         )
-        checks.append(
-            warn(
-                "intents",
-                f"{len(durable.intents)} intent(s) left: {described}",
-                "if no hamimig command is running: hamimig recover (rolls back or finishes them)",
-            )
-        )
+        hint = "if no hamimig command is running: hamimig recover (rolls back or finishes them)"
+        checks.append(warn("intents", f"{len(durable.intents)} intent(s) left: {described}", hint))
     elif not any(c.name.startswith("intent/") for c in checks):
         checks.append(ok("intents", "no allocation in flight"))
     if durable.removals:
