@@ -45,9 +45,11 @@ from pathlib import Path
 
 from hamimig.config import load_config
 from hamimig.engine import allocate as allocation
-from hamimig.engine import maintenance
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
+from hamimig.engine.reclaim import reclaim
+from hamimig.engine.reconcile import reconcile
+from hamimig.engine.release import release
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid, Owner, PlacementSpec
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import MEMORY_SLICES
@@ -153,10 +155,10 @@ def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
             reused += result.reused
             created += result.created
         else:
-            maintenance.release(node, ByPod("bench", ev.pod))
+            release(node, ByPod("bench", ev.pod))
             mig = held.pop(ev.pod)
             if destroy_on_release:
-                maintenance.reclaim(node, ByUuid(mig), PodSource.no_pods(), dry_run=False)
+                reclaim(node, ByUuid(mig), PodSource.no_pods(), dry_run=False)
     seconds = time.perf_counter() - began
     calls = store.read().calls
     hw.close()
@@ -346,9 +348,7 @@ def replay_timed(trace: TimedTrace, point: SweepPoint, every: float, tmp: Path) 
         nonlocal next_pass
         while next_pass <= minute:
             advance(next_pass)
-            report = maintenance.reconcile(
-                node, source=PodSource.given(_running(running, clock[0]))
-            )
+            report = reconcile(node, source=PodSource.given(_running(running, clock[0])))
             if report.exit_code != 0 or report.failed:
                 raise SystemExit(f"{point.label}: reconcile failed: {report.failed}")
             for action in report.actions:
@@ -383,13 +383,13 @@ def replay_timed(trace: TimedTrace, point: SweepPoint, every: float, tmp: Path) 
             out.pressured += bool(result.reclaimed)
             out.pressure_reclaims += len(result.reclaimed)
         else:
-            maintenance.release(node, ByPod(NAMESPACE, ev.pod))
+            release(node, ByPod(NAMESPACE, ev.pod))
             running.discard(ev.pod)
             mig, size = held.pop(ev.pod)
             idle[mig] = size
             if point.destroy_on_release:
                 pods = PodSource.given(_running(running, clock[0]))
-                done = maintenance.reclaim(node, ByUuid(mig), pods, dry_run=False)
+                done = reclaim(node, ByUuid(mig), pods, dry_run=False)
                 gone([v.mig_uuid for v in done.reclaimed], "destroy-on-release reclaimed")
     passes_until(trace.minutes)
     advance(trace.minutes)

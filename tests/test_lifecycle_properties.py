@@ -59,9 +59,11 @@ from hypothesis.stateful import (
 
 from hamimig.cli import options
 from hamimig.engine import allocate as allocation
-from hamimig.engine import maintenance
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
+from hamimig.engine.reclaim import reclaim
+from hamimig.engine.reconcile import reconcile
+from hamimig.engine.release import release
 from hamimig.engine.requests import AllIdle, AllocateRequest, ByPod, ByUuid, Window
 from hamimig.errors import HamimigError
 from hamimig.hw.minors import parse_mig_minors
@@ -842,9 +844,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             on_fault={m: {ACTIVE} for m in targets},
         )
         self._begin()
-        code, result, fired, pending = self._run(
-            lambda: maintenance.release(self.node, ByPod(NAMESPACE, pod))
-        )
+        code, result, fired, pending = self._run(lambda: release(self.node, ByPod(NAMESPACE, pod)))
         self._settle(f"release --pod {pod}", exp, code, result, fired, pending)
         assert self._mutations_since() == 0
         if code == 0:
@@ -864,9 +864,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         else:
             exp = Expect({3})
         self._begin()
-        code, result, fired, pending = self._run(
-            lambda: maintenance.release(self.node, ByUuid(mig))
-        )
+        code, result, fired, pending = self._run(lambda: release(self.node, ByUuid(mig)))
         self._settle(f"release --mig-uuid {mig}", exp, code, result, fired, pending)
         assert self._mutations_since() == 0
 
@@ -880,7 +878,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         ordered = sorted((r for r in targets if not self._processes(r)), key=_age)
         if dry_run:
             return Expect({0}, fault_codes={0, 3, 4}), [r.mig_uuid for r in ordered]
-        # Unlike allocate, reclaim goes on past a target it cannot destroy (maintenance._each):
+        # Unlike allocate, reclaim goes on past a target it cannot destroy (release.execute_each):
         # every target gets its own outcome, and one left in Error makes the exit 4.
         final = {r.mig_uuid: {self._destroy_outcome(r)} for r in ordered}
         failed = any(ERROR in outcome for outcome in final.values())
@@ -909,7 +907,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             exp, listed = self._reclaim_targets_expect([record], dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(self.node, ByUuid(mig), NO_PODS, dry_run)
+            lambda: reclaim(self.node, ByUuid(mig), NO_PODS, dry_run)
         )
         self._settle(f"reclaim --mig-uuid {mig} dry={dry_run}", exp, code, result, fired, pending)
         self._check_reclaim_result(code, result, dry_run, listed, fired)
@@ -938,7 +936,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         exp, listed = self._reclaim_targets_expect(targets, dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(self.node, AllIdle(gpu), NO_PODS, dry_run)
+            lambda: reclaim(self.node, AllIdle(gpu), NO_PODS, dry_run)
         )
         self._settle(
             f"reclaim --gpu {gpu} --all-idle dry={dry_run}", exp, code, result, fired, pending
@@ -981,9 +979,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             exp, listed = self._reclaim_targets_expect(chosen, dry_run)
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reclaim(
-                self.node, Window(gpu, parse_placement(text)), NO_PODS, dry_run
-            )
+            lambda: reclaim(self.node, Window(gpu, parse_placement(text)), NO_PODS, dry_run)
         )
         what = f"reclaim --gpu {gpu} --placement {text} dry={dry_run}"
         self._settle(what, exp, code, result, fired, pending)
@@ -1009,7 +1005,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         )
         self._begin()
         code, result, fired, pending = self._run(
-            lambda: maintenance.reconcile(self.node, source=self._running_pods())
+            lambda: reconcile(self.node, source=self._running_pods())
         )
         self._settle("reconcile", exp, code, result, fired, pending)
         if not fired:

@@ -105,7 +105,7 @@ def release(
 
     The GI/CI and the CDI spec stay; the next matching request reuses them. Releasing again
     what is already released is exit 0, unchanged."""
-    from hamimig.engine import maintenance
+    from hamimig.engine.release import release
     from hamimig.engine.requests import ByPod, ByUuid, ReleaseTarget
 
     def action(node: Node) -> Result:
@@ -123,7 +123,7 @@ def release(
             assert pod is not None
             owner = options.owner(pod, pod_uid)
             target = ByPod(owner.namespace, owner.name, owner.uid)
-        return maintenance.release(node, target, dry_run)
+        return release(node, target, dry_run)
 
     execute(ctx, locked(lock_timeout, action, dry_run, "Release"))
 
@@ -157,7 +157,7 @@ def reclaim(
     """Destroy Idle or Error instances that no pod or process holds.
 
     One by --mig-uuid, or on --gpu those in a placement, all of them, or those idle too long."""
-    from hamimig.engine import maintenance
+    from hamimig.engine.reclaim import reclaim
     from hamimig.engine.requests import AllIdle, ByUuid, IdleOlderThan, ReclaimTarget, Window
 
     def action(node: Node) -> Result:
@@ -188,7 +188,7 @@ def reclaim(
                 target = AllIdle(ref) if window is None else Window(ref, window)
         source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
         assert source is not None
-        return maintenance.reclaim(node, target, source, dry_run)
+        return reclaim(node, target, source, dry_run)
 
     execute(ctx, locked(lock_timeout, action, dry_run, "Reclaim"))
 
@@ -205,11 +205,11 @@ def reconcile(
     Release instances whose pods are gone (with pods), retry queued CDI removals and the
     destruction of Error instances; with pods, apply the idle policy (idleTTL,
     maxIdleInstancesPerGPU)."""
-    from hamimig.engine import maintenance
+    from hamimig.engine.reconcile import reconcile
 
     def action(node: Node) -> Result:
         source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False, ctx=ctx)
-        return maintenance.reconcile(node, dry_run, source)
+        return reconcile(node, dry_run, source)
 
     execute(ctx, locked(lock_timeout, action, dry_run, "Reconcile"))
 

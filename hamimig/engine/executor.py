@@ -1,10 +1,11 @@
 """The one place that changes the node: `apply(node, step)` carries out a planned step.
 
-Planners (allocate, maintenance, recovery, forget) decide; this module acts, in a crash-safe
-order (docs/design.md "Crash safety"): before every hardware mutation the durable state already
-says what is about to happen. Creation journals an intent before the GI, updates it before the
-CI and again before the CDI spec; destruction marks the record Reclaiming before the CI and GI
-go. CDI specs are removed only after the hardware is gone, and a failed removal is queued.
+Planners (allocate, release, reclaim, reconcile, recovery, forget) decide; this module acts,
+in a crash-safe order (docs/design.md "Crash safety"): before every hardware mutation the
+durable state already says what is about to happen. Creation journals an intent before the
+GI, updates it before the CI and again before the CDI spec; destruction marks the record
+Reclaiming before the CI and GI go. CDI specs are removed only after the hardware is gone,
+and a failed removal is queued.
 
 Every record write and removal is here and asks the transition table first, so no command can
 move an instance between states the lifecycle does not allow.
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from functools import partial
 
 from hamimig.engine.facts import Durable, Liveness, cdi_device_for, same_slot
-from hamimig.engine.journal import StepOutcome, known_before, log_step
 from hamimig.engine.node import Node
 from hamimig.engine.results import Action, Blocked, BlockingInstance, StepError
 from hamimig.engine.states import (
@@ -29,6 +29,7 @@ from hamimig.engine.states import (
     idle_since_after,
     last_owner_after,
 )
+from hamimig.engine.step_events import StepOutcome, known_before, log_step
 from hamimig.engine.steps import (
     Forgettable,
     Handout,

@@ -22,9 +22,12 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from hamimig.engine import allocate as allocation
-from hamimig.engine import maintenance, recovery
+from hamimig.engine import recovery
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
+from hamimig.engine.reclaim import reclaim
+from hamimig.engine.reconcile import reconcile
+from hamimig.engine.release import release
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid
 from hamimig.engine.results import Allocation, InstanceView, Reported, Shown
 from hamimig.errors import HamimigError, PathUnusable
@@ -233,7 +236,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     )
 
     def release_first() -> str:
-        released = maintenance.release(node, ByPod("team-a", "train-1")).released
+        released = release(node, ByPod("team-a", "train-1")).released
         _expect(
             [(i.mig_uuid, i.state.value) for i in released] == [(first["uuid"], "Idle")],
             f"the release returned {[(i.mig_uuid, i.state.value) for i in released]}",
@@ -267,8 +270,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def two_idle() -> str:
         made = [alloc("team-c/etl-1", "1g.10gb", "2"), alloc("team-c/etl-2", "1g.10gb", "4")]
         idle_at.update({2: _uuid(made[0]), 4: _uuid(made[1])})
-        released = maintenance.release(node, ByPod("team-c", "etl-1")).released
-        released += maintenance.release(node, ByPod("team-c", "etl-2")).released
+        released = release(node, ByPod("team-c", "etl-1")).released
+        released += release(node, ByPod("team-c", "etl-2")).released
         _expect(len(released) == 2, f"released {len(released)} instances, not 2")
         return "; ".join(_told(m) for m in made) + f"; released {len(released)} (now Idle)"
 
@@ -309,7 +312,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def make_error() -> str:
         uuid = _uuid(alloc("team-e/job-1", "1g.10gb", "6"))
         error_target["uuid"] = uuid
-        maintenance.release(node, ByPod("team-e", "job-1"))
+        release(node, ByPod("team-e", "job-1"))
         # A process that starts after hamimig saw none: the destroy itself fails with IN_USE.
         sim_fault_add(sim, "nvmlComputeInstanceDestroy", "IN_USE", "raise", 1, 0, None)
         return _reclaim(node, uuid)
@@ -328,7 +331,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     )
 
     def clear_error() -> str:
-        report = maintenance.reconcile(node, source=_running_pods(node))
+        report = reconcile(node, source=_running_pods(node))
         text = "; ".join(f"{a.action} {a.mig_uuid}: {a.reason}" for a in report.actions)
         retried = [a.mig_uuid for a in report.actions if a.action == "retry-destroy"]
         gone = error_target["uuid"] not in node.records.load()[0]
@@ -450,7 +453,7 @@ def _running_pods(node: Node) -> PodSource:
 
 
 def _reclaim(node: Node, uuid: str) -> str:
-    result = maintenance.reclaim(node, ByUuid(uuid), _running_pods(node), dry_run=False)
+    result = reclaim(node, ByUuid(uuid), _running_pods(node), dry_run=False)
     return f"reclaimed {len(result.reclaimed)}"
 
 
