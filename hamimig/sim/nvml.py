@@ -33,11 +33,11 @@ from hamimig.sim.state import (
     destroy_ci,
     destroy_gi,
     fault_armed,
+    fire,
     mig_devices,
     model_of,
     profile_of,
     require_mig,
-    take_fault,
 )
 
 T = TypeVar("T")
@@ -150,13 +150,7 @@ class SimNvml:
             session.dirty = (name in WRITES and name != "nvmlShutdown") or fault_armed(state, name)
             if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
                 raise self._error(name, _ERR["UNINITIALIZED"])
-            fault = take_fault(state, name, gpu) if session.dirty else None
-            if fault is not None:
-                if fault.action == "raise":
-                    raise self._error(name, _ERR[fault.error])
-                self._store.save_now(state)
-                if fault.action == "crash-before":
-                    crash()
+            fault = fire(self._store, state, name, gpu, lambda f: self._error(name, _ERR[f.error]))
             try:
                 result = body(state)
             except SimNvmlFailure as exc:
