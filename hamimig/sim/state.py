@@ -385,7 +385,7 @@ class SimStore:
         self._lock = home / LOCK_FILE
         with self._locked(made=False):
             self._pending.clear()  # counts of the node this one replaces
-            self._write(state)
+            self.save_now(state)
         files = self._files = NodeFiles.within(home)
         put(files.mig_minors, mig_minors_text())
         gpus = [g.to_json() for g in state.gpus]
@@ -517,10 +517,6 @@ class SimStore:
         else:
             _remember(self.path, text, state)
 
-    def _write(self, state: NodeState) -> None:
-        self._merge(state.calls)
-        self._write_document(state.to_json(), state)
-
     def _guard(self) -> contextlib.AbstractContextManager[None]:
         """The node's lock; nothing to lock for a node held in memory."""
         return contextlib.nullcontext() if self.path is None else self._locked()
@@ -544,7 +540,7 @@ class SimStore:
                 yield session
             finally:
                 if session.dirty:
-                    self._write(session.state)
+                    self.save_now(session.state)
                 elif self.path is None:
                     self._merge(self._document()["calls"])
                 elif before is not None and session.state.to_json() != before:
@@ -570,8 +566,10 @@ class SimStore:
                 self._write_document(doc)
 
     def save_now(self, state: NodeState) -> None:
-        """Write the state immediately (inside a session, before a simulated crash)."""
-        self._write(state)
+        """Write the state (with this process's counts) now: at the end of a session that
+        changed it, or inside one before a simulated crash."""
+        self._merge(state.calls)
+        self._write_document(state.to_json(), state)
 
     def publish_counts(self) -> None:
         """`flush` where the node can be written (at `nvmlShutdown`). The counts are
