@@ -16,7 +16,6 @@ import atexit
 import contextlib
 import errno
 import fcntl
-import functools
 import json
 import operator
 import os
@@ -45,11 +44,12 @@ from hamimig.model import Model
 from hamimig.sim.files import (
     FILE_MODE,
     HOME_SUFFIX,
+    MINORS_CIS,
+    MINORS_GIS,
     NodeFiles,
     home_problem,
     no_node,
     not_a_node,
-    put,
     recorded_home,
     write_access,
     write_node_files,
@@ -86,9 +86,6 @@ NVML_ERROR_CODES: dict[str, int] = {
     "INSUFFICIENT_RESOURCES": 23,
     "UNKNOWN": 999,
 }
-
-# Up to 32 GPUs, 15 GIs each, 8 CIs each: the shape of /proc/driver/nvidia-caps/mig-minors.
-MINORS_GPUS, MINORS_GIS, MINORS_CIS = 32, 15, 8
 
 Document = dict[str, Any]
 """The state's JSON form, as stored in the node's file."""
@@ -286,24 +283,6 @@ class SimNvmlFailure(Exception):
         self.detail = detail
 
 
-def capability_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
-    """The minor `mig-minors` gives `gpu<minor>/gi<gi>[/ci<ci>]/access` on a simulated node."""
-    per_gi = 1 + MINORS_CIS
-    return 3 + gpu_minor * MINORS_GIS * per_gi + gi * per_gi + (0 if ci is None else 1 + ci)
-
-
-@functools.cache
-def mig_minors_text() -> str:
-    """The content of a driver's `mig-minors` file for every possible GPU minor."""
-    lines = ["config 1", "monitor 2"]
-    for gpu in range(MINORS_GPUS):
-        for gi in range(MINORS_GIS):
-            lines.append(f"gpu{gpu}/gi{gi}/access {capability_minor(gpu, gi)}")
-            for ci in range(MINORS_CIS):
-                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {capability_minor(gpu, gi, ci)}")
-    return "\n".join(lines) + "\n"
-
-
 def new_node(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> NodeState:
     """A fresh node: COUNT GPUs of MODEL, MIG enabled, no instances."""
     gpus = [
@@ -386,16 +365,13 @@ class SimStore:
         with self._locked(made=False):
             self._pending.clear()  # counts of the node this one replaces
             self.save_now(state)
-        files = self._files = NodeFiles.within(home)
-        put(files.mig_minors, mig_minors_text())
-        gpus = [g.to_json() for g in state.gpus]
-        write_node_files(files, gpus, state.driver_version, capability_minor)
+        self._files = NodeFiles.within(home)
+        write_node_files(self._files, [g.to_json() for g in state.gpus], state.driver_version)
 
     def publish_capability(self, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> None:
         """Write the `access` file the driver publishes for a new GI or CI (file-backed only)."""
-        files = self.files
-        if files is not None and gpu_minor < MINORS_GPUS and gi_id < MINORS_GIS:
-            write_access(files, gpu_minor, gi_id, ci_id, capability_minor(gpu_minor, gi_id, ci_id))
+        if self.files is not None:
+            write_access(self.files, gpu_minor, gi_id, ci_id)
 
     def count(self, name: str) -> None:
         """Count one NVML call, to be merged into the stored state at the next write."""
