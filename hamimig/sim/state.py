@@ -455,10 +455,9 @@ class SimStore:
         back whatever it changes (`Session.dirty`), so the object and the text stay equal."""
         path = self.path
         raw = None if path is None else self._raw()
-        if shared and path is not None and raw is not None:
-            cached = _PARSED.get(path)
-            if cached is not None and cached[0] == raw:
-                return cached[1]
+        cached = _PARSED.get(path) if shared and path is not None else None
+        if cached is not None and cached[0] == raw:
+            return cached[1]
         try:
             state = NodeState.model_validate(self._document(raw))
         except ValidationError as exc:
