@@ -55,9 +55,10 @@ from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import MEMORY_SLICES
 from hamimig.pods.model import Pod, PodSnapshot
 from hamimig.reports.simulator import sim_init
+from hamimig.sim.files import mig_minors_text
 from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import SimNvml
-from hamimig.sim.state import SimStore, mig_minors_text, new_state
+from hamimig.sim.state import SimStore, new_state
 from hamimig.vocabulary import ActionKind, State
 
 GPUS = 8

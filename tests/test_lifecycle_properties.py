@@ -71,12 +71,12 @@ from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, parse_placement
 from hamimig.pods.model import Pod, PodSnapshot
 from hamimig.sim import state as sim_state
+from hamimig.sim.files import mig_minors_text
 from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import (
     SimNvmlFailure,
     SimStore,
-    mig_minors_text,
     new_state,
     normalise_fault,
     run_file_op,

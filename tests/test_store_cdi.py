@@ -24,7 +24,7 @@ from hamimig.errors import HardwareError
 from hamimig.hw.minors import parse_mig_minors
 from hamimig.hw.types import Placement
 from hamimig.reports.simulator import sim_init
-from hamimig.sim.state import mig_minors_text
+from hamimig.sim.files import mig_minors_text
 from hamimig.store.cdi import (
     DEFAULT_KIND,
     CdiDevice,

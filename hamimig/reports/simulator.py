@@ -11,27 +11,29 @@ from typing import ParamSpec
 from hamimig.config import DEFAULT_CDI_KIND
 from hamimig.engine.lookup import is_reference, match_reference
 from hamimig.engine.results import InstanceView
+from hamimig.hw.types import Placement
 from hamimig.reports.views import SimView
 from hamimig.sim import admin
 from hamimig.sim.ops import BusyKind
+from hamimig.sim.state import profile_of
 from hamimig.vocabulary import State
 
 _P = ParamSpec("_P")
 
 
 def _view(change: admin.Change) -> SimView:
-    made = change.created
     created = None
-    if made is not None:
+    if change.created is not None:
+        gpu, gi, ci = change.created
         created = InstanceView(
-            mig_uuid=made.mig_uuid,
-            gpu_uuid=made.gpu_uuid,
-            gpu_index=made.gpu_index,
-            profile=made.profile,
-            placement=made.placement,
-            gpu_instance_id=made.gpu_instance_id,
-            compute_instance_id=made.compute_instance_id,
-            state=State.UNMANAGED if made.mig_uuid else State.ORPHAN_GI,
+            mig_uuid=ci.mig_uuid if ci else None,
+            gpu_uuid=gpu.uuid,
+            gpu_index=gpu.index,
+            profile=profile_of(gpu, gi.profile_id).name,
+            placement=Placement(gi.start, gi.size),
+            gpu_instance_id=gi.id,
+            compute_instance_id=ci.id if ci else None,
+            state=State.UNMANAGED if ci else State.ORPHAN_GI,
         )
     store = change.store
     return SimView(
@@ -60,7 +62,7 @@ sim_clock = _viewed(admin.sim_clock)
 
 
 def sim_busy(
-    path: Path | None,
+    path: Path,
     mig_uuid: str,
     gi_only: bool,
     clear: bool,

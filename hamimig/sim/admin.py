@@ -21,6 +21,9 @@ from hamimig.sim.ops import DRIVER_VERSION, MAX_SIM_GPUS, BusyKind
 from hamimig.sim.state import (
     MAX_CLOCK_OFFSET,
     NodeState,
+    SimCi,
+    SimGi,
+    SimGpu,
     SimNvmlFailure,
     SimStore,
     as_hardware_error,
@@ -36,40 +39,20 @@ from hamimig.sim.state import (
 
 
 @dataclass(frozen=True)
-class Created:
-    """An instance (or a GI alone) that `sim create` made behind hamimig's back."""
-
-    mig_uuid: str | None
-    gpu_uuid: str
-    gpu_index: int
-    profile: str
-    placement: Placement
-    gpu_instance_id: int
-    compute_instance_id: int | None
-
-
-@dataclass(frozen=True)
 class Change:
-    """What an operator action did, in words, and the instance it made if any."""
+    """What an operator action did, in words, and what `sim create` made behind hamimig's back:
+    the GPU, the GI and its first CI (None: `--no-ci`)."""
 
     store: SimStore
     message: str
-    created: Created | None = None
-
-
-def _store(path: Path | None) -> SimStore:
-    if path is None:
-        raise UsageError("no simulated node was named")
-    return SimStore(path)
+    created: tuple[SimGpu, SimGi, SimCi | None] | None = None
 
 
 _DRIVER_VERSION = re.compile(r"[0-9]{3}(?:\.[0-9]{1,3}){1,2}")
 
 
-def sim_init(
-    path: Path | None, model: str, count: int, driver_version: str = DRIVER_VERSION
-) -> Change:
-    store = _store(path)
+def sim_init(path: Path, model: str, count: int, driver_version: str = DRIVER_VERSION) -> Change:
+    store = SimStore(path)
     spec = MODELS.get(model)
     if spec is None:
         raise UsageError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
@@ -79,7 +62,7 @@ def sim_init(
         raise UsageError(
             f"the driver version {driver_version!r} is not one such as {DRIVER_VERSION}"
         )
-    if path is not None and (path.is_dir() or (path.exists() and not path.is_file())):
+    if path.is_dir() or (path.exists() and not path.is_file()):
         # A directory (another node's home, `<sim>.d`): refused before anything is made.
         inside = f" (such as {path / 'node.json'})" if path.is_dir() else ""
         what = "a directory" if path.is_dir() else "no regular file"
@@ -93,13 +76,13 @@ def sim_init(
     return Change(store, f"simulated node with {count} x {model} at {path}, MIG enabled{old}")
 
 
-def sim_show(path: Path | None) -> Change:
-    store = _store(path)
+def sim_show(path: Path) -> Change:
+    store = SimStore(path)
     return Change(store, "")
 
 
 def sim_create(
-    path: Path | None,
+    path: Path,
     gpu_ref: str,
     profile: str,
     placement: str,
@@ -109,7 +92,7 @@ def sim_create(
 ) -> Change:
     """`ci_slices`/`ci_count`: N CIs of K compute slices each in the GI (as `nvidia-smi mig
     -cci` with several CI profiles makes), instead of one CI spanning it."""
-    store = _store(path)
+    store = SimStore(path)
     start, size = parse_placement(placement)
     with store.edit() as state:
         gpu = find_gpu(state, gpu_ref)
@@ -126,43 +109,28 @@ def sim_create(
         except SimNvmlFailure as exc:
             raise as_hardware_error(exc, what) from None
         slices = spec.slice_count if ci_slices is None else ci_slices
-        # A CI of N compute slices needs a CI profile of N that this board offers.
-        if slices not in {p.slice_count for p in model.profiles} or ci_count < 1:
-            gpu.gis.remove(gi)
-            raise UsageError(
-                f"{slices} compute slices x {ci_count} compute instances: not a CI layout"
-            )
         try:
-            cis = (
-                []
-                if no_ci
-                else [
-                    create_ci(gpu, gi, FULL_CI_PROFILE_BY_SLICES[slices], state.old_mig_uuids)
-                    for _ in range(ci_count)
-                ]
-            )
-        except SimNvmlFailure as exc:
+            # A CI of N compute slices needs a CI profile of N that this board offers.
+            if slices not in {p.slice_count for p in model.profiles} or ci_count < 1:
+                raise UsageError(
+                    f"{slices} compute slices x {ci_count} compute instances: not a CI layout"
+                )
+            ci_profile = FULL_CI_PROFILE_BY_SLICES[slices]
+            old = state.old_mig_uuids
+            cis = [] if no_ci else [create_ci(gpu, gi, ci_profile, old) for _ in range(ci_count)]
+        except (UsageError, SimNvmlFailure) as exc:
             gpu.gis.remove(gi)  # all or nothing
-            raise as_hardware_error(exc, what) from None
-        ci = cis[0] if cis else None
+            raise exc if isinstance(exc, UsageError) else as_hardware_error(exc, what) from None
         store.publish_capability(gpu.minor, gi.id)
         for each in cis:
             store.publish_capability(gpu.minor, gi.id, each.id)
-        created = Created(
-            mig_uuid=ci.mig_uuid if ci else None,
-            gpu_uuid=gpu.uuid,
-            gpu_index=gpu.index,
-            profile=spec.name,
-            placement=where,
-            gpu_instance_id=gi.id,
-            compute_instance_id=ci.id if ci else None,
-        )
-    what = created.mig_uuid or f"orphan GI {created.gpu_instance_id}"
-    return Change(store, f"created {spec.name} at {where} on GPU {gpu.index}: {what}", created)
+    made = cis[0].mig_uuid if cis else f"orphan GI {gi.id}"
+    created = (gpu, gi, cis[0] if cis else None)
+    return Change(store, f"created {spec.name} at {where} on GPU {gpu.index}: {made}", created)
 
 
 def sim_busy(
-    path: Path | None,
+    path: Path,
     mig_uuid: str,
     gi_only: bool,
     clear: bool,
@@ -170,7 +138,7 @@ def sim_busy(
 ) -> Change:
     """Mark processes of `kind` (compute unless given) on an instance, or a client holding its
     GI (`gi_only`); `clear` removes the mark of `kind`, or every mark when no kind is given."""
-    store = _store(path)
+    store = SimStore(path)
     with store.edit() as state:
         if clear:
             message = _clear_busy(state, mig_uuid, kind)
@@ -189,10 +157,10 @@ def sim_busy(
     return Change(store, message)
 
 
-def mig_uuids(path: Path | None) -> set[str]:
+def mig_uuids(path: Path) -> set[str]:
     """Every MIG UUID `sim busy` can name: the live MIG devices, and those a GI is held for
     (the hold can outlive its CI)."""
-    state = _store(path).read()
+    state = SimStore(path).read()
     known = {ci.mig_uuid for gpu in state.gpus for gi in gpu.gis for ci in gi.cis}
     known |= {gi.held_for for gpu in state.gpus for gi in gpu.gis if gi.held_for}
     return known
@@ -228,8 +196,8 @@ def _clear_busy(state: NodeState, mig_uuid: str, kind: BusyKind | None) -> str:
     return f"{mig_uuid} is no longer busy"
 
 
-def sim_reset(path: Path | None, gpu_ref: str) -> Change:
-    store = _store(path)
+def sim_reset(path: Path, gpu_ref: str) -> Change:
+    store = SimStore(path)
     with store.edit() as state:
         gpu = find_gpu(state, gpu_ref)
         gone = len(gpu.gis)
@@ -238,8 +206,8 @@ def sim_reset(path: Path | None, gpu_ref: str) -> Change:
     return Change(store, f"GPU {gpu.index} reset: {gone} GPU instance(s) vanished")
 
 
-def sim_mig_mode(path: Path | None, gpu_ref: str, enable: bool, pending_only: bool) -> Change:
-    store = _store(path)
+def sim_mig_mode(path: Path, gpu_ref: str, enable: bool, pending_only: bool) -> Change:
+    store = SimStore(path)
     value = 1 if enable else 0
     with store.edit() as state:
         gpu = find_gpu(state, gpu_ref)
@@ -257,7 +225,7 @@ def sim_mig_mode(path: Path | None, gpu_ref: str, enable: bool, pending_only: bo
 
 
 def sim_fault_add(
-    path: Path | None,
+    path: Path,
     op: str,
     error: str | None,
     action: str,
@@ -265,7 +233,7 @@ def sim_fault_add(
     skip: int,
     gpu_ref: str | None,
 ) -> Change:
-    store = _store(path)
+    store = SimStore(path)
     with store.edit() as state:
         gpu = None if gpu_ref is None else find_gpu(state, gpu_ref).index
         fault = normalise_fault(op, error, action, times, skip, gpu)
@@ -273,18 +241,18 @@ def sim_fault_add(
     return Change(store, f"fault added: {fault.action} {fault.op} ({fault.error})")
 
 
-def sim_fault_clear(path: Path | None) -> Change:
-    store = _store(path)
+def sim_fault_clear(path: Path) -> Change:
+    store = SimStore(path)
     with store.edit() as state:
         count = len(state.faults)
         state.faults = []
     return Change(store, f"{count} fault(s) cleared")
 
 
-def sim_clock(path: Path | None, advance: int | None, set_to: float | None) -> Change:
+def sim_clock(path: Path, advance: int | None, set_to: float | None) -> Change:
     """Move the node's clock (never back past the host's by more than a century): `advance`
     seconds forward, or to the instant `set_to`; neither only reads it."""
-    store = _store(path)
+    store = SimStore(path)
     with store.edit() as state:
         offset = state.clock_offset
         if advance is not None:

@@ -13,6 +13,7 @@ a MIG entry.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,26 @@ class NodeFiles:
 
 
 HOME_SUFFIX = ".d"
+# Up to 32 GPUs, 15 GIs each, 8 CIs each: the shape of /proc/driver/nvidia-caps/mig-minors.
+MINORS_GPUS, MINORS_GIS, MINORS_CIS = 32, 15, 8
+
+
+def capability_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """The minor `mig-minors` gives `gpu<minor>/gi<gi>[/ci<ci>]/access` on a simulated node."""
+    per_gi = 1 + MINORS_CIS
+    return 3 + gpu_minor * MINORS_GIS * per_gi + gi * per_gi + (0 if ci is None else 1 + ci)
+
+
+@functools.cache
+def mig_minors_text() -> str:
+    """The content of a driver's `mig-minors` file for every possible GPU minor."""
+    lines = ["config 1", "monitor 2"]
+    for gpu in range(MINORS_GPUS):
+        for gi in range(MINORS_GIS):
+            lines.append(f"gpu{gpu}/gi{gi}/access {capability_minor(gpu, gi)}")
+            for ci in range(MINORS_CIS):
+                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {capability_minor(gpu, gi, ci)}")
+    return "\n".join(lines) + "\n"
 
 
 def home_problem(name: object) -> str | None:
@@ -122,8 +143,8 @@ def _mount(path: str) -> dict[str, Any]:
     }
 
 
-def base_spec(gpus: list[dict[str, Any]], driver: str, cap_minor: Any) -> dict[str, Any]:
-    """nvidia-ctk's spec for these GPUs (`cap_minor(gpu_minor, gi, ci)` numbers the MIG entry)."""
+def base_spec(gpus: list[dict[str, Any]], driver: str) -> dict[str, Any]:
+    """nvidia-ctk's spec for these GPUs."""
     libraries = [f"{LIB_DIR}/{name}.{driver}" for name in LIBRARIES]
     common: dict[str, Any] = {
         "deviceNodes": [
@@ -169,8 +190,8 @@ def base_spec(gpus: list[dict[str, Any]], driver: str, cap_minor: Any) -> dict[s
             "containerEdits": {
                 "deviceNodes": [
                     _node(f"/dev/nvidia{minor}", GPU_MAJOR, minor),
-                    _cap(cap_minor(minor, 1)),
-                    _cap(cap_minor(minor, 1, 0)),
+                    _cap(capability_minor(minor, 1)),
+                    _cap(capability_minor(minor, 1, 0)),
                 ]
             },
         }
@@ -239,19 +260,18 @@ def access_text(minor: int) -> str:
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: {CAP_FILE_MODE}\nDeviceFileModify: 1\n"
 
 
-def write_access(
-    files: NodeFiles, gpu_minor: int, gi_id: int, ci_id: int | None, minor: int
-) -> None:
-    """Publish a capability as the driver does when a GI or CI is created."""
-    parts = [f"gpu{gpu_minor}", "mig", f"gi{gi_id}"] + ([] if ci_id is None else [f"ci{ci_id}"])
-    put(make_dirs(files.capabilities, *parts) / "access", access_text(minor))
+def write_access(files: NodeFiles, gpu_minor: int, gi_id: int, ci_id: int | None) -> None:
+    """Publish a capability as the driver does when a GI or CI is created (one `mig-minors`
+    numbers)."""
+    if gpu_minor < MINORS_GPUS and gi_id < MINORS_GIS:
+        parts = [f"gpu{gpu_minor}", "mig", f"gi{gi_id}", *([] if ci_id is None else [f"ci{ci_id}"])]
+        minor = capability_minor(gpu_minor, gi_id, ci_id)
+        put(make_dirs(files.capabilities, *parts) / "access", access_text(minor))
 
 
-def write_node_files(
-    files: NodeFiles, gpus: list[dict[str, Any]], driver: str, cap_minor: Any
-) -> None:
-    """What `sim init` writes beside the state: the base spec, `/proc/devices`, and the
-    capabilities directory (its `access` files appear as instances are created)."""
+def write_node_files(files: NodeFiles, gpus: list[dict[str, Any]], driver: str) -> None:
+    """What `sim init` writes beside the state: `mig-minors`, the base spec, `/proc/devices`,
+    and the capabilities directory (its `access` files appear as instances are created)."""
     import shutil
 
     import yaml
@@ -260,9 +280,10 @@ def write_node_files(
     shutil.rmtree(files.capabilities, ignore_errors=True)
     for gpu in gpus:
         make_dirs(files.capabilities, f"gpu{gpu['minor']}", "mig")
+    put(files.mig_minors, mig_minors_text())
     put(files.proc_devices, proc_devices_text())
     make_dirs(files.cdi_base_dir)
-    spec = base_spec(gpus, driver, cap_minor)
+    spec = base_spec(gpus, driver)
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when present
     text = yaml.dump(spec, Dumper=dumper, sort_keys=False, default_flow_style=False)
     put(files.cdi_base_dir / BASE_FILE, text)

@@ -33,11 +33,11 @@ from hamimig.sim.state import (
     destroy_ci,
     destroy_gi,
     fault_armed,
+    fire,
     mig_devices,
     model_of,
     profile_of,
     require_mig,
-    take_fault,
 )
 
 T = TypeVar("T")
@@ -150,13 +150,7 @@ class SimNvml:
             session.dirty = (name in WRITES and name != "nvmlShutdown") or fault_armed(state, name)
             if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
                 raise self._error(name, _ERR["UNINITIALIZED"])
-            fault = take_fault(state, name, gpu) if session.dirty else None
-            if fault is not None:
-                if fault.action == "raise":
-                    raise self._error(name, _ERR[fault.error])
-                self._store.save_now(state)
-                if fault.action == "crash-before":
-                    crash()
+            fault = fire(self._store, state, name, gpu, lambda f: self._error(name, _ERR[f.error]))
             try:
                 result = body(state)
             except SimNvmlFailure as exc:
@@ -178,29 +172,26 @@ class SimNvml:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no GPU {index}")
         return gpus[index]
 
-    def _device_gpu(self, state: NodeState, handle: Any) -> SimGpu:
-        kind, gpu, _, _ = _decode(handle)
+    def _device_gpu(self, state: NodeState, handle: Any, kind: int = _DEVICE) -> SimGpu:
+        """The GPU of a handle of this kind (INVALID_ARGUMENT for another); an instance's
+        handle is stale once MIG is off."""
+        got, gpu_index, _, _ = _decode(handle)
+        if got != kind:
+            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "wrong handle kind")
+        gpu = self._gpu(state, gpu_index)
         if kind != _DEVICE:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU handle")
-        return self._gpu(state, gpu)
+            require_mig(gpu)
+        return gpu
 
     def _gi(self, state: NodeState, handle: Any) -> tuple[SimGpu, SimGi]:
-        kind, gpu_index, gi_id, _ = _decode(handle)
-        if kind != _GI:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "not a GPU instance handle")
-        gpu = self._gpu(state, gpu_index)
-        require_mig(gpu)
+        gpu, gi_id = self._device_gpu(state, handle, _GI), _decode(handle)[2]
         gi = next((gi for gi in gpu.gis if gi.id == gi_id), None)
         if gi is None:
             raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale GPU instance handle")
         return gpu, gi
 
-    def _ci(self, state: NodeState, handle: Any, kind_expected: int) -> tuple[SimGpu, SimGi, SimCi]:
-        kind, gpu_index, gi_id, ci_id = _decode(handle)
-        if kind != kind_expected:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "wrong handle kind")
-        gpu = self._gpu(state, gpu_index)
-        require_mig(gpu)
+    def _ci(self, state: NodeState, handle: Any, kind: int) -> tuple[SimGpu, SimGi, SimCi]:
+        gpu, (_, _, gi_id, ci_id) = self._device_gpu(state, handle, kind), _decode(handle)
         pairs = ((gi, ci) for gi in gpu.gis for ci in gi.cis)
         found = next(((gi, ci) for gi, ci in pairs if (gi.id, ci.id) == (gi_id, ci_id)), None)
         if found is None:

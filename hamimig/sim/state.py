@@ -14,29 +14,42 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import errno
 import fcntl
-import functools
 import json
+import operator
 import os
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, NoReturn, cast
+
+from pydantic import (
+    AliasPath,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from hamimig.errors import HardwareError, UsageError
 from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES
+from hamimig.model import Model
 from hamimig.sim.files import (
     FILE_MODE,
     HOME_SUFFIX,
+    MINORS_CIS,
+    MINORS_GIS,
     NodeFiles,
     home_problem,
     no_node,
     not_a_node,
-    put,
     recorded_home,
     write_access,
     write_node_files,
@@ -74,137 +87,100 @@ NVML_ERROR_CODES: dict[str, int] = {
     "UNKNOWN": 999,
 }
 
-# Up to 32 GPUs, 15 GIs each, 8 CIs each: the shape of /proc/driver/nvidia-caps/mig-minors.
-MINORS_GPUS, MINORS_GIS, MINORS_CIS = 32, 15, 8
-
 Document = dict[str, Any]
 """The state's JSON form, as stored in the node's file."""
 
+MAX_CLOCK_OFFSET = 100 * 366 * 86400.0
 
-@dataclass
-class SimCi:
+
+class _Mutable(Model):
+    """The simulated node's parts change in place (a simulated call edits the locked state and
+    writes it back); loading one checks it as strictly as hamimig's own files."""
+
+    model_config = ConfigDict(frozen=False)
+
+
+class SimCi(_Mutable):
     """A compute instance: with its GI, one MIG device."""
 
     id: int
-    profile_id: int
-    mig_uuid: str
-    busy: set[BusyKind] = field(default_factory=set)
+    profile_id: int = Field(alias="profileId")
+    mig_uuid: str = Field(alias="migUUID")
+    busy: set[BusyKind] = Field(default_factory=set)
     """The kinds of process that run on it (`sim busy --kind`), each listed by its NVML call;
     any of them makes destroying it fail with IN_USE."""
 
-    def to_json(self) -> Document:
-        return {
-            "id": self.id,
-            "profileId": self.profile_id,
-            "migUUID": self.mig_uuid,
-            "busy": [kind.value for kind in BusyKind if kind in self.busy],
-        }
-
+    @field_validator("busy", mode="before")
     @classmethod
-    def from_json(cls, doc: Document) -> SimCi:
-        return cls(
-            int(doc["id"]), int(doc["profileId"]), str(doc["migUUID"]), _busy_kinds(doc.get("busy"))
-        )
+    def _kinds(cls, mark: object) -> set[BusyKind]:
+        """A list of kinds, or (files written before kinds) a boolean: true is compute."""
+        if mark is None or mark is False:
+            return set()
+        if mark is True:
+            return {BusyKind.COMPUTE}
+        if not isinstance(mark, list):
+            raise ValueError(f"busy mark {mark!r} is neither a list of kinds nor a boolean")
+        return {BusyKind(str(kind)) for kind in mark}
+
+    @field_serializer("busy")
+    def _in_order(self, busy: set[BusyKind]) -> list[str]:
+        return [kind.value for kind in BusyKind if kind in busy]
 
 
-def _busy_kinds(mark: Any) -> set[BusyKind]:
-    """A CI's busy mark: a list of kinds, or (files written before kinds) a boolean, where
-    true means compute processes."""
-    if mark is None or mark is False:
-        return set()
-    if mark is True:
-        return {BusyKind.COMPUTE}
-    if not isinstance(mark, list):
-        raise TypeError(f"busy mark {mark!r} is neither a list of kinds nor a boolean")
-    return {BusyKind(str(kind)) for kind in mark}
-
-
-@dataclass
-class SimGi:
+class SimGi(_Mutable):
     """A GPU instance at its placement (start and size in memory slices)."""
 
     id: int
-    profile_id: int
-    start: int
-    size: int
-    cis: list[SimCi] = field(default_factory=list)
+    profile_id: int = Field(alias="profileId")
+    start: int = Field(validation_alias=AliasPath("placement", "start"))
+    size: int = Field(validation_alias=AliasPath("placement", "size"))
+    cis: list[SimCi] = Field(alias="computeInstances")
     held: bool = False
     """A client holds the GI: destroying it fails with IN_USE (`sim busy --gi-only`)."""
-    held_for: str | None = None
+    held_for: str | None = Field(None, alias="heldFor", exclude_if=lambda name: name is None)
     """The MIG UUID `sim busy --gi-only` named, so `--clear` finds the GI after its CI is gone."""
 
     def overlaps(self, start: int, size: int) -> bool:
         return start < self.start + self.size and self.start < start + size
 
-    def to_json(self) -> Document:
-        out: Document = {
-            "id": self.id,
-            "profileId": self.profile_id,
-            "placement": {"start": self.start, "size": self.size},
-            "computeInstances": [ci.to_json() for ci in self.cis],
-            "held": self.held,
-        }
-        if self.held_for is not None:
-            out["heldFor"] = self.held_for
-        return out
-
-    @classmethod
-    def from_json(cls, doc: Document) -> SimGi:
-        placement = doc["placement"]
-        held_for = doc.get("heldFor")
-        return cls(
-            id=int(doc["id"]),
-            profile_id=int(doc["profileId"]),
-            start=int(placement["start"]),
-            size=int(placement["size"]),
-            cis=[SimCi.from_json(c) for c in doc["computeInstances"]],
-            held=bool(doc.get("held", False)),
-            held_for=None if held_for is None else str(held_for),
-        )
+    @model_serializer(mode="wrap")
+    def _placed(self, handler: SerializerFunctionWrapHandler) -> Document:
+        return _nest(handler(self), "placement", "start", "size")
 
 
-@dataclass
-class SimGpu:
+class SimGpu(_Mutable):
     """A GPU: its identity, MIG mode (current and pending a reset) and GPU instances."""
 
     index: int
     uuid: str
     model: str
     minor: int
-    mig_current: int = 1
-    mig_pending: int = 1
-    gis: list[SimGi] = field(default_factory=list)
+    mig_current: int = Field(validation_alias=AliasPath("migMode", "current"))
+    mig_pending: int = Field(validation_alias=AliasPath("migMode", "pending"))
+    gis: list[SimGi] = Field(alias="gpuInstances")
 
     @property
     def mig_enabled(self) -> bool:
         return self.mig_current == 1
 
-    def to_json(self) -> Document:
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "model": self.model,
-            "minor": self.minor,
-            "migMode": {"current": self.mig_current, "pending": self.mig_pending},
-            "gpuInstances": [gi.to_json() for gi in self.gis],
-        }
+    @model_validator(mode="after")
+    def _known_model(self) -> SimGpu:
+        if self.model not in MODELS:
+            raise ValueError(f"GPU {self.index} has unknown model {self.model!r}")
+        return self
 
-    @classmethod
-    def from_json(cls, doc: Document) -> SimGpu:
-        mode = doc["migMode"]
-        return cls(
-            index=int(doc["index"]),
-            uuid=str(doc["uuid"]),
-            model=str(doc["model"]),
-            minor=int(doc["minor"]),
-            mig_current=int(mode["current"]),
-            mig_pending=int(mode["pending"]),
-            gis=[SimGi.from_json(g) for g in doc["gpuInstances"]],
-        )
+    @model_serializer(mode="wrap")
+    def _modes(self, handler: SerializerFunctionWrapHandler) -> Document:
+        return _nest(handler(self), "migMode", "current", "pending", prefix="mig_")
 
 
-@dataclass
-class SimFault:
+def _nest(out: Document, key: str, *names: str, prefix: str = "") -> Document:
+    """The stored form groups some fields under one key (`placement`, `migMode`)."""
+    out[key] = {name: out.pop(prefix + name) for name in names}
+    return out
+
+
+class SimFault(_Mutable):
     """A pending fault: the next matching calls (after `skip`) fail or crash `times` times."""
 
     op: str
@@ -212,37 +188,55 @@ class SimFault:
     action: str
     times: int
     skip: int
-    gpu: int | None
+    gpu: int | None = None
 
-    def to_json(self) -> Document:
-        return dataclasses.asdict(self)
+    @model_validator(mode="after")
+    def _known(self) -> SimFault:
+        """What `sim fault add` refuses, a hand-edited node file may not hold either; the error
+        name is kept as NVML or errno spells it."""
+        is_file_op = self.op in FILE_OPS
+        if not is_file_op and not (self.op.startswith("nvml") and self.op.isidentifier()):
+            raise ValueError(
+                f"unknown fault op {self.op!r}: use a pynvml function name (e.g. "
+                f"nvmlGpuInstanceDestroy) or one of {', '.join(FILE_OPS)}"
+            )
+        if self.action not in FAULT_ACTIONS:
+            raise ValueError(
+                f"unknown fault action {self.action!r}: use one of {', '.join(FAULT_ACTIONS)}"
+            )
+        name = self.error.upper()
+        if is_file_op:
+            if not name.startswith("E") or not isinstance(getattr(errno, name, None), int):
+                raise ValueError(
+                    f"unknown errno name {name!r} for file op {self.op} (e.g. EIO, EACCES)"
+                )
+        elif (name := name.removeprefix("NVML_ERROR_")) not in NVML_ERROR_CODES:
+            raise ValueError(
+                f"unknown NVML error name {name!r}: use one of {', '.join(NVML_ERROR_CODES)}"
+            )
+        self.error = name
+        for what, count, least in (("times", self.times, 1), ("skip", self.skip, 0)):
+            if not least <= count <= MAX_FAULT_CALLS:
+                raise ValueError(
+                    f"a fault's {what} must be between {least} and {MAX_FAULT_CALLS}, not {count}"
+                )
+        return self
 
-    @classmethod
-    def from_json(cls, doc: Document) -> SimFault:
-        gpu = doc.get("gpu")
-        return cls(
-            str(doc["op"]),
-            str(doc["error"]),
-            str(doc["action"]),
-            int(doc["times"]),
-            int(doc["skip"]),
-            None if gpu is None else int(gpu),
-        )
 
+class NodeState(_Mutable):
+    """The whole simulated node, as its file holds it."""
 
-@dataclass
-class NodeState:
-    """The whole simulated node."""
-
-    driver_version: str
+    kind: Literal["HamimigSimNode"] = "HamimigSimNode"
+    version: Literal[1] = 1
+    driver_version: str = Field(alias="driverVersion")
     gpus: list[SimGpu]
-    faults: list[SimFault] = field(default_factory=list)
-    calls: dict[str, int] = field(default_factory=dict)
+    faults: list[SimFault]
+    calls: dict[str, int]
     """NVML calls counted so far, by function name (merged in from every process)."""
-    clock_offset: float = 0.0
+    clock_offset: float = Field(0.0, alias="clockOffsetSeconds", exclude_if=operator.not_)
     """Seconds the node's clock runs ahead of the host's (`sim clock`), so that tests of
     anything that depends on time move it instead of sleeping."""
-    home: str | None = None
+    home: str | None = Field(None, exclude_if=lambda name: name is None)
     """The name of the node's own directory beside its file (`files.node_home`); None for a
     node made before homes, or one held in memory."""
 
@@ -252,52 +246,32 @@ class NodeState:
         major = self.driver_version.split(".", 1)[0]
         return major.isdigit() and int(major) < FIRST_NEW_UUID_DRIVER
 
-    def to_json(self) -> Document:
-        doc: Document = {
-            "kind": "HamimigSimNode",
-            "version": SCHEMA_VERSION,
-            "driverVersion": self.driver_version,
-            "gpus": [g.to_json() for g in self.gpus],
-            "faults": [f.to_json() for f in self.faults],
-            "calls": dict(self.calls),
-        }
-        if self.clock_offset:
-            doc["clockOffsetSeconds"] = self.clock_offset
-        if self.home is not None:
-            doc["home"] = self.home
-        return doc
-
+    @field_validator("clock_offset", mode="before")
     @classmethod
-    def from_json(cls, doc: Document) -> NodeState:
-        """Raises KeyError, TypeError or ValueError on a malformed document."""
-        return cls(
-            driver_version=str(doc["driverVersion"]),
-            gpus=[SimGpu.from_json(g) for g in doc["gpus"]],
-            faults=[SimFault.from_json(f) for f in doc["faults"]],
-            calls={str(k): int(v) for k, v in doc["calls"].items()},
-            clock_offset=_offset(doc.get("clockOffsetSeconds", 0.0)),
-            home=_home(doc.get("home")),
-        )
+    def _within_a_century(cls, value: object) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not -MAX_CLOCK_OFFSET <= value <= MAX_CLOCK_OFFSET  # NaN fails this too
+        ):
+            raise ValueError(f"clockOffsetSeconds must be seconds within a century, not {value!r}")
+        return float(value)
+
+    @field_validator("home")
+    @classmethod
+    def _beside(cls, name: str | None) -> str | None:
+        problem = None if name is None else home_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
 
 
-def _home(value: object) -> str | None:
-    problem = None if value is None else home_problem(value)
-    if problem is not None:
-        raise UsageError(problem)
-    return None if value is None else str(value)
-
-
-def _offset(value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not -MAX_CLOCK_OFFSET <= value <= MAX_CLOCK_OFFSET  # NaN fails this too
-    ):
-        raise UsageError(f"clockOffsetSeconds must be seconds within a century, not {value!r}")
-    return float(value)
-
-
-MAX_CLOCK_OFFSET = 100 * 366 * 86400.0
+def problem(exc: ValidationError) -> str:
+    """The first thing wrong with a node, in the words of the check that found it."""
+    error = exc.errors(include_url=False)[0]
+    cause = error.get("ctx", {}).get("error")
+    where = ".".join(map(str, error["loc"]))
+    return str(cause) if cause is not None else f"{where}: {error['msg']}"
 
 
 class SimNvmlFailure(Exception):
@@ -309,28 +283,21 @@ class SimNvmlFailure(Exception):
         self.detail = detail
 
 
-def capability_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
-    """The minor `mig-minors` gives `gpu<minor>/gi<gi>[/ci<ci>]/access` on a simulated node."""
-    per_gi = 1 + MINORS_CIS
-    return 3 + gpu_minor * MINORS_GIS * per_gi + gi * per_gi + (0 if ci is None else 1 + ci)
-
-
-@functools.cache
-def mig_minors_text() -> str:
-    """The content of a driver's `mig-minors` file for every possible GPU minor."""
-    lines = ["config 1", "monitor 2"]
-    for gpu in range(MINORS_GPUS):
-        for gi in range(MINORS_GIS):
-            lines.append(f"gpu{gpu}/gi{gi}/access {capability_minor(gpu, gi)}")
-            for ci in range(MINORS_CIS):
-                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {capability_minor(gpu, gi, ci)}")
-    return "\n".join(lines) + "\n"
-
-
 def new_node(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> NodeState:
     """A fresh node: COUNT GPUs of MODEL, MIG enabled, no instances."""
-    gpus = [SimGpu(i, f"GPU-{uuid.uuid4()}", model.key, i) for i in range(count)]
-    return NodeState(driver_version, gpus)
+    gpus = [
+        SimGpu(
+            index=i,
+            uuid=f"GPU-{uuid.uuid4()}",
+            model=model.key,
+            minor=i,
+            mig_current=1,
+            mig_pending=1,
+            gis=[],
+        )
+        for i in range(count)
+    ]
+    return NodeState(driver_version=driver_version, gpus=gpus, faults=[], calls={})
 
 
 def new_state(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> Document:
@@ -397,17 +364,14 @@ class SimStore:
         self._lock = home / LOCK_FILE
         with self._locked(made=False):
             self._pending.clear()  # counts of the node this one replaces
-            self._write(state)
-        files = self._files = NodeFiles.within(home)
-        put(files.mig_minors, mig_minors_text())
-        gpus = [g.to_json() for g in state.gpus]
-        write_node_files(files, gpus, state.driver_version, capability_minor)
+            self.save_now(state)
+        self._files = NodeFiles.within(home)
+        write_node_files(self._files, [g.to_json() for g in state.gpus], state.driver_version)
 
     def publish_capability(self, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> None:
         """Write the `access` file the driver publishes for a new GI or CI (file-backed only)."""
-        files = self.files
-        if files is not None and gpu_minor < MINORS_GPUS and gi_id < MINORS_GIS:
-            write_access(files, gpu_minor, gi_id, ci_id, capability_minor(gpu_minor, gi_id, ci_id))
+        if self.files is not None:
+            write_access(self.files, gpu_minor, gi_id, ci_id)
 
     def count(self, name: str) -> None:
         """Count one NVML call, to be merged into the stored state at the next write."""
@@ -491,23 +455,14 @@ class SimStore:
         back whatever it changes (`Session.dirty`), so the object and the text stay equal."""
         path = self.path
         raw = None if path is None else self._raw()
-        if shared and path is not None and raw is not None:
-            cached = _PARSED.get(path)
-            if cached is not None and cached[0] == raw:
-                return cached[1]
-        doc = self._document(raw)
-        where = "the in-memory simulated node" if path is None else str(path)
+        cached = _PARSED.get(path) if shared and path is not None else None
+        if cached is not None and cached[0] == raw:
+            return cached[1]
         try:
-            state = NodeState.from_json(doc)
-            for gpu in state.gpus:
-                if gpu.model not in MODELS:
-                    raise ValueError(f"GPU {gpu.index} has unknown model {gpu.model!r}")
-            for fault in state.faults:
-                normalise_fault(**dataclasses.asdict(fault))
-        except UsageError as exc:
-            raise UsageError(f"{where} is malformed: {exc.message}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise UsageError(f"{where} is malformed: {type(exc).__name__} {exc}") from None
+            state = NodeState.model_validate(self._document(raw))
+        except ValidationError as exc:
+            where = "the in-memory simulated node" if path is None else str(path)
+            raise UsageError(f"{where} is malformed: {problem(exc)}") from None
         if shared and path is not None and raw is not None:
             _remember(path, raw, state)
         return state
@@ -537,10 +492,6 @@ class SimStore:
         else:
             _remember(self.path, text, state)
 
-    def _write(self, state: NodeState) -> None:
-        self._merge(state.calls)
-        self._write_document(state.to_json(), state)
-
     def _guard(self) -> contextlib.AbstractContextManager[None]:
         """The node's lock; nothing to lock for a node held in memory."""
         return contextlib.nullcontext() if self.path is None else self._locked()
@@ -564,7 +515,7 @@ class SimStore:
                 yield session
             finally:
                 if session.dirty:
-                    self._write(session.state)
+                    self.save_now(session.state)
                 elif self.path is None:
                     self._merge(self._document()["calls"])
                 elif before is not None and session.state.to_json() != before:
@@ -590,8 +541,10 @@ class SimStore:
                 self._write_document(doc)
 
     def save_now(self, state: NodeState) -> None:
-        """Write the state immediately (inside a session, before a simulated crash)."""
-        self._write(state)
+        """Write the state (with this process's counts) now: at the end of a session that
+        changed it, or inside one before a simulated crash."""
+        self._merge(state.calls)
+        self._write_document(state.to_json(), state)
 
     def publish_counts(self) -> None:
         """`flush` where the node can be written (at `nvmlShutdown`). The counts are
@@ -663,43 +616,33 @@ def fault_armed(state: NodeState, op: str) -> bool:
 def normalise_fault(
     op: str, error: str | None, action: str, times: int, skip: int, gpu: int | None
 ) -> SimFault:
-    """Validate a fault as `sim fault add` receives it and return its stored form."""
-    is_file_op = op in FILE_OPS
-    if not is_file_op and not (op.startswith("nvml") and op.isidentifier()):
-        raise UsageError(
-            f"unknown fault op {op!r}: use a pynvml function name (e.g. nvmlGpuInstanceDestroy) "
-            f"or one of {', '.join(FILE_OPS)}"
+    """A fault as `sim fault add` receives it (no error: EIO or UNKNOWN), checked as stored."""
+    try:
+        return SimFault(
+            op=op,
+            error=error or ("EIO" if op in FILE_OPS else "UNKNOWN"),
+            action=action,
+            times=times,
+            skip=skip,
+            gpu=gpu,
         )
-    if action not in FAULT_ACTIONS:
-        raise UsageError(f"unknown fault action {action!r}: use one of {', '.join(FAULT_ACTIONS)}")
-    if is_file_op:
-        name = (error or "EIO").upper()
-        if not name.startswith("E") or not isinstance(getattr(errno, name, None), int):
-            raise UsageError(f"unknown errno name {name!r} for file op {op} (e.g. EIO, EACCES)")
-    else:
-        name = (error or "UNKNOWN").upper().removeprefix("NVML_ERROR_")
-        if name not in NVML_ERROR_CODES:
-            raise UsageError(
-                f"unknown NVML error name {name!r}: use one of {', '.join(NVML_ERROR_CODES)}"
-            )
-    if not 1 <= times <= MAX_FAULT_CALLS:
-        raise UsageError(f"a fault's times must be between 1 and {MAX_FAULT_CALLS}, not {times}")
-    if not 0 <= skip <= MAX_FAULT_CALLS:
-        raise UsageError(f"a fault's skip must be between 0 and {MAX_FAULT_CALLS}, not {skip}")
-    return SimFault(op, name, action, times, skip, gpu)
+    except ValidationError as exc:
+        raise UsageError(problem(exc)) from None
 
 
-def take_fault(state: NodeState, op: str, gpu: int | None) -> SimFault | None:
-    """Count one matching call against the faults and return the one that fires, if any: what
-    the caller must do instead of, or around, the operation.
-
-    Consumption is recorded in `state`; callers write it back before the fault takes effect,
-    so a later process never fires the same fault again.
-    """
+def fire(
+    store: SimStore,
+    state: NodeState,
+    op: str,
+    gpu: int | None,
+    fail: Callable[[SimFault], Exception],
+) -> SimFault | None:
+    """Count one call against the faults that name `op` (the caller marked its session dirty
+    when one does): the one that fires raises `fail(fault)`, or has the node saved, so that no
+    later process fires it again, and ends the process before the call; a crash-after fault
+    comes back for the caller to end it after the call."""
     for fault in state.faults:
-        if fault.op != op:
-            continue
-        if fault.gpu is not None and fault.gpu != gpu:
+        if fault.op != op or fault.gpu not in (None, gpu):
             continue
         if fault.skip > 0:
             fault.skip -= 1
@@ -707,13 +650,23 @@ def take_fault(state: NodeState, op: str, gpu: int | None) -> SimFault | None:
         fault.times -= 1
         if fault.times <= 0:
             state.faults.remove(fault)
+        if fault.action == "raise":
+            raise fail(fault)
+        store.save_now(state)
+        if fault.action == "crash-before":
+            crash()
         return fault
     return None
 
 
-def crash() -> None:
+def crash() -> NoReturn:
     """End the process at once, as kill -9 would: no cleanup, no buffered output."""
     os._exit(CRASH_EXIT_STATUS)
+
+
+def _os_error(fault: SimFault) -> OSError:
+    code = getattr(errno, fault.error)
+    return OSError(code, os.strerror(code), f"<simulated fault on {fault.op}>")
 
 
 def run_file_op(store: SimStore, op: str, perform: Callable[[], None]) -> None:
@@ -724,20 +677,10 @@ def run_file_op(store: SimStore, op: str, perform: Callable[[], None]) -> None:
     """
     op = op.value if isinstance(op, FileOpName) else op  # messages name it as `--op` does
     with store.session() as session:
-        state = session.state
-        session.dirty = fault_armed(state, op)
-        fault = take_fault(state, op, None) if session.dirty else None
-        if fault is None:
-            pass
-        elif fault.action == "raise":
-            code = getattr(errno, fault.error)
-            raise OSError(code, os.strerror(code), f"<simulated fault on {op}>")
-        else:
-            store.save_now(state)
-            if fault.action == "crash-before":
-                crash()
+        session.dirty = fault_armed(session.state, op)
+        fault = fire(store, session.state, op, None, _os_error)
     perform()
-    if fault is not None and fault.action == "crash-after":
+    if fault is not None:
         crash()
 
 
@@ -802,7 +745,8 @@ def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
             NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"],
             f"{profile.name} allows at most {profile.max_instances} instance(s)",
         )
-    gi = SimGi(gi_id_for(gpu, profile.size, start), profile_id, start, profile.size)
+    gi_id = gi_id_for(gpu, profile.size, start)
+    gi = SimGi(id=gi_id, profile_id=profile_id, start=start, size=profile.size, cis=[])
     gpu.gis.append(gi)
     gpu.gis.sort(key=lambda g: g.id)
     return gi
@@ -834,7 +778,7 @@ def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int, old_uuid: bool = False
     # A fresh random UUID every time, so a recreated instance never passes for the old one;
     # an old driver's name is its place, and a recreated instance does carry the old name.
     name = f"MIG-{gpu.uuid}/{gi.id}/{ci_id}" if old_uuid else f"MIG-{uuid.uuid4()}"
-    ci = SimCi(ci_id, ci_profile_id, name)
+    ci = SimCi(id=ci_id, profile_id=ci_profile_id, mig_uuid=name)
     gi.cis.append(ci)
     gi.cis.sort(key=lambda c: c.id)
     return ci
