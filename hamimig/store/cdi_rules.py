@@ -195,8 +195,9 @@ def _check_objects(
     problems = [
         f"{where}[{i}] must be an object" for i, v in enumerate(value) if not isinstance(v, dict)
     ]
-    for i, item in enumerate(v for v in value if isinstance(v, dict)):  # numbered among objects
-        problems += check(item, f"{where}[{i}]")
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            problems += check(item, f"{where}[{i}]")
     return problems
 
 
@@ -229,7 +230,7 @@ def _check_node(node: dict[str, Any], where: str) -> list[str]:
     if host_path is not None and not isinstance(host_path, str):
         problems.append(f"{where}: hostPath must be a string")
     node_type = node.get("type", "")
-    if node_type not in _NODE_TYPES:
+    if not isinstance(node_type, str) or node_type not in _NODE_TYPES:
         problems.append(f"{where}: invalid device type {node_type!r} (use b, c, u or p)")
     perms = node.get("permissions", "")
     if not isinstance(perms, str) or any(c not in "rwm" for c in perms):
@@ -263,7 +264,7 @@ def _check_mount(mount: dict[str, Any], where: str) -> list[str]:
 
 def _check_hook(hook: dict[str, Any], where: str) -> list[str]:
     problems = _unknown(hook, _HOOK_FIELDS, where)
-    if hook.get("hookName") not in _HOOK_NAMES:
+    if not isinstance(hook.get("hookName"), str) or hook["hookName"] not in _HOOK_NAMES:
         problems.append(f"{where}: invalid hook name {hook.get('hookName')!r}")
     if not isinstance(hook.get("path"), str) or not hook.get("path"):
         problems.append(f"{where}: missing hook path")
