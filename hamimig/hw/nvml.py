@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -116,15 +116,8 @@ class NvmlHardware:
     def _wrap(self, call: str, exc: Any) -> NvmlError:
         return NvmlError(call, self._name_of(exc), int(getattr(exc, "value", -1)))
 
-    def _c(self, call: str, *args: Any) -> Any:
-        fn: Callable[..., Any] = getattr(self._nv, call)
-        try:
-            return fn(*args)
-        except self._nv.NVMLError as exc:
-            raise self._wrap(call, exc) from None
-
-    def _try(self, call: str, *args: Any, absent: tuple[str, ...]) -> Any | None:
-        """Like `_c`, but the NVML errors named in `absent` mean "nothing there" (None)."""
+    def _c(self, call: str, *args: Any, absent: tuple[str, ...] = ()) -> Any:
+        """`call(*args)`; the NVML errors named in `absent` mean "nothing there" (None)."""
         fn: Callable[..., Any] = getattr(self._nv, call)
         try:
             return fn(*args)
@@ -144,7 +137,7 @@ class NvmlHardware:
     def _handle(self, index: int) -> Any:
         handle = self._handles.get(index)
         if handle is None:
-            handle = self._try(
+            handle = self._c(
                 "nvmlDeviceGetHandleByIndex", index, absent=("INVALID_ARGUMENT", "NOT_FOUND")
             )
             if handle is None:
@@ -189,7 +182,7 @@ class NvmlHardware:
         return self._modes(self._handle(gpu))
 
     def _modes(self, handle: Any) -> tuple[MigMode, MigMode]:
-        modes = self._try("nvmlDeviceGetMigMode", handle, absent=("NOT_SUPPORTED",))
+        modes = self._c("nvmlDeviceGetMigMode", handle, absent=("NOT_SUPPORTED",))
         if modes is None:
             return MigMode.UNSUPPORTED, MigMode.UNSUPPORTED
         current, pending = modes
@@ -203,7 +196,7 @@ class NvmlHardware:
         for gpu in self._gpus.values():
             if gpu.uuid == uuid:
                 return gpu
-        handle = self._try(
+        handle = self._c(
             "nvmlDeviceGetHandleByUUID", uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
         )
         if handle is None or self._is_mig(handle):
@@ -225,7 +218,7 @@ class NvmlHardware:
         handle = self._handle(gpu)
         first = cache[-1][0] + 1 if cache else 0
         for index in range(first, int(self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT)):
-            info = self._try(
+            info = self._c(
                 "nvmlDeviceGetGpuInstanceProfileInfo",
                 handle,
                 index,
@@ -315,8 +308,7 @@ class NvmlHardware:
         for profile_id in self._profile_ids(gpu):
             for gi_handle in self._gpu_instances(handle, profile_id):
                 gi_info = self._c("nvmlGpuInstanceGetInfo", gi_handle)
-                placement = Placement(int(gi_info.placement.start), int(gi_info.placement.size))
-                gis.append((int(gi_info.id), int(gi_info.profileId), placement))
+                gis.append((int(gi_info.id), int(gi_info.profileId), _placement(gi_info)))
         cis: dict[int, list[ComputeInstance]] = {}
         walked: dict[int, tuple[int, int]] = {}
         for index, gi_id, ci_id, mig_uuid, spans in self._mig_walk(handle):
@@ -350,7 +342,7 @@ class NvmlHardware:
         """(index, GI ID, CI ID, MIG UUID, whether the CI spans its GI) of every MIG device;
         empty indexes are skipped. Four calls per MIG device."""
         for index in range(self._max_mig_devices(handle)):
-            mig = self._try(
+            mig = self._c(
                 "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
             )
             if mig is None:
@@ -371,13 +363,13 @@ class NvmlHardware:
         the handle kept here: compute, graphics and MPS processes; and `mig_modes` one, to warn
         of a pending MIG mode change).
         """
-        mig = self._try(
+        mig = self._c(
             "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
         )
         if mig is None:
             return None
         # A GPU UUID passed by mistake is not a MIG device: these calls refuse it.
-        gi_id = self._try(
+        gi_id = self._c(
             "nvmlDeviceGetGpuInstanceId", mig, absent=("NOT_SUPPORTED", "INVALID_ARGUMENT")
         )
         if gi_id is None:
@@ -400,17 +392,17 @@ class NvmlHardware:
             gpu_instance_id=int(gi_id),
             compute_instance_id=ci_id,
             profile_id=int(gi_info.profileId),
-            placement=Placement(int(gi_info.placement.start), int(gi_info.placement.size)),
+            placement=_placement(gi_info),
             spans_gi=spans,
         )
 
     def profile_name(self, gpu: int, profile_id: int) -> str | None:
         """The name of a profile ID in one call where the driver offers the by-ID lookup."""
-        for _, info in self._profile_infos.get(gpu, []):  # already read by a scan
-            if info is not None and int(info.id) == profile_id:
-                return self._name(info)
+        info = _with_id(self._profile_infos.get(gpu, []), profile_id)  # read by a scan
+        if info is not None:
+            return self._name(info)
         if hasattr(self._nv, "nvmlDeviceGetGpuInstanceProfileInfoById"):
-            info = self._try(
+            info = self._c(
                 "nvmlDeviceGetGpuInstanceProfileInfoById",
                 self._handle(gpu),
                 profile_id,
@@ -418,10 +410,8 @@ class NvmlHardware:
             )
             if info is not None:
                 return self._name(info)
-        for _, info in self._infos(gpu):  # older drivers: walk the profile indexes
-            if info is not None and int(info.id) == profile_id:
-                return self._name(info)
-        return None
+        info = _with_id(self._infos(gpu), profile_id)  # older drivers: walk the profile indexes
+        return None if info is None else self._name(info)
 
     # --- mutations -----------------------------------------------------------------------------
 
@@ -485,7 +475,7 @@ class NvmlHardware:
             first = [predicted] + [i for i in empty if i != predicted]
             order = [i for i in first if i < total] + [i for i in order if i not in first]
         for index in order:
-            mig = self._try(
+            mig = self._c(
                 "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
             )
             if mig is None or int(self._c("nvmlDeviceGetGpuInstanceId", mig)) != gi_id:
@@ -503,9 +493,9 @@ class NvmlHardware:
         return cached
 
     def _gi_slices(self, gpu: int, profile_id: int) -> int:
-        for _, info in self._infos(gpu):
-            if info is not None and int(info.id) == profile_id:
-                return int(info.sliceCount)
+        info = _with_id(self._infos(gpu), profile_id)
+        if info is not None:
+            return int(info.sliceCount)
         raise UsageError(f"GPU {gpu} has no GPU instance profile with ID {profile_id}")
 
     def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
@@ -543,7 +533,7 @@ class NvmlHardware:
         """
         mig = self._mig_handles.get(mig_uuid)
         if mig is None:
-            mig = self._try("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
+            mig = self._c("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
         if mig is None:
             return 0
         return len(self._process_ids(mig))
@@ -583,3 +573,12 @@ class NvmlHardware:
     def capability_minors(self, gpu_minor: int, gi_id: int, ci_id: int) -> CapabilityMinors:
         """`grep gpu<minor>/gi<gi> /proc/driver/nvidia-caps/mig-minors`"""
         return self._minors.lookup(gpu_minor, gi_id, ci_id)
+
+
+def _placement(gi_info: Any) -> Placement:
+    return Placement(int(gi_info.placement.start), int(gi_info.placement.size))
+
+
+def _with_id(infos: Iterable[tuple[int, Any]], profile_id: int) -> Any | None:
+    """The first profile info of `infos` (index, info or None) with this profile ID."""
+    return next((i for _, i in infos if i is not None and int(i.id) == profile_id), None)

@@ -26,9 +26,7 @@ from hamimig.store.files import (
     FileOp,
     Problem,
     StoreFiles,
-    check_dir,
     describe_entry,
-    list_names,
     no_faults,
 )
 from hamimig.vocabulary import FileOpName
@@ -210,6 +208,7 @@ class CdiStore(StoreFiles):
     """
 
     store = "cdi-spec"
+    prefix, suffix = SPEC_PREFIX, SPEC_SUFFIX
     file_mode = SPEC_MODE
     dir_mode = CDI_DIR_MODE
 
@@ -233,14 +232,6 @@ class CdiStore(StoreFiles):
         if self._lookup is None:
             self._lookup = self._base() if self._base is not None else BaseLookup(NONE)
         return self._lookup
-
-    def cannot_render(self) -> str | None:
-        """Why no spec can be composed now (no or a bad base spec), or None."""
-        lookup = self.lookup()
-        return lookup.problem if lookup.composes and lookup.base is None else None
-
-    def owns(self, name: str) -> bool:
-        return name.startswith(SPEC_PREFIX) and name.endswith(SPEC_SUFFIX)
 
     def subject(self, name: str) -> str:
         """`mig-<sha256>`: the spec's device name."""
@@ -402,9 +393,7 @@ class CdiStore(StoreFiles):
 
     def list_ours(self) -> list[str]:
         """File names of every per-instance spec in the directory, ours or HAMi's (same names)."""
-        if not check_dir(self.directory):
-            return []
-        return list_names(self.directory, SPEC_PREFIX, SPEC_SUFFIX)
+        return self.names()
 
 
 def _json_document(data: bytes) -> dict[str, Any]:

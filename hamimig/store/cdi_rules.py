@@ -61,22 +61,12 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 def edits_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The spec-level edits and every device's edits (whatever of them are objects)."""
-    found: list[dict[str, Any]] = []
-    edits = spec.get("containerEdits")
-    if isinstance(edits, dict):
-        found.append(edits)
-    for device in devices_of(spec):
-        edits = device.get("containerEdits")
-        if isinstance(edits, dict):
-            found.append(edits)
-    return found
+    edits = [spec.get("containerEdits"), *(d.get("containerEdits") for d in devices_of(spec))]
+    return [e for e in edits if isinstance(e, dict)]
 
 
 def devices_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    devices = spec.get("devices")
-    if not isinstance(devices, list):
-        return []
-    return [d for d in devices if isinstance(d, dict)]
+    return dicts(spec.get("devices"))
 
 
 def dicts(value: Any) -> list[dict[str, Any]]:
