@@ -474,3 +474,7 @@ class SingleFile(StoreFiles):
     @property
     def path(self) -> Path:
         return self.directory / self.file_name
+
+    def read_one(self, decode: Callable[[bytes], T]) -> T | Problem | None:
+        """The file decoded (`read_file`); None when it or the directory is absent."""
+        return self.read_file(self.file_name, decode) if check_dir(self.directory) else None
