@@ -199,15 +199,12 @@ class NvmlHardware:
         handle = self._c(
             "nvmlDeviceGetHandleByUUID", uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
         )
-        if handle is None or self._is_mig(handle):
+        is_mig = handle is not None and self._c("nvmlDeviceIsMigDeviceHandle", handle)
+        if handle is None or getattr(is_mig, "value", is_mig):
             raise UsageError(f"no GPU {uuid} on this node")
         index = int(self._c("nvmlDeviceGetIndex", handle))
         self._handles[index] = handle
         return self.gpu(index)
-
-    def _is_mig(self, handle: Any) -> bool:
-        flag = self._c("nvmlDeviceIsMigDeviceHandle", handle)
-        return bool(getattr(flag, "value", flag))
 
     # --- profiles ------------------------------------------------------------------------------
 
@@ -243,17 +240,14 @@ class NvmlHardware:
                 raise self._wrap(call, exc) from None
             return [array[i] for i in range(count.value)]
 
-    def _placements(self, gpu: int, profile_id: int) -> tuple[Placement, ...]:
-        found = self._array(
+    def _profile(self, gpu: int, index: int, info: Any) -> GiProfile:
+        placements = self._array(
             "nvmlDeviceGetGpuInstancePossiblePlacements",
             self._nv.c_nvmlGpuInstancePlacement_t,
             _PLACEMENT_ARRAY,
             self._handle(gpu),
-            profile_id,
+            int(info.id),
         )
-        return tuple(Placement(p.start, p.size) for p in found)
-
-    def _profile(self, gpu: int, index: int, info: Any) -> GiProfile:
         return GiProfile(
             name=self._name(info),
             id=int(info.id),
@@ -261,7 +255,7 @@ class NvmlHardware:
             slice_count=int(info.sliceCount),
             memory_mb=int(info.memorySizeMB),
             max_instances=int(info.instanceCount),
-            placements=self._placements(gpu, int(info.id)),
+            placements=tuple(Placement(p.start, p.size) for p in placements),
         )
 
     def profiles(self, gpu: int) -> tuple[GiProfile, ...]:
@@ -306,7 +300,9 @@ class NvmlHardware:
         handle = self._handle(gpu)
         gis: list[tuple[int, int, Placement]] = []
         for profile_id in self._profile_ids(gpu):
-            for gi_handle in self._gpu_instances(handle, profile_id):
+            # GI handles of one profile (at most 7 per profile on today's boards).
+            args = (self._nv.c_nvmlGpuInstance_t, 8, handle, profile_id)
+            for gi_handle in self._array("nvmlDeviceGetGpuInstances", *args):
                 gi_info = self._c("nvmlGpuInstanceGetInfo", gi_handle)
                 gis.append((int(gi_info.id), int(gi_info.profileId), _placement(gi_info)))
         cis: dict[int, list[ComputeInstance]] = {}
@@ -327,11 +323,6 @@ class NvmlHardware:
             )
             for gi_id, profile_id, placement in sorted(gis, key=lambda g: (g[2].start, g[0]))
         )
-
-    def _gpu_instances(self, handle: Any, profile_id: int) -> list[Any]:
-        """GI handles of one profile (at most 7 per profile on today's boards)."""
-        args = (self._nv.c_nvmlGpuInstance_t, 8, handle, profile_id)
-        return self._array("nvmlDeviceGetGpuInstances", *args)
 
     def _spans_gi(self, mig: Any) -> bool:
         """One call: a CI with fewer compute slices than its GI leaves room for another's."""

@@ -51,9 +51,7 @@ def check_setting(value: Any) -> str | None:
     """Why a `cdi.baseSpec` value is unusable, or None."""
     if not isinstance(value, str) or not value:
         return f"must be auto, none or an absolute path, not {value!r}"
-    if value in (AUTO, NONE):
-        return None
-    if not value.startswith("/"):
+    if value not in (AUTO, NONE) and not value.startswith("/"):
         return f"{value!r} is not an absolute path (or auto, none)"
     return None
 
