@@ -234,23 +234,19 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
     with contextlib.closing(os.fdopen(fd, "rb", buffering=65536)) as f:
         left = os.fstat(f.fileno()).st_size  # what is appended while reading is the next reader's
         number = 0
+        raw = b"\n"
         while left > 0:
+            whole = raw.endswith(b"\n")  # else: the rest of a line too long, skipped
             raw = f.readline(min(left, MAX_LINE_BYTES + 1))
             if not raw:
                 break
             left -= len(raw)
-            number += 1
-            if not raw.endswith(b"\n"):
-                if len(raw) > MAX_LINE_BYTES:
-                    while left > 0 and not raw.endswith(b"\n"):  # skip the rest of it
-                        raw = f.readline(min(left, MAX_LINE_BYTES + 1))
-                        if not raw:
-                            break
-                        left -= len(raw)
-                yield number, None
-                continue
-            if raw.strip():
-                yield number, raw
+            if whole:
+                number += 1
+                if not raw.endswith(b"\n"):
+                    yield number, None  # too long, or torn
+                elif raw.strip():
+                    yield number, raw
 
 
 def _no_constant(name: str) -> object:
