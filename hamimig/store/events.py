@@ -116,16 +116,10 @@ class EventJournal(StoreFiles):
         line)."""
         if not check_dir(self.directory):
             return JournalHealth(0, 0, ())
-        files, size, problems = 0, 0, []
-        for name in (ROTATED_NAME, EVENTS_NAME):
-            found = _tail_problem(self.directory, name)
-            if found is None:
-                continue
-            files += 1
-            size += found[0]
-            if found[1] is not None:
-                problems.append(self.problem(name, found[1]))
-        return JournalHealth(files, size, tuple(problems))
+        names = (ROTATED_NAME, EVENTS_NAME)
+        found = {n: tail for n in names if (tail := _tail_problem(self.directory, n)) is not None}
+        problems = tuple(self.problem(n, why) for n, (_, why) in found.items() if why is not None)
+        return JournalHealth(len(found), sum(size for size, _ in found.values()), problems)
 
     def read(
         self, select: Callable[[Event], bool] | None = None, last: int | None = None
