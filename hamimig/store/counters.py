@@ -110,13 +110,10 @@ def decode_stored(data: bytes) -> _Stored:
 def encode_counters(
     values: dict[str, dict[str, int]], timestamps: dict[str, int] | None = None
 ) -> bytes:
-    counters: dict[str, object] = {}
-    for name in sorted(values):
-        by_label = values[name]
-        if set(by_label) == {NO_LABEL}:
-            counters[name] = by_label[NO_LABEL]
-        else:
-            counters[name] = {k: by_label[k] for k in sorted(by_label)}
+    counters = {
+        name: by_label[NO_LABEL] if set(by_label) == {NO_LABEL} else dict(sorted(by_label.items()))
+        for name, by_label in sorted(values.items())
+    }
     doc: dict[str, object] = {"version": COUNTERS_VERSION, "counters": counters}
     if timestamps:
         doc["timestamps"] = {k: timestamps[k] for k in sorted(timestamps)}

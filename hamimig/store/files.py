@@ -285,10 +285,7 @@ def _read_opened(fd: int) -> bytes:
             raise ValueError(f"is {st.st_size} bytes, larger than any hamimig file")
         chunks: list[bytes] = []
         total = 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
+        while chunk := os.read(fd, 65536):
             total += len(chunk)
             if total > MAX_READ_BYTES:
                 raise ValueError("grew larger than any hamimig file while being read")
