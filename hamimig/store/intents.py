@@ -132,8 +132,7 @@ class IntentStore(StoreFiles):
         it is neither."""
         if _ID_RE.match(subject):
             return intent_file_name(subject)
-        plain = subject not in ("", ".", "..") and "/" not in subject and "\0" not in subject
-        if plain and self.owns(subject):
+        if self.owns(subject) and "/" not in subject and "\0" not in subject:
             return subject
         raise ValueError(f"not a valid intent ID: {subject!r}")
 
