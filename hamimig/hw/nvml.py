@@ -45,6 +45,7 @@ _OPTIONAL_PROCESS_LISTS = (
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetMPSComputeRunningProcesses",
 )
+_ABSENT_PROCESS_LIST = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND")
 
 
 def bindings() -> ModuleType:
@@ -534,15 +535,13 @@ class NvmlHardware:
         graphics and MPS lists may be absent (NOT_SUPPORTED or FUNCTION_NOT_FOUND, e.g. a MIG
         device without graphics, or bindings and drivers that lack the call), which means no
         process of that kind. Any other error raises, so the caller counts the device busy."""
-        pids = {int(p.pid) for p in self._process_list(_COMPUTE_PROCESSES, handle)}
-        for call in _OPTIONAL_PROCESS_LISTS:
+        pids: set[int] = set()
+        for call in (_COMPUTE_PROCESSES, *_OPTIONAL_PROCESS_LISTS):
             try:
-                found = self._process_list(call, handle)
+                pids.update(int(p.pid) for p in self._process_list(call, handle))
             except NvmlError as exc:
-                if exc.name not in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND"):
+                if call == _COMPUTE_PROCESSES or exc.name not in _ABSENT_PROCESS_LIST:
                     raise
-                found = []
-            pids.update(int(p.pid) for p in found)
         return pids
 
     def _process_list(self, call: str, handle: Any) -> list[Any]:
