@@ -148,8 +148,12 @@ def _allowlist_entry(item: Any, where: str) -> AllowlistEntry:
     if isinstance(item, dict):
         unknown = set(item) - {"models", "profiles"}
         if unknown:
+            try:
+                first = min(unknown)
+            except TypeError:  # keys of several types: YAML reads `1:` as a number
+                first = min(unknown, key=str)
             source, _, name = where.rpartition(": ")  # `where` is `<file>: <key>[<i>]`
-            raise UsageError(f"{source}: unknown key {sorted(unknown)[0]!r} in {name}")
+            raise UsageError(f"{source}: unknown key {first!r} in {name}")
         models, profiles = item.get("models", []), item.get("profiles", [])
         if _names(models) and _names(profiles):
             return AllowlistEntry(profiles=tuple(profiles), models=tuple(models))

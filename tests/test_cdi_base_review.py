@@ -20,7 +20,7 @@ import yaml
 
 from hamimig.store.cdi import validate_spec
 from hamimig.store.cdi_base import AUTO, CTK_KIND, PLUGIN_KIND, find_base, read_spec_file
-from tests.support.cdi import base_dir, base_file, load_base, spec_of
+from tests.support.cdi import base_dir, base_file, load_base, spec_of, spec_path
 from tests.support.cli import Cli, allocate, allocated
 from tests.support.node import sim_state
 from tests.support.nvml import CREATE_GI
@@ -192,3 +192,59 @@ def test_adoption_without_a_base_adopts_and_recover_writes_the_spec_later(
     assert again.exit_code == 0
     assert ("repair-cdi", mig) in [(a["action"], a["migUUID"]) for a in again.json()["actions"]]
     assert "libcuda" in json.dumps(spec_of(cli, mig))
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value", "problem"),
+    [
+        ("node", "type", {"c": 1}, "invalid device type {'c': 1}"),
+        ("node", "type", ["c"], "invalid device type ['c']"),
+        ("hook", "hookName", ["createContainer"], "invalid hook name ['createContainer']"),
+        ("hook", "hookName", {"name": "x"}, "invalid hook name {'name': 'x'}"),
+    ],
+)
+def test_an_object_or_list_where_the_base_wants_a_name_is_one_line(
+    cli: Cli, where: str, key: str, value: Any, problem: str
+) -> None:
+    """A JSON object or list where a spec wants a device type or a hook name used to be looked
+    up in a set of names: an internal error (unhashable type) instead of the spec's problem."""
+    base = load_base(cli)
+    edits = base["containerEdits"]
+    (edits["deviceNodes"] if where == "node" else edits["hooks"])[0][key] = value
+    base_file(cli).write_text(yaml.safe_dump(base))
+    ran = cli("allocate", "--pod", "ns/p", "--gpu", "0", "--profile", "1g.10gb")
+    assert ran.exit_code == 2, ran.stderr
+    assert problem in ran.stderr and "internal error" not in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1
+    assert creates(cli) == 0
+    [check] = [c for c in cli.json("doctor").json()["checks"] if c["name"] == "cdi-base"]
+    assert check["status"] == "fail" and problem in check["message"]
+
+
+def test_an_instance_spec_with_an_object_as_a_device_type_is_reported(cli: Cli) -> None:
+    mig = allocated(cli, "ns/p", "1g.10gb")
+    spec = spec_of(cli, mig)
+    spec["devices"][0]["containerEdits"]["deviceNodes"][0]["type"] = {"c": 1}
+    spec_path(cli, mig).write_text(json.dumps(spec))
+    ran = cli.json("doctor")
+    assert ran.exit_code == 5 and "internal error" not in ran.stdout
+    assert "runtimes reject it" in ran.stdout and "invalid device type" in ran.stdout
+    recovered = cli.json("recover", "--assume-no-pods", "--dry-run")
+    assert recovered.exit_code in (0, 5) and "internal error" not in recovered.stdout
+
+
+def test_problems_number_an_entry_by_its_place_in_the_list() -> None:
+    """`deviceNodes[1]` is the second entry even when the first is not an object (it used to be
+    numbered among the objects only, naming an entry that is not the one at fault)."""
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": CTK_KIND,
+        "devices": [{"name": "0", "containerEdits": {"deviceNodes": ["x", {"path": "rel"}]}}],
+        "containerEdits": {"hooks": [None, HOOK, {**HOOK, "hookName": "later"}]},
+    }
+    assert validate_spec(spec) == [
+        "devices[0].containerEdits.deviceNodes[0] must be an object",
+        "devices[0].containerEdits.deviceNodes[1]: device path 'rel' is not absolute",
+        "containerEdits.hooks[0] must be an object",
+        "containerEdits.hooks[2]: invalid hook name 'later'",
+    ]

@@ -109,3 +109,24 @@ def test_bad_config_is_a_usage_error_naming_it(tmp_path: Path, text: str, needle
 def test_bad_environment_value(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="HAMIMIG_CDI_ENABLED"):
         load_config(tmp_path / "absent.yaml", environ={"HAMIMIG_CDI_ENABLED": "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ("{1: x, other: y, profiles: [1g.10gb]}", "unknown key 1 in devices.nvidia."),
+        ("{other: y, 2.5: x, profiles: [1g.10gb]}", "unknown key 2.5 in devices.nvidia."),
+        ("{10: x, 9: y}", "unknown key 9 in devices.nvidia."),
+        ("{zeta: x, alpha: y}", "unknown key 'alpha' in devices.nvidia."),
+    ],
+)
+def test_unknown_allowlist_keys_of_mixed_types_are_one_line(
+    tmp_path: Path, entry: str, needle: str
+) -> None:
+    """YAML keys may be numbers beside strings: naming the first unknown one used to sort them
+    together (an internal error, TypeError) instead of a usage error naming one of them."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"devices:\n  nvidia:\n    migProfileAllowlist: [{entry}]\n")
+    code, out, _ = _show(path)
+    assert code == 2, out
+    assert needle in out and "internal" not in out

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,6 +45,7 @@ _OPTIONAL_PROCESS_LISTS = (
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetMPSComputeRunningProcesses",
 )
+_ABSENT_PROCESS_LIST = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND")
 
 
 def bindings() -> ModuleType:
@@ -116,15 +117,8 @@ class NvmlHardware:
     def _wrap(self, call: str, exc: Any) -> NvmlError:
         return NvmlError(call, self._name_of(exc), int(getattr(exc, "value", -1)))
 
-    def _c(self, call: str, *args: Any) -> Any:
-        fn: Callable[..., Any] = getattr(self._nv, call)
-        try:
-            return fn(*args)
-        except self._nv.NVMLError as exc:
-            raise self._wrap(call, exc) from None
-
-    def _try(self, call: str, *args: Any, absent: tuple[str, ...]) -> Any | None:
-        """Like `_c`, but the NVML errors named in `absent` mean "nothing there" (None)."""
+    def _c(self, call: str, *args: Any, absent: tuple[str, ...] = ()) -> Any:
+        """`call(*args)`; the NVML errors named in `absent` mean "nothing there" (None)."""
         fn: Callable[..., Any] = getattr(self._nv, call)
         try:
             return fn(*args)
@@ -144,7 +138,7 @@ class NvmlHardware:
     def _handle(self, index: int) -> Any:
         handle = self._handles.get(index)
         if handle is None:
-            handle = self._try(
+            handle = self._c(
                 "nvmlDeviceGetHandleByIndex", index, absent=("INVALID_ARGUMENT", "NOT_FOUND")
             )
             if handle is None:
@@ -189,7 +183,7 @@ class NvmlHardware:
         return self._modes(self._handle(gpu))
 
     def _modes(self, handle: Any) -> tuple[MigMode, MigMode]:
-        modes = self._try("nvmlDeviceGetMigMode", handle, absent=("NOT_SUPPORTED",))
+        modes = self._c("nvmlDeviceGetMigMode", handle, absent=("NOT_SUPPORTED",))
         if modes is None:
             return MigMode.UNSUPPORTED, MigMode.UNSUPPORTED
         current, pending = modes
@@ -203,18 +197,15 @@ class NvmlHardware:
         for gpu in self._gpus.values():
             if gpu.uuid == uuid:
                 return gpu
-        handle = self._try(
+        handle = self._c(
             "nvmlDeviceGetHandleByUUID", uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
         )
-        if handle is None or self._is_mig(handle):
+        is_mig = handle is not None and self._c("nvmlDeviceIsMigDeviceHandle", handle)
+        if handle is None or getattr(is_mig, "value", is_mig):
             raise UsageError(f"no GPU {uuid} on this node")
         index = int(self._c("nvmlDeviceGetIndex", handle))
         self._handles[index] = handle
         return self.gpu(index)
-
-    def _is_mig(self, handle: Any) -> bool:
-        flag = self._c("nvmlDeviceIsMigDeviceHandle", handle)
-        return bool(getattr(flag, "value", flag))
 
     # --- profiles ------------------------------------------------------------------------------
 
@@ -225,7 +216,7 @@ class NvmlHardware:
         handle = self._handle(gpu)
         first = cache[-1][0] + 1 if cache else 0
         for index in range(first, int(self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT)):
-            info = self._try(
+            info = self._c(
                 "nvmlDeviceGetGpuInstanceProfileInfo",
                 handle,
                 index,
@@ -250,17 +241,14 @@ class NvmlHardware:
                 raise self._wrap(call, exc) from None
             return [array[i] for i in range(count.value)]
 
-    def _placements(self, gpu: int, profile_id: int) -> tuple[Placement, ...]:
-        found = self._array(
+    def _profile(self, gpu: int, index: int, info: Any) -> GiProfile:
+        placements = self._array(
             "nvmlDeviceGetGpuInstancePossiblePlacements",
             self._nv.c_nvmlGpuInstancePlacement_t,
             _PLACEMENT_ARRAY,
             self._handle(gpu),
-            profile_id,
+            int(info.id),
         )
-        return tuple(Placement(p.start, p.size) for p in found)
-
-    def _profile(self, gpu: int, index: int, info: Any) -> GiProfile:
         return GiProfile(
             name=self._name(info),
             id=int(info.id),
@@ -268,7 +256,7 @@ class NvmlHardware:
             slice_count=int(info.sliceCount),
             memory_mb=int(info.memorySizeMB),
             max_instances=int(info.instanceCount),
-            placements=self._placements(gpu, int(info.id)),
+            placements=tuple(Placement(p.start, p.size) for p in placements),
         )
 
     def profiles(self, gpu: int) -> tuple[GiProfile, ...]:
@@ -313,10 +301,11 @@ class NvmlHardware:
         handle = self._handle(gpu)
         gis: list[tuple[int, int, Placement]] = []
         for profile_id in self._profile_ids(gpu):
-            for gi_handle in self._gpu_instances(handle, profile_id):
+            # GI handles of one profile (at most 7 per profile on today's boards).
+            args = (self._nv.c_nvmlGpuInstance_t, 8, handle, profile_id)
+            for gi_handle in self._array("nvmlDeviceGetGpuInstances", *args):
                 gi_info = self._c("nvmlGpuInstanceGetInfo", gi_handle)
-                placement = Placement(int(gi_info.placement.start), int(gi_info.placement.size))
-                gis.append((int(gi_info.id), int(gi_info.profileId), placement))
+                gis.append((int(gi_info.id), int(gi_info.profileId), _placement(gi_info)))
         cis: dict[int, list[ComputeInstance]] = {}
         walked: dict[int, tuple[int, int]] = {}
         for index, gi_id, ci_id, mig_uuid, spans in self._mig_walk(handle):
@@ -336,11 +325,6 @@ class NvmlHardware:
             for gi_id, profile_id, placement in sorted(gis, key=lambda g: (g[2].start, g[0]))
         )
 
-    def _gpu_instances(self, handle: Any, profile_id: int) -> list[Any]:
-        """GI handles of one profile (at most 7 per profile on today's boards)."""
-        args = (self._nv.c_nvmlGpuInstance_t, 8, handle, profile_id)
-        return self._array("nvmlDeviceGetGpuInstances", *args)
-
     def _spans_gi(self, mig: Any) -> bool:
         """One call: a CI with fewer compute slices than its GI leaves room for another's."""
         attrs = self._c("nvmlDeviceGetAttributes", mig)
@@ -350,7 +334,7 @@ class NvmlHardware:
         """(index, GI ID, CI ID, MIG UUID, whether the CI spans its GI) of every MIG device;
         empty indexes are skipped. Four calls per MIG device."""
         for index in range(self._max_mig_devices(handle)):
-            mig = self._try(
+            mig = self._c(
                 "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
             )
             if mig is None:
@@ -371,13 +355,13 @@ class NvmlHardware:
         the handle kept here: compute, graphics and MPS processes; and `mig_modes` one, to warn
         of a pending MIG mode change).
         """
-        mig = self._try(
+        mig = self._c(
             "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
         )
         if mig is None:
             return None
         # A GPU UUID passed by mistake is not a MIG device: these calls refuse it.
-        gi_id = self._try(
+        gi_id = self._c(
             "nvmlDeviceGetGpuInstanceId", mig, absent=("NOT_SUPPORTED", "INVALID_ARGUMENT")
         )
         if gi_id is None:
@@ -400,17 +384,17 @@ class NvmlHardware:
             gpu_instance_id=int(gi_id),
             compute_instance_id=ci_id,
             profile_id=int(gi_info.profileId),
-            placement=Placement(int(gi_info.placement.start), int(gi_info.placement.size)),
+            placement=_placement(gi_info),
             spans_gi=spans,
         )
 
     def profile_name(self, gpu: int, profile_id: int) -> str | None:
         """The name of a profile ID in one call where the driver offers the by-ID lookup."""
-        for _, info in self._profile_infos.get(gpu, []):  # already read by a scan
-            if info is not None and int(info.id) == profile_id:
-                return self._name(info)
+        info = _with_id(self._profile_infos.get(gpu, []), profile_id)  # read by a scan
+        if info is not None:
+            return self._name(info)
         if hasattr(self._nv, "nvmlDeviceGetGpuInstanceProfileInfoById"):
-            info = self._try(
+            info = self._c(
                 "nvmlDeviceGetGpuInstanceProfileInfoById",
                 self._handle(gpu),
                 profile_id,
@@ -418,10 +402,8 @@ class NvmlHardware:
             )
             if info is not None:
                 return self._name(info)
-        for _, info in self._infos(gpu):  # older drivers: walk the profile indexes
-            if info is not None and int(info.id) == profile_id:
-                return self._name(info)
-        return None
+        info = _with_id(self._infos(gpu), profile_id)  # older drivers: walk the profile indexes
+        return None if info is None else self._name(info)
 
     # --- mutations -----------------------------------------------------------------------------
 
@@ -485,7 +467,7 @@ class NvmlHardware:
             first = [predicted] + [i for i in empty if i != predicted]
             order = [i for i in first if i < total] + [i for i in order if i not in first]
         for index in order:
-            mig = self._try(
+            mig = self._c(
                 "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
             )
             if mig is None or int(self._c("nvmlDeviceGetGpuInstanceId", mig)) != gi_id:
@@ -503,9 +485,9 @@ class NvmlHardware:
         return cached
 
     def _gi_slices(self, gpu: int, profile_id: int) -> int:
-        for _, info in self._infos(gpu):
-            if info is not None and int(info.id) == profile_id:
-                return int(info.sliceCount)
+        info = _with_id(self._infos(gpu), profile_id)
+        if info is not None:
+            return int(info.sliceCount)
         raise UsageError(f"GPU {gpu} has no GPU instance profile with ID {profile_id}")
 
     def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
@@ -543,7 +525,7 @@ class NvmlHardware:
         """
         mig = self._mig_handles.get(mig_uuid)
         if mig is None:
-            mig = self._try("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
+            mig = self._c("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
         if mig is None:
             return 0
         return len(self._process_ids(mig))
@@ -553,15 +535,13 @@ class NvmlHardware:
         graphics and MPS lists may be absent (NOT_SUPPORTED or FUNCTION_NOT_FOUND, e.g. a MIG
         device without graphics, or bindings and drivers that lack the call), which means no
         process of that kind. Any other error raises, so the caller counts the device busy."""
-        pids = {int(p.pid) for p in self._process_list(_COMPUTE_PROCESSES, handle)}
-        for call in _OPTIONAL_PROCESS_LISTS:
+        pids: set[int] = set()
+        for call in (_COMPUTE_PROCESSES, *_OPTIONAL_PROCESS_LISTS):
             try:
-                found = self._process_list(call, handle)
+                pids.update(int(p.pid) for p in self._process_list(call, handle))
             except NvmlError as exc:
-                if exc.name not in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND"):
+                if call == _COMPUTE_PROCESSES or exc.name not in _ABSENT_PROCESS_LIST:
                     raise
-                found = []
-            pids.update(int(p.pid) for p in found)
         return pids
 
     def _process_list(self, call: str, handle: Any) -> list[Any]:
@@ -583,3 +563,12 @@ class NvmlHardware:
     def capability_minors(self, gpu_minor: int, gi_id: int, ci_id: int) -> CapabilityMinors:
         """`grep gpu<minor>/gi<gi> /proc/driver/nvidia-caps/mig-minors`"""
         return self._minors.lookup(gpu_minor, gi_id, ci_id)
+
+
+def _placement(gi_info: Any) -> Placement:
+    return Placement(int(gi_info.placement.start), int(gi_info.placement.size))
+
+
+def _with_id(infos: Iterable[tuple[int, Any]], profile_id: int) -> Any | None:
+    """The first profile info of `infos` (index, info or None) with this profile ID."""
+    return next((i for _, i in infos if i is not None and int(i.id) == profile_id), None)

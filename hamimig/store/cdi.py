@@ -26,9 +26,7 @@ from hamimig.store.files import (
     FileOp,
     Problem,
     StoreFiles,
-    check_dir,
     describe_entry,
-    list_names,
     no_faults,
 )
 from hamimig.vocabulary import FileOpName
@@ -181,12 +179,8 @@ def device_node_paths(spec: Any) -> set[str]:
     """Every device node path a spec gives a container (spec-level and per device)."""
     if not isinstance(spec, dict):
         return set()
-    paths = set()
-    for edits in edits_of(spec):
-        for node in dicts(edits.get("deviceNodes")):
-            if isinstance(node.get("path"), str):
-                paths.add(node["path"])
-    return paths
+    nodes = [n for edits in edits_of(spec) for n in dicts(edits.get("deviceNodes"))]
+    return {n["path"] for n in nodes if isinstance(n.get("path"), str)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,6 +204,7 @@ class CdiStore(StoreFiles):
     """
 
     store = "cdi-spec"
+    prefix, suffix = SPEC_PREFIX, SPEC_SUFFIX
     file_mode = SPEC_MODE
     dir_mode = CDI_DIR_MODE
 
@@ -221,10 +216,9 @@ class CdiStore(StoreFiles):
         file_op: FileOp = no_faults,
         base: Callable[[], BaseLookup] | None = None,
     ) -> None:
-        self.directory = directory
+        super().__init__(directory, file_op)
         self.kind = kind
         self.annotations = annotations
-        self.file_op = file_op
         self._base = base
         self._lookup: BaseLookup | None = None
 
@@ -233,14 +227,6 @@ class CdiStore(StoreFiles):
         if self._lookup is None:
             self._lookup = self._base() if self._base is not None else BaseLookup(NONE)
         return self._lookup
-
-    def cannot_render(self) -> str | None:
-        """Why no spec can be composed now (no or a bad base spec), or None."""
-        lookup = self.lookup()
-        return lookup.problem if lookup.composes and lookup.base is None else None
-
-    def owns(self, name: str) -> bool:
-        return name.startswith(SPEC_PREFIX) and name.endswith(SPEC_SUFFIX)
 
     def subject(self, name: str) -> str:
         """`mig-<sha256>`: the spec's device name."""
@@ -306,8 +292,8 @@ class CdiStore(StoreFiles):
         there. Raises as `spec_for` does when no spec can be composed.
         """
         wanted = self.spec_for(dev)
-        found = self.read(dev.mig_uuid)
-        if not isinstance(found, dict) or validate_spec(found):
+        found = self._valid(dev.mig_uuid)
+        if found is None:
             return False
         if not self.annotations:
             found = _without_hami_annotations(found, dev)
@@ -316,12 +302,17 @@ class CdiStore(StoreFiles):
     def usable(self, mig_uuid: str) -> bool:
         """Whether the spec on disk is one runtimes load and that defines this device (what is
         kept as it is when no base spec is available to compare it with)."""
-        found = self.read(mig_uuid)
-        if not isinstance(found, dict) or validate_spec(found):
-            return False
-        return found.get("kind") == self.kind and any(
-            d.get("name") == device_name(mig_uuid) for d in devices_of(found)
+        found = self._valid(mig_uuid)
+        return (
+            found is not None
+            and found.get("kind") == self.kind
+            and any(d.get("name") == device_name(mig_uuid) for d in devices_of(found))
         )
+
+    def _valid(self, mig_uuid: str) -> dict[str, Any] | None:
+        """The spec on disk when runtimes load it, else None."""
+        found = self.read(mig_uuid)
+        return found if isinstance(found, dict) and not validate_spec(found) else None
 
     def file_of_device(self, device: str) -> str:
         """The spec file name of device `mig-<sha256>`: what `subject` reads back."""
@@ -402,9 +393,7 @@ class CdiStore(StoreFiles):
 
     def list_ours(self) -> list[str]:
         """File names of every per-instance spec in the directory, ours or HAMi's (same names)."""
-        if not check_dir(self.directory):
-            return []
-        return list_names(self.directory, SPEC_PREFIX, SPEC_SUFFIX)
+        return self.names()
 
 
 def _json_document(data: bytes) -> dict[str, Any]:

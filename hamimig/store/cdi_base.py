@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.errors import UsageError
-from hamimig.store.cdi_rules import validate_spec
+from hamimig.store.cdi_rules import dicts, validate_spec
 from hamimig.store.files import read_input
 from hamimig.store.yamlload import load as load_yaml
 from hamimig.store.yamlload import refusing_duplicates
@@ -51,9 +51,7 @@ def check_setting(value: Any) -> str | None:
     """Why a `cdi.baseSpec` value is unusable, or None."""
     if not isinstance(value, str) or not value:
         return f"must be auto, none or an absolute path, not {value!r}"
-    if value in (AUTO, NONE):
-        return None
-    if not value.startswith("/"):
+    if value not in (AUTO, NONE) and not value.startswith("/"):
         return f"{value!r} is not an absolute path (or auto, none)"
     return None
 
@@ -115,16 +113,10 @@ class BaseSpec:
         return minors
 
 
-def _node_paths(nodes: Any) -> list[str]:
-    if not isinstance(nodes, list):
-        return []
-    return [n["path"] for n in nodes if isinstance(n, dict) and isinstance(n.get("path"), str)]
-
-
 def _gpu_nodes(nodes: Any) -> list[int | None]:
     """GPU minors of the GPU nodes, and None for each capability node."""
     out: list[int | None] = []
-    for path in _node_paths(nodes):
+    for path in (n["path"] for n in dicts(nodes) if isinstance(n.get("path"), str)):
         match = _GPU_NODE.match(path)
         if match:
             out.append(int(match.group(1)))

@@ -61,22 +61,12 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 def edits_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The spec-level edits and every device's edits (whatever of them are objects)."""
-    found: list[dict[str, Any]] = []
-    edits = spec.get("containerEdits")
-    if isinstance(edits, dict):
-        found.append(edits)
-    for device in devices_of(spec):
-        edits = device.get("containerEdits")
-        if isinstance(edits, dict):
-            found.append(edits)
-    return found
+    edits = [spec.get("containerEdits"), *(d.get("containerEdits") for d in devices_of(spec))]
+    return [e for e in edits if isinstance(e, dict)]
 
 
 def devices_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    devices = spec.get("devices")
-    if not isinstance(devices, list):
-        return []
-    return [d for d in devices if isinstance(d, dict)]
+    return dicts(spec.get("devices"))
 
 
 def dicts(value: Any) -> list[dict[str, Any]]:
@@ -195,8 +185,9 @@ def _check_objects(
     problems = [
         f"{where}[{i}] must be an object" for i, v in enumerate(value) if not isinstance(v, dict)
     ]
-    for i, item in enumerate(v for v in value if isinstance(v, dict)):  # numbered among objects
-        problems += check(item, f"{where}[{i}]")
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            problems += check(item, f"{where}[{i}]")
     return problems
 
 
@@ -229,7 +220,7 @@ def _check_node(node: dict[str, Any], where: str) -> list[str]:
     if host_path is not None and not isinstance(host_path, str):
         problems.append(f"{where}: hostPath must be a string")
     node_type = node.get("type", "")
-    if node_type not in _NODE_TYPES:
+    if not isinstance(node_type, str) or node_type not in _NODE_TYPES:
         problems.append(f"{where}: invalid device type {node_type!r} (use b, c, u or p)")
     perms = node.get("permissions", "")
     if not isinstance(perms, str) or any(c not in "rwm" for c in perms):
@@ -263,7 +254,7 @@ def _check_mount(mount: dict[str, Any], where: str) -> list[str]:
 
 def _check_hook(hook: dict[str, Any], where: str) -> list[str]:
     problems = _unknown(hook, _HOOK_FIELDS, where)
-    if hook.get("hookName") not in _HOOK_NAMES:
+    if not isinstance(hook.get("hookName"), str) or hook["hookName"] not in _HOOK_NAMES:
         problems.append(f"{where}: invalid hook name {hook.get('hookName')!r}")
     if not isinstance(hook.get("path"), str) or not hook.get("path"):
         problems.append(f"{where}: missing hook path")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from hamimig.errors import HamimigError
 from hamimig.store._fields import RecordError, check_uint, check_version, json_object, named
-from hamimig.store.files import Problem, SingleFile, check_dir
+from hamimig.store.files import Problem, SingleFile
 from hamimig.store.records import STATE_DIR_MODE
 
 COUNTERS_NAME = "counters.json"
@@ -54,9 +54,9 @@ class CounterValues:
     """What `counters.json` holds: name -> label value (`NO_LABEL` if none) -> count."""
 
     values: dict[str, dict[str, int]] = field(default_factory=dict)
-    problem: Problem | None = None
     timestamps: dict[str, int] = field(default_factory=dict)
     """Name -> Unix seconds (`LAST_RECONCILE`); absent: never set."""
+    problem: Problem | None = None
 
     def get(self, name: str, label: str | None = None) -> int:
         return self.values.get(name, {}).get(NO_LABEL if label is None else label, 0)
@@ -110,13 +110,10 @@ def decode_stored(data: bytes) -> _Stored:
 def encode_counters(
     values: dict[str, dict[str, int]], timestamps: dict[str, int] | None = None
 ) -> bytes:
-    counters: dict[str, object] = {}
-    for name in sorted(values):
-        by_label = values[name]
-        if set(by_label) == {NO_LABEL}:
-            counters[name] = by_label[NO_LABEL]
-        else:
-            counters[name] = {k: by_label[k] for k in sorted(by_label)}
+    counters = {
+        name: by_label[NO_LABEL] if set(by_label) == {NO_LABEL} else dict(sorted(by_label.items()))
+        for name, by_label in sorted(values.items())
+    }
     doc: dict[str, object] = {"version": COUNTERS_VERSION, "counters": counters}
     if timestamps:
         doc["timestamps"] = {k: timestamps[k] for k in sorted(timestamps)}
@@ -134,14 +131,10 @@ class Counters(SingleFile):
 
     def load(self) -> CounterValues:
         """The current counts; an absent file is all zeros, an unusable one zeros and a Problem."""
-        if not check_dir(self.directory):
-            return CounterValues()
-        loaded = self.read_file(COUNTERS_NAME, decode_stored)
+        loaded = self.read_one(decode_stored)
         if isinstance(loaded, Problem):
             return CounterValues(problem=loaded)
-        if loaded is None:
-            return CounterValues()
-        return CounterValues(loaded[0], timestamps=loaded[1])
+        return CounterValues() if loaded is None else CounterValues(*loaded)
 
     def bump(self, name: str, label: str | None = None, n: int = 1) -> None:
         """Add `n` to one counter and write the file atomically (0600).

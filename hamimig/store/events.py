@@ -116,16 +116,10 @@ class EventJournal(StoreFiles):
         line)."""
         if not check_dir(self.directory):
             return JournalHealth(0, 0, ())
-        files, size, problems = 0, 0, []
-        for name in (ROTATED_NAME, EVENTS_NAME):
-            found = _tail_problem(self.directory, name)
-            if found is None:
-                continue
-            files += 1
-            size += found[0]
-            if found[1] is not None:
-                problems.append(self.problem(name, found[1]))
-        return JournalHealth(files, size, tuple(problems))
+        names = (ROTATED_NAME, EVENTS_NAME)
+        found = {n: tail for n in names if (tail := _tail_problem(self.directory, n)) is not None}
+        problems = tuple(self.problem(n, why) for n, (_, why) in found.items() if why is not None)
+        return JournalHealth(len(found), sum(size for size, _ in found.values()), problems)
 
     def read(
         self, select: Callable[[Event], bool] | None = None, last: int | None = None
@@ -234,23 +228,19 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
     with contextlib.closing(os.fdopen(fd, "rb", buffering=65536)) as f:
         left = os.fstat(f.fileno()).st_size  # what is appended while reading is the next reader's
         number = 0
+        raw = b"\n"
         while left > 0:
+            whole = raw.endswith(b"\n")  # else: the rest of a line too long, skipped
             raw = f.readline(min(left, MAX_LINE_BYTES + 1))
             if not raw:
                 break
             left -= len(raw)
-            number += 1
-            if not raw.endswith(b"\n"):
-                if len(raw) > MAX_LINE_BYTES:
-                    while left > 0 and not raw.endswith(b"\n"):  # skip the rest of it
-                        raw = f.readline(min(left, MAX_LINE_BYTES + 1))
-                        if not raw:
-                            break
-                        left -= len(raw)
-                yield number, None
-                continue
-            if raw.strip():
-                yield number, raw
+            if whole:
+                number += 1
+                if not raw.endswith(b"\n"):
+                    yield number, None  # too long, or torn
+                elif raw.strip():
+                    yield number, raw
 
 
 def _no_constant(name: str) -> object:

@@ -222,24 +222,25 @@ def remove_file(directory: Path, name: str) -> bool:
     return True
 
 
+_NOT_REGULAR = (
+    (stat.S_ISLNK, "is a symbolic link (not followed)"),
+    (stat.S_ISDIR, "is a directory, not a regular file"),
+    (stat.S_ISFIFO, "is a FIFO, not a regular file"),
+    (stat.S_ISSOCK, "is a socket, not a regular file"),
+)
+
+
 def describe_entry(directory: Path, name: str) -> str | None:
     """Why `directory/name` cannot be one of our files (a symlink, a FIFO...), or None if regular.
 
     Loaders call this before reading so that a problem says what the entry is instead of a bare
     errno, and so that a symlink is reported without its target ever being touched.
     """
-    st = os.lstat(directory / name)
-    if stat.S_ISREG(st.st_mode):
+    mode = os.lstat(directory / name).st_mode
+    if stat.S_ISREG(mode):
         return None
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symbolic link (not followed)"
-    if stat.S_ISDIR(st.st_mode):
-        return "is a directory, not a regular file"
-    if stat.S_ISFIFO(st.st_mode):
-        return "is a FIFO, not a regular file"
-    if stat.S_ISSOCK(st.st_mode):
-        return "is a socket, not a regular file"
-    return "is a device or special file, not a regular file"
+    other = "is a device or special file, not a regular file"
+    return next((why for kind, why in _NOT_REGULAR if kind(mode)), other)
 
 
 def read_regular(directory: Path, name: str) -> bytes:
@@ -284,10 +285,7 @@ def _read_opened(fd: int) -> bytes:
             raise ValueError(f"is {st.st_size} bytes, larger than any hamimig file")
         chunks: list[bytes] = []
         total = 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
+        while chunk := os.read(fd, 65536):
             total += len(chunk)
             if total > MAX_READ_BYTES:
                 raise ValueError("grew larger than any hamimig file while being read")
@@ -391,6 +389,9 @@ class StoreFiles:
     """
 
     store: ClassVar[str]
+    prefix: ClassVar[str]
+    suffix: ClassVar[str]
+    """A store of many files owns the names with this prefix and suffix."""
     file_mode: ClassVar[int]
     dir_mode: ClassVar[int]
     decides: ClassVar[bool] = True
@@ -402,7 +403,11 @@ class StoreFiles:
         self.file_op = file_op
 
     def owns(self, name: str) -> bool:
-        raise NotImplementedError
+        return name.startswith(self.prefix) and name.endswith(self.suffix)
+
+    def names(self) -> list[str]:
+        """The store's files by name, sorted; [] when the directory is absent."""
+        return list_names(self.directory, self.prefix, self.suffix)
 
     def write_named(self, op: FileOpName | None, name: str, data: bytes) -> None:
         """Create or replace `name` atomically with the store's mode, creating the directory
@@ -466,3 +471,7 @@ class SingleFile(StoreFiles):
     @property
     def path(self) -> Path:
         return self.directory / self.file_name
+
+    def read_one(self, decode: Callable[[bytes], T]) -> T | Problem | None:
+        """The file decoded (`read_file`); None when it or the directory is absent."""
+        return self.read_file(self.file_name, decode) if check_dir(self.directory) else None

@@ -16,7 +16,7 @@ import json
 
 from hamimig.durations import parse_time
 from hamimig.store._fields import RecordError, check_mig_uuid, check_version, json_object, named
-from hamimig.store.files import Problem, SingleFile, check_dir
+from hamimig.store.files import Problem, SingleFile
 from hamimig.store.records import STATE_DIR_MODE
 
 IDLE_SEEN_NAME = "idle-seen.json"
@@ -54,9 +54,7 @@ class IdleSeen(SingleFile):
 
     def load(self) -> tuple[dict[str, str], Problem | None]:
         """First-seen times by MIG UUID; an unusable file reads as empty, with its Problem."""
-        if not check_dir(self.directory):
-            return {}, None
-        loaded = self.read_file(IDLE_SEEN_NAME, decode_idle_seen)
+        loaded = self.read_one(decode_idle_seen)
         if isinstance(loaded, Problem):
             return {}, loaded
         return loaded or {}, None

@@ -38,8 +38,6 @@ from hamimig.store._fields import (
 from hamimig.store.files import (
     Problem,
     StoreFiles,
-    check_dir,
-    list_names,
 )
 from hamimig.store.records import STATE_DIR_MODE, Owner, check_owner
 from hamimig.vocabulary import FileOpName
@@ -117,11 +115,9 @@ class IntentStore(StoreFiles):
     """The journal in the state directory: one file per in-flight operation."""
 
     store = "intent"
+    prefix, suffix = INTENT_PREFIX, INTENT_SUFFIX
     file_mode = INTENT_MODE
     dir_mode = STATE_DIR_MODE
-
-    def owns(self, name: str) -> bool:
-        return name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX)
 
     def subject(self, name: str) -> str:
         """The intent's ID (what `forget --intent` takes), or the whole file name when what
@@ -136,8 +132,7 @@ class IntentStore(StoreFiles):
         it is neither."""
         if _ID_RE.match(subject):
             return intent_file_name(subject)
-        plain = subject not in ("", ".", "..") and "/" not in subject and "\0" not in subject
-        if plain and self.owns(subject):
+        if self.owns(subject) and "/" not in subject and "\0" not in subject:
             return subject
         raise ValueError(f"not a valid intent ID: {subject!r}")
 
@@ -148,9 +143,7 @@ class IntentStore(StoreFiles):
         """Every readable intent, oldest first; every unusable `intent-*.json` as a Problem."""
         intents: list[Intent] = []
         problems: list[Problem] = []
-        if not check_dir(self.directory):
-            return intents, problems
-        for name in list_names(self.directory, INTENT_PREFIX, INTENT_SUFFIX):
+        for name in self.names():
             loaded = self.read_file(name, functools.partial(decode_intent, name))
             if isinstance(loaded, Problem):
                 problems.append(loaded)

@@ -22,7 +22,6 @@ import os
 import stat
 import time
 from pathlib import Path
-from types import TracebackType
 
 from hamimig.errors import BusyError, UsageError
 from hamimig.store.files import check_dir, describe_entry, ensure_dir
@@ -144,12 +143,7 @@ class NodeLock:
         self.acquire()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

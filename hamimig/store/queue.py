@@ -24,7 +24,7 @@ from hamimig.store._fields import (
     json_object,
     validated,
 )
-from hamimig.store.files import Problem, SingleFile, check_dir
+from hamimig.store.files import Problem, SingleFile
 from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
@@ -72,9 +72,7 @@ class RemovalQueue(SingleFile):
 
     def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""
-        if not check_dir(self.directory):
-            return [], []
-        loaded = self.read_file(QUEUE_NAME, decode_queue)
+        loaded = self.read_one(decode_queue)
         if isinstance(loaded, Problem):
             return [], [loaded]
         return loaded or [], []

@@ -47,8 +47,6 @@ from hamimig.store._fields import (
 from hamimig.store.files import (
     Problem,
     StoreFiles,
-    check_dir,
-    list_names,
 )
 from hamimig.vocabulary import RECORD_STATES, FileOpName, State
 
@@ -219,11 +217,9 @@ class RecordStore(StoreFiles):
     """The ownership records in the state directory."""
 
     store = "record"
+    prefix, suffix = LOADER_PREFIX, RECORD_SUFFIX
     file_mode = RECORD_MODE
     dir_mode = STATE_DIR_MODE
-
-    def owns(self, name: str) -> bool:
-        return name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX)
 
     def subject(self, name: str) -> str:
         """`mig-<sha256>`: the record's name without HAMi's prefix and the suffix (the whole
@@ -261,10 +257,8 @@ class RecordStore(StoreFiles):
         """
         records: dict[str, Record] = {}
         problems: list[Problem] = []
-        if not check_dir(self.directory):
-            return records, problems
         claims: dict[str, list[tuple[str, Record]]] = {}
-        for name in list_names(self.directory, LOADER_PREFIX, RECORD_SUFFIX):
+        for name in self.names():
             loaded = self.read_file(name, _decode_content)
             if isinstance(loaded, Problem):
                 problems.append(loaded)

@@ -37,12 +37,7 @@ class DuplicateKey(ValueError):
         """Where the mapping is ("" for the top level), once `load` has found it."""
 
     def __str__(self) -> str:
-        if self.path is None:
-            where = ""
-        elif self.path == "":
-            where = " at the top level"
-        else:
-            where = f" in {self.path}"
+        where = {None: "", "": " at the top level"}.get(self.path, f" in {self.path}")
         return f"duplicate key {self.key!r}{where} (lines {self.first_line} and {self.line})"
 
 
