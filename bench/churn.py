@@ -54,7 +54,7 @@ from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid, Owner, Place
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import MEMORY_SLICES
 from hamimig.pods.model import Pod, PodSnapshot
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from hamimig.sim.files import mig_minors_text
 from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import SimNvml

@@ -17,7 +17,7 @@ import typer.testing
 from hamimig.cli import app as app_module
 from hamimig.cli.app import app
 from hamimig.hw.nvml import NvmlHardware
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from tests.support.cdi import find_cdi_check
 from tests.support.cli import Cli
 from tests.support.node import open_hw

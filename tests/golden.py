@@ -28,7 +28,7 @@ import typer
 from typer.testing import CliRunner
 
 from hamimig.cli.app import app
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from tests.support.cli import Cli, Ran, run_hamimig, with_pod_source
 from tests.support.node import sim_state
 

@@ -18,7 +18,7 @@ from hamimig.engine.facts import BUSY
 from hamimig.errors import NvmlError
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import Placement
-from hamimig.reports.simulator import sim_busy
+from hamimig.rehearsal.simulator import sim_busy
 from hamimig.sim.nvml import older_bindings
 from hamimig.sim.ops import BusyKind
 from hamimig.sim.state import SimStore

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS
 from tests.support.cli import Cli, run_hamimig, sim
 from tests.support.crash import check_invariants, count_file_ops, counted, snapshot

@@ -53,7 +53,7 @@ from typing import Any
 import pytest
 
 from hamimig.hw.types import Placement
-from hamimig.reports.simulator import sim_create, sim_fault_add, sim_fault_clear, sim_init
+from hamimig.rehearsal.simulator import sim_create, sim_fault_add, sim_fault_clear, sim_init
 from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS, SimStore
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, Record

@@ -141,7 +141,7 @@ def test_demo_never_starts_a_hamimig_process(
 
 def test_in_child_reports_the_childs_exit_status() -> None:
     from hamimig.errors import ConflictError
-    from hamimig.reports.demo import in_child
+    from hamimig.rehearsal.demo import in_child
 
     def crash() -> None:
         os._exit(137)
@@ -176,7 +176,7 @@ def test_a_step_that_does_not_go_as_narrated_fails_the_demo(
     monkeypatch: pytest.MonkeyPatch, target: str, step: str
 ) -> None:
     from hamimig.engine import executor
-    from hamimig.reports import demo
+    from hamimig.rehearsal import demo
 
     module, name, *status = target.split(".")
     stand_in = _no_op if name != "in_child" else lambda _: int(status[0]) if status else 0

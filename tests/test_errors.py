@@ -41,7 +41,7 @@ def _name(cls: type) -> str:
 def test_the_walk_sees_errors_outside_errors_py() -> None:
     names = {_name(c) for c in _all_error_classes()}
     assert "hamimig.pods.model.PodSourceError" in names
-    assert "hamimig.reports.demo.DemoFailed" in names
+    assert "hamimig.rehearsal.demo.DemoFailed" in names
 
 
 def test_no_error_redeclares_the_exit_code_or_code_it_inherits() -> None:

@@ -29,7 +29,7 @@ from hamimig.hw.types import (
     MigMode,
     Placement,
 )
-from hamimig.reports.simulator import sim_busy, sim_create, sim_init, sim_mig_mode
+from hamimig.rehearsal.simulator import sim_busy, sim_create, sim_init, sim_mig_mode
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from hamimig.vocabulary import Setting

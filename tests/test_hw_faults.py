@@ -11,7 +11,7 @@ import pytest
 from hamimig.errors import GpuInstanceUnreadable, NvmlError, UsageError
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import Placement
-from hamimig.reports.simulator import sim_fault_add, sim_fault_clear
+from hamimig.rehearsal.simulator import sim_fault_add, sim_fault_clear
 from hamimig.sim.state import SimStore, run_file_op
 from tests.support.cli import Cli
 from tests.support.node import open_hw, sim_state

@@ -12,7 +12,7 @@ import pytest
 from hamimig.errors import NvmlError
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import ComputeInstance, Placement
-from hamimig.reports.simulator import sim_busy, sim_mig_mode
+from hamimig.rehearsal.simulator import sim_busy, sim_mig_mode
 from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from tests.support.cli import Cli

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from tests.support.cli import Cli, allocate
 from tests.support.nvml import CREATE_CI, CREATE_GI, call_diff, calls, mutating
 

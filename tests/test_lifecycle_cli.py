@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from hamimig.sim.models import MODELS
 from hamimig.store.lock import NodeLock
 from tests.support.cdi import KIND, cap_minors, load_base, qualified, spec_path

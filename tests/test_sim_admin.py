@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from hamimig.cli.app import app
 from hamimig.errors import NvmlError, UsageError
-from hamimig.reports.simulator import sim_busy, sim_create
+from hamimig.rehearsal.simulator import sim_busy, sim_create
 from tests.support.node import open_hw
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from hamimig.sim.state import SimStore
 from tests.support.cli import Cli, allocated, ok, refused
 from tests.support.node import node_dir

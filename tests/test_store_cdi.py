@@ -23,7 +23,7 @@ import pytest
 from hamimig.errors import HardwareError
 from hamimig.hw.minors import parse_mig_minors
 from hamimig.hw.types import Placement
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from hamimig.sim.files import mig_minors_text
 from hamimig.store.cdi import (
     DEFAULT_KIND,

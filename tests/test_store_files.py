@@ -22,7 +22,7 @@ import pytest
 
 from hamimig.errors import UsageError
 from hamimig.hw.types import Placement
-from hamimig.reports.simulator import sim_fault_add, sim_init
+from hamimig.rehearsal.simulator import sim_fault_add, sim_init
 from hamimig.sim.state import FILE_OPS, SimStore, run_file_op
 from hamimig.store import files
 from hamimig.store.cdi import CdiDevice, CdiStore

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from hamimig.cli.app import app
 from hamimig.hw.types import Placement
-from hamimig.reports.simulator import sim_init
+from hamimig.rehearsal.simulator import sim_init
 from hamimig.sim.state import CRASH_EXIT_STATUS
 from hamimig.store.cdi import DEFAULT_KIND, spec_file_name
 from hamimig.store.intents import Intent, IntentStore

@@ -14,7 +14,7 @@ from hamimig.errors import PathUnusable
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.engine.results import Result
-    from hamimig.reports.demo import DemoStep
+    from hamimig.rehearsal.demo import DemoStep
 
 
 def demo(
@@ -31,7 +31,7 @@ def demo(
 
     The node is a simulated H100, built in a temporary directory (or in --keep PATH)."""
     from hamimig.cli import render
-    from hamimig.reports.demo import prepare_keep, transcript
+    from hamimig.rehearsal.demo import prepare_keep, transcript
 
     narrate = globals_of(ctx).output in ("table", "wide")
 

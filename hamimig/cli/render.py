@@ -27,7 +27,7 @@ from hamimig.vocabulary import Outcome
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from hamimig.reports.demo import DemoStep, DemoTranscript
+    from hamimig.rehearsal.demo import DemoStep, DemoTranscript
     from hamimig.reports.settings import ConfigView
 
 

@@ -70,7 +70,7 @@ def init(
     """Create the simulated node: N GPUs of MODEL, MIG enabled.
 
     The GPUs start with no instances."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     def action(node: Node) -> SimView:
         if not 1 <= count <= MAX_SIM_GPUS:
@@ -83,7 +83,7 @@ def init(
 @app.command("show")
 def show(ctx: typer.Context) -> None:
     """GPUs, GI/CI layout, busy marks, faults and NVML call counts."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     execute(ctx, lambda node: simulator.sim_show(_sim(node)))
 
@@ -116,7 +116,7 @@ def create(
     """Make an instance behind hamimig's back.
 
     As an external tool or a leftover from before would: no record, no CDI spec."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     execute(
         ctx,
@@ -156,7 +156,7 @@ def busy(
     clear: Annotated[bool, typer.Option("--clear", help="Remove the busy marks.")] = False,
 ) -> None:
     """A process holds the instance: destroying it fails with IN_USE."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     def action(node: Node) -> SimView:
         if gi_only and kind is not None:
@@ -173,7 +173,7 @@ def busy(
 @app.command("reset")
 def reset(ctx: typer.Context, gpu: Gpu) -> None:
     """Every instance on the GPU vanishes, as after a GPU reset."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     execute(ctx, lambda node: simulator.sim_reset(_sim(node), gpu))
 
@@ -191,7 +191,7 @@ def mig_mode(
     ] = False,
 ) -> None:
     """Set MIG mode."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     def action(node: Node) -> SimView:
         if enable is None:
@@ -216,7 +216,7 @@ def clock(
     """Read or move the node's clock without waiting.
 
     The clock that idle ages and timestamps on this simulated node follow."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     def action(node: Node) -> SimView:
         if advance is not None and set_to is not None:
@@ -268,7 +268,7 @@ def fault_add(
     """Inject a fault: a matching call fails or the process dies.
 
     The process dies before or after the call with --action crash-before or crash-after."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     def add(node: Node) -> SimView:
         if not 1 <= times <= MAX_FAULT_CALLS:
@@ -285,6 +285,6 @@ def fault_add(
 @fault_app.command("clear")
 def fault_clear(ctx: typer.Context) -> None:
     """Remove all faults."""
-    from hamimig.reports import simulator
+    from hamimig.rehearsal import simulator
 
     execute(ctx, lambda node: simulator.sim_fault_clear(_sim(node)))

@@ -3,7 +3,7 @@
 These act as "the world" (a technician, another controller, a failing driver), not as an NVML
 client: they change the state document directly, are never counted as NVML calls and never
 fire faults. The geometry rules are the same ones the simulated NVML enforces. Each returns what
-it did; hamimig/reports/simulator.py turns that into the `sim` commands' view.
+it did; hamimig/rehearsal/simulator.py turns that into the `sim` commands' view.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hamimig.hw.types import Placement
-from hamimig.reports.simulator import sim_fault_add
+from hamimig.rehearsal.simulator import sim_fault_add
 from hamimig.sim.models import MODELS
 from hamimig.sim.state import DURABLE_OPS
 from hamimig.store.cdi import spec_file_name

@@ -34,8 +34,8 @@ from hamimig.errors import HamimigError, PathUnusable
 from hamimig.hw.types import PlacementSpec, parse_placement
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
+from hamimig.rehearsal.simulator import sim_fault_add, sim_init
 from hamimig.reports.inventory import list_instances
-from hamimig.reports.simulator import sim_fault_add, sim_init
 from hamimig.sim.state import CRASH_EXIT_STATUS, SimStore
 from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome
