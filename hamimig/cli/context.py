@@ -70,7 +70,7 @@ def _settle(root: Any, ctx: typer.Context) -> Globals:
     from hamimig.cli.options import NAME_COMMANDS
     from hamimig.engine.node import Node
 
-    command = command_name(ctx)
+    command = ctx.command_path.partition(" ")[2]  # as typed after the program name
     first = command.split(" ")[0]
     output = str(getattr(root.params["output"], "value", root.params["output"]))
     try:
@@ -188,16 +188,6 @@ def given_words(
         elif value is not None:
             words += [flag, shlex.quote(str(getattr(value, "value", value)))]
     return words
-
-
-def command_name(ctx: typer.Context) -> str:
-    """The command as typed after the program name (`allocate`, `sim fault add`)."""
-    names: list[str] = []
-    current: Any = ctx  # typer's and click's Context alike
-    while current is not None and current.parent is not None:
-        names.append(current.info_name or "")
-        current = current.parent
-    return " ".join(reversed(names))
 
 
 def execute(

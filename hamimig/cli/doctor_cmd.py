@@ -40,7 +40,3 @@ def doctor(
         return checks.run_checks(node, pods=source)
 
     execute(ctx, action)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("doctor")(doctor)

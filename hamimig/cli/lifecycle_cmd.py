@@ -238,11 +238,3 @@ def show(
     execute(
         ctx, lambda node: inventory.show_instance(node, validate.nonempty(mig_uuid, "MIG_UUID"))
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("show", cls=options.ArgumentsCommand)(show)
-    app.command("allocate")(allocate)
-    app.command("release")(release)
-    app.command("reclaim")(reclaim)
-    app.command("reconcile")(reconcile)

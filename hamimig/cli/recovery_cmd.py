@@ -83,8 +83,3 @@ def adopt(
             ) from err
 
     execute(ctx, locked(lock_timeout, action, dry_run, "Adoption"))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("recover")(recover)
-    app.command("adopt")(adopt)
