@@ -32,7 +32,7 @@ def doctor(
 
     def action(node: Node) -> Result:
         try:
-            source = pod_source(node, pods, kube, assume_no_pods=False, required=False)
+            source = pod_source(node, ctx)
         except UsageError:
             if pods is not None or kube:
                 raise

@@ -74,7 +74,7 @@ def allocate(
             profile=profile,
             placement=options.placement(placement),
         )
-        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        source = options.pod_source(node, ctx)
         assert source is not None
         return allocation.allocate(node, request, source, dry_run)
 
@@ -186,7 +186,7 @@ def reclaim(
                 target = IdleOlderThan(ref, seconds)
             else:
                 target = AllIdle(ref) if window is None else Window(ref, window)
-        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        source = options.pod_source(node, ctx)
         assert source is not None
         return reclaim(node, target, source, dry_run)
 
@@ -208,7 +208,7 @@ def reconcile(
     from hamimig.engine.reconcile import reconcile
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False, ctx=ctx)
+        source = options.pod_source(node, ctx)
         return reconcile(node, dry_run, source)
 
     execute(ctx, locked(lock_timeout, action, dry_run, "Reconcile"))

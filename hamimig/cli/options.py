@@ -181,24 +181,21 @@ def locked(
     return run
 
 
-def pod_source(
-    node: Node,
-    pods: str | None,
-    kube: bool,
-    assume_no_pods: bool,
-    required: bool,
-    ctx: typer.Context | None = None,
-) -> PodSource | None:
-    """The one pod source the flags name, else the configured default (`pods.source: kube`),
-    else None; usage errors before the lock is taken.
+def pod_source(node: Node, ctx: typer.Context) -> PodSource | None:
+    """The one pod source the command's flags (`--pods`, `--kube`, `--assume-no-pods`) name,
+    else the configured default (`pods.source: kube`), else None; usage errors before the lock
+    is taken.
 
-    `recover`, `adopt`, `allocate` and `reclaim` require one (`ctx`, the command's, gives the
-    line the refusal suggests): the pods, not the records, say who holds an instance that
-    the records call Idle or Error, so acting without them hands a running pod's slice to
-    another or destroys it. The requirement is static: it does not depend on the plan.
+    The commands that take `--assume-no-pods` (`recover`, `adopt`, `allocate`, `reclaim`)
+    require one: the pods, not the records, say who holds an instance that the records call
+    Idle or Error, so acting without them hands a running pod's slice to another or destroys
+    it. The requirement is static: it does not depend on the plan.
     """
     from hamimig.engine.podsource import PodSource
 
+    pods: str | None = ctx.params.get("pods")
+    kube, assume_no_pods = (bool(ctx.params.get(n)) for n in ("kube", "assume_no_pods"))
+    required = "assume_no_pods" in ctx.params
     given = sum((pods is not None, kube, assume_no_pods))
     if given > 1:
         offered = (
@@ -231,26 +228,20 @@ def pod_source(
     return PodSource.no_pods()
 
 
-def _needs_pods(node: Node, ctx: typer.Context | None) -> str:
-    """The refusal, with a line that works on the node: the same command fed this node's pods."""
+def _needs_pods(node: Node, ctx: typer.Context) -> str:
+    """The refusal, with a line that works on the node: the same command, with the options
+    given on its command line (those choosing the node included), fed this node's pods."""
     import shlex
 
     name = shlex.quote(node.node_name) if node.node_name else "NODE"
-    line = replayed(ctx) if ctx is not None else None
-    feed = f"kubectl get pods -A -o json --field-selector spec.nodeName={name} | "
-    example = f"{feed}hamimig --node {name} {line} --pods -" if line else ""
+    line = " ".join([*given_words(ctx.find_root()), ctx.info_name or "", *given_words(ctx)])
     return (
         "a pod source is required: --pods FILE|- (kubectl get pods -o json), --kube, or "
         "--assume-no-pods when no pod on this node holds a MIG instance the records call Idle "
-        "or Error (HAMi's plugin hands those out by writing only the pod's annotation)"
-        + (f"; e.g. {example}" if example else "")
+        "or Error (HAMi's plugin hands those out by writing only the pod's annotation); e.g. "
+        f"kubectl get pods -A -o json --field-selector spec.nodeName={name} | "
+        f"hamimig --node {name} {line} --pods -"
     )
-
-
-def replayed(ctx: typer.Context) -> str:
-    """The running command with the options given on its command line, as a shell line (the
-    global options that choose the node, such as --sim and --state-dir, included)."""
-    return " ".join([*given_words(ctx.find_root()), ctx.info_name or "", *given_words(ctx)])
 
 
 def owner(

@@ -40,7 +40,7 @@ def recover(
     from hamimig.engine import recovery
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        source = options.pod_source(node, ctx)
         assert source is not None
         return recovery.recover(node, source, adopt, dry_run)
 
@@ -71,7 +71,7 @@ def adopt(
     from hamimig.engine import recovery
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        source = options.pod_source(node, ctx)
         assert source is not None
         only = None if gpu is None else options.gpu_ref(gpu)
         try:
