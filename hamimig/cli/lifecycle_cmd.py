@@ -17,7 +17,6 @@ from hamimig.cli.options import (
     LockTimeout,
     MigUuid,
     PodsFile,
-    locked,
 )
 from hamimig.errors import UsageError
 
@@ -78,7 +77,7 @@ def allocate(
         assert source is not None
         return allocation.allocate(node, request, source, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Allocation"))
+    execute(ctx, action, "Allocation")
 
 
 def release(
@@ -125,7 +124,7 @@ def release(
             target = ByPod(owner.namespace, owner.name, owner.uid)
         return release(node, target, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Release"))
+    execute(ctx, action, "Release")
 
 
 def reclaim(
@@ -190,7 +189,7 @@ def reclaim(
         assert source is not None
         return reclaim(node, target, source, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Reclaim"))
+    execute(ctx, action, "Reclaim")
 
 
 def reconcile(
@@ -211,7 +210,7 @@ def reconcile(
         source = options.pod_source(node, ctx)
         return reconcile(node, dry_run, source)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Reconcile"))
+    execute(ctx, action, "Reconcile")
 
 
 def show(

@@ -9,18 +9,13 @@ an error message, is decided here and in the command modules.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hamimig.cli import completion
-from hamimig.cli.context import Refused, given_words
+from hamimig.cli.context import given_words
 from hamimig.errors import (
-    ConflictError,
-    HamimigError,
-    NotFoundError,
-    UnverifiableError,
     UsageError,
 )
 from hamimig.vocabulary import Setting
@@ -29,7 +24,6 @@ if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.engine.podsource import PodSource
     from hamimig.engine.requests import Owner, PlacementSpec
-    from hamimig.engine.results import Result
 
 
 SETTING_FLAGS = {
@@ -138,47 +132,6 @@ POD = "NS/NAME"
 """The metavariable of every `--pod`: the pod's namespace and name."""
 PROFILE = "PROFILE"
 """The metavariable of every `--profile`: a GI profile name such as 1g.10gb."""
-
-
-DRY_RUN_VERDICTS = tuple(
-    e.exit_code for e in (UsageError, ConflictError, UnverifiableError, NotFoundError)
-)
-"""The refusals a dry run gives as its verdict (usage, conflict, unverifiable, not found): the
-real run's planning makes them. A dry run never exits 7 (it takes no lock) nor 4 for a step
-(it applies none); a read of the node that failed (4) or a bug (1) is the dry run's own
-failure, `kind: Error` as for any command."""
-
-
-def locked(
-    timeout: float, action: Callable[[Node], Result], dry_run: bool, kind: str
-) -> Callable[[Node], Result | Refused]:
-    """Wrap a mutating command (whose result is a `kind`): its lock wait, and directories
-    checked before any hardware.
-
-    A dry run takes no lock (the engine plans on a snapshot without it, and creates neither
-    the state directory nor the lock file) and its node is built read-only (`globals_of`),
-    so a step it tried to apply would fail before changing anything. `--lock-timeout` is
-    still checked and the directories still judged: a dry run gives the real run's verdict,
-    as `Refused` with the plan it could make (the whole plan when the engine could plan past
-    the refusal, `Node.refuse`; none when the refusal stopped it)."""
-
-    def run(node: Node) -> Result | Refused:
-        from hamimig.engine import validate
-
-        assert node.read_only == dry_run, "the CLI builds a dry run's node read-only"
-        try:
-            validate.timeout(timeout, "--lock-timeout")
-            node.check_dirs()
-            plan = action(node)
-        except HamimigError as err:
-            if not dry_run or err.exit_code not in DRY_RUN_VERDICTS:
-                raise
-            # A refusal deferred so that planning could go on came first: the real run stops
-            # there, before the one planning met later.
-            return Refused(kind, None, (node.refusals or [err])[0])
-        return Refused(kind, plan, node.refusals[0]) if node.refusals else plan
-
-    return run
 
 
 def pod_source(node: Node, ctx: typer.Context) -> PodSource | None:

@@ -8,7 +8,7 @@ import typer
 
 from hamimig.cli import options
 from hamimig.cli.context import execute
-from hamimig.cli.options import AssumeNoPods, DryRun, GpuFilter, Kube, LockTimeout, PodsFile, locked
+from hamimig.cli.options import AssumeNoPods, DryRun, GpuFilter, Kube, LockTimeout, PodsFile
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def recover(
         assert source is not None
         return recovery.recover(node, source, adopt, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Recovery"))
+    execute(ctx, action, "Recovery")
 
 
 def adopt(
@@ -82,4 +82,4 @@ def adopt(
                 "this node: --exclusive-owner or devices.nvidia.adoptExistingMIGInstances: true"
             ) from err
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Adoption"))
+    execute(ctx, action, "Adoption")
