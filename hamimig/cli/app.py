@@ -29,7 +29,7 @@ from hamimig.cli import (
     sim_cmd,
 )
 from hamimig.cli.context import GLOBAL_OPTIONS, undecodable
-from hamimig.cli.options import Output
+from hamimig.cli.options import ArgumentsCommand, Output
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import HamimigError, UsageError
 
@@ -186,14 +186,25 @@ def root(
     then has click read those given after the command name too."""
 
 
-inventory_cmd.register(app)
-lifecycle_cmd.register(app)
-recovery_cmd.register(app)
-doctor_cmd.register(app)
-metrics_cmd.register(app)
-demo_cmd.register(app)
-forget_cmd.register(app)
-events_cmd.register(app)
+COMMANDS: dict[str, Callable[..., None]] = {
+    "list": inventory_cmd.list_,
+    "profiles": inventory_cmd.profiles,
+    "show": lifecycle_cmd.show,
+    "allocate": lifecycle_cmd.allocate,
+    "release": lifecycle_cmd.release,
+    "reclaim": lifecycle_cmd.reclaim,
+    "reconcile": lifecycle_cmd.reconcile,
+    "recover": recovery_cmd.recover,
+    "adopt": recovery_cmd.adopt,
+    "doctor": doctor_cmd.doctor,
+    "metrics": metrics_cmd.metrics,
+    "demo": demo_cmd.demo,
+    "forget": forget_cmd.forget,
+    "events": events_cmd.events,
+}
+"""The commands, in the order help lists them (`show` and `forget` take a positional MIG_UUID)."""
+for name, function in COMMANDS.items():
+    app.command(name, cls=ArgumentsCommand if name in ("show", "forget") else None)(function)
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(config_cmd.app, name="config")
 

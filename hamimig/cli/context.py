@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hamimig.errors import HamimigError, HardwareError, UsageError
+from hamimig.errors import (
+    ConflictError,
+    HamimigError,
+    HardwareError,
+    NotFoundError,
+    UnverifiableError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from hamimig.engine.node import Node
@@ -66,11 +73,11 @@ PASTED = ("sim", "state_dir", "cdi_dir", "config")
 
 def _settle(root: Any, ctx: typer.Context) -> Globals:
     """The node, built once and complete: its paths, the command, and for a command that
-    changes the node its lock wait and whether it is a dry run (`options.locked`)."""
+    changes the node its lock wait and whether it is a dry run (`execute`'s `kind`)."""
     from hamimig.cli.options import NAME_COMMANDS
     from hamimig.engine.node import Node
 
-    command = command_name(ctx)
+    command = ctx.command_path.partition(" ")[2]  # as typed after the program name
     first = command.split(" ")[0]
     output = str(getattr(root.params["output"], "value", root.params["output"]))
     try:
@@ -190,29 +197,57 @@ def given_words(
     return words
 
 
-def command_name(ctx: typer.Context) -> str:
-    """The command as typed after the program name (`allocate`, `sim fault add`)."""
-    names: list[str] = []
-    current: Any = ctx  # typer's and click's Context alike
-    while current is not None and current.parent is not None:
-        names.append(current.info_name or "")
-        current = current.parent
-    return " ".join(reversed(names))
+DRY_RUN_VERDICTS = tuple(
+    e.exit_code for e in (UsageError, ConflictError, UnverifiableError, NotFoundError)
+)
+"""The refusals a dry run gives as its verdict (usage, conflict, unverifiable, not found): the
+real run's planning makes them. A dry run never exits 7 (it takes no lock) nor 4 for a step
+(it applies none); a read of the node that failed (4) or a bug (1) is the dry run's own
+failure, `kind: Error` as for any command."""
+
+
+def _locked(node: Node, action: Callable[[Node], Result], kind: str) -> Result | Refused:
+    """Run a mutating command (whose result is a `kind`): its lock wait, and directories
+    checked before any hardware.
+
+    A dry run takes no lock (the engine plans on a snapshot without it, and creates neither
+    the state directory nor the lock file) and its node is built read-only (`globals_of`),
+    so a step it tried to apply would fail before changing anything. `--lock-timeout` is
+    still checked and the directories still judged: a dry run gives the real run's verdict,
+    as `Refused` with the plan it could make (the whole plan when the engine could plan past
+    the refusal, `Node.refuse`; none when the refusal stopped it)."""
+    from hamimig.engine import validate
+
+    try:
+        validate.timeout(node.lock_timeout, "--lock-timeout")
+        node.check_dirs()
+        plan = action(node)
+    except HamimigError as err:
+        if not node.read_only or err.exit_code not in DRY_RUN_VERDICTS:
+            raise
+        # A refusal deferred so that planning could go on came first: the real run stops
+        # there, before the one planning met later.
+        return Refused(kind, None, (node.refusals or [err])[0])
+    return Refused(kind, plan, node.refusals[0]) if node.refusals else plan
 
 
 def execute(
-    ctx: typer.Context, action: Callable[[Node], Result | Refused], headers: bool = True
+    ctx: typer.Context,
+    action: Callable[[Node], Result],
+    kind: str | None = None,
+    headers: bool = True,
 ) -> None:
     """Run one engine call and render its result or its failure with the contract exit code.
 
-    `headers=False` (`list --no-headers`) leaves a table's title and header row out. A table
-    reads the node's clock (`Node.now`, a simulated node's own) only when it shows ages."""
+    `kind`: the call changes the node, and its result is a `kind` (`_locked`). `headers=False`
+    (`list --no-headers`) leaves a table's title and header row out. A table reads the node's
+    clock (`Node.now`, a simulated node's own) only when it shows ages."""
     from hamimig.cli import render  # output machinery loads only when there is output
 
     g = globals_of(ctx)
     try:
         try:
-            result = action(g.node)
+            result = action(g.node) if kind is None else _locked(g.node, action, kind)
         finally:
             g.node.close()
     except HamimigError as err:

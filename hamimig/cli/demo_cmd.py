@@ -52,7 +52,3 @@ def demo(
             return transcript(Path(tmp), show)
 
     execute(ctx, action)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)

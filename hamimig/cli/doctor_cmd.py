@@ -32,7 +32,7 @@ def doctor(
 
     def action(node: Node) -> Result:
         try:
-            source = pod_source(node, pods, kube, assume_no_pods=False, required=False)
+            source = pod_source(node, ctx)
         except UsageError:
             if pods is not None or kube:
                 raise
@@ -40,7 +40,3 @@ def doctor(
         return checks.run_checks(node, pods=source)
 
     execute(ctx, action)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("doctor")(doctor)

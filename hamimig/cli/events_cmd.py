@@ -100,7 +100,3 @@ def _since(node: Node, text: str) -> float:
             f"--since: {text!r} is neither a duration (90s, 30m, 2h, 1h30m) nor an RFC 3339 "
             "time with an offset (2026-12-01T10:00:00Z)"
         ) from None
-
-
-def register(app: typer.Typer) -> None:
-    app.command("events")(events)

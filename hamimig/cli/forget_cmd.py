@@ -8,7 +8,7 @@ import typer
 
 from hamimig.cli import completion
 from hamimig.cli.context import execute
-from hamimig.cli.options import ArgumentsCommand, DryRun, LockTimeout, locked
+from hamimig.cli.options import DryRun, LockTimeout
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
@@ -51,8 +51,4 @@ def forget(
         target = ByUuid(mig_uuid) if mig_uuid is not None else ByIntent(intent or "")
         return forgetting.forget(node, target, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Forget"))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("forget", cls=ArgumentsCommand)(forget)
+    execute(ctx, action, "Forget")

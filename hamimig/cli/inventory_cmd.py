@@ -81,8 +81,3 @@ def profiles(ctx: typer.Context, gpu: GpuFilter = None) -> None:
             node.hardware(), None if gpu is None else options.gpu_ref(gpu)
         ),
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("list")(list_)
-    app.command("profiles")(profiles)

@@ -17,7 +17,6 @@ from hamimig.cli.options import (
     LockTimeout,
     MigUuid,
     PodsFile,
-    locked,
 )
 from hamimig.errors import UsageError
 
@@ -74,11 +73,11 @@ def allocate(
             profile=profile,
             placement=options.placement(placement),
         )
-        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        source = options.pod_source(node, ctx)
         assert source is not None
         return allocation.allocate(node, request, source, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Allocation"))
+    execute(ctx, action, "Allocation")
 
 
 def release(
@@ -125,7 +124,7 @@ def release(
             target = ByPod(owner.namespace, owner.name, owner.uid)
         return release(node, target, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Release"))
+    execute(ctx, action, "Release")
 
 
 def reclaim(
@@ -186,11 +185,11 @@ def reclaim(
                 target = IdleOlderThan(ref, seconds)
             else:
                 target = AllIdle(ref) if window is None else Window(ref, window)
-        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        source = options.pod_source(node, ctx)
         assert source is not None
         return reclaim(node, target, source, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Reclaim"))
+    execute(ctx, action, "Reclaim")
 
 
 def reconcile(
@@ -208,10 +207,10 @@ def reconcile(
     from hamimig.engine.reconcile import reconcile
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, pods, kube, assume_no_pods=False, required=False, ctx=ctx)
+        source = options.pod_source(node, ctx)
         return reconcile(node, dry_run, source)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Reconcile"))
+    execute(ctx, action, "Reconcile")
 
 
 def show(
@@ -238,11 +237,3 @@ def show(
     execute(
         ctx, lambda node: inventory.show_instance(node, validate.nonempty(mig_uuid, "MIG_UUID"))
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("show", cls=options.ArgumentsCommand)(show)
-    app.command("allocate")(allocate)
-    app.command("release")(release)
-    app.command("reclaim")(reclaim)
-    app.command("reconcile")(reconcile)

@@ -51,7 +51,3 @@ def metrics(
             raise err.for_option("--textfile") from None
 
     execute(ctx, action)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("metrics")(metrics)

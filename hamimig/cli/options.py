@@ -9,18 +9,13 @@ an error message, is decided here and in the command modules.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hamimig.cli import completion
-from hamimig.cli.context import Refused, given_words
+from hamimig.cli.context import given_words
 from hamimig.errors import (
-    ConflictError,
-    HamimigError,
-    NotFoundError,
-    UnverifiableError,
     UsageError,
 )
 from hamimig.vocabulary import Setting
@@ -29,7 +24,6 @@ if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.engine.podsource import PodSource
     from hamimig.engine.requests import Owner, PlacementSpec
-    from hamimig.engine.results import Result
 
 
 SETTING_FLAGS = {
@@ -140,65 +134,21 @@ PROFILE = "PROFILE"
 """The metavariable of every `--profile`: a GI profile name such as 1g.10gb."""
 
 
-DRY_RUN_VERDICTS = tuple(
-    e.exit_code for e in (UsageError, ConflictError, UnverifiableError, NotFoundError)
-)
-"""The refusals a dry run gives as its verdict (usage, conflict, unverifiable, not found): the
-real run's planning makes them. A dry run never exits 7 (it takes no lock) nor 4 for a step
-(it applies none); a read of the node that failed (4) or a bug (1) is the dry run's own
-failure, `kind: Error` as for any command."""
+def pod_source(node: Node, ctx: typer.Context) -> PodSource | None:
+    """The one pod source the command's flags (`--pods`, `--kube`, `--assume-no-pods`) name,
+    else the configured default (`pods.source: kube`), else None; usage errors before the lock
+    is taken.
 
-
-def locked(
-    timeout: float, action: Callable[[Node], Result], dry_run: bool, kind: str
-) -> Callable[[Node], Result | Refused]:
-    """Wrap a mutating command (whose result is a `kind`): its lock wait, and directories
-    checked before any hardware.
-
-    A dry run takes no lock (the engine plans on a snapshot without it, and creates neither
-    the state directory nor the lock file) and its node is built read-only (`globals_of`),
-    so a step it tried to apply would fail before changing anything. `--lock-timeout` is
-    still checked and the directories still judged: a dry run gives the real run's verdict,
-    as `Refused` with the plan it could make (the whole plan when the engine could plan past
-    the refusal, `Node.refuse`; none when the refusal stopped it)."""
-
-    def run(node: Node) -> Result | Refused:
-        from hamimig.engine import validate
-
-        assert node.read_only == dry_run, "the CLI builds a dry run's node read-only"
-        try:
-            validate.timeout(timeout, "--lock-timeout")
-            node.check_dirs()
-            plan = action(node)
-        except HamimigError as err:
-            if not dry_run or err.exit_code not in DRY_RUN_VERDICTS:
-                raise
-            # A refusal deferred so that planning could go on came first: the real run stops
-            # there, before the one planning met later.
-            return Refused(kind, None, (node.refusals or [err])[0])
-        return Refused(kind, plan, node.refusals[0]) if node.refusals else plan
-
-    return run
-
-
-def pod_source(
-    node: Node,
-    pods: str | None,
-    kube: bool,
-    assume_no_pods: bool,
-    required: bool,
-    ctx: typer.Context | None = None,
-) -> PodSource | None:
-    """The one pod source the flags name, else the configured default (`pods.source: kube`),
-    else None; usage errors before the lock is taken.
-
-    `recover`, `adopt`, `allocate` and `reclaim` require one (`ctx`, the command's, gives the
-    line the refusal suggests): the pods, not the records, say who holds an instance that
-    the records call Idle or Error, so acting without them hands a running pod's slice to
-    another or destroys it. The requirement is static: it does not depend on the plan.
+    The commands that take `--assume-no-pods` (`recover`, `adopt`, `allocate`, `reclaim`)
+    require one: the pods, not the records, say who holds an instance that the records call
+    Idle or Error, so acting without them hands a running pod's slice to another or destroys
+    it. The requirement is static: it does not depend on the plan.
     """
     from hamimig.engine.podsource import PodSource
 
+    pods: str | None = ctx.params.get("pods")
+    kube, assume_no_pods = (bool(ctx.params.get(n)) for n in ("kube", "assume_no_pods"))
+    required = "assume_no_pods" in ctx.params
     given = sum((pods is not None, kube, assume_no_pods))
     if given > 1:
         offered = (
@@ -231,26 +181,20 @@ def pod_source(
     return PodSource.no_pods()
 
 
-def _needs_pods(node: Node, ctx: typer.Context | None) -> str:
-    """The refusal, with a line that works on the node: the same command fed this node's pods."""
+def _needs_pods(node: Node, ctx: typer.Context) -> str:
+    """The refusal, with a line that works on the node: the same command, with the options
+    given on its command line (those choosing the node included), fed this node's pods."""
     import shlex
 
     name = shlex.quote(node.node_name) if node.node_name else "NODE"
-    line = replayed(ctx) if ctx is not None else None
-    feed = f"kubectl get pods -A -o json --field-selector spec.nodeName={name} | "
-    example = f"{feed}hamimig --node {name} {line} --pods -" if line else ""
+    line = " ".join([*given_words(ctx.find_root()), ctx.info_name or "", *given_words(ctx)])
     return (
         "a pod source is required: --pods FILE|- (kubectl get pods -o json), --kube, or "
         "--assume-no-pods when no pod on this node holds a MIG instance the records call Idle "
-        "or Error (HAMi's plugin hands those out by writing only the pod's annotation)"
-        + (f"; e.g. {example}" if example else "")
+        "or Error (HAMi's plugin hands those out by writing only the pod's annotation); e.g. "
+        f"kubectl get pods -A -o json --field-selector spec.nodeName={name} | "
+        f"hamimig --node {name} {line} --pods -"
     )
-
-
-def replayed(ctx: typer.Context) -> str:
-    """The running command with the options given on its command line, as a shell line (the
-    global options that choose the node, such as --sim and --state-dir, included)."""
-    return " ".join([*given_words(ctx.find_root()), ctx.info_name or "", *given_words(ctx)])
 
 
 def owner(

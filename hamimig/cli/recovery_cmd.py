@@ -8,7 +8,7 @@ import typer
 
 from hamimig.cli import options
 from hamimig.cli.context import execute
-from hamimig.cli.options import AssumeNoPods, DryRun, GpuFilter, Kube, LockTimeout, PodsFile, locked
+from hamimig.cli.options import AssumeNoPods, DryRun, GpuFilter, Kube, LockTimeout, PodsFile
 from hamimig.errors import UsageError
 
 if TYPE_CHECKING:
@@ -40,11 +40,11 @@ def recover(
     from hamimig.engine import recovery
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        source = options.pod_source(node, ctx)
         assert source is not None
         return recovery.recover(node, source, adopt, dry_run)
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Recovery"))
+    execute(ctx, action, "Recovery")
 
 
 def adopt(
@@ -71,7 +71,7 @@ def adopt(
     from hamimig.engine import recovery
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, pods, kube, assume_no_pods, required=True, ctx=ctx)
+        source = options.pod_source(node, ctx)
         assert source is not None
         only = None if gpu is None else options.gpu_ref(gpu)
         try:
@@ -82,9 +82,4 @@ def adopt(
                 "this node: --exclusive-owner or devices.nvidia.adoptExistingMIGInstances: true"
             ) from err
 
-    execute(ctx, locked(lock_timeout, action, dry_run, "Adoption"))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("recover")(recover)
-    app.command("adopt")(adopt)
+    execute(ctx, action, "Adoption")
