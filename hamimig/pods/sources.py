@@ -343,12 +343,11 @@ def read_pods_file(path: str, node: str | None) -> PodSnapshot:
     `MAX_POD_LIST_BYTES`: `--pods /dev/zero` or a FIFO nobody writes to must fail at once with
     a usage error, not fill memory or hang an init container.
     """
-    if path == "-":
-        source = "stdin"
-        data, taken_at = _read_stdin()
-    else:
-        source = f"file {path}"
-        data, taken_at = _read_path(path, source)
+    source = "stdin" if path == "-" else f"file {path}"
+    try:
+        data, taken_at = _read_stdin() if path == "-" else _read_path(path, source)
+    except OSError as exc:
+        raise UsageError(_one_line(f"{source}: cannot read: {exc.strerror or exc}")) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -379,10 +378,6 @@ def _check_size(size: int, source: str) -> None:
         raise UsageError(f"{source}: is larger than {_limit()}, the limit for a pod list")
 
 
-def _cannot_read(source: str, exc: OSError) -> UsageError:
-    return UsageError(_one_line(f"{source}: cannot read: {exc.strerror or exc}"))
-
-
 def _read_path(path: str, source: str) -> tuple[bytearray, float]:
     """The file's bytes and modification time (when its pod list was last current).
 
@@ -390,21 +385,13 @@ def _read_path(path: str, source: str) -> tuple[bytearray, float]:
     opened non-blocking in case it was swapped for one in between; the open file is checked again,
     so what is read is what was checked.
     """
-    try:
-        before = os.stat(path)
-    except OSError as exc:
-        raise _cannot_read(source, exc) from None
+    before = os.stat(path)
     if not stat.S_ISREG(before.st_mode):
         raise UsageError(f"{source}: is {_kind_of(before.st_mode)}, not a regular file")
     _check_size(before.st_size, source)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _cannot_read(source, exc) from None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         return _read_opened(fd, source, pipes=False)
-    except OSError as exc:
-        raise _cannot_read(source, exc) from None
     finally:
         os.close(fd)
 
@@ -427,10 +414,7 @@ def _read_stdin() -> tuple[bytes | bytearray, float]:
         return _read_stream(stream), hamimig.PROCESS_STARTED
     if os.isatty(fd):
         raise UsageError(_STDIN_TERMINAL, Setting.POD_LIST)
-    try:
-        return _read_opened(fd, "stdin", pipes=True)
-    except OSError as exc:
-        raise _cannot_read("stdin", exc) from None
+    return _read_opened(fd, "stdin", pipes=True)
 
 
 def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
@@ -475,8 +459,6 @@ def _read_stream(stream: Any) -> bytes:
             data = data.encode("utf-8")
     except UnicodeError:  # undecodable bytes, or lone surrogates from a text stream
         raise UsageError("stdin: pod list is not UTF-8") from None
-    except OSError as exc:
-        raise _cannot_read("stdin", exc) from None
     _check_size(len(data), "stdin")
     return bytes(data)
 
