@@ -542,14 +542,12 @@ class _Listing:
     def get(self, path: str, query: dict[str, str]) -> tuple[int, str, bytes]:
         """Status, reason and body: a success's whole body, or the start of an error's."""
         config = self._client.configuration
-        url = config.host.rstrip("/") + path
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
         urllib3 = self._urllib3
         try:
             response = self._client.rest_client.pool_manager.request(
                 "GET",
-                url,
+                config.host.rstrip("/") + path,
+                fields=query,  # encoded into the URL, as urllib.parse.urlencode does
                 headers=self._headers(),
                 preload_content=False,
                 timeout=urllib3.Timeout(total=self._left()),
