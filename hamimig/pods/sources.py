@@ -75,10 +75,6 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _at(where: str, text: str) -> str:
-    return f"{where}: {text}" if where else text
-
-
 def _dict_field(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     value = obj.get(key)
     if value is None:
@@ -103,15 +99,15 @@ def _named(meta: dict[str, Any], where: str) -> tuple[str, str]:
     name = meta.get("name")
     namespace = meta.get("namespace")
     if not isinstance(name, str) or not name:
-        raise _Malformed(_at(where, "pod has no metadata.name"))
+        raise _Malformed(f"{where}: pod has no metadata.name")
     if not isinstance(namespace, str) or not namespace:
-        raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
+        raise _Malformed(f"{where}: pod {name} has no metadata.namespace")
     try:
         named(check_namespace, namespace, "metadata.namespace")
         named(check_pod_name, name, "metadata.name")
         named(check_pod_uid, meta.get("uid"), "metadata.uid")
     except ValueError as exc:
-        raise _Malformed(_at(where, str(exc))) from None
+        raise _Malformed(f"{where}: {exc}") from None
     return namespace, name
 
 
@@ -144,9 +140,9 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     # Items of an API PodList carry no kind; kubectl adds "Pod". Anything else is not a pod.
     if kind is not None and kind != "Pod":
         raise _Malformed(f"{where} has kind {kind!r}, not Pod")
-    meta = _dict_field(item, "metadata", where or "pod")
+    meta = _dict_field(item, "metadata", where)
     namespace, name = _named(meta, where)
-    where = f"{where} ({namespace}/{name})" if where else f"pod {namespace}/{name}"
+    where = f"{where} ({namespace}/{name})"
     spec = _dict_field(item, "spec", where)
     node_name = _opt_str(spec.get("nodeName"), where, "spec.nodeName")
     # Validate before filtering so that a broken pod elsewhere in the list is not silently skipped.
