@@ -581,7 +581,15 @@ class _Listing:
     def _read(self, response: Any, limit: int) -> bytes:
         """Up to `limit` bytes, or as soon as that is passed a little more, one socket read at a
         time so that the deadline is checked between reads and bounds each of them."""
-        settimeout = getattr(_socket_of(response), "settimeout", None)
+        # The socket the body arrives on: the connection keeps it while it may be reused; when
+        # the server said it will close, http.client hands it to the response's file object. If
+        # neither is found, a read is bounded by the timeout the request began with: the deadline
+        # is missed by one read.
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        if sock is None:
+            raw = getattr(getattr(getattr(response, "_fp", None), "fp", None), "raw", None)
+            sock = getattr(raw, "_sock", None)
+        settimeout = getattr(sock, "settimeout", None)
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -600,20 +608,6 @@ class _Listing:
         return PodSourceError(
             f"{self._source}: the Kubernetes API sent more than the {_limit()} a listing may take"
         )
-
-
-def _socket_of(response: Any) -> Any:
-    """The socket a body arrives on, so that each read can be bounded by the time left.
-
-    The connection keeps it while it may be reused; when the server said it will close,
-    http.client hands it to the response's file object instead. None if neither is found (then a
-    read is bounded by the timeout the request began with: the deadline is missed by one read).
-    """
-    sock = getattr(getattr(response, "connection", None), "sock", None)
-    if sock is None:
-        raw = getattr(getattr(getattr(response, "_fp", None), "fp", None), "raw", None)
-        sock = getattr(raw, "_sock", None)
-    return sock
 
 
 def _status_failure(source: str, status: int, reason: str, body: bytes) -> PodSourceError:
