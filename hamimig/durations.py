@@ -17,8 +17,7 @@ import re
 MAX_SECONDS = 10 * 366 * 24 * 3600
 """Ten years: longer is a typo (and would overflow the arithmetic of times), not a policy."""
 
-_UNITS = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
-_SECONDS = re.compile(r"^\d+$")
+_DURATION = re.compile(r"^(?:(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?|(?P<n>\d+))$")
 
 
 class DurationError(ValueError):
@@ -31,21 +30,14 @@ GRAMMAR = "a duration like 90s, 30m, 2h or 1h30m, or whole seconds"
 def parse_duration(text: str) -> int:
     """Whole seconds of a duration in the grammar above; raises `DurationError`."""
     value = text.strip()
-    if not value.isascii():
+    match = _DURATION.match(value) if value and value.isascii() else None
+    if match is None:
         raise DurationError(f"{text!r} is not {GRAMMAR}")
-    if _SECONDS.match(value):
-        # Leading zeros are fine (`0090` is 90); past 30 digits it is over the limit anyway.
-        seconds = int(value) if len(value) <= 30 else MAX_SECONDS + 1
-    else:
-        match = _UNITS.match(value)
-        if not value or match is None:
-            raise DurationError(f"{text!r} is not {GRAMMAR}")
-        parts = {k: v for k, v in match.groupdict().items() if v is not None}
-        if any(len(v) > 30 for v in parts.values()):
-            raise DurationError(f"{text!r} is longer than ten years")
-        seconds = (
-            int(parts.get("h", 0)) * 3600 + int(parts.get("m", 0)) * 60 + int(parts.get("s", 0))
-        )
+    # Leading zeros are fine (`0090` is 90); past 30 digits a number is over the limit anyway.
+    parts = {
+        k: int(v) if len(v) <= 30 else MAX_SECONDS + 1 for k, v in match.groupdict("0").items()
+    }
+    seconds = parts["h"] * 3600 + parts["m"] * 60 + parts["s"] + parts["n"]
     if seconds > MAX_SECONDS:
         raise DurationError(f"{text!r} is longer than ten years")
     return seconds

@@ -56,28 +56,15 @@ def prefix_digits(text: str) -> int:
     return sum(1 for c in rest.split("/", 1)[0] if c in _HEX)
 
 
-_TEMPLATE = "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh"
-_OLD_TAIL = re.compile(r"/(?:\d{1,3}(?:/\d{0,3})?)?")
-
-
-def _fits(text: str, template: str) -> bool:
-    """Whether `text` begins `template`, where `h` stands for a hex digit."""
-    return len(text) <= len(template) and all(
-        c in _HEX if t == "h" else c == t for c, t in zip(text, template, strict=False)
-    )
+_ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+_COMPLETIONS = (f"MIG-{_ZERO_UUID}", f"MIG-GPU-{_ZERO_UUID}/0/0")
 
 
 def could_begin(text: str) -> bool:
-    """Whether `text` is the beginning of some MIG UUID of either form the driver prints."""
-    if not text.startswith(_PREFIX):
-        return False
-    rest = text.removeprefix(_PREFIX)
-    if _fits(rest, _TEMPLATE):
-        return True
-    old = "GPU-" + _TEMPLATE
-    if not _fits(rest[: len(old)], old):
-        return False
-    return len(rest) <= len(old) or _OLD_TAIL.fullmatch(rest[len(old) :]) is not None
+    """Whether `text` is the beginning of some MIG UUID of either form the driver prints: some
+    ending (the rest of a zero UUID of either form, or of an old form's `/GI/CI`) makes it whole."""
+    endings = [whole[len(text) :] for whole in _COMPLETIONS] + ["0", "/0", "0/0"]
+    return text.startswith(_PREFIX) and any(FULL_MIG_UUID.fullmatch(text + e) for e in endings)
 
 
 SHORTENED = ("…", "...")

@@ -14,6 +14,7 @@ import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hamimig.durations import format_duration, to_rfc3339
 from hamimig.engine.node import Node
 from hamimig.errors import UsageError
 from hamimig.vocabulary import Setting
@@ -114,8 +115,7 @@ def _refuse_future(node: Node, snapshot: PodSnapshot) -> None:
 def stale_warning(node: Node, snapshot: PodSnapshot | None) -> Warning_ | None:
     """The warning every command that reads a pod list gives when it is older than
     `MAX_POD_LIST_AGE` (the actions that hand out or destroy an instance refuse it)."""
-    why = None if snapshot is None else stale(node, snapshot)
-    if snapshot is None or why is None:
+    if snapshot is None or (why := stale(node, snapshot)) is None:
         return None
     from hamimig.engine.results import Warning_
 
@@ -130,8 +130,6 @@ that hand-out changes no record, so nothing else would show it."""
 def stale(node: Node, snapshot: PodSnapshot) -> str | None:
     """Why `snapshot` is too old to say that no pod holds an Idle or Error instance (None: it
     is fresh enough)."""
-    from hamimig.durations import format_duration
-
     if snapshot.taken_at <= 0:
         return f"the pod list from {snapshot.source} was taken at an unknown time"
     age = node.now() - snapshot.taken_at
@@ -212,8 +210,7 @@ def changed_after(record: Record, snapshot: PodSnapshot | None) -> str | None:
     updated = _instant(record.updated_at)
     if updated is None or updated <= snapshot.taken_at:
         return None
-    taken = datetime.datetime.fromtimestamp(snapshot.taken_at, datetime.timezone.utc)
     return (
         f"changed after the pod snapshot (updated {record.updated_at}, pods listed "
-        f"{taken.isoformat(timespec='milliseconds')}); left as it is"
+        f"{to_rfc3339(snapshot.taken_at)}); left as it is"
     )

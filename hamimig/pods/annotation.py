@@ -59,11 +59,7 @@ class MigAllocation:
 
     @property
     def has_runtime_identity(self) -> bool:
-        return (
-            self.mig_uuid is not None
-            and self.gpu_instance_id is not None
-            and self.compute_instance_id is not None
-        )
+        return None not in (self.mig_uuid, self.gpu_instance_id, self.compute_instance_id)
 
     @property
     def slot(self) -> tuple[int, int]:
@@ -84,10 +80,12 @@ class MigAllocation:
         return doc
 
 
-def _uint(value: Any, where: str) -> int:
+def _uint(value: Any, where: str, least: int = 0) -> int:
     # bool is an int in Python but not in Go's decoder, and 1.0 is an error there too.
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise AnnotationError(f"{where} must be a non-negative integer")
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise AnnotationError(
+            f"{where} must be a {'positive' if least else 'non-negative'} integer"
+        )
     return value
 
 
@@ -106,11 +104,9 @@ def _show(value: Any) -> str:
 def _placement(value: Any, where: str) -> Placement:
     if not isinstance(value, dict):
         raise AnnotationError(f"{where} must be an object with start and size")
-    start = _uint(value.get("start"), f"{where}.start")
-    size = value.get("size")
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise AnnotationError(f"{where}.size must be a positive integer")
-    return Placement(start, size)
+    return Placement(
+        _uint(value.get("start"), f"{where}.start"), _uint(value.get("size"), f"{where}.size", 1)
+    )
 
 
 def _entry(doc: Any, i: int) -> MigAllocation:

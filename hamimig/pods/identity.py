@@ -116,19 +116,12 @@ def read_product_uuid(path: Path = PRODUCT_UUID_PATH) -> str | None:
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
+        try:
+            return os.read(fd, 4096).decode("ascii").strip() or None
+        finally:
+            os.close(fd)
+    except (OSError, UnicodeDecodeError):
         return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        text = data.decode("ascii").strip()
-    except UnicodeDecodeError:
-        return None
-    return text or None
 
 
 def verify_node(

@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import hamimig
 from hamimig.errors import UsageError
@@ -75,10 +75,6 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _at(where: str, text: str) -> str:
-    return f"{where}: {text}" if where else text
-
-
 def _dict_field(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     value = obj.get(key)
     if value is None:
@@ -103,15 +99,15 @@ def _named(meta: dict[str, Any], where: str) -> tuple[str, str]:
     name = meta.get("name")
     namespace = meta.get("namespace")
     if not isinstance(name, str) or not name:
-        raise _Malformed(_at(where, "pod has no metadata.name"))
+        raise _Malformed(f"{where}: pod has no metadata.name")
     if not isinstance(namespace, str) or not namespace:
-        raise _Malformed(_at(where, f"pod {name} has no metadata.namespace"))
+        raise _Malformed(f"{where}: pod {name} has no metadata.namespace")
     try:
         named(check_namespace, namespace, "metadata.namespace")
         named(check_pod_name, name, "metadata.name")
         named(check_pod_uid, meta.get("uid"), "metadata.uid")
     except ValueError as exc:
-        raise _Malformed(_at(where, str(exc))) from None
+        raise _Malformed(f"{where}: {exc}") from None
     return namespace, name
 
 
@@ -144,9 +140,9 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     # Items of an API PodList carry no kind; kubectl adds "Pod". Anything else is not a pod.
     if kind is not None and kind != "Pod":
         raise _Malformed(f"{where} has kind {kind!r}, not Pod")
-    meta = _dict_field(item, "metadata", where or "pod")
+    meta = _dict_field(item, "metadata", where)
     namespace, name = _named(meta, where)
-    where = f"{where} ({namespace}/{name})" if where else f"pod {namespace}/{name}"
+    where = f"{where} ({namespace}/{name})"
     spec = _dict_field(item, "spec", where)
     node_name = _opt_str(spec.get("nodeName"), where, "spec.nodeName")
     # Validate before filtering so that a broken pod elsewhere in the list is not silently skipped.
@@ -163,16 +159,9 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     return Pod(namespace, name, uid, node_name, phase, deletion, allocations, error)
 
 
-class _Page(NamedTuple):
-    pods: list[Pod]
-    elsewhere: list[Pod]
-    unbound: list[Pod]
-    token: str | None
-
-
-def _pods_of(doc: Any, node: str | None) -> _Page:
-    """The pods of one `PodList`/`List` document on `node`, the other nodes' and the unbound
-    pods that hold allocations, and the list's continue token.
+def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], str | None]:
+    """The pods of one `PodList`/`List` document that `_pod` keeps, and the list's continue
+    token.
 
     A token means the document is one page of a longer list: the API source fetches the next
     page, and a file holding one page is reported as incomplete.
@@ -197,32 +186,32 @@ def _pods_of(doc: Any, node: str | None) -> _Page:
         items = []
     if not isinstance(items, list):
         raise _Malformed("items is not a list")
-    pods: list[Pod] = []
-    elsewhere: list[Pod] = []
-    unbound: list[Pod] = []
-    for i, item in enumerate(items):
-        pod = _pod(item, f"item {i}", node)
-        if pod is None:
-            pass
-        elif node is None or pod.node_name == node:
-            pods.append(pod)
-        elif not pod.node_name:
-            unbound.append(pod)
-        else:
-            elsewhere.append(pod)
+    pods = [pod for i, item in enumerate(items) if (pod := _pod(item, f"item {i}", node))]
     token = _dict_field(doc, "metadata", "list").get("continue")
     if token is not None and not isinstance(token, str):
         raise _Malformed("metadata.continue is not a string")
-    return _Page(pods, elsewhere, unbound, token or None)
+    return pods, token or None
 
 
-def _check_unique(pods: list[Pod]) -> None:
-    # Two entries for one pod could disagree about its allocations; neither can be believed.
+def _snapshot(found: list[Pod], node: str | None, source: str, **fields: Any) -> PodSnapshot:
+    """`found` split into the pods on `node`, the unbound ones and the other nodes' (all of
+    them on `node` without one); two entries for one pod could disagree about its allocations,
+    so neither can be believed (`_Malformed`)."""
+    pods = [p for p in found if node is None or p.node_name == node]
+    unbound = [p for p in found if node is not None and not p.node_name]
+    elsewhere = [p for p in found if node is not None and p.node_name and p.node_name != node]
     seen: set[str] = set()
-    for pod in pods:
+    for pod in pods + unbound:
         if pod.key in seen:
             raise _Malformed(f"pod {pod.key} appears more than once")
         seen.add(pod.key)
+    return PodSnapshot(
+        pods=tuple(pods),
+        source=source,
+        elsewhere=tuple(elsewhere),
+        unbound=tuple(unbound),
+        **fields,
+    )
 
 
 @contextlib.contextmanager
@@ -284,7 +273,7 @@ def _load_document(text: str) -> Any:
         raise _Malformed(str(exc)) from None
     except _AnchorFound as exc:
         raise _Malformed(
-            f"uses a YAML anchor or alias{exc.where}: a pod list never needs them, and expanding "
+            f"uses a YAML anchor or alias{exc}: a pod list never needs them, and expanding "
             "them can make a small file describe millions of objects"
         ) from None
     except yaml.YAMLError as exc:
@@ -297,13 +286,6 @@ def _load_document(text: str) -> Any:
 
 class _AnchorFound(Exception):
     """A YAML anchor or alias: refused before anything is built from the document."""
-
-    def __init__(self, mark: Any) -> None:
-        super().__init__()
-        line, column = getattr(mark, "line", None), getattr(mark, "column", None)
-        self.where = ""
-        if isinstance(line, int) and isinstance(column, int):
-            self.where = f" (line {line + 1}, column {column + 1})"
 
 
 def _yaml_loader(text: str) -> Any:
@@ -326,7 +308,8 @@ def _yaml_loader(text: str) -> Any:
             while parser.check_event():
                 event = parser.get_event()
                 if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-                    raise _AnchorFound(event.start_mark)
+                    mark = event.start_mark
+                    raise _AnchorFound(f" (line {mark.line + 1}, column {mark.column + 1})")
         finally:
             parser.dispose()
     return loader
@@ -341,20 +324,12 @@ def read_pods_text(
     """
     try:
         with _gc_paused():
-            pods, elsewhere, unbound, token = _pods_of(_load_document(text), node)
-        _check_unique(pods + unbound)
+            pods, token = _pods_of(_load_document(text), node)
+        # A saved page of a paginated list (`kubectl get --raw '...?limit=N'`): the pods it
+        # leaves out may hold instances, so the engine must not act on it.
+        return _snapshot(pods, node, source, complete=token is None, taken_at=taken_at)
     except _Malformed as exc:
         raise UsageError(_one_line(f"{source}: {exc}")) from None
-    # A saved page of a paginated list (`kubectl get --raw '...?limit=N'`): the pods it leaves
-    # out may hold instances, so the engine must not act on it.
-    return PodSnapshot(
-        pods=tuple(pods),
-        source=source,
-        complete=token is None,
-        taken_at=taken_at,
-        elsewhere=tuple(elsewhere),
-        unbound=tuple(unbound),
-    )
 
 
 def read_pods_file(path: str, node: str | None) -> PodSnapshot:
@@ -364,12 +339,11 @@ def read_pods_file(path: str, node: str | None) -> PodSnapshot:
     `MAX_POD_LIST_BYTES`: `--pods /dev/zero` or a FIFO nobody writes to must fail at once with
     a usage error, not fill memory or hang an init container.
     """
-    if path == "-":
-        source = "stdin"
-        data, taken_at = _read_stdin()
-    else:
-        source = f"file {path}"
-        data, taken_at = _read_path(path, source)
+    source = "stdin" if path == "-" else f"file {path}"
+    try:
+        data, taken_at = _read_stdin() if path == "-" else _read_path(path, source)
+    except OSError as exc:
+        raise UsageError(_one_line(f"{source}: cannot read: {exc.strerror or exc}")) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -400,10 +374,6 @@ def _check_size(size: int, source: str) -> None:
         raise UsageError(f"{source}: is larger than {_limit()}, the limit for a pod list")
 
 
-def _cannot_read(source: str, exc: OSError) -> UsageError:
-    return UsageError(_one_line(f"{source}: cannot read: {exc.strerror or exc}"))
-
-
 def _read_path(path: str, source: str) -> tuple[bytearray, float]:
     """The file's bytes and modification time (when its pod list was last current).
 
@@ -411,21 +381,13 @@ def _read_path(path: str, source: str) -> tuple[bytearray, float]:
     opened non-blocking in case it was swapped for one in between; the open file is checked again,
     so what is read is what was checked.
     """
-    try:
-        before = os.stat(path)
-    except OSError as exc:
-        raise _cannot_read(source, exc) from None
+    before = os.stat(path)
     if not stat.S_ISREG(before.st_mode):
         raise UsageError(f"{source}: is {_kind_of(before.st_mode)}, not a regular file")
     _check_size(before.st_size, source)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _cannot_read(source, exc) from None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         return _read_opened(fd, source, pipes=False)
-    except OSError as exc:
-        raise _cannot_read(source, exc) from None
     finally:
         os.close(fd)
 
@@ -448,10 +410,7 @@ def _read_stdin() -> tuple[bytes | bytearray, float]:
         return _read_stream(stream), hamimig.PROCESS_STARTED
     if os.isatty(fd):
         raise UsageError(_STDIN_TERMINAL, Setting.POD_LIST)
-    try:
-        return _read_opened(fd, "stdin", pipes=True)
-    except OSError as exc:
-        raise _cannot_read("stdin", exc) from None
+    return _read_opened(fd, "stdin", pipes=True)
 
 
 def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
@@ -490,22 +449,14 @@ def _read_fd(fd: int, source: str) -> bytearray:
 
 def _read_stream(stream: Any) -> bytes:
     """A stdin replaced by a stream in memory (an embedding program, a test runner)."""
-    limit = MAX_POD_LIST_BYTES
-    binary = getattr(stream, "buffer", None)
-    data: bytes | str
     try:
-        data = (binary or stream).read(limit + 1)
-    except UnicodeDecodeError:
-        raise UsageError("stdin: pod list is not UTF-8") from None
-    except OSError as exc:
-        raise _cannot_read("stdin", exc) from None
-    if isinstance(data, str):
-        try:
+        data = (getattr(stream, "buffer", None) or stream).read(MAX_POD_LIST_BYTES + 1)
+        if isinstance(data, str):
             data = data.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UsageError("stdin: pod list is not UTF-8") from None
+    except UnicodeError:  # undecodable bytes, or lone surrogates from a text stream
+        raise UsageError("stdin: pod list is not UTF-8") from None
     _check_size(len(data), "stdin")
-    return data
+    return bytes(data)
 
 
 def _kube_configuration(kubernetes: Any) -> Any:
@@ -587,14 +538,12 @@ class _Listing:
     def get(self, path: str, query: dict[str, str]) -> tuple[int, str, bytes]:
         """Status, reason and body: a success's whole body, or the start of an error's."""
         config = self._client.configuration
-        url = config.host.rstrip("/") + path
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
         urllib3 = self._urllib3
         try:
             response = self._client.rest_client.pool_manager.request(
                 "GET",
-                url,
+                config.host.rstrip("/") + path,
+                fields=query,  # encoded into the URL, as urllib.parse.urlencode does
                 headers=self._headers(),
                 preload_content=False,
                 timeout=urllib3.Timeout(total=self._left()),
@@ -632,7 +581,15 @@ class _Listing:
     def _read(self, response: Any, limit: int) -> bytes:
         """Up to `limit` bytes, or as soon as that is passed a little more, one socket read at a
         time so that the deadline is checked between reads and bounds each of them."""
-        settimeout = getattr(_socket_of(response), "settimeout", None)
+        # The socket the body arrives on: the connection keeps it while it may be reused; when
+        # the server said it will close, http.client hands it to the response's file object. If
+        # neither is found, a read is bounded by the timeout the request began with: the deadline
+        # is missed by one read.
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        if sock is None:
+            raw = getattr(getattr(getattr(response, "_fp", None), "fp", None), "raw", None)
+            sock = getattr(raw, "_sock", None)
+        settimeout = getattr(sock, "settimeout", None)
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -651,20 +608,6 @@ class _Listing:
         return PodSourceError(
             f"{self._source}: the Kubernetes API sent more than the {_limit()} a listing may take"
         )
-
-
-def _socket_of(response: Any) -> Any:
-    """The socket a body arrives on, so that each read can be bounded by the time left.
-
-    The connection keeps it while it may be reused; when the server said it will close,
-    http.client hands it to the response's file object instead. None if neither is found (then a
-    read is bounded by the timeout the request began with: the deadline is missed by one read).
-    """
-    sock = getattr(getattr(response, "connection", None), "sock", None)
-    if sock is None:
-        raw = getattr(getattr(getattr(response, "_fp", None), "fp", None), "raw", None)
-        sock = getattr(raw, "_sock", None)
-    return sock
 
 
 def _status_failure(source: str, status: int, reason: str, body: bytes) -> PodSourceError:
@@ -721,38 +664,24 @@ def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
 
     source = f"kube node {node}"
     cfg = _kube_configuration(kubernetes)
-    pods: list[Pod] = []
-    elsewhere: list[Pod] = []
-    unbound: list[Pod] = []
     with kubernetes.client.ApiClient(cfg) as api_client:
         listing = _Listing(api_client, urllib3, source, timeout)
         identity = _read_node(listing, node, source)
         taken_at = time.time()
         # The node's pods, then those bound to no node yet: HAMi's scheduler annotates a pod
         # before it binds it, so a pending pod may already claim one of this node's instances.
-        for page in _list_pages(listing, source, node, node):
-            pods.extend(page.pods)
-            unbound.extend(page.unbound)  # only from a server that ignores the selector
-            elsewhere.extend(page.elsewhere)
-        if not unbound:
-            for page in _list_pages(listing, source, "", node):
-                unbound.extend(page.unbound)
+        # A server that ignores the selector sends those with the node's.
+        found = list(_list_pages(listing, source, node, node))
+        if not any(not pod.node_name for pod in found):
+            found += [p for p in _list_pages(listing, source, "", node) if not p.node_name]
     try:
-        _check_unique(pods + unbound)
+        return _snapshot(found, node, source, taken_at=taken_at, node_identity=identity)
     except _Malformed as exc:
         raise PodSourceError(f"{source}: {exc}") from None
-    return PodSnapshot(
-        pods=tuple(pods),
-        source=source,
-        taken_at=taken_at,
-        elsewhere=tuple(elsewhere),
-        unbound=tuple(unbound),
-        node_identity=identity,
-    )
 
 
-def _list_pages(listing: _Listing, source: str, selected: str, node: str) -> Iterator[_Page]:
-    """The pages of the pods whose `spec.nodeName` is `selected`, following continue tokens."""
+def _list_pages(listing: _Listing, source: str, selected: str, node: str) -> Iterator[Pod]:
+    """The pods whose `spec.nodeName` is `selected`, page by page, following continue tokens."""
     token: str | None = None
     while True:
         query = {"fieldSelector": f"spec.nodeName={selected}", "limit": str(KUBE_PAGE_SIZE)}
@@ -763,13 +692,12 @@ def _list_pages(listing: _Listing, source: str, selected: str, node: str) -> Ite
             raise _status_failure(source, status, reason, body)
         try:
             with _gc_paused():
-                page = _pods_of(json.loads(body), node)
+                pods, token = _pods_of(json.loads(body), node)
         except (ValueError, RecursionError) as exc:  # _Malformed, or not JSON at all
             raise PodSourceError(
                 _one_line(f"{source}: the Kubernetes API sent an unusable pod list: {exc}")
             ) from None
         del body
-        yield page
-        token = page.token
+        yield from pods
         if token is None:
             return
