@@ -26,17 +26,9 @@ from hamimig.engine.node import Node
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
 from hamimig.engine.recovery import plan_queued_removals
-from hamimig.engine.results import (
-    ActionReport,
-    Warning_,
-)
+from hamimig.engine.results import ActionReport, Warning_
 from hamimig.engine.steps import Managed, Plan, Spec, Where
-from hamimig.errors import (
-    NOTHING_CHANGED,
-    HamimigError,
-    UnverifiableError,
-    UsageError,
-)
+from hamimig.errors import NOTHING_CHANGED, HamimigError, UnverifiableError, UsageError
 from hamimig.store.cdi import CdiStore
 from hamimig.store.counters import LAST_RECONCILE
 from hamimig.store.records import Owner, Record
