@@ -226,14 +226,8 @@ def _plan_spec(plan: Plan, node: Node, cdi: CdiStore, record: Record) -> None:
             )
         return
     try:
-        dev = cdi_device_for(
-            node,
-            record.mig_uuid,
-            gpu.uuid,
-            gpu.minor,
-            record.gpu_instance_id,
-            record.compute_instance_id,
-        )
+        ids = (gpu.uuid, gpu.minor, record.gpu_instance_id, record.compute_instance_id)
+        dev = cdi_device_for(node, record.mig_uuid, *ids)
         if cdi.matches(dev):
             return
         problem = check_live(hw, record, hw.mig_device(record.mig_uuid))
