@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from hamimig.engine.executor import Applied, DestroyFailed, execute, tidy_finished
+from hamimig.engine.executor import Applied, StepFailed, execute, tidy_finished
 from hamimig.engine.facts import Durable, load_for_mutation
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node
@@ -93,7 +93,7 @@ def execute_each(
                 notes.append(result.note)
             out.append(shown(step.target, result.record))
             continue
-        left = result.record if isinstance(result, DestroyFailed) else step.target.record
+        left = (result.record if isinstance(result, StepFailed) else None) or step.target.record
         why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
         out.append(record_view(left, index_hint(left)).failed(why))
     return tuple(out)
