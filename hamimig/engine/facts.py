@@ -246,11 +246,8 @@ def check_record(
         return LiveCheck(Liveness.MISMATCH, f"GI {gi.id} holds {found}", gi)
     gi = overlapping[0]
     name = names.get(gi.profile_id, f"profile {gi.profile_id}")
-    return LiveCheck(
-        Liveness.MISMATCH,
-        f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement",
-        gi,
-    )
+    detail = f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement"
+    return LiveCheck(Liveness.MISMATCH, detail, gi)
 
 
 def _uuid_elsewhere(

@@ -578,12 +578,8 @@ def _plan_unmarked(
         )
         survey.plan.add(ActionKind.ADOPT_IDLE, Pair(gpu.gpu, gi, ci, name, None, None), reason)
         return
-    reason = (
-        "no ownership record; processes run on it, so it is not adopted"
-        if adopt
-        else "no ownership record; adoption is not enabled"
-    )
-    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, reason)
+    why = "processes run on it, so it is not adopted" if adopt else "adoption is not enabled"
+    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, f"no ownership record; {why}")
 
 
 def _gpu_busy(hw: MigHardware, index: int) -> bool:
