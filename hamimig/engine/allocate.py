@@ -247,14 +247,8 @@ def _plan_reuse(
         _allowed(node, live.gpu_index, request.profile, model=None)
         spec, rewrite, kept = None, False, None
         if cdi is not None:
-            spec = cdi_device_for(
-                node,
-                record.mig_uuid,
-                live.gpu_uuid,
-                live.gpu_minor,
-                live.gpu_instance_id,
-                live.compute_instance_id,
-            )
+            ids = (live.gpu_uuid, live.gpu_minor, live.gpu_instance_id, live.compute_instance_id)
+            spec = cdi_device_for(node, record.mig_uuid, *ids)
             try:
                 rewrite = not cdi.matches(spec)
             except UsageError as exc:

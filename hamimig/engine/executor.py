@@ -90,28 +90,20 @@ class StepFailed(HardwareError):
     """A step the hardware or the disk refused. `tracked`: it left a consistent state that
     hamimig tracks and `reconcile` retries (an instance kept in Error, a queued CDI removal, an
     orphan GI preserved), on which the device plugin may start; otherwise (an interrupted
-    allocation that still cannot be undone) recovery has failed."""
+    allocation that still cannot be undone) recovery has failed. For the event journal:
+    `record`, the record a refused destroy left in Error (never reused); `made`, the instance
+    a failed allocation had created before it was rolled back (None: it failed before its CI
+    existed)."""
 
-    def __init__(self, message: str, tracked: bool = True) -> None:
+    def __init__(
+        self,
+        message: str,
+        tracked: bool = True,
+        record: Record | None = None,
+        made: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.tracked = tracked
-
-
-class AllocationFailed(HardwareError):
-    """An allocation failed and was rolled back; `mig_uuid` is the instance it had created
-    before it failed (None: it failed before its CI existed), for the event journal."""
-
-    def __init__(self, message: str, mig_uuid: str | None) -> None:
-        super().__init__(message)
-        self.mig_uuid = mig_uuid
-
-
-class DestroyFailed(StepFailed):
-    """The hardware refused to destroy an instance; its record is now Error."""
-
-    def __init__(self, message: str, record: Record) -> None:
-        super().__init__(message)
-        self.record = record
+        self.tracked, self.record, self.made = tracked, record, made
 
 
 def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
@@ -198,10 +190,10 @@ def _create(node: Node, target: Target) -> Applied:
         reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
         node.counters.count(FAILURES, FAILED_ALLOCATE)
         rollback_intent(node, intent, record_written=False)
-        raise AllocationFailed(
+        raise StepFailed(
             f"allocation of {profile.name} at {placement} on GPU {gpu.index} failed and was "
             f"rolled back: {reason}",
-            intent.mig_uuid,
+            made=intent.mig_uuid,
         ) from None
     # The allocation is complete (its record is written): a leftover intent naming a recorded
     # MIG UUID is a finished one, which allocate skips and recover clears.
@@ -302,7 +294,7 @@ def apply(node: Node, step: Step) -> Applied:
     Every step that changed something, and every step the hardware or the disk failed, is
     logged to the event journal here, the one place all commands' changes pass through.
 
-    Raises `StepFailed` (or `DestroyFailed`) when the hardware or disk refuses part of it,
+    Raises `StepFailed` when the hardware or disk refuses part of it,
     `HamimigError` or `OSError` when it could not be done at all.
     """
     if not step.changes:
@@ -319,8 +311,7 @@ def apply(node: Node, step: Step) -> Applied:
         # command, writes nothing.
         if isinstance(exc, (HardwareError, OSError)):
             why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-            left = exc.record if isinstance(exc, DestroyFailed) else None
-            made = exc.mig_uuid if isinstance(exc, AllocationFailed) else None
+            left, made = (exc.record, exc.made) if isinstance(exc, StepFailed) else (None, None)
             done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
             log_step(node, step, done)
         raise
@@ -395,7 +386,7 @@ def _blocked(plan: Plan, step: Step, exc: Exception) -> ConflictError | None:
     """An Error instance in the way of the plan's creation that still cannot be destroyed
     blocks the placement (exit 3); an Idle one that fails is a hardware failure (exit 4)."""
     create = plan.steps[-1].target
-    if not isinstance(exc, DestroyFailed) or not isinstance(create, NewInstance):
+    if not isinstance(exc, StepFailed) or exc.record is None or not isinstance(create, NewInstance):
         return None
     assert isinstance(step.target, Managed)
     record = step.target.record
@@ -488,7 +479,7 @@ def _destroy(node: Node, target: Target) -> Applied:
     """Destroy a managed instance: Reclaiming, CI, GI, then CDI spec (queued on failure), then
     the record; the note says what was deferred (a queued CDI removal).
 
-    Raises `DestroyFailed` (record left in Error with the NVML error) when the hardware refuses.
+    Raises `StepFailed` (its `record` left in Error with the NVML error) when the hardware refuses.
     """
     assert isinstance(target, Managed) and target.live is not None
     record, live, gpu_index = target.record, target.live, target.gpu_index
@@ -505,10 +496,10 @@ def _destroy(node: Node, target: Target) -> Applied:
     except NvmlError as exc:
         node.counters.count(FAILURES, FAILED_DESTROY)
         failed = set_state(node, record, State.ERROR, error=exc.message)
-        raise DestroyFailed(
+        raise StepFailed(
             f"could not destroy {record.mig_uuid} ({record.profile} at {record.placement} on "
             f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
-            failed,
+            record=failed,
         ) from None
     note = remove_cdi_after_destroy(node, record.mig_uuid)
     check_transition(State.RECLAIMING, None, record.mig_uuid)

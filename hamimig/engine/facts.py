@@ -173,15 +173,6 @@ def profile_names(node: Node, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> dict
     return {gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout}
 
 
-def processes_on(hw: MigHardware, mig_uuid: str) -> bool | None:
-    """Whether processes of any kind HAMi counts (compute, graphics, MPS) run on a MIG device;
-    None when NVML cannot say (`list` and `show` report that as unknown)."""
-    try:
-        return hw.instance_has_processes(mig_uuid)
-    except NvmlError:
-        return None
-
-
 def process_count_on(hw: MigHardware, mig_uuid: str) -> int | None:
     """How many processes run on a MIG device (`-o wide`, `show`): compute, graphics and MPS
     compute processes, each PID once; None when NVML cannot say."""
@@ -192,9 +183,13 @@ def process_count_on(hw: MigHardware, mig_uuid: str) -> int | None:
 
 
 def has_processes(hw: MigHardware, mig_uuid: str) -> bool:
-    """Busy for every command that acts: an instance that cannot be shown idle (a failed
+    """Whether processes of any kind HAMi counts (compute, graphics, MPS) run on a MIG
+    device. Busy for every command that acts: an instance that cannot be shown idle (a failed
     query) is never handed out, restored Idle, adopted or destroyed."""
-    return processes_on(hw, mig_uuid) is not False
+    try:
+        return hw.instance_has_processes(mig_uuid) is not False
+    except NvmlError:
+        return True
 
 
 class Liveness(enum.Enum):
@@ -246,11 +241,8 @@ def check_record(
         return LiveCheck(Liveness.MISMATCH, f"GI {gi.id} holds {found}", gi)
     gi = overlapping[0]
     name = names.get(gi.profile_id, f"profile {gi.profile_id}")
-    return LiveCheck(
-        Liveness.MISMATCH,
-        f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement",
-        gi,
-    )
+    detail = f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement"
+    return LiveCheck(Liveness.MISMATCH, detail, gi)
 
 
 def _uuid_elsewhere(

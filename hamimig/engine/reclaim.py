@@ -8,8 +8,6 @@ applies its steps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hamimig.engine import validate
 from hamimig.engine.executor import tidy_finished
 from hamimig.engine.facts import (
@@ -29,13 +27,8 @@ from hamimig.engine.node import Node, resolve_gpu
 from hamimig.engine.ownership import PodHolds
 from hamimig.engine.placement import blocking_instance, record_of
 from hamimig.engine.podsource import PodSource, load_fresh
-from hamimig.engine.requests import (
-    AllIdle,
-    ByUuid,
-    IdleOlderThan,
-    ReclaimTarget,
-    Window,
-)
+from hamimig.engine.release import execute_each, resolved
+from hamimig.engine.requests import AllIdle, ByUuid, IdleOlderThan, ReclaimTarget, Window
 from hamimig.engine.results import (
     Blocked,
     BlockingInstance,
@@ -45,21 +38,11 @@ from hamimig.engine.results import (
     record_view,
 )
 from hamimig.engine.steps import Managed, Plan, Step
-from hamimig.errors import (
-    NOTHING_CHANGED,
-    ConflictError,
-    NotFoundError,
-    UnverifiableError,
-)
+from hamimig.errors import NOTHING_CHANGED, ConflictError, NotFoundError, UnverifiableError
 from hamimig.hw.types import Gpu, GpuInstance, Placement
 from hamimig.store.intents import Intent
 from hamimig.store.records import Record
 from hamimig.vocabulary import ActionKind, Outcome, State
-
-if TYPE_CHECKING:
-    pass
-
-from hamimig.engine.release import execute_each, resolved
 
 _DESTROYABLE = (State.IDLE, State.ERROR, State.RECLAIMING)
 

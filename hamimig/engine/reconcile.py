@@ -26,17 +26,9 @@ from hamimig.engine.node import Node
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
 from hamimig.engine.recovery import plan_queued_removals
-from hamimig.engine.results import (
-    ActionReport,
-    Warning_,
-)
+from hamimig.engine.results import ActionReport, Warning_
 from hamimig.engine.steps import Managed, Plan, Spec, Where
-from hamimig.errors import (
-    NOTHING_CHANGED,
-    HamimigError,
-    UnverifiableError,
-    UsageError,
-)
+from hamimig.errors import NOTHING_CHANGED, HamimigError, UnverifiableError, UsageError
 from hamimig.store.cdi import CdiStore
 from hamimig.store.counters import LAST_RECONCILE
 from hamimig.store.records import Owner, Record
@@ -234,14 +226,8 @@ def _plan_spec(plan: Plan, node: Node, cdi: CdiStore, record: Record) -> None:
             )
         return
     try:
-        dev = cdi_device_for(
-            node,
-            record.mig_uuid,
-            gpu.uuid,
-            gpu.minor,
-            record.gpu_instance_id,
-            record.compute_instance_id,
-        )
+        ids = (gpu.uuid, gpu.minor, record.gpu_instance_id, record.compute_instance_id)
+        dev = cdi_device_for(node, record.mig_uuid, *ids)
         if cdi.matches(dev):
             return
         problem = check_live(hw, record, hw.mig_device(record.mig_uuid))

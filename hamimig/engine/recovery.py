@@ -128,16 +128,9 @@ def plan_recovery(
     instance are not held against it (they may well be its pod's).
     """
     plan = Plan()
-    survey = _Survey(
-        node=node,
-        durable=durable,
-        gpus=_survey_gpus(node.hardware(), plan, only_gpu),
-        holding=holding_pods(pods) if pods is not None else [],
-        pods=pods,
-        plan=plan,
-        pods_known=pods_known,
-        only_gpu=only_gpu,
-    )
+    gpus = _survey_gpus(node.hardware(), plan, only_gpu)
+    holding = holding_pods(pods) if pods is not None else []
+    survey = _Survey(node, durable, gpus, holding, pods, plan, pods_known, only_gpu)
     _claim_pod_allocations(survey)
     if pairs_only:
         _leave_to_recover(survey)
@@ -578,12 +571,8 @@ def _plan_unmarked(
         )
         survey.plan.add(ActionKind.ADOPT_IDLE, Pair(gpu.gpu, gi, ci, name, None, None), reason)
         return
-    reason = (
-        "no ownership record; processes run on it, so it is not adopted"
-        if adopt
-        else "no ownership record; adoption is not enabled"
-    )
-    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, reason)
+    why = "processes run on it, so it is not adopted" if adopt else "adoption is not enabled"
+    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, f"no ownership record; {why}")
 
 
 def _gpu_busy(hw: MigHardware, index: int) -> bool:

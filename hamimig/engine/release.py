@@ -10,39 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from hamimig.engine.executor import Applied, DestroyFailed, execute, tidy_finished
-from hamimig.engine.facts import (
-    Durable,
-    load_for_mutation,
-)
+from hamimig.engine.executor import Applied, StepFailed, execute, tidy_finished
+from hamimig.engine.facts import Durable, load_for_mutation
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node
 from hamimig.engine.ownership import same_uid
-from hamimig.engine.requests import (
-    ByPod,
-    ByUuid,
-    ReleaseTarget,
-)
-from hamimig.engine.results import (
-    InstanceView,
-    Release,
-    record_view,
-)
+from hamimig.engine.requests import ByPod, ByUuid, ReleaseTarget
+from hamimig.engine.results import InstanceView, Release, record_view
 from hamimig.engine.steps import Managed, Plan, Step
-from hamimig.errors import (
-    NOTHING_CHANGED,
-    ConflictError,
-    HamimigError,
-    NotFoundError,
-    UsageError,
-)
+from hamimig.errors import NOTHING_CHANGED, ConflictError, HamimigError, NotFoundError, UsageError
 from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import ActionKind, Outcome, State
-
-if TYPE_CHECKING:
-    pass
 
 
 def resolved(node: Node, target: ByUuid, durable: Durable) -> ByUuid:
@@ -114,7 +93,7 @@ def execute_each(
                 notes.append(result.note)
             out.append(shown(step.target, result.record))
             continue
-        left = result.record if isinstance(result, DestroyFailed) else step.target.record
+        left = (result.record if isinstance(result, StepFailed) else None) or step.target.record
         why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
         out.append(record_view(left, index_hint(left)).failed(why))
     return tuple(out)
