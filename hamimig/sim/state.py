@@ -175,9 +175,12 @@ class SimGpu(_Mutable):
 
 
 def _nest(out: Document, key: str, *names: str, prefix: str = "") -> Document:
-    """The stored form groups some fields under one key (`placement`, `migMode`)."""
-    out[key] = {name: out.pop(prefix + name) for name in names}
-    return out
+    """The stored form groups some fields under one key (`placement`, `migMode`), where the
+    first of them stands: `sim show -o json` prints the keys in that order."""
+    at = list(out).index(prefix + names[0])
+    nested = {name: out.pop(prefix + name) for name in names}
+    items = list(out.items())
+    return dict([*items[:at], (key, nested), *items[at:]])
 
 
 class SimFault(_Mutable):
