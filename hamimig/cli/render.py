@@ -378,14 +378,11 @@ def _instances(
     return _UUID in cells and cells[_UUID] != [i.mig_uuid or "-" for i in instances]
 
 
-_ACTED = {  # a kind's title and verb: in a dry run, in a real one
-    r.Release.kind: (
-        ("would release (dry run): these go Idle", "would release"),
-        ("released (now Idle)", "released"),
-    ),
+_ACTED = {  # a kind's title: in a dry run, in a real one
+    r.Release.kind: ("would release (dry run): these go Idle", "released (now Idle)"),
     r.Reclaim.kind: (
-        ("would reclaim (dry run: nothing changed)", "would reclaim"),
-        ("reclaimed (destroyed: no longer on the node)", "reclaimed"),
+        "would reclaim (dry run: nothing changed)",
+        "reclaimed (destroyed: no longer on the node)",
     ),
 }
 
@@ -394,9 +391,10 @@ def _acted(console: Console, result: r.Release | r.Reclaim, look: Look) -> None:
     """What release or reclaim did (OUTCOME) or would do. A table too narrow for whole MIG
     UUIDs is followed by the ones acted on, whole, so that a prefix given on the command line
     is never all the operator sees of what was changed."""
-    shown = _NAMES[result.kind](result)
-    title, verb = _ACTED[result.kind][not result.dry_run]
-    if isinstance(result, r.Release) and all(i.outcome is Outcome.UNCHANGED for i in shown):
+    shown, release = _NAMES[result.kind](result), isinstance(result, r.Release)
+    title = _ACTED[result.kind][not result.dry_run]
+    verb = tables.outcome(Outcome.RELEASED if release else Outcome.RECLAIMED, result.dry_run)
+    if release and all(i.outcome is Outcome.UNCHANGED for i in shown):
         title = "already released (Idle): nothing changed" if shown else title
     if _instances(console, title, shown, look._replace(dry_run=result.dry_run)):
         for inst in shown:
