@@ -30,7 +30,7 @@ from hamimig.engine.facts import (
     same_slot,
     shared_gi_reason,
 )
-from hamimig.engine.node import Node, resolve_gpu
+from hamimig.engine.node import Node, select_gpus
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
 from hamimig.engine.results import ActionReport, SkippedGpu, Warning_
@@ -145,13 +145,8 @@ def plan_recovery(
 
 
 def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dict[str, GpuFacts]:
-    gpus = (
-        [resolve_gpu(hw, only_gpu)]
-        if only_gpu is not None
-        else [hw.gpu(i) for i in range(hw.gpu_count())]
-    )
     out: dict[str, GpuFacts] = {}
-    for gpu in gpus:
+    for gpu in select_gpus(hw, only_gpu):
         mode = gpu.mig_mode.value
         if gpu.mig_mode is not MigMode.ENABLED:
             skip = SkippedGpu(index=gpu.index, uuid=gpu.uuid, mig_mode=mode, reason=f"MIG {mode}")

@@ -21,7 +21,7 @@ from hamimig.engine.facts import (
     process_count_on,
 )
 from hamimig.engine.lookup import resolve_instance
-from hamimig.engine.node import Node, resolve_gpu
+from hamimig.engine.node import Node, select_gpus
 from hamimig.engine.results import InstanceView, Warning_, record_view
 from hamimig.errors import HamimigError, NotFoundError, UsageError
 from hamimig.hw.types import MEMORY_SLICES, Gpu, GpuInstance, MigDevice, MigHardware, MigMode
@@ -36,12 +36,6 @@ from hamimig.reports.views import (
 from hamimig.store.intents import Intent
 from hamimig.store.records import Record, record_name
 from hamimig.vocabulary import State
-
-
-def _gpus(hw: MigHardware, gpu_ref: int | str | None) -> list[Gpu]:
-    if gpu_ref is not None:
-        return [resolve_gpu(hw, gpu_ref)]
-    return [hw.gpu(i) for i in range(hw.gpu_count())]
 
 
 def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
@@ -253,7 +247,7 @@ def list_instances(
     """Every instance (of one GPU with `gpu_ref`), kept by `wanted`: a state or a filter."""
     hw = node.hardware()
     durable = load_durable(node)
-    gpus = _gpus(hw, gpu_ref)
+    gpus = select_gpus(hw, gpu_ref)
     instances: list[InstanceView] = []
     views: list[GpuView] = []
     seen_records: set[str] = set()
@@ -391,7 +385,7 @@ def list_profiles(hw: MigHardware, gpu_ref: int | str | None = None) -> ProfileL
     and a warning for a GPU whose next reset changes its MIG mode."""
     out: list[GpuProfiles] = []
     warnings: list[Warning_] = []
-    for gpu in _gpus(hw, gpu_ref):
+    for gpu in select_gpus(hw, gpu_ref):
         profiles = () if gpu.mig_mode is MigMode.UNSUPPORTED else hw.profiles(gpu.index)
         enabled = gpu.mig_mode is MigMode.ENABLED
         pending = pending_mig_mode(gpu.index, gpu.mig_mode, gpu.mig_pending)
