@@ -22,7 +22,7 @@ from hamimig.engine.facts import (
 )
 from hamimig.engine.lookup import resolve_instance
 from hamimig.engine.node import Node, select_gpus
-from hamimig.engine.results import InstanceView, Warning_, record_view
+from hamimig.engine.results import InstanceView, Warning_, intent_view, record_view
 from hamimig.errors import HamimigError, NotFoundError, UsageError
 from hamimig.hw.types import MEMORY_SLICES, Gpu, GpuInstance, MigDevice, MigHardware, MigMode
 from hamimig.reports.views import (
@@ -46,19 +46,8 @@ def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
 
 
 def _intent_view(intent: Intent, gpu_index: int, gi: GpuInstance | None) -> InstanceView:
-    return InstanceView(
-        mig_uuid=intent.mig_uuid,
-        gpu_uuid=intent.gpu_uuid,
-        gpu_index=gpu_index,
-        profile=intent.profile,
-        placement=intent.placement,
-        gpu_instance_id=gi.id if gi else intent.gpu_instance_id,
-        compute_instance_id=intent.compute_instance_id,
-        state=State.CREATING,
-        owner=intent.owner,
-        error=f"allocation in flight or interrupted (intent {intent.id})",
-        created_at=intent.created_at,
-    )
+    error = f"allocation in flight or interrupted (intent {intent.id})"
+    return intent_view(intent, gpu_index, gi.id if gi else intent.gpu_instance_id, error)
 
 
 @dataclass
