@@ -260,9 +260,7 @@ def list_instances(
     every_gpu = gpu_ref is None
     for record in durable.records.values():
         if record.mig_uuid not in seen_records and (every_gpu or record.gpu_uuid in shown):
-            missing = f"recorded as {record.state.value} but not live"
-            index = shown.get(record.gpu_uuid, -1)
-            instances.append(record_view(record, index, state=State.MISSING, error=missing))
+            instances.append(_missing(record, shown.get(record.gpu_uuid, -1)))
     for intent in durable.intents:
         if intent.id not in seen_intents and (every_gpu or intent.gpu_uuid in shown):
             instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
@@ -356,17 +354,22 @@ def _in_flight(hw: MigHardware, intent: Intent, live: MigDevice | None) -> Insta
 def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
     """A record whose MIG device is gone: a GI left behind (half-destroyed) keeps the record's
     state, as `list` shows it; nothing live at all is Missing."""
-    missing = f"recorded as {record.state.value} but not live"
     try:
         gpu = hw.gpu_by_uuid(record.gpu_uuid)
     except UsageError:
-        return record_view(record, -1, state=State.MISSING, error=missing)
+        return _missing(record, -1)
     if gpu.mig_mode is MigMode.ENABLED:
         names = {p.id: p.name for p in hw.profiles(gpu.index)}
         live = check_record(record, hw.layout(gpu.index), names)
         if live.status is Liveness.GI_ONLY:
             return record_view(record, gpu.index, error=live.detail)
-    return record_view(record, gpu.index, state=State.MISSING, error=missing)
+    return _missing(record, gpu.index)
+
+
+def _missing(record: Record, gpu_index: int) -> InstanceView:
+    """A record with nothing live: Missing."""
+    missing = f"recorded as {record.state.value} but not live"
+    return record_view(record, gpu_index, state=State.MISSING, error=missing)
 
 
 def list_profiles(hw: MigHardware, gpu_ref: int | str | None = None) -> ProfileList:
