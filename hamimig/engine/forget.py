@@ -32,7 +32,7 @@ from hamimig.engine.lookup import (
 )
 from hamimig.engine.node import Node
 from hamimig.engine.requests import ByIntent, ByUuid
-from hamimig.engine.results import Forget, Forgotten, InstanceView, record_view
+from hamimig.engine.results import Forget, Forgotten, InstanceView, intent_view, record_view
 from hamimig.engine.steps import Forgettable, Plan, Step
 from hamimig.errors import ConflictError, NotFoundError, UnverifiableError, UsageError
 from hamimig.store.cdi import device_name
@@ -269,23 +269,6 @@ def _record_instance(record: Record) -> InstanceView:
 # Intents
 
 
-def _intent_instance(intent: Intent) -> InstanceView:
-    """The allocation an intent journaled, as `list` shows it (Creating)."""
-    return InstanceView(
-        mig_uuid=intent.mig_uuid,
-        gpu_uuid=intent.gpu_uuid,
-        gpu_index=intent.gpu_index,
-        profile=intent.profile,
-        placement=intent.placement,
-        gpu_instance_id=intent.gpu_instance_id,
-        compute_instance_id=intent.compute_instance_id,
-        state=State.CREATING,
-        owner=intent.owner,
-        created_at=intent.created_at,
-        outcome=Outcome.FORGOTTEN,
-    )
-
-
 def plan_forget_intent(node: Node, intent_id: str) -> tuple[Forgotten, Step]:
     """Drop the intent file `intent-<id>.json`, readable or not. The caller holds the lock."""
     store = node.intents
@@ -299,6 +282,10 @@ def plan_forget_intent(node: Node, intent_id: str) -> tuple[Forgotten, Step]:
         intent=intent_id,
         intent_file=str(path),
         unreadable=None if problem is None else problem.reason,
-        instance=None if intent is None else _intent_instance(intent),
+        instance=None
+        if intent is None
+        else intent_view(intent, intent.gpu_index, intent.gpu_instance_id).with_outcome(
+            Outcome.FORGOTTEN
+        ),
     )
     return item, Step(ActionKind.FORGET_INTENT, Forgettable(intent_id=intent_id), "forget")

@@ -256,3 +256,10 @@ def resolve_gpu(hw: MigHardware, parsed: int | str) -> Gpu:
     if isinstance(parsed, int):
         return hw.gpu(parsed)
     return hw.gpu_by_uuid(parsed)
+
+
+def select_gpus(hw: MigHardware, ref: int | str | None) -> list[Gpu]:
+    """The GPU `ref` names, or every GPU when it names none."""
+    if ref is not None:
+        return [resolve_gpu(hw, ref)]
+    return [hw.gpu(i) for i in range(hw.gpu_count())]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hamimig.engine.executor import execute
@@ -30,7 +29,7 @@ from hamimig.engine.facts import (
     same_slot,
     shared_gi_reason,
 )
-from hamimig.engine.node import Node, resolve_gpu
+from hamimig.engine.node import Node, select_gpus
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
 from hamimig.engine.results import ActionReport, SkippedGpu, Warning_
@@ -145,13 +144,8 @@ def plan_recovery(
 
 
 def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dict[str, GpuFacts]:
-    gpus = (
-        [resolve_gpu(hw, only_gpu)]
-        if only_gpu is not None
-        else [hw.gpu(i) for i in range(hw.gpu_count())]
-    )
     out: dict[str, GpuFacts] = {}
-    for gpu in gpus:
+    for gpu in select_gpus(hw, only_gpu):
         mode = gpu.mig_mode.value
         if gpu.mig_mode is not MigMode.ENABLED:
             skip = SkippedGpu(index=gpu.index, uuid=gpu.uuid, mig_mode=mode, reason=f"MIG {mode}")
@@ -623,22 +617,23 @@ def plan_queued_removals(
             reason = "the instance has a record again; its spec is kept"
             plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid, keep=True), reason)
             continue
-        if refuse_foreign is not None:
-            name = spec_file_name(item.mig_uuid)
-            why = refuse_foreign.not_ours(name, item.mig_uuid)
-            if why is not None:
-                plan.refuse(_foreign(refuse_foreign.directory / name, why))
-                continue
+        name = spec_file_name(item.mig_uuid)
+        if refuse_foreign is not None and _refused(plan, refuse_foreign, name, item.mig_uuid):
+            continue
         reason = f"queued since {item.since} after {item.attempts} failed attempt(s)"
         plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid), reason)
 
 
-def _foreign(path: Path, why: str) -> str:
-    """The refusal of a file at our spec name that is not ours (HAMi's startup refuses it too)."""
-    return (
-        f"{path} is not hamimig's CDI spec ({why}); move it out of the CDI directory if it is "
-        "not hamimig's"
-    )
+def _refused(plan: Plan, cdi: CdiStore, name: str, mig_uuid: str | None = None) -> bool:
+    """Refuse the file at our spec name `name` when it is not ours: HAMi's startup refuses
+    it too, and it is not ours to remove."""
+    why = cdi.not_ours(name, mig_uuid)
+    if why is not None:
+        plan.refuse(
+            f"{cdi.directory / name} is not hamimig's CDI spec ({why}); move it out of the CDI "
+            "directory if it is not hamimig's"
+        )
+    return why is not None
 
 
 def _plan_cdi_files(survey: _Survey) -> None:
@@ -661,12 +656,7 @@ def _plan_cdi_files(survey: _Survey) -> None:
     }
     known = {spec_file_name(u) for u in accounted}
     for name in cdi.list_ours():
-        if name not in known:
-            why = cdi.not_ours(name)
-            if why is not None:
-                # HAMi's startup refuses such a file too; it is not ours to remove.
-                plan.refuse(_foreign(cdi.directory / name, why))
-                continue
+        if name not in known and not _refused(plan, cdi, name):
             reason = f"{cdi.directory / name}: no record, intent or queued removal accounts for it"
             plan.add(ActionKind.REMOVE_ORPHAN_CDI, Spec(None, file=name), reason)
 

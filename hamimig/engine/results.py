@@ -29,6 +29,7 @@ from pydantic import (
 from hamimig.errors import HardwareError
 from hamimig.hw.types import Placement
 from hamimig.model import Model
+from hamimig.store.intents import Intent
 from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import ActionKind, ActionResult, Outcome, State
 
@@ -452,6 +453,28 @@ class Forget(Shown):
 
     def shape(self, out: Json) -> Json:
         return after(out, "forgotten", instances=[i.to_json() for i in self.instances])
+
+
+def intent_view(
+    intent: Intent,
+    gpu_index: int,
+    gpu_instance_id: int | None,
+    error: str | None = None,
+) -> InstanceView:
+    """How an allocation in flight (its intent) is shown: Creating."""
+    return InstanceView(
+        mig_uuid=intent.mig_uuid,
+        gpu_uuid=intent.gpu_uuid,
+        gpu_index=gpu_index,
+        profile=intent.profile,
+        placement=intent.placement,
+        gpu_instance_id=gpu_instance_id,
+        compute_instance_id=intent.compute_instance_id,
+        state=State.CREATING,
+        owner=intent.owner,
+        error=error,
+        created_at=intent.created_at,
+    )
 
 
 def record_view(

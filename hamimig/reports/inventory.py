@@ -21,8 +21,8 @@ from hamimig.engine.facts import (
     process_count_on,
 )
 from hamimig.engine.lookup import resolve_instance
-from hamimig.engine.node import Node, resolve_gpu
-from hamimig.engine.results import InstanceView, Warning_, record_view
+from hamimig.engine.node import Node, select_gpus
+from hamimig.engine.results import InstanceView, Warning_, intent_view, record_view
 from hamimig.errors import HamimigError, NotFoundError, UsageError
 from hamimig.hw.types import MEMORY_SLICES, Gpu, GpuInstance, MigDevice, MigHardware, MigMode
 from hamimig.reports.views import (
@@ -38,12 +38,6 @@ from hamimig.store.records import Record, record_name
 from hamimig.vocabulary import State
 
 
-def _gpus(hw: MigHardware, gpu_ref: int | str | None) -> list[Gpu]:
-    if gpu_ref is not None:
-        return [resolve_gpu(hw, gpu_ref)]
-    return [hw.gpu(i) for i in range(hw.gpu_count())]
-
-
 def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
     if gpu.mig_mode is MigMode.UNSUPPORTED:
         return 0
@@ -52,19 +46,8 @@ def _memory_slices(hw: MigHardware, gpu: Gpu) -> int:
 
 
 def _intent_view(intent: Intent, gpu_index: int, gi: GpuInstance | None) -> InstanceView:
-    return InstanceView(
-        mig_uuid=intent.mig_uuid,
-        gpu_uuid=intent.gpu_uuid,
-        gpu_index=gpu_index,
-        profile=intent.profile,
-        placement=intent.placement,
-        gpu_instance_id=gi.id if gi else intent.gpu_instance_id,
-        compute_instance_id=intent.compute_instance_id,
-        state=State.CREATING,
-        owner=intent.owner,
-        error=f"allocation in flight or interrupted (intent {intent.id})",
-        created_at=intent.created_at,
-    )
+    error = f"allocation in flight or interrupted (intent {intent.id})"
+    return intent_view(intent, gpu_index, gi.id if gi else intent.gpu_instance_id, error)
 
 
 @dataclass
@@ -253,7 +236,7 @@ def list_instances(
     """Every instance (of one GPU with `gpu_ref`), kept by `wanted`: a state or a filter."""
     hw = node.hardware()
     durable = load_durable(node)
-    gpus = _gpus(hw, gpu_ref)
+    gpus = select_gpus(hw, gpu_ref)
     instances: list[InstanceView] = []
     views: list[GpuView] = []
     seen_records: set[str] = set()
@@ -277,9 +260,7 @@ def list_instances(
     every_gpu = gpu_ref is None
     for record in durable.records.values():
         if record.mig_uuid not in seen_records and (every_gpu or record.gpu_uuid in shown):
-            missing = f"recorded as {record.state.value} but not live"
-            index = shown.get(record.gpu_uuid, -1)
-            instances.append(record_view(record, index, state=State.MISSING, error=missing))
+            instances.append(_missing(record, shown.get(record.gpu_uuid, -1)))
     for intent in durable.intents:
         if intent.id not in seen_intents and (every_gpu or intent.gpu_uuid in shown):
             instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
@@ -373,17 +354,22 @@ def _in_flight(hw: MigHardware, intent: Intent, live: MigDevice | None) -> Insta
 def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
     """A record whose MIG device is gone: a GI left behind (half-destroyed) keeps the record's
     state, as `list` shows it; nothing live at all is Missing."""
-    missing = f"recorded as {record.state.value} but not live"
     try:
         gpu = hw.gpu_by_uuid(record.gpu_uuid)
     except UsageError:
-        return record_view(record, -1, state=State.MISSING, error=missing)
+        return _missing(record, -1)
     if gpu.mig_mode is MigMode.ENABLED:
         names = {p.id: p.name for p in hw.profiles(gpu.index)}
         live = check_record(record, hw.layout(gpu.index), names)
         if live.status is Liveness.GI_ONLY:
             return record_view(record, gpu.index, error=live.detail)
-    return record_view(record, gpu.index, state=State.MISSING, error=missing)
+    return _missing(record, gpu.index)
+
+
+def _missing(record: Record, gpu_index: int) -> InstanceView:
+    """A record with nothing live: Missing."""
+    missing = f"recorded as {record.state.value} but not live"
+    return record_view(record, gpu_index, state=State.MISSING, error=missing)
 
 
 def list_profiles(hw: MigHardware, gpu_ref: int | str | None = None) -> ProfileList:
@@ -391,7 +377,7 @@ def list_profiles(hw: MigHardware, gpu_ref: int | str | None = None) -> ProfileL
     and a warning for a GPU whose next reset changes its MIG mode."""
     out: list[GpuProfiles] = []
     warnings: list[Warning_] = []
-    for gpu in _gpus(hw, gpu_ref):
+    for gpu in select_gpus(hw, gpu_ref):
         profiles = () if gpu.mig_mode is MigMode.UNSUPPORTED else hw.profiles(gpu.index)
         enabled = gpu.mig_mode is MigMode.ENABLED
         pending = pending_mig_mode(gpu.index, gpu.mig_mode, gpu.mig_pending)
