@@ -532,17 +532,6 @@ class SimStore:
             session.dirty = True
             yield session.state
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Document]:
-        """Edit the stored JSON document itself (a test changing the node behind everyone's
-        back); `edit()` is the typed way."""
-        with self._guard():
-            doc = self._document()
-            try:
-                yield doc
-            finally:
-                self._write_document(doc)
-
     def save_now(self, state: NodeState) -> None:
         """Write the state (with this process's counts) now: at the end of a session that
         changed it, or inside one before a simulated crash."""

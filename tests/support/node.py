@@ -4,7 +4,9 @@ through `hamimig`, to see what a command really did to the hardware."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,19 @@ def node_dir(path: Path) -> Path:
     (`mig-minors`, `proc-devices`, `nvidia-capabilities/`, `nvidia-cdi/`) and, unless the
     command line names others, its state, CDI directory and config."""
     return path.with_name(path.name + ".d")
+
+
+@contextlib.contextmanager
+def node_document(path: Path) -> Iterator[dict[str, Any]]:
+    """Edit the simulated node's stored JSON document itself (a test changing the node behind
+    everyone's back); `SimStore.edit()` is the typed way."""
+    store = SimStore(path)
+    with store._guard():
+        doc = store._document()
+        try:
+            yield doc
+        finally:
+            store._write_document(doc)
 
 
 def sim_state(path: Path) -> dict[str, Any]:
