@@ -19,11 +19,11 @@ from hamimig.errors import NvmlError
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import Placement
 from hamimig.rehearsal.simulator import sim_busy
-from hamimig.sim.nvml import older_bindings
 from hamimig.sim.ops import BusyKind
 from hamimig.sim.state import SimStore
 from tests.support.cli import Cli, alloc, allocate, allocated, idle, ok, refused, sim
 from tests.support.node import live
+from tests.support.nvml import older_bindings
 from tests.support.records import ext
 from tests.support.unchanged import Unchanged
 

@@ -303,11 +303,6 @@ def new_node(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION)
     return NodeState(driver_version=driver_version, gpus=gpus, faults=[], calls={})
 
 
-def new_state(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> Document:
-    """A fresh node's JSON document (what an in-memory store holds)."""
-    return new_node(model, count, driver_version).to_json()
-
-
 class SimStore:
     """Holds the state: in a JSON file shared under a lock, or only in memory (as a document).
 
