@@ -220,8 +220,8 @@ def test_a_node_file_from_before_kinds_still_reads(cli: Cli) -> None:
 
 
 def _over(store: SimStore, lacking: tuple[str, ...]) -> NvmlHardware:
-    assert store.minors_path is not None
-    hw = NvmlHardware(older_bindings(store, lacking), store.minors_path)
+    assert store.files is not None
+    hw = NvmlHardware(older_bindings(store, lacking), store.files.mig_minors)
     hw.open()
     return hw
 

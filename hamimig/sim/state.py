@@ -337,11 +337,6 @@ class SimStore:
         return self._lock
 
     @property
-    def minors_path(self) -> Path | None:
-        files = self.files
-        return None if files is None else files.mig_minors
-
-    @property
     def files(self) -> NodeFiles | None:
         """The driver's and NVIDIA's files of the simulated node (read once: only `create`
         changes where they are)."""

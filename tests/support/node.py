@@ -50,9 +50,8 @@ def sim_state(path: Path) -> dict[str, Any]:
 def open_hw(path: Path) -> NvmlHardware:
     """`hw/nvml.py` opened, unchanged, over the simulated pynvml module of the node at `path`."""
     store = SimStore(path)
-    minors = store.minors_path
-    assert minors is not None
-    hw = NvmlHardware(SimNvml(store), minors)
+    assert store.files is not None
+    hw = NvmlHardware(SimNvml(store), store.files.mig_minors)
     hw.open()
     return hw
 
