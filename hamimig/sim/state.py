@@ -571,13 +571,6 @@ def _remember(path: Path, text: str, state: NodeState) -> None:
         del _PARSED[next(iter(_PARSED))]
 
 
-def flush_counts() -> None:
-    """Merge every live store's pending call counts into its file (this process's calls become
-    visible to readers of the file, as they do when the process exits)."""
-    for store in list(_LIVE):
-        store.flush()
-
-
 @atexit.register
 def _flush_at_exit() -> None:
     for store in list(_LIVE):

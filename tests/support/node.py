@@ -12,7 +12,8 @@ from typing import Any
 
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.sim.nvml import SimNvml
-from hamimig.sim.state import SimStore, flush_counts
+from hamimig.sim.state import SimStore
+from tests.forked import flush_counts
 from tests.support.cli import Cli
 
 # Well-formed UUIDs that name nothing on a simulated node.
