@@ -251,6 +251,6 @@ def test_bindings_without_the_compute_call_cannot_show_anything_idle(sim_path: P
     hw = _over(store, (COMPUTE,))
     made = hw.create_compute_instance(0, hw.create_gpu_instance(0, 19, Placement(0, 1)))
     with pytest.raises(NvmlError) as err:
-        hw.instance_has_processes(made.mig_uuid)
+        hw.instance_process_count(made.mig_uuid)
     assert (err.value.call, err.value.name) == (COMPUTE, "FUNCTION_NOT_FOUND")
     hw.close()

@@ -351,7 +351,7 @@ class NvmlHardware:
         """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node.
 
         Ten calls: the lifecycle verifies an instance before every reuse in eleven NVML calls
-        (see `profile_name` for the eleventh; `instance_has_processes` then costs three more on
+        (see `profile_name` for the eleventh; `instance_process_count` then costs three more on
         the handle kept here: compute, graphics and MPS processes; and `mig_modes` one, to warn
         of a pending MIG mode change).
         """
@@ -511,10 +511,6 @@ class NvmlHardware:
         """`nvidia-smi -i GPU --query-compute-apps=pid --format=csv` (and graphics processes:
         the `C`, `G` and `M+C` rows of `nvidia-smi -i GPU`)"""
         return bool(self._process_ids(self._handle(gpu)))
-
-    def instance_has_processes(self, mig_uuid: str) -> bool:
-        """Whether `instance_process_count` is above 0."""
-        return self.instance_process_count(mig_uuid) > 0
 
     def instance_process_count(self, mig_uuid: str) -> int:
         """The processes on a MIG device, as HAMi counts them: compute, graphics and MPS compute
