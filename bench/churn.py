@@ -58,7 +58,7 @@ from hamimig.rehearsal.simulator import sim_init
 from hamimig.sim.files import mig_minors_text
 from hamimig.sim.models import MODELS
 from hamimig.sim.nvml import SimNvml
-from hamimig.sim.state import SimStore, new_state
+from hamimig.sim.state import SimStore, new_node
 from hamimig.vocabulary import ActionKind, State
 
 GPUS = 8
@@ -131,7 +131,7 @@ class Outcome:
 
 
 def replay(events: list[Event], destroy_on_release: bool, tmp: Path) -> Outcome:
-    state = new_state(MODELS[MODEL], GPUS)
+    state = new_node(MODELS[MODEL], GPUS).to_json()
     store = SimStore(None, state)
     minors = tmp / "mig-minors"
     minors.write_text(mig_minors_text())
@@ -291,7 +291,7 @@ def _running(pods: set[str], taken_at: float) -> PodSnapshot:
 
 
 def replay_timed(trace: TimedTrace, point: SweepPoint, every: float, tmp: Path) -> SweepOutcome:
-    state = new_state(MODELS[MODEL], GPUS)
+    state = new_node(MODELS[MODEL], GPUS).to_json()
     store = SimStore(None, state)
     minors = tmp / "mig-minors"
     minors.write_text(mig_minors_text())

@@ -33,6 +33,13 @@ from hamimig.sim import state as sim_state_module
 _DEVNULL = os.devnull
 
 
+def flush_counts() -> None:
+    """Merge every live simulated node's pending call counts into its file (this process's
+    calls become visible to readers of the file, as they do when the process exits)."""
+    for store in list(sim_state_module._LIVE):
+        store.flush()
+
+
 def _child(args: list[str], stdout: int, stderr: int, env: dict[str, str] | None) -> None:
     """The forked side: never returns."""
     code = 1
@@ -62,7 +69,7 @@ def _child(args: list[str], stdout: int, stderr: int, env: dict[str, str] | None
         except SystemExit as done:  # as the interpreter turns it into an exit status
             code = done.code if isinstance(done.code, int) else int(done.code is not None)
         sys.stdout.flush()
-        sim_state_module.flush_counts()
+        flush_counts()
     except BaseException:  # a bug in the child: say so on its stderr, as an interpreter would
         try:
             traceback.print_exc()

@@ -19,11 +19,11 @@ from hamimig.errors import NvmlError
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.hw.types import Placement
 from hamimig.rehearsal.simulator import sim_busy
-from hamimig.sim.nvml import older_bindings
 from hamimig.sim.ops import BusyKind
 from hamimig.sim.state import SimStore
 from tests.support.cli import Cli, alloc, allocate, allocated, idle, ok, refused, sim
 from tests.support.node import live
+from tests.support.nvml import older_bindings
 from tests.support.records import ext
 from tests.support.unchanged import Unchanged
 
@@ -220,8 +220,8 @@ def test_a_node_file_from_before_kinds_still_reads(cli: Cli) -> None:
 
 
 def _over(store: SimStore, lacking: tuple[str, ...]) -> NvmlHardware:
-    assert store.minors_path is not None
-    hw = NvmlHardware(older_bindings(store, lacking), store.minors_path)
+    assert store.files is not None
+    hw = NvmlHardware(older_bindings(store, lacking), store.files.mig_minors)
     hw.open()
     return hw
 
@@ -251,6 +251,6 @@ def test_bindings_without_the_compute_call_cannot_show_anything_idle(sim_path: P
     hw = _over(store, (COMPUTE,))
     made = hw.create_compute_instance(0, hw.create_gpu_instance(0, 19, Placement(0, 1)))
     with pytest.raises(NvmlError) as err:
-        hw.instance_has_processes(made.mig_uuid)
+        hw.instance_process_count(made.mig_uuid)
     assert (err.value.call, err.value.name) == (COMPUTE, "FUNCTION_NOT_FOUND")
     hw.close()

@@ -54,7 +54,7 @@ import pytest
 
 from hamimig.hw.types import Placement
 from hamimig.rehearsal.simulator import sim_create, sim_fault_add, sim_fault_clear, sim_init
-from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS, SimStore
+from hamimig.sim.state import CRASH_EXIT_STATUS, DURABLE_OPS
 from hamimig.store.cdi import spec_file_name
 from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import State
@@ -88,7 +88,7 @@ from tests.support.crash_scenarios import (
     spec_name_of,
 )
 from tests.support.files import tree
-from tests.support.node import sim_state
+from tests.support.node import node_document, sim_state
 from tests.support.nvml import DESTROY_CI, DESTROY_GI, MUTATING_NVML
 
 pytestmark = pytest.mark.slow
@@ -568,7 +568,7 @@ def _build_mixed(base: Path) -> tuple[Template, Mixed]:
     # GPU 1: allocate refuses a GPU with an interrupted allocation until recovery)
     _crash(cli, "intent.remove", "crash-before", *allocate_args("ns/done", "1g.10gb", "4", "1"))
     # drop-missing: the Idle instance at 2 destroyed behind hamimig's back
-    with SimStore(cli.sim).transaction() as state:
+    with node_document(cli.sim) as state:
         gpu = state["gpus"][0]
         gpu["gpuInstances"] = [g for g in gpu["gpuInstances"] if g["placement"]["start"] != 2]
     # adopt-idle and destroy-orphan-gi (with --adopt) on GPU 1, where no pod holds anything

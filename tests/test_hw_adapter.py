@@ -462,26 +462,26 @@ def test_processes_follow_busy_marks(hw: NvmlHardware, sim_path: Path) -> None:
     a = hw.create_compute_instance(0, hw.create_gpu_instance(0, 19, Placement(0, 1)))
     b = hw.create_compute_instance(0, hw.create_gpu_instance(0, 19, Placement(1, 1)))
     assert hw.gpu_has_processes(0) is False
-    assert hw.instance_has_processes(a.mig_uuid) is False
+    assert hw.instance_process_count(a.mig_uuid) == 0
     sim_busy(sim_path, a.mig_uuid, False, False)
     assert hw.gpu_has_processes(0) is True
     assert hw.gpu_has_processes(1) is False
-    assert hw.instance_has_processes(a.mig_uuid) is True
-    assert hw.instance_has_processes(b.mig_uuid) is False
+    assert hw.instance_process_count(a.mig_uuid) == 1
+    assert hw.instance_process_count(b.mig_uuid) == 0
     sim_busy(sim_path, a.mig_uuid, False, True)
     assert hw.gpu_has_processes(0) is False
-    assert hw.instance_has_processes(a.mig_uuid) is False
+    assert hw.instance_process_count(a.mig_uuid) == 0
 
 
 def test_a_gi_hold_is_not_a_process(hw: NvmlHardware, sim_path: Path) -> None:
     a = hw.create_compute_instance(0, hw.create_gpu_instance(0, 19, Placement(0, 1)))
     sim_busy(sim_path, a.mig_uuid, True, False)
-    assert hw.instance_has_processes(a.mig_uuid) is False
+    assert hw.instance_process_count(a.mig_uuid) == 0
     assert hw.gpu_has_processes(0) is False
 
 
 def test_processes_of_an_unknown_instance(hw: NvmlHardware) -> None:
-    assert hw.instance_has_processes(f"MIG-{uuid.uuid4()}") is False
+    assert hw.instance_process_count(f"MIG-{uuid.uuid4()}") == 0
 
 
 # --- capability minors -----------------------------------------------------------------------

@@ -36,7 +36,7 @@ from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import SimStore
 from hamimig.hw.types import Placement
 store = SimStore(Path(sys.argv[1]))
-hw = NvmlHardware(SimNvml(store), store.minors_path)
+hw = NvmlHardware(SimNvml(store), store.files.mig_minors)
 hw.open()
 """
 

@@ -77,7 +77,7 @@ from hamimig.sim.nvml import SimNvml
 from hamimig.sim.state import (
     SimNvmlFailure,
     SimStore,
-    new_state,
+    new_node,
     normalise_fault,
     run_file_op,
 )
@@ -248,7 +248,7 @@ class SimNodeEnv:
         sim_state.__dict__["uuid"] = self._uuids
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.tmp = Path(tempfile.mkdtemp(prefix="hamimig-lifecycle-", dir=shm))
-        self.sim: dict[str, Any] = new_state(MODEL, GPUS)
+        self.sim: dict[str, Any] = new_node(MODEL, GPUS).to_json()
         self.store = SimStore(None, self.sim)
         minors = self.tmp / "mig-minors"
         minors.write_text(MINORS_TEXT, encoding="ascii")

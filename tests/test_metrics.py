@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from hamimig.store.counters import COUNTERS_NAME, Counters, decode_counters
+from hamimig.store.counters import COUNTERS_NAME, Counters, decode_stored
 from hamimig.store.files import TEMP_PREFIX
 from hamimig.store.records import LOADER_PREFIX, RecordStore
 from tests.support.cli import Cli, alloc, allocate, allocated, fault, ok, owners_running, sim
@@ -108,7 +108,7 @@ def counters(cli: Cli) -> dict[str, int]:
         out[f"failures/{sample.labels['op']}"] = int(sample.value)
     path = cli.state_dir / COUNTERS_NAME
     if path.is_file():
-        stored = decode_counters(path.read_bytes())
+        stored = decode_stored(path.read_bytes())[0]
         flat = {
             (name if label == "" else f"{name}/{label}"): value
             for name, by_label in stored.items()

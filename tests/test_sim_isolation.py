@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 from hamimig.rehearsal.simulator import sim_init
-from hamimig.sim.state import SimStore
 from tests.support.cli import Cli, allocated, ok, refused
-from tests.support.node import node_dir
+from tests.support.node import node_dir, node_document
 from tests.support.processes import REPO_ROOT
 
 # argv: the root of the stand-ins, the commands (JSON), the file the exit statuses go to.
@@ -224,7 +223,7 @@ def test_a_node_made_before_homes_keeps_its_files_beside_it(cli: Cli) -> None:
     home = node_dir(cli.sim)
     for name in ("mig-minors", "proc-devices", "nvidia-capabilities", "nvidia-cdi"):
         (home / name).rename(cli.sim.with_name(name))
-    with SimStore(cli.sim).transaction() as doc:
+    with node_document(cli.sim) as doc:
         del doc["home"]
     shown = ok(cli.json("sim", "show"))
     assert Path(shown["migMinors"]) == cli.sim.with_name("mig-minors")
@@ -239,7 +238,7 @@ def test_a_node_made_before_homes_keeps_its_files_beside_it(cli: Cli) -> None:
 def test_a_home_elsewhere_is_refused(cli: Cli) -> None:
     """The node file names a directory beside it, never a path: the simulator writes the
     driver's files there."""
-    with SimStore(cli.sim).transaction() as doc:
+    with node_document(cli.sim) as doc:
         doc["home"] = "../elsewhere"
     message = refused(cli.json("list"), 2, "usage")
     assert "home must be the name of a directory beside the node file" in message

@@ -187,7 +187,7 @@ def has_processes(hw: MigHardware, mig_uuid: str) -> bool:
     device. Busy for every command that acts: an instance that cannot be shown idle (a failed
     query) is never handed out, restored Idle, adopted or destroyed."""
     try:
-        return hw.instance_has_processes(mig_uuid) is not False
+        return hw.instance_process_count(mig_uuid) > 0
     except NvmlError:
         return True
 

@@ -351,7 +351,7 @@ class NvmlHardware:
         """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node.
 
         Ten calls: the lifecycle verifies an instance before every reuse in eleven NVML calls
-        (see `profile_name` for the eleventh; `instance_has_processes` then costs three more on
+        (see `profile_name` for the eleventh; `instance_process_count` then costs three more on
         the handle kept here: compute, graphics and MPS processes; and `mig_modes` one, to warn
         of a pending MIG mode change).
         """
@@ -512,10 +512,6 @@ class NvmlHardware:
         the `C`, `G` and `M+C` rows of `nvidia-smi -i GPU`)"""
         return bool(self._process_ids(self._handle(gpu)))
 
-    def instance_has_processes(self, mig_uuid: str) -> bool:
-        """Whether `instance_process_count` is above 0."""
-        return self.instance_process_count(mig_uuid) > 0
-
     def instance_process_count(self, mig_uuid: str) -> int:
         """The processes on a MIG device, as HAMi counts them: compute, graphics and MPS compute
         processes (`nvidia-smi -i MIG-UUID`'s process rows), each PID once.
@@ -534,31 +530,22 @@ class NvmlHardware:
         """The PIDs of every process on a GPU or MIG device. The compute list must be read; the
         graphics and MPS lists may be absent (NOT_SUPPORTED or FUNCTION_NOT_FOUND, e.g. a MIG
         device without graphics, or bindings and drivers that lack the call), which means no
-        process of that kind. Any other error raises, so the caller counts the device busy."""
+        process of that kind. Any other error raises, so the caller counts the device busy.
+        A call the bindings lack, and pynvml's `NVMLLibraryMismatchError` (what its unversioned
+        process calls raise for a driver without the `_v3` symbol), are FUNCTION_NOT_FOUND."""
         pids: set[int] = set()
-        for call in (_COMPUTE_PROCESSES, *_OPTIONAL_PROCESS_LISTS):
-            try:
-                pids.update(int(p.pid) for p in self._process_list(call, handle))
-            except NvmlError as exc:
-                if call == _COMPUTE_PROCESSES or exc.name not in _ABSENT_PROCESS_LIST:
-                    raise
-        return pids
-
-    def _process_list(self, call: str, handle: Any) -> list[Any]:
-        """One process list. A call the bindings lack, and pynvml's `NVMLLibraryMismatchError`
-        (what its unversioned process calls raise for a driver without the `_v3` symbol), are
-        FUNCTION_NOT_FOUND."""
-        fn: Callable[..., Any] | None = getattr(self._nv, call, None)
-        absent = NvmlError(call, "FUNCTION_NOT_FOUND", int(getattr(self._nv, _NOT_FOUND, 13)))
-        if fn is None:
-            raise absent
         mismatch = getattr(self._nv, "NVMLLibraryMismatchError", ())
-        try:
-            return list(fn(handle))
-        except mismatch:
-            raise absent from None
-        except self._nv.NVMLError as exc:
-            raise self._wrap(call, exc) from None
+        for call in (_COMPUTE_PROCESSES, *_OPTIONAL_PROCESS_LISTS):
+            absent = () if call == _COMPUTE_PROCESSES else _ABSENT_PROCESS_LIST
+            try:
+                found = self._c(call, handle, absent=absent) if hasattr(self._nv, call) else None
+            except mismatch:
+                found = None
+            if found is None and not absent:
+                code = int(getattr(self._nv, _NOT_FOUND, 13))
+                raise NvmlError(call, "FUNCTION_NOT_FOUND", code)
+            pids.update(int(p.pid) for p in found or ())
+        return pids
 
     def capability_minors(self, gpu_minor: int, gi_id: int, ci_id: int) -> CapabilityMinors:
         """`grep gpu<minor>/gi<gi> /proc/driver/nvidia-caps/mig-minors`"""

@@ -587,21 +587,3 @@ class SimNvml:
     @_nvml
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, state: NodeState, handle: Any) -> Any:
         return self._handle(_DEVICE, self._ci(state, handle, _MIG)[0].index)
-
-
-class _Unbound:
-    """An NVML function that older bindings do not have: reading it fails as for any other
-    function the module lacks (`SimNvml.__getattr__`)."""
-
-    def __get__(self, obj: object, owner: type | None = None) -> Any:
-        raise AttributeError("not in these bindings")
-
-
-def older_bindings(store: SimStore, lacking: tuple[str, ...]) -> SimNvml:
-    """The simulated module as a pynvml release that predates the functions in `lacking`."""
-    unknown = [name for name in lacking if not callable(getattr(SimNvml, name, None))]
-    if unknown:
-        raise ValueError(f"the simulator does not implement {', '.join(unknown)}")
-    older = type("OlderSimNvml", (SimNvml,), dict.fromkeys(lacking, _Unbound()))
-    module: SimNvml = older(store)
-    return module

@@ -303,11 +303,6 @@ def new_node(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION)
     return NodeState(driver_version=driver_version, gpus=gpus, faults=[], calls={})
 
 
-def new_state(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> Document:
-    """A fresh node's JSON document (what an in-memory store holds)."""
-    return new_node(model, count, driver_version).to_json()
-
-
 class SimStore:
     """Holds the state: in a JSON file shared under a lock, or only in memory (as a document).
 
@@ -340,11 +335,6 @@ class SimStore:
                 else self.path.parent / home / LOCK_FILE
             )
         return self._lock
-
-    @property
-    def minors_path(self) -> Path | None:
-        files = self.files
-        return None if files is None else files.mig_minors
 
     @property
     def files(self) -> NodeFiles | None:
@@ -532,17 +522,6 @@ class SimStore:
             session.dirty = True
             yield session.state
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Document]:
-        """Edit the stored JSON document itself (a test changing the node behind everyone's
-        back); `edit()` is the typed way."""
-        with self._guard():
-            doc = self._document()
-            try:
-                yield doc
-            finally:
-                self._write_document(doc)
-
     def save_now(self, state: NodeState) -> None:
         """Write the state (with this process's counts) now: at the end of a session that
         changed it, or inside one before a simulated crash."""
@@ -590,13 +569,6 @@ def _remember(path: Path, text: str, state: NodeState) -> None:
     _PARSED[path] = (text, state)
     while len(_PARSED) > 8:  # a process rarely uses more than one node; tests use many
         del _PARSED[next(iter(_PARSED))]
-
-
-def flush_counts() -> None:
-    """Merge every live store's pending call counts into its file (this process's calls become
-    visible to readers of the file, as they do when the process exits)."""
-    for store in list(_LIVE):
-        store.flush()
 
 
 @atexit.register

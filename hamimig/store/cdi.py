@@ -36,12 +36,11 @@ SPEC_MODE = 0o644
 CDI_DIR_MODE = 0o755
 SPEC_PREFIX = "hami-dynamic-mig-mig-"
 SPEC_SUFFIX = ".json"
+# HAMi's device annotations: its plugin identifies a dynamic MIG spec by `hami.io/mig-uuid` on
+# the device, and the geometry reads `<GPU minor>:<GI>:<CI>`.
 MIG_UUID_ANNOTATION = "hami.io/mig-uuid"
 PARENT_GPU_ANNOTATION = "hami.io/parent-gpu-uuid"
 GEOMETRY_ANNOTATION = "hami.io/mig-geometry"
-HAMI_ANNOTATIONS = (MIG_UUID_ANNOTATION, PARENT_GPU_ANNOTATION, GEOMETRY_ANNOTATION)
-"""HAMi's device annotations: its plugin identifies a dynamic MIG spec by `hami.io/mig-uuid` on
-the device, and the geometry reads `<GPU minor>:<GI>:<CI>`."""
 
 
 @dataclass(frozen=True)

@@ -69,10 +69,6 @@ class CounterValues:
 _Stored = tuple[dict[str, dict[str, int]], dict[str, int]]
 
 
-def decode_counters(data: bytes) -> dict[str, dict[str, int]]:
-    return decode_stored(data)[0]
-
-
 MAX_VALUE = 2**53
 """The largest integer a Prometheus sample (a float64) holds exactly: a larger one is no count
 or time hamimig wrote, and printed it would not parse as a sample value."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import secrets
 import stat
@@ -434,6 +435,21 @@ class StoreFiles:
         if isinstance(loaded, Problem):
             return self.problem(name, loaded.reason, loaded.io)
         return loaded
+
+    def read_all(
+        self, decode: Callable[[str, bytes], T]
+    ) -> tuple[list[tuple[str, T]], list[Problem]]:
+        """Every file of the store that `decode(name, data)` accepts, by name, and every one it
+        cannot use as a `Problem` (`read_file`)."""
+        found: list[tuple[str, T]] = []
+        problems: list[Problem] = []
+        for name in self.names():
+            loaded = self.read_file(name, functools.partial(decode, name))
+            if isinstance(loaded, Problem):
+                problems.append(loaded)
+            elif loaded is not None:
+                found.append((name, loaded))
+        return found, problems
 
     def problem(self, name: str, reason: str, io: bool = False) -> Problem:
         return Problem(str(self.directory / name), reason, io, self.store, self.subject(name))

@@ -14,7 +14,6 @@ HAMi's record loader never sees them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
 import uuid
@@ -141,16 +140,8 @@ class IntentStore(StoreFiles):
 
     def load(self) -> tuple[list[Intent], list[Problem]]:
         """Every readable intent, oldest first; every unusable `intent-*.json` as a Problem."""
-        intents: list[Intent] = []
-        problems: list[Problem] = []
-        for name in self.names():
-            loaded = self.read_file(name, functools.partial(decode_intent, name))
-            if isinstance(loaded, Problem):
-                problems.append(loaded)
-            elif loaded is not None:
-                intents.append(loaded)
-        intents.sort(key=lambda i: (i.created_at, i.id))
-        return intents, problems
+        found, problems = self.read_all(decode_intent)
+        return sorted((i for _, i in found), key=lambda i: (i.created_at, i.id)), problems
 
     def write(self, intent: Intent) -> None:
         """Create or replace the intent atomically (updates add IDs as they become known)."""

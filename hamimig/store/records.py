@@ -256,14 +256,10 @@ class RecordStore(StoreFiles):
         name: which of them is the truth cannot be decided, so neither instance is touched.
         """
         records: dict[str, Record] = {}
-        problems: list[Problem] = []
         claims: dict[str, list[tuple[str, Record]]] = {}
-        for name in self.names():
-            loaded = self.read_file(name, _decode_content)
-            if isinstance(loaded, Problem):
-                problems.append(loaded)
-            elif loaded is not None:
-                claims.setdefault(loaded.mig_uuid, []).append((name, loaded))
+        found, problems = self.read_all(lambda _name, data: _decode_content(data))
+        for name, loaded in found:
+            claims.setdefault(loaded.mig_uuid, []).append((name, loaded))
         for mig_uuid, entries in claims.items():
             if len(entries) > 1:
                 names = ", ".join(n for n, _ in entries)

@@ -4,13 +4,16 @@ through `hamimig`, to see what a command really did to the hardware."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from hamimig.hw.nvml import NvmlHardware
 from hamimig.sim.nvml import SimNvml
-from hamimig.sim.state import SimStore, flush_counts
+from hamimig.sim.state import SimStore
+from tests.forked import flush_counts
 from tests.support.cli import Cli
 
 # Well-formed UUIDs that name nothing on a simulated node.
@@ -25,6 +28,19 @@ def node_dir(path: Path) -> Path:
     return path.with_name(path.name + ".d")
 
 
+@contextlib.contextmanager
+def node_document(path: Path) -> Iterator[dict[str, Any]]:
+    """Edit the simulated node's stored JSON document itself (a test changing the node behind
+    everyone's back); `SimStore.edit()` is the typed way."""
+    store = SimStore(path)
+    with store._guard():
+        doc = store._document()
+        try:
+            yield doc
+        finally:
+            store._write_document(doc)
+
+
 def sim_state(path: Path) -> dict[str, Any]:
     """The simulated node's state document, with every call counted so far in this process."""
     flush_counts()  # what an in-process simulator counted so far, as its exit would publish
@@ -35,9 +51,8 @@ def sim_state(path: Path) -> dict[str, Any]:
 def open_hw(path: Path) -> NvmlHardware:
     """`hw/nvml.py` opened, unchanged, over the simulated pynvml module of the node at `path`."""
     store = SimStore(path)
-    minors = store.minors_path
-    assert minors is not None
-    hw = NvmlHardware(SimNvml(store), minors)
+    assert store.files is not None
+    hw = NvmlHardware(SimNvml(store), store.files.mig_minors)
     hw.open()
     return hw
 

@@ -9,7 +9,10 @@ instances; tests/test_suite_layout.py keeps it equal to the simulator's own list
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from hamimig.sim.nvml import SimNvml
+from hamimig.sim.state import SimStore
 from tests.support.cli import Cli
 from tests.support.node import sim_state
 
@@ -50,3 +53,21 @@ def mutating(counts: dict[str, int]) -> dict[str, int]:
 def mutating_calls(cli: Cli) -> dict[str, int]:
     """Mutating NVML calls counted on the node so far."""
     return mutating(calls(cli))
+
+
+class _Unbound:
+    """An NVML function that older bindings do not have: reading it fails as for any other
+    function the module lacks (`SimNvml.__getattr__`)."""
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        raise AttributeError("not in these bindings")
+
+
+def older_bindings(store: SimStore, lacking: tuple[str, ...]) -> SimNvml:
+    """The simulated module as a pynvml release that predates the functions in `lacking`."""
+    unknown = [name for name in lacking if not callable(getattr(SimNvml, name, None))]
+    if unknown:
+        raise ValueError(f"the simulator does not implement {', '.join(unknown)}")
+    older = type("OlderSimNvml", (SimNvml,), dict.fromkeys(lacking, _Unbound()))
+    module: SimNvml = older(store)
+    return module
