@@ -1,6 +1,6 @@
 """The path `hamimig allocate` (create) takes: how many hamimig modules it enters (a function of
-the module called while `cli/app.py:run` runs; the CLI app is imported before measuring, and
-the modules first imported on the way are counted apart), and how many hamimig frames lie
+the module called while `cli/app.py:run` runs, not a class body its import runs; the CLI app
+is imported before measuring, and the modules first imported on the way are counted apart), and how many hamimig frames lie
 between `cli/app.py:run` and the first NVML mutation (`hw/nvml.py:_c` creating the GI).
 Measured with `sys.setprofile` in a fresh process against a fresh simulated node (one A100,
 no instances, no pods: the allocation creates).
@@ -32,6 +32,9 @@ def profile(frame, event, arg):
     if frame.f_code.co_name == "<module>":
         loaded.add(name)
         return
+    back = frame.f_back
+    if back is not None and back.f_code.co_name == "<module>" and module(back) == name:
+        return  # a class body or expression its module runs while it is imported
     entered.add(name)
     if first or name != "hamimig.hw.nvml" or frame.f_code.co_name != "_c":
         return
