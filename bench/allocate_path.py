@@ -1,7 +1,8 @@
 """The path `hamimig allocate` (create) takes: how many hamimig modules it enters (a function of
 the module called while `cli/app.py:run` runs, not a class body its import runs; the CLI app
-is imported before measuring, and the modules first imported on the way are counted apart), and how many hamimig frames lie
-between `cli/app.py:run` and the first NVML mutation (`hw/nvml.py:_c` creating the GI).
+is imported before measuring, and the modules first imported on the way are counted apart),
+and how many hamimig frames lie between `cli/app.py:run` and the first NVML mutation
+(`hw/nvml.py:_c` creating the GI).
 Measured with `sys.setprofile` in a fresh process against a fresh simulated node (one A100,
 no instances, no pods: the allocation creates).
 
