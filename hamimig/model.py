@@ -1,18 +1,16 @@
-"""The one base for every file format and JSON result hamimig declares.
+"""The pydantic base of the command results and the simulated node's file (the state files are
+declared in store/_fields.py, which TAB completion reads without pydantic).
 
-Strict, because Go's `encoding/json` (HAMi's reader) refuses `1.0`, `true` and `"1"` for an
-int and hamimig must never accept a record HAMi would read differently. Frozen, because a
-record read from disk is evidence, not a scratch pad. Deferred building, because building a
-model class costs milliseconds that every start-up (`--help`, TAB completion) would pay.
-Aliases are explicit on each field: the JSON names are a contract, not a naming convention.
-Serialisation goes through `json.dumps` of `model_dump`, as the writers always did, so the
-bytes on disk and on stdout do not change (pydantic's own encoder escapes and spaces
-differently).
+Strict, because a shape hamimig declares accepts `1.0`, `true` or `"1"` for an int no more
+than Go's `encoding/json` does. Frozen, because what was read or reported is evidence, not a
+scratch pad. Deferred building, because building a model class costs milliseconds that every
+start-up would pay. Aliases are explicit on each field: the JSON names are a contract, not a
+naming convention. Output goes through `json.dumps` of `to_json()`, never pydantic's own
+encoder, which escapes and spaces differently.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -29,8 +27,3 @@ class Model(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
-
-
-def dumps(model: Model, *, indent: int | None = 2) -> str:
-    """The bytes every state file and JSON result has always had."""
-    return json.dumps(model.to_json(), indent=indent)
