@@ -270,7 +270,6 @@ KEYS: tuple[tuple[str, Key], ...] = tuple(
     (f.name, f.metadata["key"]) for f in fields(Config) if "key" in f.metadata
 )
 """(`Config` field, its key), in `config show`'s order."""
-ENV_OVERRIDES = {key.env: key.path for _, key in KEYS if key.env}
 _SECTIONS = ("devices", "devices.nvidia", "cdi", "events", "pods")
 """The document's mappings, in the order they are checked and an unknown key's error lists
 them."""

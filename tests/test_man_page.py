@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from docgen.manpage import commands, man_page
 from hamimig.cli.app import app
-from hamimig.config import ENV_OVERRIDES
+from hamimig.config import KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = (
@@ -94,7 +94,7 @@ def test_every_config_override_says_which_setting_and_what_its_value_means() -> 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split("Config (`--config`, YAML", 1)[1].split("### ", 1)[0]
     yaml_blocks = readme.split("```yaml")[1:]
-    for var, key in ENV_OVERRIDES.items():
+    for var, key in ((k.env, k.path) for _, k in KEYS if k.env):
         entry = _entry(var)
         assert entry.startswith(f"Overrides the config file's {key}: "), entry
         assert not entry.endswith(f"{key}: {key}."), entry
