@@ -1,13 +1,14 @@
 """What `scripts/gen-docs.py` writes: the shell completion scripts Typer generates (they call
-back into hamimig: `hamimig/cli/completion.py`) and the man page (`manpage.py`); a test
-regenerates them to catch staleness. Build-time tooling, so it lives beside the package and is
-not installed with it."""
+back into hamimig: `hamimig/cli/completion.py`), the man page (`manpage.py`) and
+docs/reference.md (`reference.py`); a test regenerates them to catch staleness. Build-time
+tooling, so it lives beside the package and is not installed with it."""
 
 from __future__ import annotations
 
 import typer
 
 from docgen.manpage import man_page
+from docgen.reference import reference
 from hamimig.cli.completion import COMPLETE_VAR
 
 COMPLETIONS = {"bash": "hamimig.bash", "zsh": "_hamimig", "fish": "hamimig.fish"}
@@ -32,4 +33,4 @@ def generate(app: typer.Typer) -> dict[str, str]:
     # Loaded from $fpath, the file is the body of `_hamimig`, run at the first TAB: Typer's
     # script only defines its function there, so that TAB would complete nothing.
     scripts["completions/_hamimig"] += ZSH_FIRST_TAB
-    return {**scripts, "man/hamimig.1": man_page(app)}
+    return {**scripts, "man/hamimig.1": man_page(app), "docs/reference.md": reference(app)}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate completions/ (bash, zsh, fish) and man/hamimig.1 from the CLI.
+"""Regenerate completions/ (bash, zsh, fish), man/hamimig.1 and docs/reference.md from the CLI.
 
 python scripts/gen-docs.py          # write them
 python scripts/gen-docs.py --check  # exit 1 if any is stale

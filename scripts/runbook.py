@@ -1,18 +1,18 @@
-"""Regenerate the README's Runbook examples from real runs.
+"""Regenerate the examples of docs/runbook.md from real runs.
 
 Builds the runbook's simulated node (two H100s: team-a/train-1 holding a 2g.20gb that reclaimed
 team-e/tmp-1's Idle 1g.10gb, team-b/infer-1 a 1g.10gb, one Idle 1g.10gb, an unmanaged 3g.40gb on
 GPU 1), runs every command the Runbook
 shows, in its order, at `COLUMNS=100` unless the command sets another width (`COLUMNS=80 hamimig
 list`: what an 80- or 120-column terminal shows), and writes what each printed, with its exit
-status, into the README's text blocks. A second node shows a record that no longer matches its
+status, into the runbook's text blocks. A second node shows a record that no longer matches its
 hardware, for "When recovery refuses".
 
-    python scripts/runbook.py          # rewrites README.md in place
-    python scripts/runbook.py --check  # exit 1 if the block commands differ from the README's
+    python scripts/runbook.py          # rewrites docs/runbook.md in place
+    python scripts/runbook.py --check  # exit 1 if the block commands differ from the runbook's
 
 Each block is found by its place in the Runbook section and checked by its first command, so a
-README edit that moves blocks fails loudly instead of pasting output under the wrong prose.
+runbook edit that moves blocks fails loudly instead of pasting output under the wrong prose.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+RUNBOOK = ROOT / "docs" / "runbook.md"
 WORK = Path("/tmp/hamimig-runbook")
 WIDTH = "100"
 
 
 class Node:
     """A simulated node in its own directory, with the global options in the environment so
-    that the commands read exactly as the README prints them."""
+    that the commands read exactly as the runbook prints them."""
 
     def __init__(self, name: str) -> None:
         self.dir = WORK / name
@@ -219,21 +219,16 @@ FIRST = [
 """The first command of each text block of the Runbook, in order."""
 
 
-def blocks_of(text: str) -> tuple[int, int, list[tuple[int, int]]]:
-    start = text.index("\n## Runbook\n")
-    end = text.index("\n## ", start + 1)
-    spans = [
-        (m.start(1), m.end(1)) for m in re.finditer(r"```text\n(.*?)```\n", text[start:end], re.S)
-    ]
-    return start, end, [(start + a, start + b) for a, b in spans]
+def blocks_of(text: str) -> list[tuple[int, int]]:
+    return [(m.start(1), m.end(1)) for m in re.finditer(r"```text\n(.*?)```\n", text, re.S)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only check the block commands")
     args = parser.parse_args()
-    text = README.read_text(encoding="utf-8")
-    _, _, spans = blocks_of(text)
+    text = RUNBOOK.read_text(encoding="utf-8")
+    spans = blocks_of(text)
     if len(spans) != len(FIRST):
         raise SystemExit(
             f"the Runbook has {len(spans)} text blocks, this script makes {len(FIRST)}"
@@ -249,8 +244,8 @@ def main() -> None:
     fresh = main_node() + refusing_node()
     for (a, b), block in reversed(list(zip(spans, fresh, strict=True))):
         text = text[:a] + block + text[b:]
-    README.write_text(text, encoding="utf-8")
-    sys.stdout.write(f"rewrote {len(fresh)} Runbook blocks in {README.name} from runs in {WORK}\n")
+    RUNBOOK.write_text(text, encoding="utf-8")
+    sys.stdout.write(f"rewrote {len(fresh)} blocks in docs/{RUNBOOK.name} from runs in {WORK}\n")
 
 
 if __name__ == "__main__":

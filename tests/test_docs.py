@@ -1,15 +1,19 @@
-"""Completions and the man page are generated from the CLI and must never be stale; every
-command is in the README (the man page's content: tests/test_man_page.py)."""
+"""Completions, the man page and docs/reference.md are generated from the CLI and must never be
+stale; every command is on the README's front page, the README links every document, and every
+command line the documents show parses (the man page's content: tests/test_man_page.py)."""
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from docgen import generate
 from docgen.manpage import commands
@@ -31,7 +35,78 @@ def test_readme_mentions_every_command() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for path, _, _ in commands(app):
         if len(path) == 1:
-            assert f"hamimig {path[0]}" in readme or f" {path[0]} " in readme, path
+            assert f"| `{path[0]}" in readme, path
+
+
+DOCUMENTS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_readme_links_every_document() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([^)#]+)", readme))
+    for path in DOCUMENTS[1:]:
+        assert path.relative_to(ROOT).as_posix() in linked, path.name
+    assert all((ROOT / target).is_file() for target in linked), linked
+
+
+_BREAK = {"|", "||", "&&", ";", ">", ">>", "<", "&", "(", ")"}
+
+
+def _command_lines(line: str) -> list[list[str]]:
+    """The arguments of each `hamimig` command on a shell line (after environment assignments,
+    up to a pipe, a redirection or the next command); `<placeholder>` words stand as `X`."""
+    lexer = shlex.shlex(re.sub(r"<[^<>\s]+>", "X", line), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    found, words = [], []
+    for word in [*lexer, ";"]:
+        if word not in _BREAK:
+            words.append(word)
+            continue
+        while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):
+            words.pop(0)
+        if words[:1] == ["hamimig"]:
+            found.append(words[1:])
+        words = []
+    return found
+
+
+def _examples(text: str) -> list[list[str]]:
+    """Every command line a document shows: in shell blocks, `$ ` lines of output blocks and
+    inline code that is a whole command (no `[optional]`, `A|B` or `…` syntax)."""
+    found: list[list[str]] = []
+    fence, pending = None, ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+        elif fence is None:
+            for span in re.findall(r"`(hamimig [^`]+)`", line):
+                if not re.search(r"[\[\]|{}…]", span):
+                    found += _command_lines(span)
+        elif fence in ("sh", "bash") or line.startswith("$ "):
+            pending += line.removeprefix("$ ").removesuffix("\\") + " "
+            if not line.endswith("\\"):
+                found += _command_lines(pending.split(" #")[0])
+                pending = ""
+    return found
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: p.name)
+def test_every_command_line_the_documents_show_parses(path: Path) -> None:
+    """Each example names a command and options that exist, with the values they take: click
+    parses the whole line, then `--help` stops it before anything runs."""
+    runner = CliRunner()
+    for args in _examples(path.read_text(encoding="utf-8")):
+        if "--" in args:  # --help after it would be an argument
+            continue
+        done = runner.invoke(app, [*args, "--help"])
+        assert done.exit_code == 0, f"{path.name}: hamimig {shlex.join(args)}: {done.output}"
+
+
+def test_the_documents_show_command_lines_and_the_reader_sees_a_bad_option() -> None:
+    assert sum(len(_examples(p.read_text(encoding="utf-8"))) for p in DOCUMENTS) >= 50
+    text = "```sh\nCOLUMNS=80 hamimig list --bogus | head\n```\n"
+    assert _examples(text) == [["list", "--bogus"]]
+    assert CliRunner().invoke(app, ["list", "--bogus", "--help"]).exit_code == 2
 
 
 def _bash_complete(words: list[str], word: str = "''") -> list[str]:

@@ -1,4 +1,4 @@
-"""Injected faults (README "Simulated node"): NVML calls through the real adapter, and the
+"""Injected faults (docs/simulator.md): NVML calls through the real adapter, and the
 file operations of `run_file_op`; crash faults end real subprocesses with status 137."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""NVML call budgets of one `hamimig allocate` (README "Performance").
+"""NVML call budgets of one `hamimig allocate` (docs/performance.md).
 
 Counted by the simulated node (`calls`: one count per pynvml function since `sim init`), with
 nvmlInit and nvmlShutdown left out, around exactly one CLI allocate:

@@ -1,4 +1,4 @@
-"""The lifecycle through the CLI on the simulated node (README "The lifecycle"), and what each
+"""The lifecycle through the CLI on the simulated node (README, "The lifecycle"), and what each
 command does when something fails: allocate, idempotency, release, exact reuse, placement
 pressure, placement choice, Error instances, rollback of failed allocations, the CDI removal
 queue, reclaim, fail-closed NVML errors, unreadable records, the node lock, the config,

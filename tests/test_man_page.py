@@ -89,11 +89,10 @@ def _entry(variable: str) -> str:
 
 def test_every_config_override_says_which_setting_and_what_its_value_means() -> None:
     """The setting the code maps it to, and not its own name again ("events.maxBytes:
-    events.maxBytes"); the README's config block and its list of overrides name every key and
-    variable too."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = readme.split("Config (`--config`, YAML", 1)[1].split("### ", 1)[0]
-    yaml_blocks = readme.split("```yaml")[1:]
+    events.maxBytes"); the config's page in docs/formats.md names every key and variable too."""
+    formats = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
+    block = formats.split("\n## Config\n", 1)[1].split("\n## ", 1)[0]
+    yaml_blocks = block.split("```yaml")[1:]
     for var, key in ((k.env, k.path) for _, k in KEYS if k.env):
         entry = _entry(var)
         assert entry.startswith(f"Overrides the config file's {key}: "), entry

@@ -181,9 +181,9 @@ def test_the_prometheusrule_carries_exactly_the_rule_files_groups() -> None:
 def test_the_alerts_are_the_ones_operators_are_told_about() -> None:
     assert set(alerts()) == ALERTS
     assert len(alerts()) == len([r for r in rules() if "alert" in r])  # no name twice
-    # The README's alert table ("Is my node healthy?", "Alerts") lists exactly these.
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n### Alerts\n", 1)[1].split("\n### ", 1)[0]
+    # The alert table of docs/monitoring.md ("Alerts") lists exactly these.
+    monitoring = (ROOT / "docs" / "monitoring.md").read_text(encoding="utf-8")
+    section = monitoring.split("\n## Alerts\n", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| `(Hamimig\w+)` \|", section, flags=re.MULTILINE)
     assert sorted(listed) == sorted(ALERTS)
 
@@ -440,8 +440,8 @@ def test_the_scrape_error_panel_does_not_need_the_series_a_rejected_file_loses()
     assert "[1d]" in target["expr"]
     for words in ("rejected or missing hamimig.prom", "kube_daemonset_status_number_unavailable"):
         assert words in panel["description"]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "kube_daemonset_status_number_unavailable" in readme
+    monitoring = (ROOT / "docs" / "monitoring.md").read_text(encoding="utf-8")
+    assert "kube_daemonset_status_number_unavailable" in monitoring
 
 
 def _panel_expr(title: str) -> str:

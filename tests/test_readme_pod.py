@@ -1,6 +1,6 @@
-"""The README's pod list (one complete Pod with `hami.io/vgpu-mig-allocations`) is one hamimig
-reads and recovery acts on as the README says (adopt-active; a wrong GI ID is exit 5); the Pod
-alone is refused (exit 2)."""
+"""The pod list of docs/design.md (one complete Pod with `hami.io/vgpu-mig-allocations`) is
+one hamimig reads and recovery acts on as that page says (adopt-active; a wrong GI ID is exit
+5); the Pod alone is refused (exit 2)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 from tests.support.cli import Cli, ok, refused, sim_create
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DESIGN = Path(__file__).resolve().parent.parent / "docs" / "design.md"
 
 
 def readme_pod() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = DESIGN.read_text(encoding="utf-8")
     section = text[text.index("### The pod annotation") :]
     match = re.search(r"```yaml\n(.*?)```", section, re.S)
     assert match is not None

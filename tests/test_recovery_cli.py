@@ -1,6 +1,6 @@
 """Startup recovery, adoption and pod-driven reconciliation through the CLI on the simulated node:
 what `recover`, `adopt` and `reconcile` do after a restart, and that hamimig only ever takes,
-keeps or destroys instances it owns (README "Trust model", docs/design.md "Trust").
+keeps or destroys instances it owns (docs/design.md, "Trust model").
 
 Every check runs `hamimig` itself (in-process CliRunner; a real subprocess where a simulated crash
 must end an allocation or reclaim half-way) and then looks at what HAMi or a script would see: the

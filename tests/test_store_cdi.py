@@ -54,7 +54,7 @@ MODELS = (
 
 
 def expected_spec(annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """The README's "Files" with `cdi.baseSpec: none`, written out by hand (annotations on the
+    """docs/cdi.md's spec with `cdi.baseSpec: none`, written out by hand (annotations on the
     device, as HAMi's plugin looks for them)."""
     spec: dict[str, Any] = {
         "cdiVersion": "0.6.0" if annotations else "0.3.0",

@@ -23,7 +23,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-# The node lock and the metrics counters, by the names the README's table of files gives them.
+# The node lock and the metrics counters, by the names docs/formats.md's table of files gives them.
 LOCK_NAME = "hamimig.lock"
 COUNTERS_NAME = "counters.json"
 EVENT_JOURNAL = ("events.jsonl", "events.jsonl.1")
