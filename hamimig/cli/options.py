@@ -116,7 +116,6 @@ GpuOrNone = Annotated[str | None, _GPU]
 MigUuid = Annotated[
     str | None,
     typer.Option(
-        "--mig-uuid",
         metavar="MIG_UUID",
         help=(
             "One instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex "
@@ -155,30 +154,27 @@ def pod_source(node: Node, ctx: typer.Context) -> PodSource | None:
             "--pods FILE|-, --kube or --assume-no-pods" if required else "--pods FILE|- or --kube"
         )
         raise UsageError(f"give only one pod source: {offered}")
-    if given == 0:
-        default = node.config().pod_source
-        if default is not None:
-            if not node.node_name:
-                from hamimig.config import POD_SOURCE
-
-                where = node.config().sources.get(POD_SOURCE, POD_SOURCE)
-                raise UsageError(
-                    f"the default pod source (kube, from {where}) needs this node's name: "
-                    "--node NAME or NODE_NAME"
-                )
-            return PodSource.kube_api()
+    if given == 0 and node.config().pod_source is None:  # else the default: kube
         if required:
             raise UsageError(_needs_pods(node, ctx))
         return None
+    if pods == "":
+        raise UsageError("--pods needs a file name, or '-' for stdin")
     if pods is not None:
-        if pods == "":
-            raise UsageError("--pods needs a file name, or '-' for stdin")
         return PodSource.pod_list(pods)
-    if kube:
-        if not node.node_name:
-            raise UsageError("--kube needs this node's name: --node NAME or NODE_NAME")
-        return PodSource.kube_api()
-    return PodSource.no_pods()
+    if assume_no_pods:
+        return PodSource.no_pods()
+    if not node.node_name and kube:
+        raise UsageError("--kube needs this node's name: --node NAME or NODE_NAME")
+    if not node.node_name:
+        from hamimig.config import POD_SOURCE
+
+        where = node.config().sources.get(POD_SOURCE, POD_SOURCE)
+        raise UsageError(
+            f"the default pod source (kube, from {where}) needs this node's name: "
+            "--node NAME or NODE_NAME"
+        )
+    return PodSource.kube_api()
 
 
 def _needs_pods(node: Node, ctx: typer.Context) -> str:

@@ -61,7 +61,6 @@ def init(
     driver_version: Annotated[
         str,
         typer.Option(
-            "--driver-version",
             metavar="VERSION",
             help="The driver NVML reports; before 470, MIG UUIDs read MIG-GPU-<uuid>/<gi>/<ci>.",
         ),
@@ -107,11 +106,9 @@ def create(
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
     ci_slices: Annotated[
         int | None,
-        typer.Option("--ci-slices", metavar="N", help="Compute slices per CI (default: all)."),
+        typer.Option(metavar="N", help="Compute slices per CI (default: all)."),
     ] = None,
-    ci_count: Annotated[
-        int, typer.Option("--ci-count", metavar="N", help="How many CIs in the GI.")
-    ] = 1,
+    ci_count: Annotated[int, typer.Option(metavar="N", help="How many CIs in the GI.")] = 1,
 ) -> None:
     """Make an instance behind hamimig's back.
 
@@ -132,7 +129,6 @@ def busy(
     mig_uuid: Annotated[
         str,
         typer.Option(
-            "--mig-uuid",
             metavar="MIG_UUID",
             help=(
                 "The instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex "
