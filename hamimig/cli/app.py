@@ -29,7 +29,7 @@ from hamimig.cli import (
     sim_cmd,
 )
 from hamimig.cli.context import GLOBAL_OPTIONS, undecodable
-from hamimig.cli.options import ArgumentsCommand, Output
+from hamimig.cli.options import ArgumentsCommand, Output, choices
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import HamimigError, UsageError
 
@@ -179,7 +179,7 @@ def root(
             "-o",
             envvar="HAMIMIG_OUTPUT",
             metavar="FORMAT",
-            help="How results are printed: " + ", ".join(o.value for o in Output) + ".",
+            help=f"How results are printed: {choices(Output)}.",
         ),
     ] = Output.TABLE,
     version: Annotated[

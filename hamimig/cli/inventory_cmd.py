@@ -8,7 +8,7 @@ import typer
 
 from hamimig.cli import completion, options
 from hamimig.cli.context import execute
-from hamimig.cli.options import GpuFilter
+from hamimig.cli.options import GpuFilter, choices
 from hamimig.errors import UsageError
 from hamimig.vocabulary import State
 
@@ -25,9 +25,7 @@ def list_(
         typer.Option(
             case_sensitive=False,
             metavar="STATE",
-            help="Only instances in this state (repeat for any of several): "
-            + ", ".join(s.value for s in State)
-            + ".",
+            help=f"Only instances in this state (repeat for any of several): {choices(State)}.",
         ),
     ] = None,
     pod: Annotated[

@@ -9,6 +9,7 @@ an error message, is decided here and in the command modules.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -71,6 +72,11 @@ class Output(str, enum.Enum):
     JSON = "json"
     YAML = "yaml"
     NAME = "name"
+
+
+def choices(values: Iterable[enum.Enum]) -> str:
+    """An enumeration's values as an option's help lists them: `a, b, c`."""
+    return ", ".join(v.value for v in values)
 
 
 NAME_COMMANDS = ("list", "show", "allocate", "release", "reclaim", "forget")

@@ -9,7 +9,7 @@ import typer
 
 from hamimig.cli import completion, options
 from hamimig.cli.context import execute
-from hamimig.cli.options import Gpu, GpuFilter
+from hamimig.cli.options import Gpu, GpuFilter, choices
 from hamimig.errors import UsageError
 from hamimig.sim.ops import (
     DRIVER_VERSION,
@@ -27,15 +27,10 @@ if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.reports.views import SimView
 
-app = typer.Typer(
-    help="Manage a simulated MIG node (needs --sim PATH).",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
+# Help without rich, as every command's: the root's rich_markup_mode holds for its groups.
+app = typer.Typer(help="Manage a simulated MIG node (needs --sim PATH).", no_args_is_help=True)
 fault_app = typer.Typer(
-    help="Inject or clear NVML and file-operation faults.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+    help="Inject or clear NVML and file-operation faults.", no_args_is_help=True
 )
 app.add_typer(fault_app, name="fault")
 
@@ -51,9 +46,7 @@ def init(
     ctx: typer.Context,
     model: Annotated[
         SimModel,
-        typer.Option(
-            metavar="MODEL", help="The GPU board: " + ", ".join(m.value for m in SimModel) + "."
-        ),
+        typer.Option(metavar="MODEL", help=f"The GPU board: {choices(SimModel)}."),
     ],
     count: Annotated[
         int, typer.Option(metavar="N", help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")
@@ -141,9 +134,8 @@ def busy(
         BusyKind | None,
         typer.Option(
             metavar="KIND",
-            help="The kind of process NVML lists on the instance: "
-            + ", ".join(k.value for k in BusyKind)
-            + " (default compute; with --clear, only that kind's mark goes).",
+            help=f"The kind of process NVML lists on the instance: {choices(BusyKind)} "
+            "(default compute; with --clear, only that kind's mark goes).",
         ),
     ] = None,
     gi_only: Annotated[
@@ -234,9 +226,8 @@ def fault_add(
         FaultOp,
         typer.Option(
             metavar="OP",
-            help="A file operation ("
-            + ", ".join(op.value for op in FileOpName)
-            + ") or an NVML function the simulator implements (listed below).",
+            help=f"A file operation ({choices(FileOpName)}) or an NVML function the simulator "
+            "implements (listed below).",
         ),
     ],
     error: Annotated[
@@ -250,9 +241,7 @@ def fault_add(
         FaultAction,
         typer.Option(
             metavar="ACTION",
-            help="What the fault does when it fires: "
-            + ", ".join(a.value for a in FaultAction)
-            + ".",
+            help=f"What the fault does when it fires: {choices(FaultAction)}.",
         ),
     ] = FaultAction.RAISE,
     times: Annotated[int, typer.Option(metavar="N", help="Fire on this many matching calls.")] = 1,
