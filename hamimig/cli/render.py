@@ -222,7 +222,10 @@ def _fit(
     (rules where they fit); below 80 or without rules, also without the groups from `LAST` on;
     else the last of them. A folding column counts as its `fold` at most, a MIG UUID column as
     `tables.uuid_floor`, any other as its widest cell or header."""
-    drops, groups = _drop_groups(cols, cells, keep)
+    # The groups of columns a narrow table drops, in order: all of them, and those before `LAST`.
+    ranks = sorted({c.drop for c in cols if c.drop and c.name in cells and c.name not in keep})
+    groups = [[c.name for c in cols if c.drop == n and c.name not in keep] for n in ranks]
+    drops = groups[: sum(n < LAST for n in ranks)]
     shortened = {**cells, _UUID: _short_uuids(cells[_UUID])} if _UUID in cells else cells
     ruled = boxed is not False
     passes = [(ruled, cells, drops), (ruled, shortened, drops)]
@@ -240,15 +243,6 @@ def _fit(
     return shown, ruled, False
 
 
-def _drop_groups(
-    cols: Sequence[Col], cells: Cells, keep: Collection[str]
-) -> tuple[list[list[str]], list[list[str]]]:
-    """The groups of columns a narrow table drops, in order: before `LAST`, and all of them."""
-    ranks = sorted({c.drop for c in cols if c.drop and c.name in cells and c.name not in keep})
-    groups = [[c.name for c in cols if c.drop == n and c.name not in keep] for n in ranks]
-    return [g for g, n in zip(groups, ranks, strict=True) if n < LAST], groups
-
-
 def _needed(cols: Sequence[Col], shown: Cells, ruled: bool) -> int:
     """How wide `shown` is: a folding column as its `fold` at most, any other as its widest."""
     from rich.cells import cell_len
@@ -256,10 +250,8 @@ def _needed(cols: Sequence[Col], shown: Cells, ruled: bool) -> int:
     floor = {c.name: c.fold for c in cols if c.fold}
     if _UUID in shown:
         floor[_UUID] = max(tables.uuid_floor(shown[_UUID]), len(_UUID))
-    total = 0
-    for name, column in shown.items():
-        natural = max([cell_len(name), *(cell_len(c) for c in column)])
-        total += min(natural, floor[name]) if name in floor else natural
+    natural = {name: max(map(cell_len, [name, *column])) for name, column in shown.items()}
+    total = sum(min(width, floor.get(name, width)) for name, width in natural.items())
     return total + (3 * len(shown) + 1 if ruled else 2 * (len(shown) - 1))
 
 

@@ -230,8 +230,6 @@ ACTIONS = (
 def _visible(text: str) -> str:
     """`text` with control characters (a terminal's escape sequences among them) shown as
     escapes: the journal is a file, and what a file says must not drive the terminal."""
-    if all(" " <= c != "\x7f" for c in text):
-        return text
     return "".join(c if " " <= c != "\x7f" else c.encode("unicode_escape").decode() for c in text)
 
 
@@ -281,7 +279,7 @@ def _failed(event: dict[str, object], cell: str) -> str:
 EVENTS = (
     Col("TIME", _event_time),
     # A failed step's ACTION is red, and its REASON starts `FAILED:` (said without colour too).
-    Col("ACTION", _field("action"), mark=lambda e, c: _failed(e, c)),
+    Col("ACTION", _field("action"), mark=_failed),
     Col("MIG UUID", _field("migUUID")),
     Col("GPU", _field("gpuIndex"), drop=7),
     Col("PROFILE", _field("profile"), drop=5),
