@@ -62,9 +62,8 @@ def globals_of(ctx: typer.Context) -> Globals:
     root = ctx.find_root()
     if root.obj is None:
         root.obj = _settle(root, ctx)
-    obj = root.obj
-    assert isinstance(obj, Globals)
-    return obj
+    assert isinstance(root.obj, Globals)
+    return root.obj
 
 
 PASTED = ("sim", "state_dir", "cdi_dir", "config")

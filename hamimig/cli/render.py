@@ -222,10 +222,7 @@ def _fit(
     (rules where they fit); below 80 or without rules, also without the groups from `LAST` on;
     else the last of them. A folding column counts as its `fold` at most, a MIG UUID column as
     `tables.uuid_floor`, any other as its widest cell or header."""
-    # The groups of columns a narrow table drops, in order: all of them, and those before `LAST`.
-    ranks = sorted({c.drop for c in cols if c.drop and c.name in cells and c.name not in keep})
-    groups = [[c.name for c in cols if c.drop == n and c.name not in keep] for n in ranks]
-    drops = groups[: sum(n < LAST for n in ranks)]
+    drops, groups = _drop_groups(cols, cells, keep)
     shortened = {**cells, _UUID: _short_uuids(cells[_UUID])} if _UUID in cells else cells
     ruled = boxed is not False
     passes = [(ruled, cells, drops), (ruled, shortened, drops)]
@@ -241,6 +238,16 @@ def _fit(
             if _needed(cols, shown, ruled) <= width:
                 return shown, ruled, True
     return shown, ruled, False
+
+
+def _drop_groups(
+    cols: Sequence[Col], cells: Cells, keep: Collection[str]
+) -> tuple[list[list[str]], list[list[str]]]:
+    """The groups of columns a narrow table drops, in order: before `LAST` (a prefix of them, as
+    the ranks are sorted), and all of them."""
+    ranks = sorted({c.drop for c in cols if c.drop and c.name in cells and c.name not in keep})
+    groups = [[c.name for c in cols if c.drop == n and c.name not in keep] for n in ranks]
+    return groups[: sum(n < LAST for n in ranks)], groups
 
 
 def _needed(cols: Sequence[Col], shown: Cells, ruled: bool) -> int:
