@@ -183,8 +183,7 @@ def root(
         ),
     ] = Output.TABLE,
     version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
     """Administer HAMi's dynamic MIG instance lifecycle on a GPU node.

@@ -71,7 +71,7 @@ def events(
         query = journal.EventQuery(
             mig_uuid=mig_uuid,
             pod=None if pod is None else "/".join(options.pod_ref(pod)),
-            gpu=None if gpu is None else options.gpu_ref(gpu),
+            gpu=options.gpu_filter(gpu),
             since=None if since is None else _since(node, since),
             limit=shown,
         )

@@ -83,8 +83,7 @@ def allocate(
 def release(
     ctx: typer.Context,
     pod: Annotated[
-        str | None,
-        typer.Option(metavar=options.POD, help="Release every instance of this pod."),
+        str | None, typer.Option(metavar=options.POD, help="Release every instance of this pod.")
     ] = None,
     pod_uid: Annotated[
         str | None,

@@ -16,9 +16,7 @@ import typer
 
 from hamimig.cli import completion
 from hamimig.cli.context import given_words
-from hamimig.errors import (
-    UsageError,
-)
+from hamimig.errors import UsageError
 from hamimig.vocabulary import Setting
 
 if TYPE_CHECKING:
@@ -228,6 +226,11 @@ def gpu_ref(text: str) -> int | str:
     from hamimig.engine.node import parse_gpu_ref
 
     return parse_gpu_ref(text)
+
+
+def gpu_filter(text: str | None) -> int | str | None:
+    """`--gpu` where it filters: None for every GPU."""
+    return None if text is None else gpu_ref(text)
 
 
 def placement(text: str | None) -> PlacementSpec | None:

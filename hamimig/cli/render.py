@@ -58,15 +58,13 @@ def discard_closed_output() -> None:
     """Point a closed stdout or stderr at /dev/null so later writes and the final flush at exit
     succeed silently (what Python's documentation on SIGPIPE recommends)."""
     for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BrokenPipeError:
-            with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
+            try:
+                stream.flush()
+            except BrokenPipeError:
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, stream.fileno())
                 os.close(devnull)
-        except (OSError, ValueError):
-            pass
 
 
 def printable(message: str) -> str:

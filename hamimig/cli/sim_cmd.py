@@ -45,8 +45,7 @@ def _sim(node: Node) -> Path:
 def init(
     ctx: typer.Context,
     model: Annotated[
-        SimModel,
-        typer.Option(metavar="MODEL", help=f"The GPU board: {choices(SimModel)}."),
+        SimModel, typer.Option(metavar="MODEL", help=f"The GPU board: {choices(SimModel)}.")
     ],
     count: Annotated[
         int, typer.Option(metavar="N", help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")
@@ -93,13 +92,11 @@ def create(
         ),
     ],
     placement: Annotated[
-        str,
-        typer.Option(metavar=options.PLACEMENT, help="Memory slices: START or START:SIZE."),
+        str, typer.Option(metavar=options.PLACEMENT, help="Memory slices: START or START:SIZE.")
     ],
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
     ci_slices: Annotated[
-        int | None,
-        typer.Option(metavar="N", help="Compute slices per CI (default: all)."),
+        int | None, typer.Option(metavar="N", help="Compute slices per CI (default: all).")
     ] = None,
     ci_count: Annotated[int, typer.Option(metavar="N", help="How many CIs in the GI.")] = 1,
 ) -> None:
@@ -174,8 +171,7 @@ def mig_mode(
         bool | None, typer.Option("--enable/--disable", help="Turn MIG on or off.")
     ] = None,
     pending: Annotated[
-        bool,
-        typer.Option("--pending", help="Only request the change (it waits for a GPU reset)."),
+        bool, typer.Option("--pending", help="Only request the change (it waits for a GPU reset).")
     ] = False,
 ) -> None:
     """Set MIG mode."""
@@ -217,8 +213,7 @@ def clock(
 
 
 @fault_app.command(
-    "add",
-    epilog="NVML functions the simulator implements: " + ", ".join(SIMULATED_NVML) + ".",
+    "add", epilog="NVML functions the simulator implements: " + ", ".join(SIMULATED_NVML) + "."
 )
 def fault_add(
     ctx: typer.Context,
@@ -240,8 +235,7 @@ def fault_add(
     action: Annotated[
         FaultAction,
         typer.Option(
-            metavar="ACTION",
-            help=f"What the fault does when it fires: {choices(FaultAction)}.",
+            metavar="ACTION", help=f"What the fault does when it fires: {choices(FaultAction)}."
         ),
     ] = FaultAction.RAISE,
     times: Annotated[int, typer.Option(metavar="N", help="Fire on this many matching calls.")] = 1,
