@@ -229,11 +229,9 @@ class ListFilter:
 
 
 def list_instances(
-    node: Node,
-    gpu_ref: int | str | None = None,
-    wanted: State | ListFilter | None = None,
+    node: Node, gpu_ref: int | str | None = None, wanted: ListFilter | None = None
 ) -> InstanceList:
-    """Every instance (of one GPU with `gpu_ref`), kept by `wanted`: a state or a filter."""
+    """Every instance (of one GPU with `gpu_ref`), kept by `wanted`."""
     hw = node.hardware()
     durable = load_durable(node)
     gpus = select_gpus(hw, gpu_ref)
@@ -264,11 +262,9 @@ def list_instances(
     for intent in durable.intents:
         if intent.id not in seen_intents and (every_gpu or intent.gpu_uuid in shown):
             instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
-    if isinstance(wanted, State):
-        wanted = ListFilter(states=frozenset((wanted,)))
-    if wanted is not None and wanted.profile is not None:
-        _check_profile(hw, gpus, instances, wanted.profile)
     if wanted is not None:
+        if wanted.profile is not None:
+            _check_profile(hw, gpus, instances, wanted.profile)
         instances = [i for i in instances if wanted.keeps(i)]
     return InstanceList(
         instances=tuple(instances),
