@@ -29,13 +29,14 @@ from hamimig.engine.reclaim import reclaim
 from hamimig.engine.reconcile import reconcile
 from hamimig.engine.release import release
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid
-from hamimig.engine.results import Allocation, InstanceView, Reported, Shown
+from hamimig.engine.results import Allocation, InstanceView, Reported
 from hamimig.errors import HamimigError, PathUnusable
 from hamimig.hw.types import PlacementSpec, parse_placement
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
 from hamimig.rehearsal.simulator import sim_fault_add, sim_init
 from hamimig.reports.inventory import list_instances
+from hamimig.reports.views import Report
 from hamimig.sim.state import CRASH_EXIT_STATUS, SimStore
 from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome
@@ -116,9 +117,8 @@ class DemoStep(Reported):
     instances: tuple[InstanceView, ...] = ()
 
 
-class DemoTranscript(Shown):
+class DemoTranscript(Report):
     kind: ClassVar[str] = "DemoTranscript"
-    exit_code: ClassVar[int] = 0
     node: str
     steps: tuple[DemoStep, ...] = ()
 

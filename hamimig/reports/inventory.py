@@ -59,27 +59,28 @@ class _Claims:
     layout: tuple[GpuInstance, ...]
     names: dict[int, str]
     durable: Durable
+    records: set[str]
+    intents: set[str]
     views: list[InstanceView] = field(default_factory=list)
     pairs: set[tuple[int, int]] = field(default_factory=set)
     gis: set[int] = field(default_factory=set)
-    records: set[str] = field(default_factory=set)
-    intents: set[str] = field(default_factory=set)
 
 
 def gpu_instances(
-    node: Node, hw: MigHardware, gpu: Gpu, durable: Durable
-) -> tuple[list[InstanceView], set[str], set[str]]:
+    node: Node, hw: MigHardware, gpu: Gpu, durable: Durable, records: set[str], intents: set[str]
+) -> list[InstanceView]:
     """One GPU's instances: live GI/CI pairs and orphan GIs, named by the record or intent that
-    owns them. Returns the views and the record UUIDs and intent IDs that were matched."""
+    owns them. Adds the record UUIDs and intent IDs that were matched to `records` and
+    `intents`."""
     if gpu.mig_mode is not MigMode.ENABLED:
-        return [], set(), set()
+        return []
     names = {p.id: p.name for p in hw.profiles(gpu.index)}
-    claims = _Claims(gpu, hw.layout(gpu.index), names, durable)
+    claims = _Claims(gpu, hw.layout(gpu.index), names, durable, records, intents)
     _claim_recorded(claims)
     _claim_the_rest(node, claims)
     out = [_with_count_of_cis(_with_processes(hw, v), claims.layout) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
-    return out, claims.records, claims.intents
+    return out
 
 
 def _with_count_of_cis(view: InstanceView, layout: tuple[GpuInstance, ...]) -> InstanceView:
@@ -250,10 +251,7 @@ def list_instances(
                 mig_pending=gpu.mig_pending,
             )
         )
-        found, records, intents = gpu_instances(node, hw, gpu, durable)
-        instances.extend(found)
-        seen_records |= records
-        seen_intents |= intents
+        instances += gpu_instances(node, hw, gpu, durable, seen_records, seen_intents)
     shown = {g.uuid: g.index for g in gpus}
     every_gpu = gpu_ref is None
     for record in durable.records.values():
