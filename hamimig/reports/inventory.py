@@ -23,6 +23,7 @@ from hamimig.engine.facts import (
 from hamimig.engine.lookup import resolve_instance
 from hamimig.engine.node import Node, select_gpus
 from hamimig.engine.results import InstanceView, Warning_, intent_view, record_view
+from hamimig.engine.safety import node_problems
 from hamimig.errors import HamimigError, NotFoundError, UsageError
 from hamimig.hw.types import MEMORY_SLICES, Gpu, GpuInstance, MigDevice, MigHardware, MigMode
 from hamimig.reports.views import (
@@ -200,8 +201,6 @@ def _unreadable(node: Node, view: InstanceView, durable: Durable) -> InstanceVie
 
 def _warnings(node: Node, durable: Durable) -> tuple[Warning_, ...]:
     """Unreadable records, and what would make mutating commands refuse the node."""
-    from hamimig.engine.safety import node_problems
-
     unreadable = tuple(Warning_(file=p.file, reason=p.reason) for p in durable.problems)
     return unreadable + tuple(node_problems(node, durable.records))
 
@@ -220,13 +219,12 @@ class ListFilter:
     profile: str | None = None
 
     def keeps(self, view: InstanceView) -> bool:
-        if self.states and view.state not in self.states:
-            return False
-        if self.pod is not None and (
-            view.owner is None or (view.owner.namespace, view.owner.name) != self.pod
-        ):
-            return False
-        return self.profile is None or view.profile == self.profile
+        owner = None if view.owner is None else (view.owner.namespace, view.owner.name)
+        return (
+            (not self.states or view.state in self.states)
+            and (self.pod is None or owner == self.pod)
+            and (self.profile is None or view.profile == self.profile)
+        )
 
 
 def list_instances(
