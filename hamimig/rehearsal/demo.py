@@ -199,6 +199,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             instances=shown,
         )
 
+    uuids: dict[str, str] = {}  # the instance each pod was given, for later steps
+
     def alloc(
         pod: str, profile: str, placement: str, expected: Outcome = Outcome.CREATED
     ) -> Allocation:
@@ -212,14 +214,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             f"the allocation for {pod} was {_how(result.outcome)}, not {_how(expected)}",
         )
         _expect(result.instance.mig_uuid is not None, f"the allocation for {pod} has no MIG UUID")
+        uuids[pod] = _uuid(result)
         return result
-
-    uuids: dict[str, str] = {}  # the instances later steps name
-
-    def allocate_first() -> str:
-        result = alloc("team-a/train-1", "1g.10gb", "0")
-        uuids["first"] = _uuid(result)
-        return _told(result)
 
     yield step(
         "Allocate",
@@ -227,16 +223,16 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "journals an intent, creates the GPU instance and its compute instance, writes the "
         "instance's CDI spec and an ownership record (Active).",
         "allocate --pod team-a/train-1 --gpu 0 --profile 1g.10gb --placement 0 --pods pods.json",
-        allocate_first,
+        lambda: _told(alloc("team-a/train-1", "1g.10gb", "0")),
     )
 
     def release_first() -> str:
         released = release(node, ByPod("team-a", "train-1")).released
         _expect(
-            [(i.mig_uuid, i.state.value) for i in released] == [(uuids["first"], "Idle")],
+            [(i.mig_uuid, i.state.value) for i in released] == [(uuids["team-a/train-1"], "Idle")],
             f"the release returned {[(i.mig_uuid, i.state.value) for i in released]}",
         )
-        return f"released {uuids['first']} (now Idle)"
+        return f"released {uuids['team-a/train-1']} (now Idle)"
 
     yield step(
         "Release to Idle",
@@ -248,7 +244,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
 
     def reuse() -> str:
         result = alloc("team-b/infer-1", "1g.10gb", "0", Outcome.REUSED)
-        _expect(_uuid(result) == uuids["first"], f"reused {_uuid(result)}, not {uuids['first']}")
+        first = uuids["team-a/train-1"]
+        _expect(_uuid(result) == first, f"reused {_uuid(result)}, not {first}")
         return _told(result)
 
     yield step(
@@ -262,7 +259,6 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
 
     def two_idle() -> str:
         made = [alloc("team-c/etl-1", "1g.10gb", "2"), alloc("team-c/etl-2", "1g.10gb", "4")]
-        uuids["idle at 2"] = _uuid(made[0])
         released = release(node, ByPod("team-c", "etl-1")).released
         released += release(node, ByPod("team-c", "etl-2")).released
         _expect(len(released) == 2, f"released {len(released)} instances, not 2")
@@ -271,8 +267,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def pressure() -> str:
         result = alloc("team-d/big-1", "2g.20gb", "2")
         _expect(
-            result.reclaimed == (uuids["idle at 2"],),
-            f"expected to reclaim exactly {uuids['idle at 2']}: {_told(result)}",
+            result.reclaimed == (uuids["team-c/etl-1"],),
+            f"expected to reclaim exactly {uuids['team-c/etl-1']}: {_told(result)}",
         )
         return _told(result)
 
@@ -295,13 +291,13 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "Active is protected",
         "An operator tries to reclaim the instance team-b/infer-1 is using. Active instances "
         "are never reclaimed: exit 3, nothing changed.",
-        f"reclaim --mig-uuid {uuids['first']} --pods pods.json",
-        lambda: _reclaim(node, uuids["first"]),
+        f"reclaim --mig-uuid {uuids['team-a/train-1']} --pods pods.json",
+        lambda: _reclaim(node, uuids["team-a/train-1"]),
         expect_exit=3,
     )
 
     def make_error() -> str:
-        uuid = uuids["error"] = _uuid(alloc("team-e/job-1", "1g.10gb", "6"))
+        uuid = _uuid(alloc("team-e/job-1", "1g.10gb", "6"))
         release(node, ByPod("team-e", "job-1"))
         # A process that starts after hamimig saw none: the destroy itself fails with IN_USE.
         sim_fault_add(sim, "nvmlComputeInstanceDestroy", "IN_USE", "raise", 1, 0, None)
@@ -317,17 +313,17 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "reclaim --mig-uuid MIG-... --pods pods.json",
         make_error,
         expect_exit=4,
-        after=lambda: _expect_error_kept(node, uuids.get("error")),
+        after=lambda: _expect_error_kept(node, uuids.get("team-e/job-1")),
     )
 
     def clear_error() -> str:
         report = reconcile(node, source=_running_pods(node))
         text = "; ".join(f"{a.action} {a.mig_uuid}: {a.reason}" for a in report.actions)
         retried = [a.mig_uuid for a in report.actions if a.action == "retry-destroy"]
-        gone = uuids["error"] not in node.records.load()[0]
+        gone = uuids["team-e/job-1"] not in node.records.load()[0]
         _expect(
-            report.exit_code == 0 and retried == [uuids["error"]] and gone,
-            f"reconcile did not destroy {uuids['error']}: {text or 'nothing to do'}",
+            report.exit_code == 0 and retried == [uuids["team-e/job-1"]] and gone,
+            f"reconcile did not destroy {uuids['team-e/job-1']}: {text or 'nothing to do'}",
         )
         return text
 
@@ -337,7 +333,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "time it succeeds, and only then is the CDI spec removed.",
         "reconcile --pods pods.json",
         clear_error,
-        after=lambda: _expect_spec_gone(node, uuids["error"]),
+        after=lambda: _expect_spec_gone(node, uuids["team-e/job-1"]),
     )
 
     def crash() -> str:
