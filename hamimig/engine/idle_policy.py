@@ -90,13 +90,12 @@ def idle_age_of(record: Record, seen: dict[str, str]) -> IdleAge:
     (it has been Idle at least since then); for one HAMi wrote, when a policy pass first saw
     it unheld (`seen`: the idle-seen file)."""
     if record.idle_since is not None:
-        return IdleAge(parse_time(record.idle_since), SINCE_IDLE)
-    if record.managed:
-        return IdleAge(
-            None if record.updated_at is None else parse_time(record.updated_at), SINCE_UPDATE
-        )
-    first = seen.get(record.mig_uuid)
-    return IdleAge(None if first is None else parse_time(first), SINCE_SEEN)
+        since, source = record.idle_since, SINCE_IDLE
+    elif record.managed:
+        since, source = record.updated_at, SINCE_UPDATE
+    else:
+        since, source = seen.get(record.mig_uuid), SINCE_SEEN
+    return IdleAge(None if since is None else parse_time(since), source)
 
 
 @dataclass(frozen=True)
@@ -148,13 +147,11 @@ def decide(
             why = f"idle {format_duration(age)} > idleTTL {exact_duration(policy.ttl)}{counted}"
         elif c.kept is None and policy.cap is not None and count > policy.cap:
             why = f"GPU {gpu_index} holds {count} Idle > {policy.cap}"
-        if why is None:
-            continue
-        if c.kept is not None:
+        if why is not None and c.kept is not None:
             decisions.append(Decision(c, False, f"{why}, but {c.kept}; kept"))
-            continue
-        decisions.append(Decision(c, True, why))
-        count -= 1
+        elif why is not None:
+            decisions.append(Decision(c, True, why))
+            count -= 1
     return decisions
 
 
