@@ -89,11 +89,10 @@ def idle_age_of(record: Record, seen: dict[str, str]) -> IdleAge:
     """`idleSince` when hamimig wrote it; else, for a record of hamimig's, its last update
     (it has been Idle at least since then); for one HAMi wrote, when a policy pass first saw
     it unheld (`seen`: the idle-seen file)."""
-    if record.idle_since is not None:
-        since, source = record.idle_since, SINCE_IDLE
-    elif record.managed:
+    since, source = record.idle_since, SINCE_IDLE
+    if since is None and record.managed:
         since, source = record.updated_at, SINCE_UPDATE
-    else:
+    elif since is None:
         since, source = seen.get(record.mig_uuid), SINCE_SEEN
     return IdleAge(None if since is None else parse_time(since), source)
 
