@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
+from hamimig.pods.annotation import show_value
 from hamimig.pods.model import NodeIdentity, PodSnapshot, PodSourceError
 from hamimig.vocabulary import Setting
 
@@ -168,9 +169,7 @@ def _shown(value: Any) -> str:
     """A value from the cluster, safe to put in a one-line message however it was crafted."""
     if isinstance(value, str) and _PLAIN.fullmatch(value):
         return value
-    plain = value if value is None or isinstance(value, str) else type(value).__name__
-    text = json.dumps(plain, ensure_ascii=True)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return show_value(value if value is None or isinstance(value, str) else type(value).__name__)
 
 
 def _some(ids: Iterable[str]) -> str:

@@ -75,6 +75,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _failed(source: str, text: str) -> PodSourceError:
+    """The pod state is unverifiable (exit 5): `text` from the API, on one line."""
+    return PodSourceError(_one_line(f"{source}: {text}"))
+
+
 def _dict_field(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     value = obj.get(key)
     if value is None:
@@ -527,9 +532,8 @@ class _Listing:
         try:  # may run a kubeconfig exec plugin to refresh the token
             auth = self._client.configuration.auth_settings()
         except Exception as exc:
-            raise PodSourceError(
-                _one_line(f"{self._source}: cannot get credentials for the Kubernetes API: {exc}")
-            ) from None
+            text = f"cannot get credentials for the Kubernetes API: {exc}"
+            raise _failed(self._source, text) from None
         for setting in auth.values():
             if setting.get("in") == "header" and setting.get("value"):
                 headers[setting["key"]] = setting["value"]
@@ -571,11 +575,8 @@ class _Listing:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if _is_timeout(exc, urllib3):
                 raise self._timed_out() from None
-            raise PodSourceError(
-                _one_line(
-                    f"{self._source}: talking to the Kubernetes API at {config.host} failed: {exc}"
-                )
-            ) from None
+            text = f"talking to the Kubernetes API at {config.host} failed: {exc}"
+            raise _failed(self._source, text) from None
         return status, str(response.reason or ""), body
 
     def _read(self, response: Any, limit: int) -> bytes:
@@ -640,9 +641,7 @@ def _read_node(listing: _Listing, node: str, source: str) -> NodeIdentity:
     try:
         return node_identity_from(json.loads(body), node)
     except (ValueError, RecursionError) as exc:  # RegistrationError, or not JSON at all
-        raise PodSourceError(
-            _one_line(f"{source}: the Kubernetes API sent an unusable Node object: {exc}")
-        ) from None
+        raise _failed(source, f"the Kubernetes API sent an unusable Node object: {exc}") from None
 
 
 def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
@@ -694,9 +693,7 @@ def _list_pages(listing: _Listing, source: str, selected: str, node: str) -> Ite
             with _gc_paused():
                 pods, token = _pods_of(json.loads(body), node)
         except (ValueError, RecursionError) as exc:  # _Malformed, or not JSON at all
-            raise PodSourceError(
-                _one_line(f"{source}: the Kubernetes API sent an unusable pod list: {exc}")
-            ) from None
+            raise _failed(source, f"the Kubernetes API sent an unusable pod list: {exc}") from None
         del body
         yield from pods
         if token is None:
