@@ -420,7 +420,11 @@ def _read_stdin() -> tuple[bytes | bytearray, float]:
 
 def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
     """A regular file's bytes and modification time or, with `pipes`, a pipe's (or a socket's)
-    and the process start; anything else is refused unread."""
+    and the process start; anything else is refused unread.
+
+    At most `MAX_POD_LIST_BYTES` are read, in chunks: a file that grows while it is read, or a
+    pipe that never ends, is refused once it passes the limit rather than read to the end.
+    """
     info = os.fstat(fd)
     if stat.S_ISREG(info.st_mode):
         _check_size(info.st_size, source)
@@ -430,26 +434,17 @@ def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
     else:
         wanted = "a pipe or a regular file" if pipes else "a regular file"
         raise UsageError(f"{source}: is {_kind_of(info.st_mode)}, not {wanted}")
-    return _read_fd(fd, source), taken_at
-
-
-def _read_fd(fd: int, source: str) -> bytearray:
-    """At most `MAX_POD_LIST_BYTES`, in chunks: a file that grows while it is read, or a pipe
-    that never ends, is refused once it passes the limit rather than read to the end.
-    """
     data = bytearray()
-    limit = MAX_POD_LIST_BYTES
     while True:
         try:
-            chunk = os.read(fd, min(_CHUNK, limit + 1 - len(data)))
+            chunk = os.read(fd, min(_CHUNK, MAX_POD_LIST_BYTES + 1 - len(data)))
         except BlockingIOError:  # a pipe left non-blocking by whoever set it up
             select.select([fd], [], [])
             continue
         if not chunk:
-            return data
+            return data, taken_at
         data += chunk
-        if len(data) > limit:
-            _check_size(len(data), source)
+        _check_size(len(data), source)
 
 
 def _read_stream(stream: Any) -> bytes:
