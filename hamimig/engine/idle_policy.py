@@ -68,12 +68,9 @@ class IdlePolicy:
         return self.ttl > 0 or self.cap is not None
 
     def __str__(self) -> str:
-        parts = []
-        if self.ttl:
-            parts.append(f"idleTTL {exact_duration(self.ttl)}")
-        if self.cap is not None:
-            parts.append(f"maxIdleInstancesPerGPU {self.cap}")
-        return ", ".join(parts) or "off"
+        ttl = f"idleTTL {exact_duration(self.ttl)}" if self.ttl else ""
+        cap = f"maxIdleInstancesPerGPU {self.cap}" if self.cap is not None else ""
+        return ", ".join(part for part in (ttl, cap) if part) or "off"
 
 
 @dataclass(frozen=True)

@@ -155,9 +155,8 @@ def verify_node(node: Node, snapshot: PodSnapshot) -> None:
     from hamimig.pods.identity import read_product_uuid
     from hamimig.pods.identity import verify_node as verify
 
-    identity = snapshot.node_identity
     holding = [p for p in snapshot.pods if p.holds_allocations and p.allocations]
-    if not (snapshot.elsewhere or holding or identity is not None):
+    if not (snapshot.elsewhere or holding or snapshot.node_identity is not None):
         return  # nothing here names a GPU or a machine: no NVML call to make
     hw: MigHardware = node.hardware()
     gpu_uuids = [hw.gpu(i).uuid for i in range(hw.gpu_count())]
@@ -167,10 +166,9 @@ def verify_node(node: Node, snapshot: PodSnapshot) -> None:
     # The other direction: a pod on this node that holds an allocation on a GPU this machine
     # does not have means the list is another node's (a wrong --node); judged by it, every
     # instance here would look released.
-    ours = set(gpu_uuids)
     for pod in holding:
         for alloc in pod.allocations:
-            if alloc.gpu_uuid not in ours:
+            if alloc.gpu_uuid not in gpu_uuids:
                 from hamimig.pods.model import PodSourceError
 
                 raise PodSourceError(

@@ -386,10 +386,7 @@ def _read_path(path: str, source: str) -> tuple[bytearray, float]:
     opened non-blocking in case it was swapped for one in between; the open file is checked again,
     so what is read is what was checked.
     """
-    before = os.stat(path)
-    if not stat.S_ISREG(before.st_mode):
-        raise UsageError(f"{source}: is {_kind_of(before.st_mode)}, not a regular file")
-    _check_size(before.st_size, source)
+    _current_since(os.stat(path), source, pipes=False)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         return _read_opened(fd, source, pipes=False)
@@ -425,15 +422,7 @@ def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
     At most `MAX_POD_LIST_BYTES` are read, in chunks: a file that grows while it is read, or a
     pipe that never ends, is refused once it passes the limit rather than read to the end.
     """
-    info = os.fstat(fd)
-    if stat.S_ISREG(info.st_mode):
-        _check_size(info.st_size, source)
-        taken_at = info.st_mtime
-    elif pipes and (stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
-        taken_at = hamimig.PROCESS_STARTED
-    else:
-        wanted = "a pipe or a regular file" if pipes else "a regular file"
-        raise UsageError(f"{source}: is {_kind_of(info.st_mode)}, not {wanted}")
+    taken_at = _current_since(os.fstat(fd), source, pipes)
     data = bytearray()
     while True:
         try:
@@ -445,6 +434,19 @@ def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
             return data, taken_at
         data += chunk
         _check_size(len(data), source)
+
+
+def _current_since(info: os.stat_result, source: str, pipes: bool) -> float:
+    """When what `info` describes was current: a regular file's modification time (refused over
+    the limit) or, with `pipes`, the process start for a pipe or a socket; anything else is
+    refused."""
+    if stat.S_ISREG(info.st_mode):
+        _check_size(info.st_size, source)
+        return info.st_mtime
+    if pipes and (stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
+        return hamimig.PROCESS_STARTED
+    wanted = "a pipe or a regular file" if pipes else "a regular file"
+    raise UsageError(f"{source}: is {_kind_of(info.st_mode)}, not {wanted}")
 
 
 def _read_stream(stream: Any) -> bytes:
