@@ -31,7 +31,7 @@ from typing import Any
 import hamimig
 from hamimig.errors import UsageError
 from hamimig.pods.annotation import ANNOTATION, AnnotationError, MigAllocation, decode_allocations
-from hamimig.pods.identity import node_identity_from
+from hamimig.pods.identity import mapping, node_identity_from
 from hamimig.pods.model import TERMINAL_PHASES, NodeIdentity, Pod
 from hamimig.pods.model import PodSnapshot as PodSnapshot
 from hamimig.pods.model import PodSourceError as PodSourceError
@@ -78,15 +78,6 @@ def _one_line(text: str) -> str:
 def _failed(source: str, text: str) -> PodSourceError:
     """The pod state is unverifiable (exit 5): `text` from the API, on one line."""
     return PodSourceError(_one_line(f"{source}: {text}"))
-
-
-def _dict_field(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Malformed(f"{where}: {key} is not an object")
-    return value
 
 
 def _opt_str(value: Any, where: str, field: str) -> str | None:
@@ -145,16 +136,17 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     # Items of an API PodList carry no kind; kubectl adds "Pod". Anything else is not a pod.
     if kind is not None and kind != "Pod":
         raise _Malformed(f"{where} has kind {kind!r}, not Pod")
-    meta = _dict_field(item, "metadata", where)
+    meta = mapping(item.get("metadata"), f"{where}: metadata", _Malformed)
     namespace, name = _named(meta, where)
     where = f"{where} ({namespace}/{name})"
-    spec = _dict_field(item, "spec", where)
+    spec = mapping(item.get("spec"), f"{where}: spec", _Malformed)
     node_name = _opt_str(spec.get("nodeName"), where, "spec.nodeName")
     # Validate before filtering so that a broken pod elsewhere in the list is not silently skipped.
     uid = _opt_str(meta.get("uid"), where, "metadata.uid")
     deletion = _opt_str(meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp")
-    phase = _opt_str(_dict_field(item, "status", where).get("phase"), where, "status.phase")
-    raw = _dict_field(meta, "annotations", where).get(ANNOTATION)
+    status = mapping(item.get("status"), f"{where}: status", _Malformed)
+    phase = _opt_str(status.get("phase"), where, "status.phase")
+    raw = mapping(meta.get("annotations"), f"{where}: annotations", _Malformed).get(ANNOTATION)
     elsewhere = node is not None and node_name != node
     if elsewhere and (not isinstance(raw, str) or deletion is not None or phase in TERMINAL_PHASES):
         return None
@@ -192,7 +184,7 @@ def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], str | None]:
     if not isinstance(items, list):
         raise _Malformed("items is not a list")
     pods = [pod for i, item in enumerate(items) if (pod := _pod(item, f"item {i}", node))]
-    token = _dict_field(doc, "metadata", "list").get("continue")
+    token = mapping(doc.get("metadata"), "list: metadata", _Malformed).get("continue")
     if token is not None and not isinstance(token, str):
         raise _Malformed("metadata.continue is not a string")
     return pods, token or None
