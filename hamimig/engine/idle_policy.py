@@ -190,8 +190,7 @@ def plan_idle_policy(
     """
     hw = node.hardware()
     now = node.now()
-    too_old = stale(node, pods)
-    if too_old is not None:
+    if (too_old := stale(node, pods)) is not None:
         notes.append(f"idle policy ({policy}) not applied: {too_old}")
         return None
     seen, problem = node.idle_seen.load()

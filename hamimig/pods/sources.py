@@ -178,9 +178,8 @@ def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], str | None]:
         raise _Malformed(f"expected kind PodList or List, got {kind!r}")
     if "items" not in doc:  # kubectl and the API always write it; a list without is cut
         raise _Malformed(f"the {kind} has no items key")
-    items = doc["items"]
-    if items is None:  # Go marshals an empty slice it never allocated as null
-        items = []
+    # Go marshals an empty slice it never allocated as null.
+    items = [] if doc["items"] is None else doc["items"]
     if not isinstance(items, list):
         raise _Malformed("items is not a list")
     pods = [pod for i, item in enumerate(items) if (pod := _pod(item, f"item {i}", node))]
