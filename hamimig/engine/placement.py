@@ -139,9 +139,9 @@ def _check_verifiable(
     contradicts: where to create cannot be judged on it."""
     recorded = {r.mig_uuid for r in records}
     for intent in intents:
-        if intent.mig_uuid is not None and intent.mig_uuid in recorded:
-            continue  # a finished allocation whose intent removal failed: nothing in flight
-        if intent.gpu_uuid == gpu_uuid:
+        # An intent whose instance is recorded is a finished allocation whose intent removal
+        # failed: nothing is in flight.
+        if intent.gpu_uuid == gpu_uuid and intent.mig_uuid not in recorded:
             raise UnverifiableError(
                 f"an allocation on this GPU was interrupted (intent {intent.id}, "
                 f"{intent.profile} at {intent.placement}); run 'hamimig recover' first"

@@ -357,10 +357,6 @@ _FILE_KINDS = (
 )
 
 
-def _kind_of(mode: int) -> str:
-    return next((what for test, what in _FILE_KINDS if test(mode)), "not a regular file")
-
-
 def _limit() -> str:
     return f"{MAX_POD_LIST_BYTES / 2**20:g} MiB"
 
@@ -436,8 +432,9 @@ def _current_since(info: os.stat_result, source: str, pipes: bool) -> float:
         return info.st_mtime
     if pipes and (stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
         return hamimig.PROCESS_STARTED
+    kind = next((what for test, what in _FILE_KINDS if test(info.st_mode)), "not a regular file")
     wanted = "a pipe or a regular file" if pipes else "a regular file"
-    raise UsageError(f"{source}: is {_kind_of(info.st_mode)}, not {wanted}")
+    raise UsageError(f"{source}: is {kind}, not {wanted}")
 
 
 def _read_stream(stream: Any) -> bytes:
