@@ -94,8 +94,7 @@ class PodHolds:
                     continue
                 if alloc.mig_uuid is not None:
                     # MIG UUIDs compare without regard to case, as annotations may spell them.
-                    key = alloc.mig_uuid.lower()
-                    other = named.setdefault(key, pod.key)
+                    other = named.setdefault(alloc.mig_uuid.lower(), pod.key)
                     if other != pod.key:
                         raise UnverifiableError(
                             f"{alloc.mig_uuid} is named by pod {other} and by pod {pod.key}: "
@@ -106,8 +105,7 @@ class PodHolds:
 
     def hold(self, record: Record) -> Hold | None:
         """The claim a pod has on `record`'s instance, or None."""
-        pod = self.named.get(record.mig_uuid.lower())
-        if pod is not None:
+        if (pod := self.named.get(record.mig_uuid.lower())) is not None:
             return Hold(pod=pod, how="names it")
         if slots := self.reserved(record.gpu_uuid, record.placement):
             return slot_hold(*slots[0])
