@@ -503,26 +503,26 @@ VERIFIED = LiveCheck(Liveness.COMPLETE, "verified")
 
 def test_a_blocker_without_a_record_and_with_a_ci_is_unmanaged() -> None:
     blocker = Blocker(_gi(cis=(ComputeInstance(0, mig(7)),)), None, None)
-    assert blocker.describe(NAMES) == f"GI 7 (1g.10gb at 2:1) is Unmanaged ({mig(7)})"
+    assert blocker.view(NAMES).describe() == f"GI 7 (1g.10gb at 2:1) is Unmanaged ({mig(7)})"
 
 
 def test_a_blocker_without_a_record_or_a_ci_is_an_orphan_gi() -> None:
-    assert Blocker(_gi(), None, None).describe(NAMES) == "GI 7 (1g.10gb at 2:1) is OrphanGI"
+    assert Blocker(_gi(), None, None).view(NAMES).describe() == "GI 7 (1g.10gb at 2:1) is OrphanGI"
 
 
 def test_a_recorded_blocker_names_its_state_and_mig_uuid() -> None:
     blocker = Blocker(_gi(), _record(State.ACTIVE), VERIFIED)
-    assert blocker.describe(NAMES) == f"GI 7 (1g.10gb at 2:1) is Active ({mig(7)})"
+    assert blocker.view(NAMES).describe() == f"GI 7 (1g.10gb at 2:1) is Active ({mig(7)})"
 
 
 def test_a_busy_blocker_says_processes_run_on_it() -> None:
     blocker = Blocker(_gi(), _record(State.IDLE), VERIFIED, busy=True)
-    assert blocker.describe(NAMES) == (
+    assert blocker.view(NAMES).describe() == (
         f"GI 7 (1g.10gb at 2:1) is Idle ({mig(7)}, busy: processes run on it)"
     )
 
 
 def test_a_blocker_of_a_profile_the_gpu_does_not_name_shows_the_profile_id() -> None:
-    assert Blocker(_gi(profile_id=99), None, None).describe(NAMES) == (
+    assert Blocker(_gi(profile_id=99), None, None).view(NAMES).describe() == (
         "GI 7 (profile 99 at 2:1) is OrphanGI"
     )

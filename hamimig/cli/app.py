@@ -29,7 +29,7 @@ from hamimig.cli import (
     sim_cmd,
 )
 from hamimig.cli.context import GLOBAL_OPTIONS, undecodable
-from hamimig.cli.options import ArgumentsCommand, Output
+from hamimig.cli.options import ArgumentsCommand, Output, choices
 from hamimig.defaults import DEFAULT_CDI_DIR, DEFAULT_CONFIG, DEFAULT_STATE_DIR
 from hamimig.errors import HamimigError, UsageError
 
@@ -64,17 +64,24 @@ class _Boundary(typer.core.TyperGroup):
         **extra: Any,
     ) -> int:
         argv = list(sys.argv[1:] if args is None else args)
+        fmt = _requested_output(argv)
         completing = completion.COMPLETE_VAR in os.environ
-        with completion.answering() if completing else contextlib.nullcontext():
-            status = _guarded(
-                lambda: super(_Boundary, self).main(
+        try:
+            with completion.answering() if completing else contextlib.nullcontext():
+                bad = undecodable(argv)
+                if bad is not None:
+                    raise bad
+                status = super().main(
                     args=_short_output_equals(argv),
                     prog_name=prog_name or "hamimig",
                     standalone_mode=False,
                     **extra,
-                ),
-                argv,
-            )
+                )
+        except typer.Exit as done:
+            status = done.exit_code
+        except Exception as exc:
+            status = _failed(exc, fmt)
+        status = status if isinstance(status, int) else 0
         if standalone_mode:
             sys.exit(status)
         return status
@@ -172,12 +179,11 @@ def root(
             "-o",
             envvar="HAMIMIG_OUTPUT",
             metavar="FORMAT",
-            help="How results are printed: " + ", ".join(o.value for o in Output) + ".",
+            help=f"How results are printed: {choices(Output)}.",
         ),
     ] = Output.TABLE,
     version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
     """Administer HAMi's dynamic MIG instance lifecycle on a GPU node.
@@ -238,23 +244,6 @@ def run(argv: list[str]) -> int:
     return status
 
 
-def _guarded(invoke: Callable[[], Any], argv: list[str]) -> int:
-    fmt = _requested_output(argv)
-    bad = undecodable(argv)
-    if bad is not None:
-        from hamimig.cli import render
-
-        render.error(bad, fmt)
-        return bad.exit_code
-    try:
-        status = invoke()
-    except typer.Exit as done:
-        return done.exit_code
-    except Exception as exc:
-        return _failed(exc, fmt)
-    return status if isinstance(status, int) else 0
-
-
 def _failed(exc: Exception, fmt: str) -> int:
     """Report a failure that escaped the command as one line (or one JSON object)."""
     from hamimig.cli import render  # output machinery loads only when there is output
@@ -265,15 +254,13 @@ def _failed(exc: Exception, fmt: str) -> int:
     if isinstance(exc, HamimigError):
         render.error(exc, fmt)
         return exc.exit_code
-    exit_code = getattr(exc, "exit_code", None)
-    format_message = getattr(exc, "format_message", None)
-    if isinstance(exit_code, int) and callable(format_message):
+    if isinstance(exc, typer.TyperException):
         if type(exc).__name__ == "NoArgsIsHelpError":  # `hamimig` alone: show the help
-            render.text(str(format_message()), err=True)
+            render.text(exc.format_message(), err=True)
             return 2
         # A parsing error from Typer's command-line parser: bad option, missing argument. A
         # value outside an option's choices comes worded by pydantic ("Value error, ...").
-        message = str(format_message()).replace(": Value error, ", ": ")
+        message = exc.format_message().replace(": Value error, ", ": ")
         needs = re.fullmatch(r"Option '(.+)' requires an argument\.", message)
         message = f"option {needs.group(1)} needs a value" if needs else message
         render.error(UsageError(message), fmt)
@@ -290,19 +277,14 @@ def _failed(exc: Exception, fmt: str) -> int:
     return 1
 
 
-def _reopen_closed_streams() -> None:
-    """Started with stdout or stderr closed (`>&-`), Python sets it to None and every write
-    would raise: point it at /dev/null so the command runs and keeps its own exit status."""
-    if sys.stdout is None:
-        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives until exit)
-    if sys.stderr is None:
-        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
-
-
 def main() -> None:
-    _reopen_closed_streams()
-    for stream in (sys.stdout, sys.stderr):
+    for name in ("stdout", "stderr"):
+        # Started with it closed (`>&-`), Python sets it to None and every write would raise:
+        # pointed at /dev/null, the command runs and keeps its own exit status.
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
         # Names read from disk may hold undecodable bytes: print escapes, never fail on them.
+        stream = getattr(sys, name)
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     status = run(sys.argv[1:])

@@ -6,7 +6,7 @@ import typer
 
 from hamimig.cli.context import execute
 
-app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True, rich_markup_mode=None)
+app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 
 
 @app.command("show")

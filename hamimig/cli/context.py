@@ -62,9 +62,8 @@ def globals_of(ctx: typer.Context) -> Globals:
     root = ctx.find_root()
     if root.obj is None:
         root.obj = _settle(root, ctx)
-    obj = root.obj
-    assert isinstance(obj, Globals)
-    return obj
+    assert isinstance(root.obj, Globals)
+    return root.obj
 
 
 PASTED = ("sim", "state_dir", "cdi_dir", "config")
@@ -250,13 +249,10 @@ def execute(
             result = action(g.node) if kind is None else _locked(g.node, action, kind)
         finally:
             g.node.close()
-    except HamimigError as err:
+    except (HamimigError, OSError) as exc:
+        err = exc if isinstance(exc, HamimigError) else HardwareError(f"I/O error: {exc}")
         render.error(err, g.output)
         raise typer.Exit(err.exit_code) from None
-    except OSError as exc:
-        io_error = HardwareError(f"I/O error: {exc}")
-        render.error(io_error, g.output)
-        raise typer.Exit(io_error.exit_code) from None
     if isinstance(result, Refused):
         if result.plan is not None and g.output not in ("json", "yaml"):
             render.emit(result.plan, g.output, headers=headers, clock=g.node.now)

@@ -15,11 +15,7 @@ if TYPE_CHECKING:
     from hamimig.engine.results import Result
 
 
-def doctor(
-    ctx: typer.Context,
-    pods: PodsFile = None,
-    kube: Kube = False,
-) -> None:
+def doctor(ctx: typer.Context, pods: PodsFile = None, kube: Kube = False) -> None:
     """Health checks: NVML, MIG modes, directories, records, specs.
 
     It checks NVML, MIG modes, the state and CDI directories, records, specs and queues.

@@ -63,25 +63,21 @@ def events(
     def run(node: Node) -> Result:
         if limit is not None and not 0 <= limit <= journal.MAX_LIMIT:
             raise UsageError(f"--limit must be between 0 and {journal.MAX_LIMIT}, not {limit}")
+        if mig_uuid is not None and not mig_uuid.strip():
+            raise UsageError("--mig-uuid must not be empty")
         shown = limit
         if shown is None and globals_of(ctx).output in ("table", "wide"):
             shown = journal.TABLE_LIMIT  # a table of 100,000 rows helps nobody: the newest
         query = journal.EventQuery(
-            mig_uuid=_mig_uuid(mig_uuid),
+            mig_uuid=mig_uuid,
             pod=None if pod is None else "/".join(options.pod_ref(pod)),
-            gpu=None if gpu is None else options.gpu_ref(gpu),
+            gpu=options.gpu_filter(gpu),
             since=None if since is None else _since(node, since),
             limit=shown,
         )
         return journal.list_events(node, query)
 
     execute(ctx, run)
-
-
-def _mig_uuid(text: str | None) -> str | None:
-    if text is not None and not text.strip():
-        raise UsageError("--mig-uuid must not be empty")
-    return text
 
 
 def _since(node: Node, text: str) -> float:

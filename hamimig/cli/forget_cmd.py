@@ -32,8 +32,7 @@ def forget(
         ),
     ] = None,
     intent: Annotated[
-        str | None,
-        typer.Option("--intent", metavar="ID", help="Drop the intent <state-dir>/intent-ID.json."),
+        str | None, typer.Option(metavar="ID", help="Drop the intent <state-dir>/intent-ID.json.")
     ] = None,
     dry_run: DryRun = False,
     lock_timeout: LockTimeout = 60.0,

@@ -8,7 +8,7 @@ import typer
 
 from hamimig.cli import completion, options
 from hamimig.cli.context import execute
-from hamimig.cli.options import GpuFilter
+from hamimig.cli.options import GpuFilter, choices
 from hamimig.errors import UsageError
 from hamimig.vocabulary import State
 
@@ -25,14 +25,11 @@ def list_(
         typer.Option(
             case_sensitive=False,
             metavar="STATE",
-            help="Only instances in this state (repeat for any of several): "
-            + ", ".join(s.value for s in State)
-            + ".",
+            help=f"Only instances in this state (repeat for any of several): {choices(State)}.",
         ),
     ] = None,
     pod: Annotated[
-        str | None,
-        typer.Option(metavar=options.POD, help="Only the instances this pod holds."),
+        str | None, typer.Option(metavar=options.POD, help="Only the instances this pod holds.")
     ] = None,
     profile: Annotated[
         str | None,
@@ -63,7 +60,7 @@ def list_(
             pod=None if pod is None else options.pod_ref(pod),
             profile=profile,
         )
-        return inventory.list_instances(node, None if gpu is None else options.gpu_ref(gpu), wanted)
+        return inventory.list_instances(node, options.gpu_filter(gpu), wanted)
 
     execute(ctx, run, headers=not no_headers)
 
@@ -75,9 +72,4 @@ def profiles(ctx: typer.Context, gpu: GpuFilter = None) -> None:
     memory and compute slices of each."""
     from hamimig.reports import inventory
 
-    execute(
-        ctx,
-        lambda node: inventory.list_profiles(
-            node.hardware(), None if gpu is None else options.gpu_ref(gpu)
-        ),
-    )
+    execute(ctx, lambda node: inventory.list_profiles(node.hardware(), options.gpu_filter(gpu)))

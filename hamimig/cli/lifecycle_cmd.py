@@ -83,8 +83,7 @@ def allocate(
 def release(
     ctx: typer.Context,
     pod: Annotated[
-        str | None,
-        typer.Option(metavar=options.POD, help="Release every instance of this pod."),
+        str | None, typer.Option(metavar=options.POD, help="Release every instance of this pod.")
     ] = None,
     pod_uid: Annotated[
         str | None,
@@ -105,7 +104,7 @@ def release(
     The GI/CI and the CDI spec stay; the next matching request reuses them. Releasing again
     what is already released is exit 0, unchanged."""
     from hamimig.engine.release import release
-    from hamimig.engine.requests import ByPod, ByUuid, ReleaseTarget
+    from hamimig.engine.requests import ByPod, ByUuid
 
     def action(node: Node) -> Result:
         uuid = options.mig_uuid(mig_uuid)
@@ -115,14 +114,11 @@ def release(
             raise UsageError("say which instance to release: --pod NS/NAME or --mig-uuid UUID")
         if pod_uid is not None and pod is None:
             raise UsageError("--pod-uid names an incarnation of --pod NS/NAME: give --pod too")
-        target: ReleaseTarget
         if uuid is not None:
-            target = ByUuid(uuid)
-        else:
-            assert pod is not None
-            owner = options.owner(pod, pod_uid)
-            target = ByPod(owner.namespace, owner.name, owner.uid)
-        return release(node, target, dry_run)
+            return release(node, ByUuid(uuid), dry_run)
+        assert pod is not None
+        owner = options.owner(pod, pod_uid)
+        return release(node, ByPod(owner.namespace, owner.name, owner.uid), dry_run)
 
     execute(ctx, action, "Release")
 
@@ -181,8 +177,7 @@ def reclaim(
             window = options.placement(placement)
             ref = options.gpu_ref(gpu)
             if idle_older_than is not None:
-                seconds = options.duration(idle_older_than, "--idle-older-than")
-                target = IdleOlderThan(ref, seconds)
+                target = IdleOlderThan(ref, options.duration(idle_older_than, "--idle-older-than"))
             else:
                 target = AllIdle(ref) if window is None else Window(ref, window)
         source = options.pod_source(node, ctx)

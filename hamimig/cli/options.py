@@ -9,15 +9,14 @@ an error message, is decided here and in the command modules.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hamimig.cli import completion
 from hamimig.cli.context import given_words
-from hamimig.errors import (
-    UsageError,
-)
+from hamimig.errors import UsageError
 from hamimig.vocabulary import Setting
 
 if TYPE_CHECKING:
@@ -73,6 +72,11 @@ class Output(str, enum.Enum):
     NAME = "name"
 
 
+def choices(values: Iterable[enum.Enum]) -> str:
+    """An enumeration's values as an option's help lists them: `a, b, c`."""
+    return ", ".join(v.value for v in values)
+
+
 NAME_COMMANDS = ("list", "show", "allocate", "release", "reclaim", "forget")
 """The commands whose results are instances, the only ones `-o name` can print."""
 
@@ -116,7 +120,6 @@ GpuOrNone = Annotated[str | None, _GPU]
 MigUuid = Annotated[
     str | None,
     typer.Option(
-        "--mig-uuid",
         metavar="MIG_UUID",
         help=(
             "One instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex "
@@ -155,30 +158,27 @@ def pod_source(node: Node, ctx: typer.Context) -> PodSource | None:
             "--pods FILE|-, --kube or --assume-no-pods" if required else "--pods FILE|- or --kube"
         )
         raise UsageError(f"give only one pod source: {offered}")
-    if given == 0:
-        default = node.config().pod_source
-        if default is not None:
-            if not node.node_name:
-                from hamimig.config import POD_SOURCE
-
-                where = node.config().sources.get(POD_SOURCE, POD_SOURCE)
-                raise UsageError(
-                    f"the default pod source (kube, from {where}) needs this node's name: "
-                    "--node NAME or NODE_NAME"
-                )
-            return PodSource.kube_api()
+    if given == 0 and node.config().pod_source is None:  # else the default: kube
         if required:
             raise UsageError(_needs_pods(node, ctx))
         return None
+    if pods == "":
+        raise UsageError("--pods needs a file name, or '-' for stdin")
     if pods is not None:
-        if pods == "":
-            raise UsageError("--pods needs a file name, or '-' for stdin")
         return PodSource.pod_list(pods)
-    if kube:
-        if not node.node_name:
-            raise UsageError("--kube needs this node's name: --node NAME or NODE_NAME")
-        return PodSource.kube_api()
-    return PodSource.no_pods()
+    if assume_no_pods:
+        return PodSource.no_pods()
+    if not node.node_name and kube:
+        raise UsageError("--kube needs this node's name: --node NAME or NODE_NAME")
+    if not node.node_name:
+        from hamimig.config import POD_SOURCE
+
+        where = node.config().sources.get(POD_SOURCE, POD_SOURCE)
+        raise UsageError(
+            f"the default pod source (kube, from {where}) needs this node's name: "
+            "--node NAME or NODE_NAME"
+        )
+    return PodSource.kube_api()
 
 
 def _needs_pods(node: Node, ctx: typer.Context) -> str:
@@ -226,6 +226,11 @@ def gpu_ref(text: str) -> int | str:
     from hamimig.engine.node import parse_gpu_ref
 
     return parse_gpu_ref(text)
+
+
+def gpu_filter(text: str | None) -> int | str | None:
+    """`--gpu` where it filters: None for every GPU."""
+    return None if text is None else gpu_ref(text)
 
 
 def placement(text: str | None) -> PlacementSpec | None:

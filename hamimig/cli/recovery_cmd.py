@@ -73,7 +73,7 @@ def adopt(
     def action(node: Node) -> Result:
         source = options.pod_source(node, ctx)
         assert source is not None
-        only = None if gpu is None else options.gpu_ref(gpu)
+        only = options.gpu_filter(gpu)
         try:
             return recovery.adopt_pairs(node, source, exclusive_owner, only, dry_run)
         except recovery.AdoptionNotEnabled as err:

@@ -58,15 +58,13 @@ def discard_closed_output() -> None:
     """Point a closed stdout or stderr at /dev/null so later writes and the final flush at exit
     succeed silently (what Python's documentation on SIGPIPE recommends)."""
     for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BrokenPipeError:
-            with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
+            try:
+                stream.flush()
+            except BrokenPipeError:
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, stream.fileno())
                 os.close(devnull)
-        except (OSError, ValueError):
-            pass
 
 
 def printable(message: str) -> str:
@@ -243,10 +241,11 @@ def _fit(
 def _drop_groups(
     cols: Sequence[Col], cells: Cells, keep: Collection[str]
 ) -> tuple[list[list[str]], list[list[str]]]:
-    """The groups of columns a narrow table drops, in order: before `LAST`, and all of them."""
+    """The groups of columns a narrow table drops, in order: before `LAST` (a prefix of them, as
+    the ranks are sorted), and all of them."""
     ranks = sorted({c.drop for c in cols if c.drop and c.name in cells and c.name not in keep})
     groups = [[c.name for c in cols if c.drop == n and c.name not in keep] for n in ranks]
-    return [g for g, n in zip(groups, ranks, strict=True) if n < LAST], groups
+    return groups[: sum(n < LAST for n in ranks)], groups
 
 
 def _needed(cols: Sequence[Col], shown: Cells, ruled: bool) -> int:
@@ -256,10 +255,8 @@ def _needed(cols: Sequence[Col], shown: Cells, ruled: bool) -> int:
     floor = {c.name: c.fold for c in cols if c.fold}
     if _UUID in shown:
         floor[_UUID] = max(tables.uuid_floor(shown[_UUID]), len(_UUID))
-    total = 0
-    for name, column in shown.items():
-        natural = max([cell_len(name), *(cell_len(c) for c in column)])
-        total += min(natural, floor[name]) if name in floor else natural
+    natural = {name: max(map(cell_len, [name, *column])) for name, column in shown.items()}
+    total = sum(min(width, floor.get(name, width)) for name, width in natural.items())
     return total + (3 * len(shown) + 1 if ruled else 2 * (len(shown) - 1))
 
 

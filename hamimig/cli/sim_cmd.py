@@ -9,7 +9,7 @@ import typer
 
 from hamimig.cli import completion, options
 from hamimig.cli.context import execute
-from hamimig.cli.options import Gpu, GpuFilter
+from hamimig.cli.options import Gpu, GpuFilter, choices
 from hamimig.errors import UsageError
 from hamimig.sim.ops import (
     DRIVER_VERSION,
@@ -27,15 +27,10 @@ if TYPE_CHECKING:
     from hamimig.engine.node import Node
     from hamimig.reports.views import SimView
 
-app = typer.Typer(
-    help="Manage a simulated MIG node (needs --sim PATH).",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
+# Help without rich, as every command's: the root's rich_markup_mode holds for its groups.
+app = typer.Typer(help="Manage a simulated MIG node (needs --sim PATH).", no_args_is_help=True)
 fault_app = typer.Typer(
-    help="Inject or clear NVML and file-operation faults.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+    help="Inject or clear NVML and file-operation faults.", no_args_is_help=True
 )
 app.add_typer(fault_app, name="fault")
 
@@ -50,10 +45,7 @@ def _sim(node: Node) -> Path:
 def init(
     ctx: typer.Context,
     model: Annotated[
-        SimModel,
-        typer.Option(
-            metavar="MODEL", help="The GPU board: " + ", ".join(m.value for m in SimModel) + "."
-        ),
+        SimModel, typer.Option(metavar="MODEL", help=f"The GPU board: {choices(SimModel)}.")
     ],
     count: Annotated[
         int, typer.Option(metavar="N", help=f"Number of GPUs (1 to {MAX_SIM_GPUS}).")
@@ -61,7 +53,6 @@ def init(
     driver_version: Annotated[
         str,
         typer.Option(
-            "--driver-version",
             metavar="VERSION",
             help="The driver NVML reports; before 470, MIG UUIDs read MIG-GPU-<uuid>/<gi>/<ci>.",
         ),
@@ -101,17 +92,13 @@ def create(
         ),
     ],
     placement: Annotated[
-        str,
-        typer.Option(metavar=options.PLACEMENT, help="Memory slices: START or START:SIZE."),
+        str, typer.Option(metavar=options.PLACEMENT, help="Memory slices: START or START:SIZE.")
     ],
     no_ci: Annotated[bool, typer.Option("--no-ci", help="Create only the GI.")] = False,
     ci_slices: Annotated[
-        int | None,
-        typer.Option("--ci-slices", metavar="N", help="Compute slices per CI (default: all)."),
+        int | None, typer.Option(metavar="N", help="Compute slices per CI (default: all).")
     ] = None,
-    ci_count: Annotated[
-        int, typer.Option("--ci-count", metavar="N", help="How many CIs in the GI.")
-    ] = 1,
+    ci_count: Annotated[int, typer.Option(metavar="N", help="How many CIs in the GI.")] = 1,
 ) -> None:
     """Make an instance behind hamimig's back.
 
@@ -132,7 +119,6 @@ def busy(
     mig_uuid: Annotated[
         str,
         typer.Option(
-            "--mig-uuid",
             metavar="MIG_UUID",
             help=(
                 "The instance: its MIG UUID, a unique prefix of it (MIG- and at least 8 hex "
@@ -145,9 +131,8 @@ def busy(
         BusyKind | None,
         typer.Option(
             metavar="KIND",
-            help="The kind of process NVML lists on the instance: "
-            + ", ".join(k.value for k in BusyKind)
-            + " (default compute; with --clear, only that kind's mark goes).",
+            help=f"The kind of process NVML lists on the instance: {choices(BusyKind)} "
+            "(default compute; with --clear, only that kind's mark goes).",
         ),
     ] = None,
     gi_only: Annotated[
@@ -186,8 +171,7 @@ def mig_mode(
         bool | None, typer.Option("--enable/--disable", help="Turn MIG on or off.")
     ] = None,
     pending: Annotated[
-        bool,
-        typer.Option("--pending", help="Only request the change (it waits for a GPU reset)."),
+        bool, typer.Option("--pending", help="Only request the change (it waits for a GPU reset).")
     ] = False,
 ) -> None:
     """Set MIG mode."""
@@ -229,8 +213,7 @@ def clock(
 
 
 @fault_app.command(
-    "add",
-    epilog="NVML functions the simulator implements: " + ", ".join(SIMULATED_NVML) + ".",
+    "add", epilog="NVML functions the simulator implements: " + ", ".join(SIMULATED_NVML) + "."
 )
 def fault_add(
     ctx: typer.Context,
@@ -238,9 +221,8 @@ def fault_add(
         FaultOp,
         typer.Option(
             metavar="OP",
-            help="A file operation ("
-            + ", ".join(op.value for op in FileOpName)
-            + ") or an NVML function the simulator implements (listed below).",
+            help=f"A file operation ({choices(FileOpName)}) or an NVML function the simulator "
+            "implements (listed below).",
         ),
     ],
     error: Annotated[
@@ -253,10 +235,7 @@ def fault_add(
     action: Annotated[
         FaultAction,
         typer.Option(
-            metavar="ACTION",
-            help="What the fault does when it fires: "
-            + ", ".join(a.value for a in FaultAction)
-            + ".",
+            metavar="ACTION", help=f"What the fault does when it fires: {choices(FaultAction)}."
         ),
     ] = FaultAction.RAISE,
     times: Annotated[int, typer.Option(metavar="N", help="Fire on this many matching calls.")] = 1,

@@ -7,6 +7,7 @@ and rich markup only: render.py draws them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -81,16 +82,17 @@ class Col(NamedTuple):
     mark: Callable[[Any, str], str] | None = None
 
 
-_PREFIX_HEX = 8
-"""Hex digits a shortened MIG UUID keeps at least: as many as a command that changes something
-wants of a prefix (a prefix unique today must not name another instance tomorrow)."""
+_HEX_PREFIX = re.compile(r".{4}(?:[^0-9a-fA-F]*[0-9a-fA-F]){8}", re.DOTALL)
+"""A MIG UUID's `MIG-` (any 4 characters) up to its 8th hex digit: the least a shortened MIG UUID
+keeps, as many as a command that changes something wants of a prefix (a prefix unique today must
+not name another instance tomorrow)."""
 
 
 def short_uuids(uuids: list[str]) -> list[str]:
     """`uuids` cut to the shortest prefix unique among them, with `…` for what was left out.
 
-    A prefix keeps at least `_PREFIX_HEX` hex digits after `MIG-`, never ends on a dash, and is
-    the same length on every row; `-` (no MIG device) stays. UUIDs in the form of drivers
+    A prefix keeps at least 8 hex digits after `MIG-` (`_HEX_PREFIX`), never ends on a dash,
+    and is the same length on every row; `-` (no MIG device) stays. UUIDs in the form of drivers
     before R470 (`MIG-GPU-<gpu uuid>/<gi>/<ci>`) stay whole: every instance on a GPU shares its
     digits, so no prefix of one would name it (the table folds them instead)."""
     known = sorted({u for u in uuids if u != "-"})
@@ -101,13 +103,9 @@ def short_uuids(uuids: list[str]) -> list[str]:
         return len({u[:length] for u in known}) == len(known)
 
     def usable(uuid: str) -> int:
-        """The length of the prefix of `uuid` that holds `_PREFIX_HEX` hex digits."""
-        digits = 0
-        for n, c in enumerate(uuid[4:], start=5):
-            digits += c in "0123456789abcdefABCDEF"
-            if digits == _PREFIX_HEX:
-                return n
-        return len(uuid)
+        """The length of the prefix of `uuid` that holds 8 hex digits after `MIG-`."""
+        match = _HEX_PREFIX.match(uuid)
+        return len(uuid) if match is None else match.end()
 
     length = max(usable(u) for u in known)
     while not unique(length) or any(u[length - 1 : length] == "-" for u in known):
@@ -232,8 +230,6 @@ ACTIONS = (
 def _visible(text: str) -> str:
     """`text` with control characters (a terminal's escape sequences among them) shown as
     escapes: the journal is a file, and what a file says must not drive the terminal."""
-    if all(" " <= c != "\x7f" for c in text):
-        return text
     return "".join(c if " " <= c != "\x7f" else c.encode("unicode_escape").decode() for c in text)
 
 
@@ -283,7 +279,7 @@ def _failed(event: dict[str, object], cell: str) -> str:
 EVENTS = (
     Col("TIME", _event_time),
     # A failed step's ACTION is red, and its REASON starts `FAILED:` (said without colour too).
-    Col("ACTION", _field("action"), mark=lambda e, c: _failed(e, c)),
+    Col("ACTION", _field("action"), mark=_failed),
     Col("MIG UUID", _field("migUUID")),
     Col("GPU", _field("gpuIndex"), drop=7),
     Col("PROFILE", _field("profile"), drop=5),

@@ -68,12 +68,9 @@ class IdlePolicy:
         return self.ttl > 0 or self.cap is not None
 
     def __str__(self) -> str:
-        parts = []
-        if self.ttl:
-            parts.append(f"idleTTL {exact_duration(self.ttl)}")
-        if self.cap is not None:
-            parts.append(f"maxIdleInstancesPerGPU {self.cap}")
-        return ", ".join(parts) or "off"
+        ttl = f"idleTTL {exact_duration(self.ttl)}" if self.ttl else ""
+        cap = f"maxIdleInstancesPerGPU {self.cap}" if self.cap is not None else ""
+        return ", ".join(part for part in (ttl, cap) if part) or "off"
 
 
 @dataclass(frozen=True)
@@ -89,14 +86,12 @@ def idle_age_of(record: Record, seen: dict[str, str]) -> IdleAge:
     """`idleSince` when hamimig wrote it; else, for a record of hamimig's, its last update
     (it has been Idle at least since then); for one HAMi wrote, when a policy pass first saw
     it unheld (`seen`: the idle-seen file)."""
-    if record.idle_since is not None:
-        return IdleAge(parse_time(record.idle_since), SINCE_IDLE)
-    if record.managed:
-        return IdleAge(
-            None if record.updated_at is None else parse_time(record.updated_at), SINCE_UPDATE
-        )
-    first = seen.get(record.mig_uuid)
-    return IdleAge(None if first is None else parse_time(first), SINCE_SEEN)
+    since, source = record.idle_since, SINCE_IDLE
+    if since is None and record.managed:
+        since, source = record.updated_at, SINCE_UPDATE
+    elif since is None:
+        since, source = seen.get(record.mig_uuid), SINCE_SEEN
+    return IdleAge(None if since is None else parse_time(since), source)
 
 
 @dataclass(frozen=True)
@@ -148,13 +143,11 @@ def decide(
             why = f"idle {format_duration(age)} > idleTTL {exact_duration(policy.ttl)}{counted}"
         elif c.kept is None and policy.cap is not None and count > policy.cap:
             why = f"GPU {gpu_index} holds {count} Idle > {policy.cap}"
-        if why is None:
-            continue
-        if c.kept is not None:
+        if why is not None and c.kept is not None:
             decisions.append(Decision(c, False, f"{why}, but {c.kept}; kept"))
-            continue
-        decisions.append(Decision(c, True, why))
-        count -= 1
+        elif why is not None:
+            decisions.append(Decision(c, True, why))
+            count -= 1
     return decisions
 
 
@@ -197,8 +190,7 @@ def plan_idle_policy(
     """
     hw = node.hardware()
     now = node.now()
-    too_old = stale(node, pods)
-    if too_old is not None:
+    if (too_old := stale(node, pods)) is not None:
         notes.append(f"idle policy ({policy}) not applied: {too_old}")
         return None
     seen, problem = node.idle_seen.load()

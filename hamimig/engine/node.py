@@ -175,8 +175,7 @@ class Node:
         own = self.files().cdi_base_dir
         if own is not None:
             return (own,)
-        dirs = [*SYSTEM_CDI_DIRS, self.cdi_dir]
-        return tuple(d for i, d in enumerate(dirs) if d not in dirs[:i])
+        return tuple(dict.fromkeys([*SYSTEM_CDI_DIRS, self.cdi_dir]))
 
     def cdi_base(self, config: Config | None = None) -> BaseLookup:
         """The node's NVIDIA CDI spec as `cdi.baseSpec` says, looked up once per command."""
@@ -195,17 +194,13 @@ class Node:
         if self.sim is not None and (problem := not_a_node(self.sim)) is not None:
             raise problem  # before the directories in its home are made: nothing of no node
         home = None if self.sim is None else node_home(self.sim)
-        check_usable_dir(
-            self.state_dir,
-            "state directory",
-            self.state_dir == DEFAULT_STATE_DIR or self.state_dir.parent == home,
-        )
+
+        def usable(path: Path, what: str, default: Path) -> None:
+            check_usable_dir(path, what, path == default or path.parent == home)
+
+        usable(self.state_dir, "state directory", DEFAULT_STATE_DIR)
         if self.config().cdi_enabled:
-            check_usable_dir(
-                self.cdi_dir,
-                "CDI directory",
-                self.cdi_dir == DEFAULT_CDI_DIR or self.cdi_dir.parent == home,
-            )
+            usable(self.cdi_dir, "CDI directory", DEFAULT_CDI_DIR)
 
     def lock(self) -> NodeLock:
         if self.read_only:
@@ -253,13 +248,9 @@ def parse_gpu_ref(ref: str) -> int | str:
 def resolve_gpu(hw: MigHardware, parsed: int | str) -> Gpu:
     """A GPU named by NVML index or UUID (as `parse_gpu_ref` gives them). Looks at that GPU
     only, never at the others."""
-    if isinstance(parsed, int):
-        return hw.gpu(parsed)
-    return hw.gpu_by_uuid(parsed)
+    return hw.gpu(parsed) if isinstance(parsed, int) else hw.gpu_by_uuid(parsed)
 
 
 def select_gpus(hw: MigHardware, ref: int | str | None) -> list[Gpu]:
     """The GPU `ref` names, or every GPU when it names none."""
-    if ref is not None:
-        return [resolve_gpu(hw, ref)]
-    return [hw.gpu(i) for i in range(hw.gpu_count())]
+    return [hw.gpu(i) for i in range(hw.gpu_count())] if ref is None else [resolve_gpu(hw, ref)]

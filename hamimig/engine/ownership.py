@@ -94,8 +94,7 @@ class PodHolds:
                     continue
                 if alloc.mig_uuid is not None:
                     # MIG UUIDs compare without regard to case, as annotations may spell them.
-                    key = alloc.mig_uuid.lower()
-                    other = named.setdefault(key, pod.key)
+                    other = named.setdefault(alloc.mig_uuid.lower(), pod.key)
                     if other != pod.key:
                         raise UnverifiableError(
                             f"{alloc.mig_uuid} is named by pod {other} and by pod {pod.key}: "
@@ -106,13 +105,10 @@ class PodHolds:
 
     def hold(self, record: Record) -> Hold | None:
         """The claim a pod has on `record`'s instance, or None."""
-        pod = self.named.get(record.mig_uuid.lower())
-        if pod is not None:
+        if (pod := self.named.get(record.mig_uuid.lower())) is not None:
             return Hold(pod=pod, how="names it")
-        for pod, alloc in self.slots:
-            if alloc.gpu_uuid == record.gpu_uuid and alloc.placement.overlaps(record.placement):
-                how = "names its slot" if alloc.mig_uuid is not None else "reserves its slot"
-                return Hold(pod=pod, how=how)
+        if slots := self.reserved(record.gpu_uuid, record.placement):
+            return slot_hold(*slots[0])
         if record.state not in (State.IDLE, State.ERROR) or self.taken_at <= 0:
             return None
         released = record.idle_since or record.updated_at
@@ -131,10 +127,13 @@ class PodHolds:
 
 
 def _own_entry(owner: Owner, pod: Pod, alloc: MigAllocation) -> bool:
-    return (
-        (pod.namespace, pod.name) == (owner.namespace, owner.name)
-        and same_uid(owner.uid, pod.uid)
-        and alloc.slot == (owner.container_index, owner.device_index)
+    return owned_by(owner, pod) and alloc.slot == (owner.container_index, owner.device_index)
+
+
+def slot_hold(pod: str, alloc: MigAllocation) -> Hold:
+    """The claim of an entry on the slices it names (with its MIG UUID) or reserves."""
+    return Hold(
+        pod=pod, how="names its slot" if alloc.mig_uuid is not None else "reserves its slot"
     )
 
 

@@ -22,7 +22,7 @@ from hamimig.vocabulary import State
 if TYPE_CHECKING:
     from hamimig.pods.annotation import MigAllocation
 
-from hamimig.engine.ownership import PodHolds
+from hamimig.engine.ownership import PodHolds, slot_hold
 
 
 def reuse_candidates(
@@ -63,6 +63,13 @@ class Blocker:
     reserved: MigAllocation | None = None
     """The entry that claims these free slices (`gi` is then a stand-in)."""
 
+    @property
+    def hard(self) -> bool:
+        """Whether it stays in the way: hamimig never reclaims it."""
+        if self.record is None or self.busy or self.held is not None:
+            return True
+        return self.record.state not in (State.IDLE, State.ERROR, State.RECLAIMING)
+
     def view(self, names: dict[int, str]) -> BlockingInstance:
         entry = self.reserved
         if entry is not None:
@@ -76,9 +83,6 @@ class Blocker:
             )
         return blocking_instance(self.gi, self.record, names, self.busy, self.held)
 
-    def describe(self, names: dict[int, str]) -> str:
-        return self.view(names).describe()
-
 
 def blocking_instance(
     gi: GpuInstance,
@@ -89,25 +93,19 @@ def blocking_instance(
 ) -> BlockingInstance:
     """How a refusal names a live GI in the way: by its record, else Unmanaged (with the MIG
     UUID of its compute instance) or OrphanGI (no compute instance, so no MIG UUID)."""
-    profile = names.get(gi.profile_id) or f"profile {gi.profile_id}"
-    if record is None:
-        cis = gi.compute_instances
-        state = State.UNMANAGED if cis else State.ORPHAN_GI
-        mig_uuid = cis[0].mig_uuid if cis else None
-        return BlockingInstance(
-            mig_uuid=mig_uuid,
-            gpu_instance_id=gi.id,
-            profile=profile,
-            placement=gi.placement,
-            state=state,
-        )
-    owner = record.owner if record.state is State.ACTIVE else None
+    cis = gi.compute_instances
+    state = State.UNMANAGED if cis else State.ORPHAN_GI
+    mig_uuid = cis[0].mig_uuid if cis else None
+    owner = None
+    if record is not None:
+        state, mig_uuid = record.state, record.mig_uuid
+        owner = record.owner if record.state is State.ACTIVE else None
     return BlockingInstance(
-        mig_uuid=record.mig_uuid,
+        mig_uuid=mig_uuid,
         gpu_instance_id=gi.id,
-        profile=profile,
+        profile=names.get(gi.profile_id) or f"profile {gi.profile_id}",
         placement=gi.placement,
-        state=record.state,
+        state=state,
         owner=owner,
         busy=busy,
         held=held,
@@ -130,6 +128,35 @@ def record_of(gi: GpuInstance, records: list[Record]) -> Record | None:
     )
 
 
+def _check_verifiable(
+    gpu_uuid: str,
+    records: list[Record],
+    intents: list[Intent],
+    layout: tuple[GpuInstance, ...],
+    names: dict[int, str],
+) -> None:
+    """Refuse (exit 5) a GPU with an interrupted allocation, or a record the hardware
+    contradicts: where to create cannot be judged on it."""
+    recorded = {r.mig_uuid for r in records}
+    for intent in intents:
+        # An intent whose instance is recorded is a finished allocation whose intent removal
+        # failed: nothing is in flight.
+        if intent.gpu_uuid == gpu_uuid and intent.mig_uuid not in recorded:
+            raise UnverifiableError(
+                f"an allocation on this GPU was interrupted (intent {intent.id}, "
+                f"{intent.profile} at {intent.placement}); run 'hamimig recover' first"
+            )
+    for r in records:
+        live = check_record(r, layout, names)
+        if live.status is Liveness.MISMATCH or (
+            live.status is not Liveness.COMPLETE and r.state in (State.IDLE, State.ACTIVE)
+        ):
+            raise UnverifiableError(
+                f"record {r.mig_uuid} ({r.state.value}, {r.profile} at {r.placement}) does "
+                f"not match the hardware: {live.detail}; run 'hamimig recover'"
+            )
+
+
 def plan_create(
     gpu_uuid: str,
     placements: tuple[Placement, ...],
@@ -149,24 +176,7 @@ def plan_create(
     instances in the way of a candidate placement), or that a pod's annotation claims
     (`holds`), blocks its slices like an Active one.
     """
-    recorded = {r.mig_uuid for r in records}
-    for intent in intents:
-        if intent.mig_uuid is not None and intent.mig_uuid in recorded:
-            continue  # a finished allocation whose intent removal failed: nothing in flight
-        if intent.gpu_uuid == gpu_uuid:
-            raise UnverifiableError(
-                f"an allocation on this GPU was interrupted (intent {intent.id}, "
-                f"{intent.profile} at {intent.placement}); run 'hamimig recover' first"
-            )
-    for r in records:
-        live = check_record(r, layout, names)
-        if live.status is Liveness.MISMATCH or (
-            live.status is not Liveness.COMPLETE and r.state in (State.IDLE, State.ACTIVE)
-        ):
-            raise UnverifiableError(
-                f"record {r.mig_uuid} ({r.state.value}, {r.profile} at {r.placement}) does "
-                f"not match the hardware: {live.detail}; run 'hamimig recover'"
-            )
+    _check_verifiable(gpu_uuid, records, intents, layout, names)
 
     def blockers(p: Placement) -> list[Blocker]:
         out = []
@@ -186,20 +196,9 @@ def plan_create(
         live = {gi.placement for gi in layout}
         for pod, alloc in holds.reserved(gpu_uuid, p) if holds else []:
             if alloc.placement not in live:
-                how = "names its slot" if alloc.mig_uuid is not None else "reserves its slot"
                 ghost = GpuInstance(-1, gpu_uuid, -1, -1, alloc.placement, ())
-                out.append(Blocker(ghost, None, None, held=Hold(pod=pod, how=how), reserved=alloc))
+                out.append(Blocker(ghost, None, None, held=slot_hold(pod, alloc), reserved=alloc))
         return out
-
-    def hard(bs: list[Blocker]) -> list[Blocker]:
-        return [
-            b
-            for b in bs
-            if b.record is None
-            or b.busy
-            or b.held is not None
-            or b.record.state not in (State.IDLE, State.ERROR, State.RECLAIMING)
-        ]
 
     def leftovers(p: Placement) -> list[Blocker]:
         """Reclaiming/Error records over `p` whose hardware is already gone (a removal failed
@@ -213,35 +212,22 @@ def plan_create(
                     out.append(Blocker(ghost, r, live))
         return out
 
-    def plan_for(p: Placement, bs: list[Blocker], reason: str) -> CreatePlan:
-        soft = [(b.record, b.check) for b in bs + leftovers(p) if b.record and b.check]
-        soft.sort(key=lambda rc: (rc[0].updated_at or "", rc[0].mig_uuid))
-        return CreatePlan(placement=p, reclaim=tuple(soft), reason=reason)
-
-    def blocked(p: Placement, refused: list[Blocker]) -> Blocked:
-        return Blocked(placement=p, instances=tuple(b.view(names) for b in refused))
-
-    if requested is not None:
-        bs = blockers(requested)
-        refused = hard(bs)
-        if refused:
-            raise ConflictError(
-                f"placement {requested} is blocked: "
-                + "; ".join(b.describe(names) for b in refused)
-                + " (hamimig never reclaims these)",
-                blockers=(blocked(requested, refused),),
-            )
-        return plan_for(requested, bs, "requested placement")
-
     scored: list[tuple[int, int, Placement, list[Blocker]]] = []
     in_the_way: list[Blocked] = []
-    for p in placements:
+    for p in placements if requested is None else (requested,):
         bs = blockers(p)
-        refused = hard(bs)
+        refused = [b for b in bs if b.hard]
         if refused:
-            in_the_way.append(blocked(p, refused))
+            in_the_way.append(Blocked(placement=p, instances=tuple(b.view(names) for b in refused)))
             continue
         scored.append((len(bs), p.start, p, bs))
+    if requested is not None and in_the_way:
+        raise ConflictError(
+            f"placement {requested} is blocked: "
+            + "; ".join(b.describe() for b in in_the_way[0].instances)
+            + " (hamimig never reclaims these)",
+            blockers=in_the_way,
+        )
     if not scored:
         raise ConflictError(
             "no placement for this profile is free of Active, Unmanaged, busy, in-flight or "
@@ -251,4 +237,7 @@ def plan_create(
     scored.sort(key=lambda t: (t[0], t[1]))
     count, _, p, bs = scored[0]
     reason = "free placement" if count == 0 else f"reclaims the fewest idle instances ({count})"
-    return plan_for(p, bs, reason)
+    soft = [(b.record, b.check) for b in bs + leftovers(p) if b.record and b.check]
+    soft.sort(key=lambda rc: (rc[0].updated_at or "", rc[0].mig_uuid))
+    reason = "requested placement" if requested is not None else reason
+    return CreatePlan(placement=p, reclaim=tuple(soft), reason=reason)

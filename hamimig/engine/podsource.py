@@ -26,6 +26,15 @@ if TYPE_CHECKING:
     from hamimig.store.records import Record
 
 
+MAX_CLOCK_AHEAD = 5
+"""Seconds a pod list may seem to be from the future (clock granularity, a copy's rounding)."""
+
+
+def _iso(seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 @dataclass(frozen=True)
 class PodSource:
     """Which pods to trust: a kubectl pod list (a file, `-` for stdin), the Kubernetes API, the
@@ -84,32 +93,19 @@ class PodSource:
             # A list is as old as the host says; records carry the node's time (a simulated
             # node's clock may run ahead), and `changed_after` compares the two.
             snapshot = dataclasses.replace(snapshot, taken_at=snapshot.taken_at + offset)
-        _refuse_future(node, snapshot)
+        # A time ahead of the clock (the clock stepped back, a copy that kept its mtime) would
+        # read as newer than every record, and a pod allocated after the list was really taken
+        # would look gone: refused (exit 5).
+        now = node.now()
+        if snapshot.taken_at > now + MAX_CLOCK_AHEAD:
+            from hamimig.pods.model import PodSourceError
+
+            raise PodSourceError(
+                f"{snapshot.source} was taken at {_iso(snapshot.taken_at)}, ahead of this node's "
+                f"clock ({_iso(now)}): the clock was set back or the file's time was copied; "
+                "list the pods again; nothing was changed"
+            )
         return snapshot
-
-
-MAX_CLOCK_AHEAD = 5
-"""Seconds a pod list may seem to be from the future (clock granularity, a copy's rounding)."""
-
-
-def _iso(seconds: float) -> str:
-    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _refuse_future(node: Node, snapshot: PodSnapshot) -> None:
-    """A snapshot time ahead of the clock (the clock stepped back, a copy that kept its mtime)
-    would read as newer than every record, and a pod allocated after the list was really taken
-    would look gone: refused (exit 5)."""
-    now = node.now()
-    if snapshot.taken_at > now + MAX_CLOCK_AHEAD:
-        from hamimig.pods.model import PodSourceError
-
-        raise PodSourceError(
-            f"{snapshot.source} was taken at {_iso(snapshot.taken_at)}, ahead of this node's "
-            f"clock ({_iso(now)}): the clock was set back or the file's time was copied; "
-            "list the pods again; nothing was changed"
-        )
 
 
 def stale_warning(node: Node, snapshot: PodSnapshot | None) -> Warning_ | None:
@@ -146,12 +142,10 @@ def load_fresh(node: Node, source: PodSource) -> PodSnapshot | None:
     """The pods for an action that destroys or hands out an Idle or Error instance: a list
     older than `MAX_POD_LIST_AGE` is refused (exit 5), since only the pods say who holds it."""
     snapshot = source.load(node)
-    if snapshot is not None:
-        why = stale(node, snapshot)
-        if why is not None:
-            from hamimig.errors import UnverifiableError
+    if snapshot is not None and (why := stale(node, snapshot)) is not None:
+        from hamimig.errors import UnverifiableError
 
-            raise UnverifiableError(f"{why}; list the pods again; nothing was changed")
+        raise UnverifiableError(f"{why}; list the pods again; nothing was changed")
     return snapshot
 
 
@@ -161,9 +155,8 @@ def verify_node(node: Node, snapshot: PodSnapshot) -> None:
     from hamimig.pods.identity import read_product_uuid
     from hamimig.pods.identity import verify_node as verify
 
-    identity = snapshot.node_identity
     holding = [p for p in snapshot.pods if p.holds_allocations and p.allocations]
-    if not (snapshot.elsewhere or holding or identity is not None):
+    if not (snapshot.elsewhere or holding or snapshot.node_identity is not None):
         return  # nothing here names a GPU or a machine: no NVML call to make
     hw: MigHardware = node.hardware()
     gpu_uuids = [hw.gpu(i).uuid for i in range(hw.gpu_count())]
@@ -173,10 +166,9 @@ def verify_node(node: Node, snapshot: PodSnapshot) -> None:
     # The other direction: a pod on this node that holds an allocation on a GPU this machine
     # does not have means the list is another node's (a wrong --node); judged by it, every
     # instance here would look released.
-    ours = set(gpu_uuids)
     for pod in holding:
         for alloc in pod.allocations:
-            if alloc.gpu_uuid not in ours:
+            if alloc.gpu_uuid not in gpu_uuids:
                 from hamimig.pods.model import PodSourceError
 
                 raise PodSourceError(

@@ -91,11 +91,11 @@ def _uint(value: Any, where: str, least: int = 0) -> int:
 
 def _uuid(value: Any, pattern: re.Pattern[str], where: str, example: str) -> str:
     if not isinstance(value, str) or pattern.fullmatch(value) is None:
-        raise AnnotationError(f"{where} must look like {example}, got {_show(value)}")
+        raise AnnotationError(f"{where} must look like {example}, got {show_value(value)}")
     return value
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     """A short, one-line rendering of a rejected value: hostile input must not flood the log."""
     text = json.dumps(value, ensure_ascii=True)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -120,7 +120,7 @@ def _entry(doc: Any, i: int) -> MigAllocation:
     if not isinstance(profile, str) or not profile:
         raise AnnotationError(f"{where}: profile must be a non-empty string")
     if _PROFILE.fullmatch(profile) is None:
-        raise AnnotationError(f"{where}: profile {_show(profile)} is not a MIG profile name")
+        raise AnnotationError(f"{where}: profile {show_value(profile)} is not a MIG profile name")
     placement = _placement(doc.get("placement"), f"{where}: placement")
 
     # An explicit null counts as absent: Go's decoder leaves a pointer field nil for both.

@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
+from hamimig.pods.annotation import show_value
 from hamimig.pods.model import NodeIdentity, PodSnapshot, PodSourceError
 from hamimig.vocabulary import Setting
 
@@ -72,11 +73,12 @@ def parse_registered_gpus(text: str) -> frozenset[str] | None:
     return frozenset(ids) if ids else None
 
 
-def _mapping(value: Any, what: str) -> dict[str, Any]:
+def mapping(value: Any, what: str, error: type[ValueError] = RegistrationError) -> dict[str, Any]:
+    """An object field of a manifest; absent is empty, anything else not an object is `error`."""
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise RegistrationError(f"{what} is not an object")
+        raise error(f"{what} is not an object")
     return value
 
 
@@ -87,10 +89,10 @@ def node_identity_from(doc: Any, name: str) -> NodeIdentity:
     kind = doc.get("kind")
     if kind is not None and kind != "Node":
         raise RegistrationError(f"has kind {_shown(kind)}, not Node")
-    meta = _mapping(doc.get("metadata"), "metadata")
+    meta = mapping(doc.get("metadata"), "metadata")
     if meta.get("name") != name:
         raise RegistrationError(f"is named {_shown(meta.get('name'))}, not {_shown(name)}")
-    raw = _mapping(meta.get("annotations"), "metadata.annotations").get(NODE_REGISTER_ANNOTATION)
+    raw = mapping(meta.get("annotations"), "metadata.annotations").get(NODE_REGISTER_ANNOTATION)
     registered: frozenset[str] | None = None
     if raw is not None:
         if not isinstance(raw, str):
@@ -99,7 +101,7 @@ def node_identity_from(doc: Any, name: str) -> NodeIdentity:
             registered = parse_registered_gpus(raw)
         except RegistrationError as exc:
             raise RegistrationError(f"annotation {NODE_REGISTER_ANNOTATION} {exc}") from None
-    info = _mapping(_mapping(doc.get("status"), "status").get("nodeInfo"), "status.nodeInfo")
+    info = mapping(mapping(doc.get("status"), "status").get("nodeInfo"), "status.nodeInfo")
     system_uuid = info.get("systemUUID")
     if system_uuid is not None and not isinstance(system_uuid, str):
         raise RegistrationError("status.nodeInfo.systemUUID is not a string")
@@ -168,9 +170,7 @@ def _shown(value: Any) -> str:
     """A value from the cluster, safe to put in a one-line message however it was crafted."""
     if isinstance(value, str) and _PLAIN.fullmatch(value):
         return value
-    plain = value if value is None or isinstance(value, str) else type(value).__name__
-    text = json.dumps(plain, ensure_ascii=True)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return show_value(value if value is None or isinstance(value, str) else type(value).__name__)
 
 
 def _some(ids: Iterable[str]) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import hamimig
 from hamimig.errors import UsageError
 from hamimig.pods.annotation import ANNOTATION, AnnotationError, MigAllocation, decode_allocations
-from hamimig.pods.identity import node_identity_from
+from hamimig.pods.identity import mapping, node_identity_from
 from hamimig.pods.model import TERMINAL_PHASES, NodeIdentity, Pod
 from hamimig.pods.model import PodSnapshot as PodSnapshot
 from hamimig.pods.model import PodSourceError as PodSourceError
@@ -75,13 +75,9 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _dict_field(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Malformed(f"{where}: {key} is not an object")
-    return value
+def _failed(source: str, text: str) -> PodSourceError:
+    """The pod state is unverifiable (exit 5): `text` from the API, on one line."""
+    return PodSourceError(_one_line(f"{source}: {text}"))
 
 
 def _opt_str(value: Any, where: str, field: str) -> str | None:
@@ -140,16 +136,17 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
     # Items of an API PodList carry no kind; kubectl adds "Pod". Anything else is not a pod.
     if kind is not None and kind != "Pod":
         raise _Malformed(f"{where} has kind {kind!r}, not Pod")
-    meta = _dict_field(item, "metadata", where)
+    meta = mapping(item.get("metadata"), f"{where}: metadata", _Malformed)
     namespace, name = _named(meta, where)
     where = f"{where} ({namespace}/{name})"
-    spec = _dict_field(item, "spec", where)
+    spec = mapping(item.get("spec"), f"{where}: spec", _Malformed)
     node_name = _opt_str(spec.get("nodeName"), where, "spec.nodeName")
     # Validate before filtering so that a broken pod elsewhere in the list is not silently skipped.
     uid = _opt_str(meta.get("uid"), where, "metadata.uid")
     deletion = _opt_str(meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp")
-    phase = _opt_str(_dict_field(item, "status", where).get("phase"), where, "status.phase")
-    raw = _dict_field(meta, "annotations", where).get(ANNOTATION)
+    status = mapping(item.get("status"), f"{where}: status", _Malformed)
+    phase = _opt_str(status.get("phase"), where, "status.phase")
+    raw = mapping(meta.get("annotations"), f"{where}: annotations", _Malformed).get(ANNOTATION)
     elsewhere = node is not None and node_name != node
     if elsewhere and (not isinstance(raw, str) or deletion is not None or phase in TERMINAL_PHASES):
         return None
@@ -181,13 +178,12 @@ def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], str | None]:
         raise _Malformed(f"expected kind PodList or List, got {kind!r}")
     if "items" not in doc:  # kubectl and the API always write it; a list without is cut
         raise _Malformed(f"the {kind} has no items key")
-    items = doc["items"]
-    if items is None:  # Go marshals an empty slice it never allocated as null
-        items = []
+    # Go marshals an empty slice it never allocated as null.
+    items = [] if doc["items"] is None else doc["items"]
     if not isinstance(items, list):
         raise _Malformed("items is not a list")
     pods = [pod for i, item in enumerate(items) if (pod := _pod(item, f"item {i}", node))]
-    token = _dict_field(doc, "metadata", "list").get("continue")
+    token = mapping(doc.get("metadata"), "list: metadata", _Malformed).get("continue")
     if token is not None and not isinstance(token, str):
         raise _Malformed("metadata.continue is not a string")
     return pods, token or None
@@ -361,10 +357,6 @@ _FILE_KINDS = (
 )
 
 
-def _kind_of(mode: int) -> str:
-    return next((what for test, what in _FILE_KINDS if test(mode)), "not a regular file")
-
-
 def _limit() -> str:
     return f"{MAX_POD_LIST_BYTES / 2**20:g} MiB"
 
@@ -381,10 +373,7 @@ def _read_path(path: str, source: str) -> tuple[bytearray, float]:
     opened non-blocking in case it was swapped for one in between; the open file is checked again,
     so what is read is what was checked.
     """
-    before = os.stat(path)
-    if not stat.S_ISREG(before.st_mode):
-        raise UsageError(f"{source}: is {_kind_of(before.st_mode)}, not a regular file")
-    _check_size(before.st_size, source)
+    _current_since(os.stat(path), source, pipes=False)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         return _read_opened(fd, source, pipes=False)
@@ -415,36 +404,37 @@ def _read_stdin() -> tuple[bytes | bytearray, float]:
 
 def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
     """A regular file's bytes and modification time or, with `pipes`, a pipe's (or a socket's)
-    and the process start; anything else is refused unread."""
-    info = os.fstat(fd)
-    if stat.S_ISREG(info.st_mode):
-        _check_size(info.st_size, source)
-        taken_at = info.st_mtime
-    elif pipes and (stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
-        taken_at = hamimig.PROCESS_STARTED
-    else:
-        wanted = "a pipe or a regular file" if pipes else "a regular file"
-        raise UsageError(f"{source}: is {_kind_of(info.st_mode)}, not {wanted}")
-    return _read_fd(fd, source), taken_at
+    and the process start; anything else is refused unread.
 
-
-def _read_fd(fd: int, source: str) -> bytearray:
-    """At most `MAX_POD_LIST_BYTES`, in chunks: a file that grows while it is read, or a pipe
-    that never ends, is refused once it passes the limit rather than read to the end.
+    At most `MAX_POD_LIST_BYTES` are read, in chunks: a file that grows while it is read, or a
+    pipe that never ends, is refused once it passes the limit rather than read to the end.
     """
+    taken_at = _current_since(os.fstat(fd), source, pipes)
     data = bytearray()
-    limit = MAX_POD_LIST_BYTES
     while True:
         try:
-            chunk = os.read(fd, min(_CHUNK, limit + 1 - len(data)))
+            chunk = os.read(fd, min(_CHUNK, MAX_POD_LIST_BYTES + 1 - len(data)))
         except BlockingIOError:  # a pipe left non-blocking by whoever set it up
             select.select([fd], [], [])
             continue
         if not chunk:
-            return data
+            return data, taken_at
         data += chunk
-        if len(data) > limit:
-            _check_size(len(data), source)
+        _check_size(len(data), source)
+
+
+def _current_since(info: os.stat_result, source: str, pipes: bool) -> float:
+    """When what `info` describes was current: a regular file's modification time (refused over
+    the limit) or, with `pipes`, the process start for a pipe or a socket; anything else is
+    refused."""
+    if stat.S_ISREG(info.st_mode):
+        _check_size(info.st_size, source)
+        return info.st_mtime
+    if pipes and (stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
+        return hamimig.PROCESS_STARTED
+    kind = next((what for test, what in _FILE_KINDS if test(info.st_mode)), "not a regular file")
+    wanted = "a pipe or a regular file" if pipes else "a regular file"
+    raise UsageError(f"{source}: is {kind}, not {wanted}")
 
 
 def _read_stream(stream: Any) -> bytes:
@@ -527,9 +517,8 @@ class _Listing:
         try:  # may run a kubeconfig exec plugin to refresh the token
             auth = self._client.configuration.auth_settings()
         except Exception as exc:
-            raise PodSourceError(
-                _one_line(f"{self._source}: cannot get credentials for the Kubernetes API: {exc}")
-            ) from None
+            text = f"cannot get credentials for the Kubernetes API: {exc}"
+            raise _failed(self._source, text) from None
         for setting in auth.values():
             if setting.get("in") == "header" and setting.get("value"):
                 headers[setting["key"]] = setting["value"]
@@ -571,11 +560,8 @@ class _Listing:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if _is_timeout(exc, urllib3):
                 raise self._timed_out() from None
-            raise PodSourceError(
-                _one_line(
-                    f"{self._source}: talking to the Kubernetes API at {config.host} failed: {exc}"
-                )
-            ) from None
+            text = f"talking to the Kubernetes API at {config.host} failed: {exc}"
+            raise _failed(self._source, text) from None
         return status, str(response.reason or ""), body
 
     def _read(self, response: Any, limit: int) -> bytes:
@@ -640,9 +626,7 @@ def _read_node(listing: _Listing, node: str, source: str) -> NodeIdentity:
     try:
         return node_identity_from(json.loads(body), node)
     except (ValueError, RecursionError) as exc:  # RegistrationError, or not JSON at all
-        raise PodSourceError(
-            _one_line(f"{source}: the Kubernetes API sent an unusable Node object: {exc}")
-        ) from None
+        raise _failed(source, f"the Kubernetes API sent an unusable Node object: {exc}") from None
 
 
 def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
@@ -694,9 +678,7 @@ def _list_pages(listing: _Listing, source: str, selected: str, node: str) -> Ite
             with _gc_paused():
                 pods, token = _pods_of(json.loads(body), node)
         except (ValueError, RecursionError) as exc:  # _Malformed, or not JSON at all
-            raise PodSourceError(
-                _one_line(f"{source}: the Kubernetes API sent an unusable pod list: {exc}")
-            ) from None
+            raise _failed(source, f"the Kubernetes API sent an unusable pod list: {exc}") from None
         del body
         yield from pods
         if token is None:

@@ -29,13 +29,14 @@ from hamimig.engine.reclaim import reclaim
 from hamimig.engine.reconcile import reconcile
 from hamimig.engine.release import release
 from hamimig.engine.requests import AllocateRequest, ByPod, ByUuid
-from hamimig.engine.results import Allocation, InstanceView, Reported, Shown
+from hamimig.engine.results import Allocation, InstanceView, Reported
 from hamimig.errors import HamimigError, PathUnusable
 from hamimig.hw.types import PlacementSpec, parse_placement
 from hamimig.pods.model import Pod
 from hamimig.pods.sources import PodSnapshot
 from hamimig.rehearsal.simulator import sim_fault_add, sim_init
 from hamimig.reports.inventory import list_instances
+from hamimig.reports.views import Report
 from hamimig.sim.state import CRASH_EXIT_STATUS, SimStore
 from hamimig.store.records import Owner
 from hamimig.vocabulary import Outcome
@@ -116,9 +117,8 @@ class DemoStep(Reported):
     instances: tuple[InstanceView, ...] = ()
 
 
-class DemoTranscript(Shown):
+class DemoTranscript(Report):
     kind: ClassVar[str] = "DemoTranscript"
-    exit_code: ClassVar[int] = 0
     node: str
     steps: tuple[DemoStep, ...] = ()
 
@@ -126,21 +126,19 @@ class DemoTranscript(Shown):
 class _Counter:
     def __init__(self, store: SimStore) -> None:
         self.store = store
-        self.before = self._calls()
-
-    def _calls(self) -> dict[str, int]:
-        return self.store.read().calls
+        self.before = store.read().calls
 
     def delta(self) -> tuple[int, int, int]:
         """The NVML calls since the last delta: all but init and shutdown, creations, and
         destructions."""
-        after = self._calls()
+        after = self.store.read().calls
         diff = {k: v - self.before.get(k, 0) for k, v in after.items()}
         self.before = after
-        total = sum(v for k, v in diff.items() if k not in _NOT_COUNTED)
-        creations = sum(v for k, v in diff.items() if "Create" in k)
-        destructions = sum(v for k, v in diff.items() if "Destroy" in k)
-        return total, creations, destructions
+        return (
+            sum(v for k, v in diff.items() if k not in _NOT_COUNTED),
+            sum(v for k, v in diff.items() if "Create" in k),
+            sum(v for k, v in diff.items() if "Destroy" in k),
+        )
 
 
 def run_demo(workdir: Path) -> Iterator[DemoStep]:
@@ -168,6 +166,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         """`after` checks durable state the narration promises, whatever the action raised."""
         nonlocal number
         number += 1
+        failed = f"demo step {number} ({title}) did not go as narrated"
         exit_code = 0
         try:
             try:
@@ -176,17 +175,13 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
                 if after is not None:
                     after()
         except _Unexpected as why:
-            failed = f"demo step {number} ({title}) did not go as narrated: {why}"
-            raise DemoFailed(failed) from None
+            raise DemoFailed(f"{failed}: {why}") from None
         except HamimigError as err:
             outcome, exit_code = err.message, err.exit_code
         finally:
             node.close()
         if exit_code != expect_exit:
-            raise DemoFailed(
-                f"demo step {number} ({title}) did not go as narrated: expected exit "
-                f"{expect_exit}, got {exit_code}: {outcome}"
-            )
+            raise DemoFailed(f"{failed}: expected exit {expect_exit}, got {exit_code}: {outcome}")
         calls, creations, destructions = counter.delta()
         shown = list_instances(node).instances
         node.close()
@@ -204,6 +199,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             instances=shown,
         )
 
+    uuids: dict[str, str] = {}  # the instance each pod was given, for later steps
+
     def alloc(
         pod: str, profile: str, placement: str, expected: Outcome = Outcome.CREATED
     ) -> Allocation:
@@ -217,14 +214,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
             f"the allocation for {pod} was {_how(result.outcome)}, not {_how(expected)}",
         )
         _expect(result.instance.mig_uuid is not None, f"the allocation for {pod} has no MIG UUID")
+        uuids[pod] = _uuid(result)
         return result
-
-    first: dict[str, str] = {}
-
-    def allocate_first() -> str:
-        result = alloc("team-a/train-1", "1g.10gb", "0")
-        first["uuid"] = _uuid(result)
-        return _told(result)
 
     yield step(
         "Allocate",
@@ -232,16 +223,16 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "journals an intent, creates the GPU instance and its compute instance, writes the "
         "instance's CDI spec and an ownership record (Active).",
         "allocate --pod team-a/train-1 --gpu 0 --profile 1g.10gb --placement 0 --pods pods.json",
-        allocate_first,
+        lambda: _told(alloc("team-a/train-1", "1g.10gb", "0")),
     )
 
     def release_first() -> str:
         released = release(node, ByPod("team-a", "train-1")).released
         _expect(
-            [(i.mig_uuid, i.state.value) for i in released] == [(first["uuid"], "Idle")],
+            [(i.mig_uuid, i.state.value) for i in released] == [(uuids["team-a/train-1"], "Idle")],
             f"the release returned {[(i.mig_uuid, i.state.value) for i in released]}",
         )
-        return f"released {first['uuid']} (now Idle)"
+        return f"released {uuids['team-a/train-1']} (now Idle)"
 
     yield step(
         "Release to Idle",
@@ -253,7 +244,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
 
     def reuse() -> str:
         result = alloc("team-b/infer-1", "1g.10gb", "0", Outcome.REUSED)
-        _expect(_uuid(result) == first["uuid"], f"reused {_uuid(result)}, not {first['uuid']}")
+        first = uuids["team-a/train-1"]
+        _expect(_uuid(result) == first, f"reused {_uuid(result)}, not {first}")
         return _told(result)
 
     yield step(
@@ -265,11 +257,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         reuse,
     )
 
-    idle_at: dict[int, str] = {}
-
     def two_idle() -> str:
         made = [alloc("team-c/etl-1", "1g.10gb", "2"), alloc("team-c/etl-2", "1g.10gb", "4")]
-        idle_at.update({2: _uuid(made[0]), 4: _uuid(made[1])})
         released = release(node, ByPod("team-c", "etl-1")).released
         released += release(node, ByPod("team-c", "etl-2")).released
         _expect(len(released) == 2, f"released {len(released)} instances, not 2")
@@ -278,8 +267,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     def pressure() -> str:
         result = alloc("team-d/big-1", "2g.20gb", "2")
         _expect(
-            result.reclaimed == (idle_at[2],),
-            f"expected to reclaim exactly {idle_at[2]}: {_told(result)}",
+            result.reclaimed == (uuids["team-c/etl-1"],),
+            f"expected to reclaim exactly {uuids['team-c/etl-1']}: {_told(result)}",
         )
         return _told(result)
 
@@ -302,16 +291,13 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "Active is protected",
         "An operator tries to reclaim the instance team-b/infer-1 is using. Active instances "
         "are never reclaimed: exit 3, nothing changed.",
-        f"reclaim --mig-uuid {first['uuid']} --pods pods.json",
-        lambda: _reclaim(node, first["uuid"]),
+        f"reclaim --mig-uuid {uuids['team-a/train-1']} --pods pods.json",
+        lambda: _reclaim(node, uuids["team-a/train-1"]),
         expect_exit=3,
     )
 
-    error_target: dict[str, str] = {}
-
     def make_error() -> str:
         uuid = _uuid(alloc("team-e/job-1", "1g.10gb", "6"))
-        error_target["uuid"] = uuid
         release(node, ByPod("team-e", "job-1"))
         # A process that starts after hamimig saw none: the destroy itself fails with IN_USE.
         sim_fault_add(sim, "nvmlComputeInstanceDestroy", "IN_USE", "raise", 1, 0, None)
@@ -327,17 +313,17 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "reclaim --mig-uuid MIG-... --pods pods.json",
         make_error,
         expect_exit=4,
-        after=lambda: _expect_error_kept(node, error_target.get("uuid")),
+        after=lambda: _expect_error_kept(node, uuids.get("team-e/job-1")),
     )
 
     def clear_error() -> str:
         report = reconcile(node, source=_running_pods(node))
         text = "; ".join(f"{a.action} {a.mig_uuid}: {a.reason}" for a in report.actions)
         retried = [a.mig_uuid for a in report.actions if a.action == "retry-destroy"]
-        gone = error_target["uuid"] not in node.records.load()[0]
+        gone = uuids["team-e/job-1"] not in node.records.load()[0]
         _expect(
-            report.exit_code == 0 and retried == [error_target["uuid"]] and gone,
-            f"reconcile did not destroy {error_target['uuid']}: {text or 'nothing to do'}",
+            report.exit_code == 0 and retried == [uuids["team-e/job-1"]] and gone,
+            f"reconcile did not destroy {uuids['team-e/job-1']}: {text or 'nothing to do'}",
         )
         return text
 
@@ -347,7 +333,7 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
         "time it succeeds, and only then is the CDI spec removed.",
         "reconcile --pods pods.json",
         clear_error,
-        after=lambda: _expect_spec_gone(node, error_target["uuid"]),
+        after=lambda: _expect_spec_gone(node, uuids["team-e/job-1"]),
     )
 
     def crash() -> str:
@@ -376,12 +362,8 @@ def run_demo(workdir: Path) -> Iterator[DemoStep]:
     )
 
     def recover() -> str:
-        running = tuple(
-            Pod(ns, name, None, None, "Running", None, (), None)
-            for ns, name in (("team-b", "infer-1"), ("team-d", "big-1"))
-        )
-        pods = PodSnapshot(pods=running, source="the demo's pod list", taken_at=time.time())
-        report = recovery.recover(node, PodSource.given(pods), adopt=False, dry_run=False)
+        pods = _given([("team-b", "infer-1"), ("team-d", "big-1")])
+        report = recovery.recover(node, pods, adopt=False, dry_run=False)
         text = "; ".join(f"{a.action}: {a.reason}" for a in report.actions)
         rolled = [a for a in report.actions if a.action == "rollback-intent"]
         _expect(
@@ -440,14 +422,12 @@ def _running_pods(node: Node) -> PodSource:
     """The demo's pod list, as `kubectl get pods -o json` would give it now: a Running pod for
     each Active record's owner, and no pod annotation naming an Idle instance (no device plugin
     runs here to hand one out)."""
-    records = node.records.load()[0].values()
-    owners = sorted(
-        {
-            (r.owner.namespace, r.owner.name)
-            for r in records
-            if r.owner and r.state.value == "Active"
-        }
-    )
+    active = [r.owner for r in node.records.load()[0].values() if r.state.value == "Active"]
+    return _given(sorted({(o.namespace, o.name) for o in active if o}))
+
+
+def _given(owners: list[tuple[str, str]]) -> PodSource:
+    """A Running pod of each (namespace, name), as the demo's pod list."""
     running = tuple(Pod(ns, name, None, None, "Running", None, (), None) for ns, name in owners)
     return PodSource.given(PodSnapshot(running, "the demo's pod list", taken_at=time.time()))
 
@@ -457,10 +437,9 @@ def _reclaim(node: Node, uuid: str) -> str:
     return f"reclaimed {len(result.reclaimed)}"
 
 
-def transcript(workdir: Path, on_step: Callable[[DemoStep], Any] | None = None) -> DemoTranscript:
+def transcript(workdir: Path, on_step: Callable[[DemoStep], Any]) -> DemoTranscript:
     steps = []
     for s in run_demo(workdir):
         steps.append(s)
-        if on_step is not None:
-            on_step(s)
+        on_step(s)
     return DemoTranscript(node=str(workdir / "node.json"), steps=tuple(steps))

@@ -53,16 +53,14 @@ def _uuid_matcher(text: str) -> tuple[str, str]:
     text = text.strip()
     name = text.rpartition("=")[2]
     lowered = name.lower()
-    if name.startswith("mig-") and all(c in _HEX for c in lowered[4:]):
-        check_reference(text, mutating=False)
-        return "device", lowered
-    if not text.upper().startswith("MIG-") or "=" in text:
+    device = name.startswith("mig-") and all(c in _HEX for c in lowered[4:])
+    if not device and (not text.upper().startswith("MIG-") or "=" in text):
         raise UsageError(
             f"--mig-uuid {text!r}: give a MIG UUID (MIG-…), a prefix of one, or its CDI device "
             "name (mig-<sha256>, optionally KIND=mig-<sha256>) or a prefix of that"
         )
     check_reference(text, mutating=False)
-    return "prefix", text.lower()
+    return ("device", lowered) if device else ("prefix", text.lower())
 
 
 class _Selection:

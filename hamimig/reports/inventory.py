@@ -23,6 +23,7 @@ from hamimig.engine.facts import (
 from hamimig.engine.lookup import resolve_instance
 from hamimig.engine.node import Node, select_gpus
 from hamimig.engine.results import InstanceView, Warning_, intent_view, record_view
+from hamimig.engine.safety import node_problems
 from hamimig.errors import HamimigError, NotFoundError, UsageError
 from hamimig.hw.types import MEMORY_SLICES, Gpu, GpuInstance, MigDevice, MigHardware, MigMode
 from hamimig.reports.views import (
@@ -59,27 +60,28 @@ class _Claims:
     layout: tuple[GpuInstance, ...]
     names: dict[int, str]
     durable: Durable
+    records: set[str]
+    intents: set[str]
     views: list[InstanceView] = field(default_factory=list)
     pairs: set[tuple[int, int]] = field(default_factory=set)
     gis: set[int] = field(default_factory=set)
-    records: set[str] = field(default_factory=set)
-    intents: set[str] = field(default_factory=set)
 
 
 def gpu_instances(
-    node: Node, hw: MigHardware, gpu: Gpu, durable: Durable
-) -> tuple[list[InstanceView], set[str], set[str]]:
+    node: Node, hw: MigHardware, gpu: Gpu, durable: Durable, records: set[str], intents: set[str]
+) -> list[InstanceView]:
     """One GPU's instances: live GI/CI pairs and orphan GIs, named by the record or intent that
-    owns them. Returns the views and the record UUIDs and intent IDs that were matched."""
+    owns them. Adds the record UUIDs and intent IDs that were matched to `records` and
+    `intents`."""
     if gpu.mig_mode is not MigMode.ENABLED:
-        return [], set(), set()
+        return []
     names = {p.id: p.name for p in hw.profiles(gpu.index)}
-    claims = _Claims(gpu, hw.layout(gpu.index), names, durable)
+    claims = _Claims(gpu, hw.layout(gpu.index), names, durable, records, intents)
     _claim_recorded(claims)
     _claim_the_rest(node, claims)
     out = [_with_count_of_cis(_with_processes(hw, v), claims.layout) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
-    return out, claims.records, claims.intents
+    return out
 
 
 def _with_count_of_cis(view: InstanceView, layout: tuple[GpuInstance, ...]) -> InstanceView:
@@ -199,8 +201,6 @@ def _unreadable(node: Node, view: InstanceView, durable: Durable) -> InstanceVie
 
 def _warnings(node: Node, durable: Durable) -> tuple[Warning_, ...]:
     """Unreadable records, and what would make mutating commands refuse the node."""
-    from hamimig.engine.safety import node_problems
-
     unreadable = tuple(Warning_(file=p.file, reason=p.reason) for p in durable.problems)
     return unreadable + tuple(node_problems(node, durable.records))
 
@@ -219,21 +219,18 @@ class ListFilter:
     profile: str | None = None
 
     def keeps(self, view: InstanceView) -> bool:
-        if self.states and view.state not in self.states:
-            return False
-        if self.pod is not None and (
-            view.owner is None or (view.owner.namespace, view.owner.name) != self.pod
-        ):
-            return False
-        return self.profile is None or view.profile == self.profile
+        owner = None if view.owner is None else (view.owner.namespace, view.owner.name)
+        return (
+            (not self.states or view.state in self.states)
+            and (self.pod is None or owner == self.pod)
+            and (self.profile is None or view.profile == self.profile)
+        )
 
 
 def list_instances(
-    node: Node,
-    gpu_ref: int | str | None = None,
-    wanted: State | ListFilter | None = None,
+    node: Node, gpu_ref: int | str | None = None, wanted: ListFilter | None = None
 ) -> InstanceList:
-    """Every instance (of one GPU with `gpu_ref`), kept by `wanted`: a state or a filter."""
+    """Every instance (of one GPU with `gpu_ref`), kept by `wanted`."""
     hw = node.hardware()
     durable = load_durable(node)
     gpus = select_gpus(hw, gpu_ref)
@@ -252,10 +249,7 @@ def list_instances(
                 mig_pending=gpu.mig_pending,
             )
         )
-        found, records, intents = gpu_instances(node, hw, gpu, durable)
-        instances.extend(found)
-        seen_records |= records
-        seen_intents |= intents
+        instances += gpu_instances(node, hw, gpu, durable, seen_records, seen_intents)
     shown = {g.uuid: g.index for g in gpus}
     every_gpu = gpu_ref is None
     for record in durable.records.values():
@@ -264,11 +258,9 @@ def list_instances(
     for intent in durable.intents:
         if intent.id not in seen_intents and (every_gpu or intent.gpu_uuid in shown):
             instances.append(_intent_view(intent, shown.get(intent.gpu_uuid, -1), None))
-    if isinstance(wanted, State):
-        wanted = ListFilter(states=frozenset((wanted,)))
-    if wanted is not None and wanted.profile is not None:
-        _check_profile(hw, gpus, instances, wanted.profile)
     if wanted is not None:
+        if wanted.profile is not None:
+            _check_profile(hw, gpus, instances, wanted.profile)
         instances = [i for i in instances if wanted.keeps(i)]
     return InstanceList(
         instances=tuple(instances),

@@ -6,7 +6,8 @@ from typing import Any, ClassVar
 
 from hamimig.config import KEYS
 from hamimig.engine.node import Node
-from hamimig.engine.results import Reported, Shown
+from hamimig.engine.results import Reported
+from hamimig.reports.views import Report
 
 
 class Setting(Reported):
@@ -15,9 +16,8 @@ class Setting(Reported):
     source: str
 
 
-class ConfigView(Shown):
+class ConfigView(Report):
     kind: ClassVar[str] = "Config"
-    exit_code: ClassVar[int] = 0
     path: str
     settings: tuple[Setting, ...]
 

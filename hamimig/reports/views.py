@@ -29,11 +29,16 @@ from hamimig.sim.state import NodeState
 from hamimig.store.queue import QueuedRemoval
 
 
-class InstanceDetail(Shown):
+class Report(Shown):
+    """A read-only report: it cannot fail, so it exits 0."""
+
+    exit_code: ClassVar[int] = 0
+
+
+class InstanceDetail(Report):
     """`show`: one instance, with where its record and CDI spec live."""
 
     kind: ClassVar[str] = "Instance"
-    exit_code: ClassVar[int] = 0
     instance: InstanceView
     record: str | None
     cdi_spec: str | None = Field(alias="cdiSpec")
@@ -43,19 +48,21 @@ class InstanceDetail(Shown):
         return {**out.pop("instance"), **out}
 
 
-class GpuView(Reported):
+class _Gpu(Reported):
     index: int
     uuid: str
     model: str
+
+
+class GpuView(_Gpu):
     mig_mode: MigMode = Field(alias="migMode")
     mig_pending: MigMode = Field(alias="migModePending")
     """The MIG mode after the GPU's next reset (NVML's pending mode)."""
     memory_slices: int = Field(alias="memorySlices")
 
 
-class InstanceList(Shown):
+class InstanceList(Report):
     kind: ClassVar[str] = "InstanceList"
-    exit_code: ClassVar[int] = 0
     instances: tuple[InstanceView, ...]
     gpus: tuple[GpuView, ...]
     warnings: tuple[Warning_, ...] = ()
@@ -77,25 +84,20 @@ class ProfileView(Reported):
     placements: tuple[Placement, ...]
 
 
-class GpuProfiles(Reported):
-    index: int
-    uuid: str
-    model: str
+class GpuProfiles(_Gpu):
     profiles: tuple[ProfileView, ...]
 
 
-class ProfileList(Shown):
+class ProfileList(Report):
     kind: ClassVar[str] = "ProfileList"
-    exit_code: ClassVar[int] = 0
     gpus: tuple[GpuProfiles, ...]
     warnings: tuple[Warning_, ...] = omitted_when_empty()
 
 
-class SimView(Shown):
+class SimView(Report):
     """The simulated node as `sim` commands report it: its state document, and what changed."""
 
     kind: ClassVar[str] = "SimNode"
-    exit_code: ClassVar[int] = 0
     path: str
     state: InstanceOf[NodeState] = Field(exclude=True)
     message: str = omitted_when_empty("")
@@ -166,11 +168,10 @@ class DoctorReport(Shown):
         return after(out, "checks", summary=summary, exitCode=self.exit_code)
 
 
-class Metrics(Shown):
+class Metrics(Report):
     """`metrics`: the Prometheus text exposition, and where it was written (None: stdout)."""
 
     kind: ClassVar[str] = "Metrics"
-    exit_code: ClassVar[int] = 0
     path: str | None
     series: int
     text: str
@@ -182,12 +183,11 @@ class Metrics(Shown):
         return out
 
 
-class EventList(Shown):
+class EventList(Report):
     """`events`: lifecycle events from the journal, oldest first (docs/formats.md "Event
     journal" gives the keys of each)."""
 
     kind: ClassVar[str] = "EventList"
-    exit_code: ClassVar[int] = 0
     events: tuple[dict[str, Any], ...]
     warnings: tuple[Warning_, ...] = omitted_when_empty()
     path: str | None = Field(None, exclude=True)

@@ -46,7 +46,7 @@ from hamimig.config import Config
 from hamimig.engine.facts import Durable, load_durable
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
-from hamimig.engine.safety import default_cdi_dirs
+from hamimig.engine.safety import decision_file_problems, default_cdi_dirs
 from hamimig.errors import HamimigError
 from hamimig.reports.doctor.cdi import check_cdi
 from hamimig.reports.doctor.hardware import check_hardware, check_mig_minors
@@ -92,8 +92,6 @@ def run_checks(
     hw_checks, live = check_hardware(node, config)
     checks = [config_check, *hw_checks]
     checks += guarded("mig-minors", lambda: check_mig_minors(node, live))
-    from hamimig.engine.safety import decision_file_problems
-
     config_file = os.path.realpath(node.config_path)
     for problem in decision_file_problems(node):
         in_state = os.path.dirname(problem.file) == str(node.state_dir)

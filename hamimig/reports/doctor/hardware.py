@@ -35,13 +35,10 @@ class Live:
         default_factory=dict
     )
 
-    def gpu_of(self, gpu_uuid: str) -> Gpu | None:
-        return next((g for g in self.gpus if g.uuid == gpu_uuid), None)
-
     def needed_device(self, record: Record) -> CdiDevice | str:
         """What the record's live instance needs in its spec, or why that cannot be known."""
         assert self.hw is not None
-        gpu = self.gpu_of(record.gpu_uuid)
+        gpu = next((g for g in self.gpus if g.uuid == record.gpu_uuid), None)
         if gpu is None:
             return f"its GPU {record.gpu_uuid} is not on this node"
         if gpu.mig_mode is not MigMode.ENABLED:

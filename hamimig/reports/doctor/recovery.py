@@ -18,6 +18,7 @@ from hamimig.reports.views import Check, CheckStatus
 if TYPE_CHECKING:
     from hamimig.engine.steps import Plan
 
+_RECOVERY_CHECKS = ("recovery", "recovery/pods")
 RECOVER_REFUSES = (
     "recover refuses until every recovery/N failure is resolved: stop the stray process, fix "
     "the record or the pod annotation, or drop what cannot be verified (hamimig forget "
@@ -45,11 +46,7 @@ def with_recovery(
     if blockers or durable is None or durable.problems:
         failing = ", ".join(blockers) or "the hardware or the state directory"
         why = f"not checked while {failing} fail(s): recover cannot get that far either"
-        return [
-            *checks,
-            skipped("recovery", why, "fix those first"),
-            skipped("recovery/pods", why, "fix those first"),
-        ]
+        return [*checks, *(skipped(name, why, "fix those first") for name in _RECOVERY_CHECKS)]
     found: list[Check] = []
     try:
         snapshot = None if source is None else source.load(node)

@@ -74,13 +74,9 @@ def check_state_dir(path: Path) -> tuple[list[Check], str]:
     lock = NodeLock(path)
     lock_problem = lock.inspect()
     if lock_problem is not None:
-        checks.append(
-            fail(
-                f"{name}/lock",
-                f"the node lock {lock.path} {lock_problem}; mutating commands refuse it",
-                f"remove {lock.path} (hamimig creates the lock file itself)",
-            )
-        )
+        refused = f"the node lock {lock.path} {lock_problem}; mutating commands refuse it"
+        remove = f"remove {lock.path} (hamimig creates the lock file itself)"
+        checks.append(fail(f"{name}/lock", refused, remove))
     parent = parent_problem(path)
     if parent is not None:
         checks.append(fail(f"{name}/parent", parent.reason, parent.fix or ""))

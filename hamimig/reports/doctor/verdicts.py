@@ -55,14 +55,8 @@ def guarded(name: str, checks: Callable[[], list[Check]]) -> list[Check]:
         code = UNVERIFIABLE if isinstance(exc, ValueError) else HARDWARE
         if isinstance(exc, HamimigError):
             code = HARDWARE if exc.exit_code == HARDWARE else UNVERIFIABLE
-        return [
-            fail(
-                name,
-                f"could not check: {why(exc)}",
-                "run as root; if it persists, report it with hamimig doctor -o json",
-                code,
-            )
-        ]
+        hint = "run as root; if it persists, report it with hamimig doctor -o json"
+        return [fail(name, f"could not check: {why(exc)}", hint, code)]
 
 
 def mode_text(mode: int) -> str:
