@@ -1,76 +1,10 @@
-"""`metrics`: the node's MIG instances, lifecycle counters and health in Prometheus text format,
-for node-exporter's textfile collector (`--collector.textfile.directory`).
+"""`metrics`: Prometheus text for node-exporter's textfile collector; the families, labels and
+values are in docs/formats.md ("Metrics").
 
-Every family is always present (HELP and TYPE, and zeros where a gauge has no data), so that no
-alert expression sees a series vanish; only the per-instance families have no sample when there
-is no instance. Values are whole numbers; ages and times are seconds, rounded down.
-
-One vocabulary, HAMi's (its scheduler's `cmd/scheduler/metrics.go`), so that hamimig's series
-join HAMi's: every series carries `node`, the node's Kubernetes name from `--node`/`NODE_NAME`
-(the machine's hostname only when neither is set), and every series about a GPU names it
-`device_uuid` and `device_index`.
-
-Instances:
-
-- `hamimig_mig_instance_info` (gauge, always 1): one series per realized instance (a live GI/CI
-  pair with a MIG UUID), labelled `node, device_uuid, device_index, mig_uuid, profile,
-  gpu_instance_id, compute_instance_id, placement_start, placement_size` (the labels of HAMi's
-  scheduler metric `hami_node_gpu_mig_instance_info`, HAMi's `cmd/scheduler/metrics.go`) plus
-  `state`: Idle, Error and Unmanaged instances appear too, told apart by `state`.
-  It was `hami_node_gpu_mig_instance_info` before; it is renamed because HAMi's scheduler already
-  exports that name (its reservations, without `state`): the same name from the node, with
-  instances the scheduler never reserved, made `sum by (node)` count twice in every dashboard
-  built on HAMi's series. The two now join on `mig_uuid` without colliding, e.g. the Active
-  instances the scheduler does not know:
-  `hamimig_mig_instance_info{state="Active"} unless on (mig_uuid) hami_node_gpu_mig_instance_info`.
-- `hamimig_mig_instances{node, device_uuid, device_index, state}` (gauge): instances per GPU and
-  state, every state docs/formats.md lists (every `hamimig.vocabulary.State`) for every
-  MIG-capable GPU, zeros included, so that no series vanishes when its last instance goes. Its
-  GPU labels were `gpu_uuid` and `gpu_index` before.
-- `hamimig_idle_instance_age_seconds` (gauge): one series per realized Idle instance, with exactly
-  the info series' labels (`state="Idle"`): seconds it has been Idle by the node's clock, as the
-  idle policy counts it (`idle_policy.idle_age_of`: `idleSince`; else, for hamimig's records, the
-  last update; for records HAMi wrote, when a `reconcile` pass with pods first saw it unheld, the
-  idle-seen file). An Idle instance with no known idle age (a record of HAMi's that no policy pass
-  has seen yet) has no series; one whose idle time lies in the future (a clock set back) reads 0.
-
-Lifecycle counters, read from `counters.json` in the state directory:
-
-- `hamimig_mig_{creations,reuses,reclaims}_total` and `hamimig_mig_failures_total{op}`. The
-  executor counts where it acts: a creation when `allocate` created an instance, a reuse when it
-  handed out an Idle one, a reclaim whenever a managed (Idle, Error or Reclaiming) instance was
-  destroyed (by `allocate`, `reclaim`, `reconcile` or `recover`), a failure `op="allocate"` when an
-  allocation failed after touching the hardware and was rolled back, and `op="destroy"` when a
-  destroy failed and left the instance in Error.
-- `hamimig_events_write_failures_total`: event journal appends that failed (`eventsWriteFailures`;
-  the lifecycle step they describe stood).
-
-Counting is best-effort: `Counters.count` never fails an operation.
-
-When the instances cannot be listed (NVML down, a lost GPU, a bad config) or the state
-directory cannot be read, their series are left out with a warning and the rest is exported,
-doctor's failing checks among them: a broken node must still tell its alerts why.
-
-Health (gauges):
-
-- `hamimig_pending_intents`: intent journal entries on disk (allocations in flight or
-  interrupted; `recover` rolls those back), unreadable intent files included.
-- `hamimig_pending_intent_max_age_seconds`: age of the oldest readable pending intent by its
-  `createdAt` and the node's clock; 0 when there is none.
-- `hamimig_cdi_removal_queue_length`: entries in the CDI removal queue (spec removals that failed,
-  retried by `reconcile` and `recover`).
-- `hamimig_unreadable_records`: durable-state files hamimig cannot use: records the loader
-  refuses (unreadable, invalid, duplicate or misnamed), unreadable intents or removal queue, and
-  intents whose `createdAt` is not an RFC 3339 time (they never age); `recover` and mutating
-  commands refuse the node while any is. The name stays: records are what most of them are.
-- `hamimig_last_reconcile_timestamp_seconds`: Unix seconds (node's clock) when the last real
-  `reconcile` pass finished running its plan, failed steps included (`counters.json`'s
-  `lastReconcile`); never a dry run or a refused pass; 0 = never.
-- `hamimig_doctor_failed_checks`, `hamimig_doctor_warned_checks`: how many of `hamimig doctor`'s
-  checks fail and warn, from the very report `doctor` builds (without pods: the checks that
-  judge pod-held instances are skipped, as `doctor` without `--pods` skips them). Should the
-  report itself fail to build, the failed count is 1 (as doctor counts a section that raised as
-  one failing check), the warned count 0, and the export says why in a warning.
+Every family is always present, zeros included, so that no alert sees a series vanish; HAMi's
+label names (`node`, `device_uuid`, `device_index`) so that hamimig's series join its
+scheduler's. What cannot be read is left out with a warning and the rest is still exported: a
+broken node must still tell its alerts why.
 """
 
 from __future__ import annotations

@@ -1,39 +1,9 @@
 """`doctor`: what an operator checks before trusting a node, as a list of check results.
 
-Each check comes out ok, warn or fail, with a one-line fix. Nothing here raises on a broken node:
-NVML that will not load, a directory that cannot be read, a corrupt record are failing checks,
-never exceptions, so `doctor -o json` always prints one object holding every check (the object
-to attach to a bug report). Nothing is changed and no lock is taken; the one write is a temp file
-`.hamimig-doctor-*` (never a .json/.yaml name, so no runtime loads it) created in the CDI
-directory and removed at once, to prove that hamimig could write a spec there.
-
-Exit codes (the categories of docs/formats.md): 0 when no check fails (warnings allowed);
-otherwise 4 when any failing check is a hardware or I/O failure (NVML unreachable, the driver
-version or a GPU unreadable, `mig-minors` unreadable or without the GPU's entries, a state or
-CDI directory that this user cannot read or write, no NVIDIA CDI spec to compose specs from),
-else 5: state that is readable but cannot be trusted (a record, intent or queue that does not
-load, a state directory that is a symlink, owned by another user or writable by others, a
-record, intent or queue file writable by others, a lock file that is no usable regular file, a
-spec of ours that runtimes reject, another spec defining one of our devices or a CDI file
-hamimig cannot parse, an NVIDIA CDI spec that is invalid, conflicting or lacks a MIG GPU, a
-config file that does not load or that others could forge). The
-counters are bookkeeping: an unreadable or others-writable `counters.json` only warns.
-
-Checks, in order: `config`; `nvml` and `driver`; `gpus` and `mig-mode/gpuN` per GPU;
-`mig-minors`; `state-dir`, `state-dir/owner`, `state-dir/mode`, `state-dir/lock`;
-`file-mode/NAME` for each state file that is not 0600; `records` (or one failing `record/NAME`,
-`intent/NAME`, `cdi-removal-queue` check per unusable file); `intents`; `cdi-removal-queue`;
-`counters`; `cdi-dir`;
-`cdi-base` (the NVIDIA spec instance specs are composed from: found, valid, describing every MIG
-GPU; a warning with `cdi.baseSpec: none`, whose containers get no driver libraries);
-`cdi-specs` (a summary of the good ones) and `cdi-spec/NAME` per spec of ours that is not good
-(and per live instance missing its spec); `cdi-conflicts`, or one failing `cdi-conflict/DEVICE`
-per device of ours that another spec also defines and one failing `cdi-unreadable/FILE` per file
-in a CDI directory that runtimes may load and hamimig cannot parse (it could define any device);
-last `recovery` (or one failing `recovery/N` per refusal `recover` would make) and
-`recovery/pods`, both `skipped` with the reason while what recover needs fails (NVML, the state
-or CDI directory, a record, intent or queue that does not load). NAME and DEVICE are whole
-(`mig-<sha256>`, the hash in the file name), never shortened; the message carries the full path.
+Nothing here raises on a broken node: NVML that will not load, a directory that cannot be read,
+a corrupt record are failing checks, never exceptions, so `doctor -o json` always prints the one
+object to attach to a bug report. It changes nothing and takes no lock; the check names, their
+order and the exit codes are in docs/formats.md.
 """
 
 from __future__ import annotations
