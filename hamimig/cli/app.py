@@ -35,15 +35,11 @@ from hamimig.errors import HamimigError, UsageError
 
 
 class _Boundary(typer.core.TyperGroup):
-    """The root command with hamimig's error boundary built in, so that every caller (the
-    `hamimig` script, `python -m hamimig`, a test's CliRunner) gets the same one-line errors in
-    the requested format and the contract's exit codes, never click's usage block.
+    """The root command with the error boundary built in, so every caller (script, `-m`,
+    CliRunner) gets the same one-line errors and exit codes, never click's usage block.
 
-    Its global options are declared once, on the root callback, and every command below takes
-    them too (before or after its name, as kubectl takes its flags): each gets a copy that
-    records a value given on its command line on the root, as if given before the command name
-    (the last one given wins, as for any option). Only a value from the command line is
-    recorded, so an environment variable never overrides an option given before the command."""
+    Each command gets a copy of the global options that records a command-line value on the
+    root; only command-line values, so an environment variable never overrides a flag."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,9 +1,6 @@
-"""Shell completion through click's own machinery: the scripts in completions/ are the ones
-Typer generates, and every TAB runs `hamimig` with `_HAMIMIG_COMPLETE` set and the words typed.
-
-Commands, options and the fixed value lists (`-o`, `--state`, `--model`, ...) complete from the
-command tree; the callbacks here add what only the node knows, from its ownership records and a
-simulated node's file: no NVML, no config, no node lock, no write.
+"""Shell completion through click's own machinery (docs/reference.md), so the scripts stay the
+ones Typer generates; the callbacks here add only what the node knows, and read no NVML, no
+config, no lock, since they run on every TAB.
 """
 
 from __future__ import annotations
@@ -26,9 +23,8 @@ COMPLETE_VAR = "_HAMIMIG_COMPLETE"
 def answering() -> Iterator[None]:
     """While answering a TAB (Typer's completion exits the process when done).
 
-    Typer registers its shells only for `add_completion`, which would add its options to every
-    help. Completion reads the words as typed: Typer's conversion of option values would load
-    pydantic, as long as the rest of a TAB, to check values that completion never uses."""
+    Registered by hand: `add_completion` would add its options to every help. Values are read
+    as typed, since Typer's conversion would load pydantic, as slow as the rest of a TAB."""
     from typer._click.shell_completion import add_completion_class
     from typer._completion_classes import BashComplete, completion_init
 

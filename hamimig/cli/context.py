@@ -28,10 +28,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Refused:
     """A dry run's verdict when the real run would refuse: the plan it could make (None when
-    the refusal came before there was one) and the refusal, whose exit code it exits with.
-
-    Printed as the plan, then the error line; in JSON and YAML as the plan object (`kind`,
-    `dryRun` and whatever it has) carrying the refusal as `error`, not `kind: Error`."""
+    the refusal came first) and the refusal, so a dry run shows both (docs/formats.md)."""
 
     kind: str
     plan: Result | None
@@ -143,10 +140,8 @@ def _source_of(root: Any, name: str) -> str:
 def _refuse_empty(root: Any, name: str) -> None:
     """An empty path or node name is a mistake (an unset shell variable), never "the default".
 
-    The option parser treats an empty environment variable as unset and would fall back to the
-    default silently, so the variable is looked at here when the option did not come from the
-    command line.
-    """
+    The option parser would treat an empty environment variable as unset and fall back to the
+    default silently, so the variable itself is looked at here."""
     param = next(p for p in root.command.params if p.name == name)
     value = getattr(root.params[name], "value", root.params[name])
     flag = param.opts[0]
@@ -206,15 +201,10 @@ failure, `kind: Error` as for any command."""
 
 
 def _locked(node: Node, action: Callable[[Node], Result], kind: str) -> Result | Refused:
-    """Run a mutating command (whose result is a `kind`): its lock wait, and directories
-    checked before any hardware.
+    """Run a mutating command: its lock wait and directories checked before any hardware.
 
-    A dry run takes no lock (the engine plans on a snapshot without it, and creates neither
-    the state directory nor the lock file) and its node is built read-only (`globals_of`),
-    so a step it tried to apply would fail before changing anything. `--lock-timeout` is
-    still checked and the directories still judged: a dry run gives the real run's verdict,
-    as `Refused` with the plan it could make (the whole plan when the engine could plan past
-    the refusal, `Node.refuse`; none when the refusal stopped it)."""
+    A dry run's node is read-only, so a step it tried would fail before changing anything; it
+    still checks `--lock-timeout` and the directories, so its verdict is the real run's."""
     from hamimig.engine import validate
 
     try:
@@ -238,9 +228,8 @@ def execute(
 ) -> None:
     """Run one engine call and render its result or its failure with the contract exit code.
 
-    `kind`: the call changes the node, and its result is a `kind` (`_locked`). `headers=False`
-    (`list --no-headers`) leaves a table's title and header row out. A table reads the node's
-    clock (`Node.now`, a simulated node's own) only when it shows ages."""
+    `kind`: the call changes the node, and its result is a `kind` (`_locked`). A table reads
+    the node's clock (a simulated node's own) only when it shows ages."""
     from hamimig.cli import render  # output machinery loads only when there is output
 
     g = globals_of(ctx)

@@ -1,9 +1,6 @@
-"""The options several commands share, declared once, and the parsing of option values into the
-engine's typed values.
-
-The engine never sees a flag: it takes an `Owner`, a GPU reference, a `PlacementSpec`, a
-reclaim target or a `PodSource`. Which flags may be combined, and what a bad value is called in
-an error message, is decided here and in the command modules.
+"""The options several commands share, declared once, and their parsing into the engine's typed
+values: the engine never sees a flag, so which flags combine and how an error names a bad value
+is decided here and in the command modules.
 """
 
 from __future__ import annotations
@@ -60,10 +57,8 @@ class ArgumentsCommand(typer.core.TyperCommand):
 
 
 class Output(str, enum.Enum):
-    """`-o/--output`: how a result is printed. `wide` is a table with more columns where a
-    result shows instances (list, release, reclaim), and the plain table everywhere else.
-    `name` is kubectl's: the MIG UUID of each instance shown, one a line, for the commands in
-    `NAME_COMMANDS` only."""
+    """`-o/--output`: how a result is printed (docs/reference.md); `name` is taken only by
+    `NAME_COMMANDS`."""
 
     TABLE = "table"
     WIDE = "wide"
@@ -138,15 +133,9 @@ PROFILE = "PROFILE"
 
 
 def pod_source(node: Node, ctx: typer.Context) -> PodSource | None:
-    """The one pod source the command's flags (`--pods`, `--kube`, `--assume-no-pods`) name,
-    else the configured default (`pods.source: kube`), else None; usage errors before the lock
-    is taken.
-
-    The commands that take `--assume-no-pods` (`recover`, `adopt`, `allocate`, `reclaim`)
-    require one: the pods, not the records, say who holds an instance that the records call
-    Idle or Error, so acting without them hands a running pod's slice to another or destroys
-    it. The requirement is static: it does not depend on the plan.
-    """
+    """The pod source the flags name, else the configured default, else None; usage errors
+    come before the lock. Commands taking `--assume-no-pods` require one, whatever the plan:
+    only the pods say who holds an instance the records call Idle or Error."""
     from hamimig.engine.podsource import PodSource
 
     pods: str | None = ctx.params.get("pods")

@@ -35,12 +35,9 @@ _P = ParamSpec("_P")
 
 
 def _tolerates_closed_output(fn: Callable[_P, None]) -> Callable[_P, None]:
-    """A reader that stops early (`| head`, `| true`) is not a failure of the command.
-
-    The change a command made is made whether or not anyone reads the report, so its exit
-    status must stay the command's own rather than rich's or Python's 1 for a broken pipe. Output
-    is flushed here so that a closed pipe shows up now, not as "Exception ignored" at exit.
-    """
+    """A reader that stops early (`| head`) is not a failure: the change is made whether or
+    not anyone reads the report, so the exit status stays the command's own. Flushed here so a
+    closed pipe shows up now, not as "Exception ignored" at exit."""
 
     @functools.wraps(fn)
     def guarded(*args: _P.args, **kwargs: _P.kwargs) -> None:
@@ -213,13 +210,10 @@ Cells = dict[str, list[str]]
 def _fit(
     width: int, boxed: bool | None, cols: Sequence[Col], cells: Cells, keep: Collection[str]
 ) -> tuple[Cells, bool, bool]:
-    """The columns (name: plain cells) a table shows on a console `width` wide, whether it has
-    rules, and whether they fit; those in `keep` are never left out. The first layout that fits
-    wins: whole MIG UUIDs, then shortened (`_short_uuids`), each with every column then without
-    each group in `drop` order; the same without rules below 80 columns or where `boxed` is None
-    (rules where they fit); below 80 or without rules, also without the groups from `LAST` on;
-    else the last of them. A folding column counts as its `fold` at most, a MIG UUID column as
-    `tables.uuid_floor`, any other as its widest cell or header."""
+    """The columns a table shows on a console `width` wide, whether it has rules, and whether
+    they fit (`keep` is never left out). Layouts go from fullest to narrowest (whole then short
+    UUIDs, `drop` groups left out in turn, rules and `LAST` given up below `_NARROW`): the first
+    that fits wins, else the last, so a table loses what matters least first."""
     drops, groups = _drop_groups(cols, cells, keep)
     shortened = {**cells, _UUID: _short_uuids(cells[_UUID])} if _UUID in cells else cells
     ruled = boxed is not False
@@ -479,9 +473,8 @@ def _instance_list(console: Console, result: v.InstanceList, look: Look) -> None
 
 
 def _rows_only(result: v.InstanceList, look: Look) -> None:
-    """`list --no-headers`: one instance a line on stdout, columns two spaces apart, every cell
-    one word, nothing cut, no colours and no trailing spaces (for awk and cut); the rest goes to
-    stderr."""
+    """`list --no-headers`: one instance a line, every cell one word, for awk and cut; the rest
+    goes to stderr."""
     if not result.instances:
         text("no MIG instances", err=True)
     else:

@@ -65,21 +65,17 @@ LAST = 100
 
 
 class Col(NamedTuple):
-    """One column. `get`: the plain text of a row's cell; `wide`: True shows it only in
-    `-o wide`, False only in the plain table; `fold`: the column wraps, long words folded, never
-    cut (paths, names to copy), counted as at most this wide when a layout is fitted; `wrap`:
-    whether it wraps at all (default: fold columns do); `cut`: cut to this width with `…`;
-    `drop`: the order in which a too narrow terminal leaves it out (0: never), columns of the
-    same number together; `mark`: rich markup around the escaped cell."""
+    """One column, declared as data so that every table fits a terminal by the same rules."""
 
     name: str
-    get: Callable[[Any, Look], str]
-    wide: bool | None = None
-    fold: int = 0
-    wrap: bool | None = None
-    cut: int | None = None
-    drop: int = 0
-    mark: Callable[[Any, str], str] | None = None
+    get: Callable[[Any, Look], str]  # the plain text of a row's cell
+    wide: bool | None = None  # True: only in `-o wide`; False: only in the plain table
+    fold: int = 0  # wraps with long words folded, never cut (paths, names to copy); fitted as
+    # at most this wide
+    wrap: bool | None = None  # whether it wraps at all (default: fold columns do)
+    cut: int | None = None  # cut to this width with `…`
+    drop: int = 0  # the order a too narrow terminal leaves it out in (0: never), same ones together
+    mark: Callable[[Any, str], str] | None = None  # rich markup around the escaped cell
 
 
 _HEX_PREFIX = re.compile(r".{4}(?:[^0-9a-fA-F]*[0-9a-fA-F]){8}", re.DOTALL)
@@ -89,12 +85,9 @@ not name another instance tomorrow)."""
 
 
 def short_uuids(uuids: list[str]) -> list[str]:
-    """`uuids` cut to the shortest prefix unique among them, with `…` for what was left out.
-
-    A prefix keeps at least 8 hex digits after `MIG-` (`_HEX_PREFIX`), never ends on a dash,
-    and is the same length on every row; `-` (no MIG device) stays. UUIDs in the form of drivers
-    before R470 (`MIG-GPU-<gpu uuid>/<gi>/<ci>`) stay whole: every instance on a GPU shares its
-    digits, so no prefix of one would name it (the table folds them instead)."""
+    """`uuids` cut to the shortest prefix unique among them (same length on every row, at least
+    `_HEX_PREFIX`), with `…` for the rest, so a table row can be pasted into a command. Old-form
+    UUIDs (`MIG-GPU-…`) stay whole: every instance on a GPU shares their digits."""
     known = sorted({u for u in uuids if u != "-"})
     if not known or any(u.startswith("MIG-GPU-") for u in known):
         return uuids
@@ -437,13 +430,8 @@ _DONE_WORDS = {"restore-idle": "restored Idle", "restore-active": "restored Acti
 
 
 def action_summary(result: ActionReport) -> str:
-    """One line under the action table: the actions counted by what they did (a restore that
-    changed nothing is `verified`), how many changed something, how many failed (never counted
-    as changed) and the files written or removed; `nothing to change` when no action changed
-    anything or failed.
-
-    `summary: 4 verified, 1 restored Idle, 1 preserve-unmanaged; 1 changed, 1 file changed`
-    """
+    """The one summary line under the action table (its wording: docs/formats.md, "States and
+    actions"); a failed action is never counted as changed."""
     counts: dict[str, int] = {}
     for a in result.actions:
         if a.failed:

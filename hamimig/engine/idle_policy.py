@@ -1,22 +1,7 @@
-"""The idle cache policy: how long an Idle instance may wait for reuse (`idleTTL`) and how many
-a GPU keeps (`maxIdleInstancesPerGPU`), enforced by `reconcile`.
-
-Without a policy an Idle instance lives until a placement needs its slices. With one, the
-instances idle longest go first, so reuse keeps working for the profiles a node serves often
-while a rarely used one stops holding slices a whole-GPU job could use.
-
-What may go is decided by pure functions over values (the first half of this module), and the
-executor reclaims, as it reclaims any Idle instance. An instance is never evicted while a pod's
-allocation annotation names it or its slot (HAMi's plugin may have handed it out since hamimig
-last wrote its record), while processes run on it, or while an allocation is in flight on its
-slices; such an instance does not count toward the cap either, since it is not waiting for
-anyone.
-
-The second half of this module is reconcile's idle pass: it gathers the facts those rules judge
-(the Idle records checked against their GPU's layout, processes, the pods that hold or reserve
-an instance, allocations in flight, the idle-seen times, the node's clock) and plans the
-evictions as steps, which the executor applies as any other reclaim, in the same pass and under
-the same lock (docs/formats.md "Config").
+"""The idle cache policy (docs/idle-policy.md), enforced by `reconcile`: the instances idle
+longest go first, so reuse keeps working for the profiles a node serves often while a rarely used
+one stops holding slices a whole-GPU job could use. First the rules, pure functions over values;
+then reconcile's pass, which gathers the facts they judge and plans evictions as reclaims.
 """
 
 from __future__ import annotations
@@ -183,11 +168,7 @@ def plan_idle_policy(
     notes: list[str],
 ) -> dict[str, str] | None:
     """Add the idle policy's evictions to `plan`, after its other steps. Returns the idle-seen
-    map to save when it changed (None: as it is); says in `notes` why it did nothing at all.
-
-    Every Idle record is checked against its GPU's layout and for processes, and a pod's
-    annotation naming it or reserving its slot keeps it: none of those is evicted or counted.
-    """
+    map to save when it changed (None: as it is); says in `notes` why it did nothing at all."""
     hw = node.hardware()
     now = node.now()
     if (too_old := stale(node, pods)) is not None:

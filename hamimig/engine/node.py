@@ -183,14 +183,9 @@ class Node:
         return self._once(f"cdi-base:{setting}", lambda: find_base(setting, self.cdi_base_dirs()))
 
     def check_dirs(self) -> None:
-        """Refuse (exit 2) a state or CDI directory that hamimig could not write.
-
-        Mutating commands call this before they touch the hardware: finding out at the first
-        write would leave a GI and CI created that can be neither recorded nor handed out. The
-        default paths may have their parents created, as on a fresh node (a simulated node's
-        directories: in its home); any other path must have an existing parent, so a typo is an
-        error rather than a new tree.
-        """
+        """Refuse (exit 2) a state or CDI directory that hamimig could not write (rules:
+        docs/formats.md, "Files"). Called before the hardware is touched: finding out at the
+        first write would leave a GI and CI that can be neither recorded nor handed out."""
         if self.sim is not None and (problem := not_a_node(self.sim)) is not None:
             raise problem  # before the directories in its home are made: nothing of no node
         home = None if self.sim is None else node_home(self.sim)
@@ -208,13 +203,9 @@ class Node:
         return NodeLock(self.state_dir, self.lock_timeout)
 
     def lock_unless(self, dry_run: bool) -> AbstractContextManager[object]:
-        """The node lock for a run that changes the node; nothing for a dry run.
-
-        A dry run only reads, like `list`: it plans on a snapshot without waiting for the lock
-        and without creating the state directory or the lock file, so it never blocks a real run
-        and leaves every directory byte for byte as it was. While another command runs it may
-        see that command's work half done; it reports, and changes nothing either way.
-        """
+        """The node lock for a run that changes the node; nothing for a dry run, which only
+        reads, like `list`: it never blocks a real run and leaves every directory byte for byte
+        as it was (and may see another command's work half done)."""
         return contextlib.nullcontext() if dry_run else self.lock()
 
     def hardware(self) -> MigHardware:

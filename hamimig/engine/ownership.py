@@ -62,14 +62,9 @@ def holding_pods(pods: PodSnapshot) -> list[Pod]:
 
 @dataclass(frozen=True)
 class PodHolds:
-    """What the holding pods of a snapshot claim, the requester's own entries apart.
-
-    HAMi's plugin hands an Idle instance to a pod by writing the pod's annotation and nothing
-    else, so a record that says Idle or Error may be a running pod's: the annotations, not the
-    records, say who holds an instance. An instance released after the list was taken may
-    have been handed to a pod the list cannot show, so it is held too. Without a snapshot (the
-    caller asserted that no pod holds an instance) nothing is claimed.
-    """
+    """What the holding pods of a snapshot claim, the requester's own entries apart: HAMi
+    hands out an Idle instance by annotation alone, so the pods, not the records, say who holds
+    one (docs/formats.md, "Pod sources"). Without a snapshot nothing is claimed."""
 
     named: dict[str, str]
     slots: tuple[tuple[str, MigAllocation], ...]

@@ -28,11 +28,9 @@ from hamimig.engine.ownership import PodHolds, slot_hold
 def reuse_candidates(
     records: dict[str, Record], gpu: int | str, profile: str, start: int | None, size: int | None
 ) -> list[Record]:
-    """Idle records an exact reuse could hand out, most likely first.
-
-    A GPU index is only a hint in a record (indexes can change across reboots); the live check
-    decides. Records on the wrong GPU by hint go last rather than being dropped.
-    """
+    """Idle records an exact reuse could hand out, most likely first. A record's GPU index is
+    only a hint (indexes change across reboots), so those on the wrong GPU by hint go last,
+    not dropped: the live check decides."""
     out: list[tuple[int, int, str, str, Record]] = []
     for r in records.values():
         if r.state is not State.IDLE or r.profile != profile:
@@ -168,14 +166,10 @@ def plan_create(
     is_busy: Callable[[Record], bool] = lambda _record: False,
     holds: PodHolds | None = None,
 ) -> CreatePlan:
-    """Choose where to create and which Idle instances to reclaim, or refuse.
-
-    `records` are those of this GPU. Active, Unmanaged, OrphanGI and in-flight (intent)
-    instances are never touched. An Error instance in the way is retried for destruction.
-    An Idle or Error instance that processes run on (`is_busy`, asked only of live
-    instances in the way of a candidate placement), or that a pod's annotation claims
-    (`holds`), blocks its slices like an Active one.
-    """
+    """Choose where to create and which Idle instances of this GPU's `records` to reclaim (an
+    Error one in the way is retried for destruction), or refuse; nothing else is ever touched.
+    A busy (`is_busy`, asked only of those in the way) or claimed (`holds`) one blocks like
+    an Active one."""
     _check_verifiable(gpu_uuid, records, intents, layout, names)
 
     def blockers(p: Placement) -> list[Blocker]:

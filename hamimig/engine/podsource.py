@@ -1,10 +1,8 @@
 """Choosing the pod source a command was given: a kubectl list, the API, or an explicit none.
 
-The source is only *named* when the command starts; it is read after the node lock is taken.
-A pod list read before waiting for the lock is older than the records another hamimig process
-writes during the wait, and judging a fresh allocation by an older pod list releases it as
-"owner gone". Records changed after the snapshot was taken are left alone for the same reason
-(`changed_after`).
+The source is only *named* when the command starts and read after the node lock is taken: a
+list read before the wait is older than the records written during it, and would release a
+fresh allocation as "owner gone". For the same reason `changed_after` leaves newer records alone.
 """
 
 from __future__ import annotations
@@ -192,11 +190,9 @@ def _instant(text: str | None) -> float | None:
 
 
 def changed_after(record: Record, snapshot: PodSnapshot | None) -> str | None:
-    """Why `record` must not be judged by `snapshot`, or None when it may.
-
-    A record written after the pods were listed may describe an allocation the list cannot
-    show yet. A record without `updatedAt` (HAMi's own) is older than any snapshot.
-    """
+    """Why `record` must not be judged by `snapshot`, or None when it may: a record written
+    after the listing may describe an allocation the list cannot show yet. A record without
+    `updatedAt` (HAMi's own) is older than any snapshot."""
     if snapshot is None:
         return None
     updated = _instant(record.updated_at)

@@ -58,11 +58,9 @@ def _name(state: StateName) -> str:
 
 
 def idle_since_after(record: Record | None, target: State, now: str) -> str | None:
-    """The idle policy's clock across a transition: it starts when an instance enters Idle from
-    anything else (a release, recovery's restore from Active, an adoption), keeps running while
-    it stays Idle (a second `recover` must not make an instance look freshly released), and
-    stops on every other state. A record from before the clock existed counts from its last
-    update, which is when it became Idle as far as anyone can know."""
+    """The idle policy's clock across a transition (docs/idle-policy.md): it starts on entering
+    Idle, keeps running while the instance stays Idle (a second `recover` must not make it look
+    freshly released), and stops on any other state; an older record counts from `updatedAt`."""
     if target is not State.IDLE:
         return None
     if record is not None and record.state is State.IDLE:

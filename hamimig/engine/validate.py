@@ -1,10 +1,8 @@
 """Checks for values that enter hamimig from the command line, applied where they enter.
 
-A value that reaches a record, a CDI spec or an NVML call is trusted from then on: HAMi's device
-plugin and Kubernetes read the records back, and an owner name that Kubernetes could never have
-issued would make a pod's allocation unmatchable later. So every check here refuses with a
-`UsageError` (exit 2) before any lock is taken or anything is changed, and names the value as the
-caller calls it (`what`), so the message points at the option the user typed.
+A value that reaches a record, a CDI spec or NVML is trusted from then on (HAMi reads records
+back), so each check refuses (exit 2) before any lock or change, naming the value as the caller
+calls it (`what`) so the message points at the option the user typed.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The `hami.io/vgpu-mig-allocations` pod annotation: HAMi's record of which MIG devices a pod uses.
 
-Recovery adopts and protects instances on the strength of this annotation alone, so it is decoded
-with HAMi's own validation (docs/formats.md "Pod annotation") and then some: identifiers must
-have the exact UUID syntax NVML prints, because a MIG UUID becomes part of a record file name
-and a CDI device name, and a value such as `MIG-../../etc` must never get that far. Every
-rejection names the entry and the field, so that the operator can find the pod's bad annotation
-without a debugger.
+Recovery trusts this annotation alone, so it is decoded stricter than HAMi does: a MIG UUID
+becomes part of a file name and a CDI device name, so `MIG-../../etc` must never get that far.
+Every rejection names the entry and the field, so the operator can find the bad annotation.
 """
 
 from __future__ import annotations
@@ -43,10 +40,8 @@ class AnnotationError(ValueError):
 class MigAllocation:
     """One MIG device of one container, as the scheduler planned it and the plugin completed it.
 
-    The runtime identity (`mig_uuid`, `gpu_instance_id`, `compute_instance_id`) is either all
-    present or all absent: the scheduler writes the plan, and the device plugin adds the identity
-    once the instance exists, so an allocation without it names no live instance yet.
-    """
+    The runtime identity (`mig_uuid` and the GI and CI IDs) is all present or all absent: the
+    plugin adds it once the instance exists, so without it an allocation names no instance yet."""
 
     container_index: int
     device_index: int

@@ -1,17 +1,8 @@
 """Is the node name really this machine? Cross-checks of the pod source against the hardware.
 
-The node name decides which pods count as this node's. A wrong one (a copied manifest, a stale
-environment variable) makes every pod of this machine look absent, and recovery would then free
-instances that running pods use. The pod source alone cannot notice: another node's pods are
-perfectly good pods. So the engine compares what the source says with what NVML and the firmware
-say, and refuses to act when they disagree:
-
-- a pod bound to another node names one of this machine's GPUs in its allocations;
-- the API's Node object lists the GPUs HAMi's device plugin registered, and none is here;
-- the kubelet's system UUID for the node differs from this machine's DMI product UUID.
-
-Each check only runs when both sides are known: a node HAMi never registered, or a machine
-without DMI, is not evidence of anything.
+A wrong node name makes this machine's pods look absent, so recovery would free their instances.
+The checks (docs/design.md, "Trust model") run only when both sides are known: a node HAMi never
+registered, or a machine without DMI, is not evidence of anything.
 """
 
 from __future__ import annotations
@@ -40,12 +31,9 @@ class RegistrationError(ValueError):
 
 
 def parse_registered_gpus(text: str) -> frozenset[str] | None:
-    """The device IDs HAMi's device plugin registered, in either of the forms it has written.
-
-    Current HAMi writes a JSON array of objects with an `id`; older releases wrote
-    `id,count,mem,cores,type,numa,health` entries joined by `:` (with a trailing `:`). An empty
-    registration is None rather than an empty set: it says nothing about which GPUs are here.
-    """
+    """The device IDs HAMi registered: a JSON array of `{id, ...}`, or older releases'
+    `id,count,mem,cores,type,numa,health:` entries. Empty is None, not an empty set: it says
+    nothing about which GPUs are here."""
     stripped = text.strip()
     if not stripped:
         return None
@@ -111,11 +99,8 @@ def node_identity_from(doc: Any, name: str) -> NodeIdentity:
 
 
 def read_product_uuid(path: Path = PRODUCT_UUID_PATH) -> str | None:
-    """This machine's DMI product UUID (what the kubelet reports as systemUUID), or None.
-
-    Unreadable is normal (no DMI in some VMs, root-only on most kernels), so it is never an
-    error. The read is bounded and never blocks: the path is a sysfs file, not something to wait on.
-    """
+    """This machine's DMI product UUID (the kubelet's systemUUID), or None: unreadable is normal
+    (no DMI in some VMs, root-only on most kernels). The read is bounded and never blocks."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         try:
@@ -130,11 +115,7 @@ def verify_node(
     snapshot: PodSnapshot, gpu_uuids: Collection[str], product_uuid: str | None
 ) -> None:
     """Refuse (exit 5) when the snapshot shows that its node name is not this machine.
-
-    `gpu_uuids` are this machine's GPUs as NVML reports them; `product_uuid` comes from
-    `read_product_uuid`. UUIDs compare without regard to case: NVML, HAMi and the firmware do
-    not agree on one.
-    """
+    UUIDs compare without regard to case: NVML, HAMi and the firmware do not agree on one."""
     ours = {uuid.casefold() for uuid in gpu_uuids}
     for pod in snapshot.elsewhere:
         for alloc in pod.allocations:

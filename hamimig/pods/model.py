@@ -15,21 +15,15 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class PodSourceError(UnverifiableError):
-    """The pod list could not be obtained or trusted, so no pod state can be verified.
-
-    Exit 5 rather than a usage error: the command was right, but acting on an unknown pod list
-    could destroy an instance that a running pod uses.
-    """
+    """The pod list could not be obtained or trusted. Exit 5, not a usage error: the command
+    was right, but acting on an unknown pod list could destroy a running pod's instance."""
 
 
 @dataclass(frozen=True)
 class Pod:
-    """One pod and its decoded allocations.
-
-    `annotation_error` is set when the annotation is present but malformed; `allocations` is
-    then empty. The pod is kept rather than rejected so that the engine can name it and fail
-    closed: a pod whose claim cannot be read may still be using an instance.
-    """
+    """One pod and its decoded allocations. A malformed annotation sets `annotation_error`
+    (no allocations) but keeps the pod, so the engine can name it and fail closed: a pod whose
+    claim cannot be read may still be using an instance."""
 
     namespace: str
     name: str
@@ -52,13 +46,8 @@ class Pod:
 
 @dataclass(frozen=True)
 class NodeIdentity:
-    """What the cluster says about the node named by --node/NODE_NAME.
-
-    A wrong node name makes every pod of this machine look absent, so recovery would free
-    instances that running pods use. These facts let the engine catch that before acting: the
-    GPUs HAMi's device plugin registered for the node, and the machine UUID the kubelet reported.
-    Either is None when the cluster does not say.
-    """
+    """What the cluster says about the node named by --node/NODE_NAME (None where it does not
+    say), so that `verify_node` can catch a wrong node name before recovery acts on it."""
 
     name: str
     registered_gpus: frozenset[str] | None
@@ -67,29 +56,17 @@ class NodeIdentity:
 
 @dataclass(frozen=True)
 class PodSnapshot:
-    """Every pod the source reported, and where and when they came from.
-
-    `complete` is False when the source is known to hold only part of the list: a file that is
-    one page of a paginated API list (its `metadata.continue` is set). The API source follows
-    every page or raises, so its snapshots are always complete.
-
-    `taken_at` (epoch seconds) is when the list was current, as nearly as its source can tell:
-    an instance made after it may belong to a pod the list cannot show. The API source takes the
-    time just before it asks for the first page; a file (or a file redirected to stdin) gives its
-    modification time, when it was last written; a pipe gives the process start, because its
-    writer (`kubectl get pods -o json |`) normally runs alongside. Hand-built snapshots leave it
-    at 0.0.
-
-    `elsewhere` holds the pods bound to other nodes that hold decodable allocations, and
-    `node_identity` what the API says about the node; both feed `verify_node`, which checks
-    that --node/NODE_NAME names this machine.
-    """
+    """Every pod the source reported, and where and when they came from."""
 
     pods: tuple[Pod, ...]
     source: str
     complete: bool = True
+    """False for a file holding one page of a paginated list; the API source follows every page."""
     taken_at: float = 0.0
+    """When the list was current, as nearly as its source can tell (epoch seconds; 0.0 when
+    hand-built): an instance made after it may belong to a pod the list cannot show."""
     elsewhere: tuple[Pod, ...] = ()
+    """Pods bound to other nodes that hold decodable allocations, for `verify_node`."""
     unbound: tuple[Pod, ...] = ()
     """Pods bound to no node yet that hold decodable allocations: their claims count as this
     node's pods' do, on whichever GPUs they name."""

@@ -1,15 +1,8 @@
 """Where the pod list comes from: a kubectl dump (file or stdin) or the Kubernetes API.
 
-Both sources funnel into one reader of the raw `PodList` document, so a pod means the same thing
-whichever way it arrived. The reader touches only the handful of fields that decide whether a pod
-holds MIG instances; building the client's model objects (or walking managedFields) for 10,000
-pods would cost seconds at node start, which is exactly when recovery runs.
-
-Failures split by who can fix them: a file that is not a pod list is the operator's mistake
-(`UsageError`, exit 2); an API server that cannot be asked, or answers nonsense, leaves the pod
-state unverifiable (`PodSourceError`, exit 5), and recovery must then change nothing. No list is
-ever silently partial (a missing pod would look like a released instance): the API source follows
-every page or fails, and a file that holds one page of a paginated list is marked incomplete.
+Both funnel into one reader of the raw document that touches only the fields that decide: model
+objects for 10,000 pods would cost seconds at node start, when recovery runs. No list is ever
+silently partial, as a missing pod would look like a released instance (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -123,13 +116,9 @@ def _claim(raw: Any) -> tuple[tuple[MigAllocation, ...], str | None]:
 
 
 def _pod(item: Any, where: str, node: str | None) -> Pod | None:
-    """One pod from its manifest, or None when it is another node's and claims nothing.
-
-    Another node's pod is kept (for `PodSnapshot.elsewhere`) only while it holds a decodable
-    claim: that is all `verify_node` can use, and decoding the rest would slow every parse. So
-    is a pod not yet bound to any node (for `PodSnapshot.unbound`): HAMi's scheduler writes the
-    allocation annotation before the binding, so its claim on this node's GPUs is already real.
-    """
+    """One pod from its manifest, or None when it is another node's and claims nothing: only
+    a decodable claim is of use to `verify_node`, and decoding the rest would slow every parse.
+    An unbound pod is kept: HAMi annotates before it binds, so its claim is already real."""
     if not isinstance(item, dict):
         raise _Malformed(f"{where} is not an object")
     kind = item.get("kind")
@@ -157,12 +146,8 @@ def _pod(item: Any, where: str, node: str | None) -> Pod | None:
 
 
 def _pods_of(doc: Any, node: str | None) -> tuple[list[Pod], str | None]:
-    """The pods of one `PodList`/`List` document that `_pod` keeps, and the list's continue
-    token.
-
-    A token means the document is one page of a longer list: the API source fetches the next
-    page, and a file holding one page is reported as incomplete.
-    """
+    """The pods of one `PodList`/`List` document that `_pod` keeps, and its continue token:
+    one page of a longer list, which the API source follows and a file reports incomplete."""
     if not isinstance(doc, dict):
         got = "an array" if isinstance(doc, list) else type(doc).__name__
         raise _Malformed(f"expected a PodList or List object, got {got}")
@@ -212,13 +197,9 @@ def _snapshot(found: list[Pod], node: str | None, source: str, **fields: Any) ->
 
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Parsing a pod list allocates millions of containers, none of them in a reference cycle.
-
-    With the cyclic collector running, those allocations trigger collections that walk every live
-    object (the document being built included) and find no garbage: that alone costs about as
-    much as the parse. Callers keep it paused until the document has been reduced to `Pod`s and
-    dropped, because the document's objects would otherwise be walked once the collector resumes.
-    """
+    """Parsing a pod list allocates millions of containers, none in a reference cycle, and the
+    collections they trigger cost about as much as the parse while finding nothing. Keep it
+    paused until the document is reduced to `Pod`s and dropped, or the collector walks it then."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -242,12 +223,9 @@ def _yaml_problem(exc: Exception) -> str:
 
 
 def _load_document(text: str) -> Any:
-    """JSON when it looks like JSON (fast), YAML otherwise.
-
-    Text that starts like JSON is never retried as YAML: kubectl's YAML never starts with `{` or
-    `[`, and re-parsing a truncated 10 MB JSON dump as YAML would take seconds only to report a
-    less useful error.
-    """
+    """JSON when it looks like JSON (fast), YAML otherwise. Never retried as YAML: kubectl's
+    YAML never starts with `{` or `[`, and re-parsing a truncated 10 MB JSON dump as YAML
+    would take seconds only to report a less useful error."""
     if text.startswith("\ufeff"):
         text = text[1:]
     first = _FIRST_NON_SPACE.search(text)
@@ -285,16 +263,10 @@ class _AnchorFound(Exception):
 
 
 def _yaml_loader(text: str) -> Any:
-    """libyaml's safe loader when it is installed (several times faster), else PyYAML's
-    pure-Python one, refusing a key given twice in one mapping (`hamimig.store.yamlload`); either
-    way, a document with an anchor never reaches the composer.
-
-    An alias makes two places of the document one node, so a few lines can describe a tree of
-    billions of nodes ("billion laughs"), and merge keys (`<<: [*a, *a]`) copy them for real.
-    No pod list needs either, so a document that may hold one is first run through the loader's
-    event parser (about a third more time), and the first anchor or alias ends it. kubectl never
-    writes anchors, and a list without an `&` where an anchor could start skips that pass.
-    """
+    """libyaml's safe loader if installed (several times faster), else PyYAML's, refusing
+    duplicate keys. A document with an anchor never reaches the composer ("billion laughs";
+    merge keys copy for real): one with an `&` where an anchor could start is first run through
+    the event parser (a third more time)."""
     import yaml
 
     loader = refusing_duplicates(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -329,12 +301,9 @@ def read_pods_text(
 
 
 def read_pods_file(path: str, node: str | None) -> PodSnapshot:
-    """`-` is stdin, so `kubectl get pods -o json | hamimig recover --pods -` works.
-
-    Only a regular file, or a pipe (or a file) on stdin, is read, and never more than
-    `MAX_POD_LIST_BYTES`: `--pods /dev/zero` or a FIFO nobody writes to must fail at once with
-    a usage error, not fill memory or hang an init container.
-    """
+    """`-` is stdin, so `kubectl get pods -o json | hamimig recover --pods -` works. Bounded
+    and file kinds checked, so `--pods /dev/zero` or a FIFO nobody writes to fails at once
+    rather than filling memory or hanging an init container."""
     source = "stdin" if path == "-" else f"file {path}"
     try:
         data, taken_at = _read_stdin() if path == "-" else _read_path(path, source)
@@ -367,12 +336,9 @@ def _check_size(size: int, source: str) -> None:
 
 
 def _read_path(path: str, source: str) -> tuple[bytearray, float]:
-    """The file's bytes and modification time (when its pod list was last current).
-
-    The path is checked before it is opened, because opening a FIFO with no writer blocks, and
-    opened non-blocking in case it was swapped for one in between; the open file is checked again,
-    so what is read is what was checked.
-    """
+    """The file's bytes and modification time. Checked before opening (a FIFO with no writer
+    would block the open), opened non-blocking in case it was swapped since, and checked again
+    once open, so what is read is what was checked."""
     _current_since(os.stat(path), source, pipes=False)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
@@ -404,11 +370,8 @@ def _read_stdin() -> tuple[bytes | bytearray, float]:
 
 def _read_opened(fd: int, source: str, pipes: bool) -> tuple[bytearray, float]:
     """A regular file's bytes and modification time or, with `pipes`, a pipe's (or a socket's)
-    and the process start; anything else is refused unread.
-
-    At most `MAX_POD_LIST_BYTES` are read, in chunks: a file that grows while it is read, or a
-    pipe that never ends, is refused once it passes the limit rather than read to the end.
-    """
+    and the process start; anything else is refused unread. Read in chunks, so a growing file or
+    an endless pipe is refused once past `MAX_POD_LIST_BYTES` rather than read to the end."""
     taken_at = _current_since(os.fstat(fd), source, pipes)
     data = bytearray()
     while True:
@@ -450,12 +413,9 @@ def _read_stream(stream: Any) -> bytes:
 
 
 def _kube_configuration(kubernetes: Any) -> Any:
-    """The client configuration, read afresh from the environment on every call.
-
-    KUBECONFIG is read here rather than through the client's default, which the client fixes
-    when it is first imported. The kubeconfig is never written back (`persist_config=False`):
-    listing pods must not touch the operator's files.
-    """
+    """The client configuration, read afresh from the environment on every call: the client's
+    default fixes KUBECONFIG when first imported. Never written back (`persist_config=False`):
+    listing pods must not touch the operator's files."""
     cfg = kubernetes.client.Configuration()
     try:
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -483,13 +443,10 @@ def _is_timeout(exc: BaseException, urllib3: Any) -> bool:
 
 
 class _Listing:
-    """The requests of one `--kube` listing, under one deadline and one byte budget.
-
-    Requests go to the client's connection pool directly, not through the generated API methods:
-    those read a whole error answer (`ApiException`) before the caller can bound it, and an
-    answer here must never be read past the deadline or the budget, however the server sends it
-    (endless, or one byte at a time within every socket timeout).
-    """
+    """The requests of one `--kube` listing, under one deadline and one byte budget. They go
+    to the connection pool directly: the generated API methods read a whole error answer before
+    the caller can bound it, and no answer may be read past the deadline or the budget, however
+    the server sends it (endless, or one byte at a time within every socket timeout)."""
 
     def __init__(self, api_client: Any, urllib3: Any, source: str, timeout: float) -> None:
         self._client = api_client
@@ -630,11 +587,8 @@ def _read_node(listing: _Listing, node: str, source: str) -> NodeIdentity:
 
 
 def read_pods_kube(node: str, timeout: float = 30.0) -> PodSnapshot:
-    """All pods on `node`, listed page by page, and what the API says about the node itself.
-
-    `timeout` bounds the whole listing, the Node object included, and `MAX_POD_LIST_BYTES` all
-    of its answers together.
-    """
+    """All pods on `node`, listed page by page, and what the API says about the node itself;
+    `timeout` and `MAX_POD_LIST_BYTES` bound the whole listing, the Node object included."""
     if not node:
         raise UsageError(
             "listing pods through the Kubernetes API needs this node's name", Setting.NODE_NAME

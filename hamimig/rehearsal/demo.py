@@ -1,12 +1,8 @@
 """`hamimig demo`: the whole lifecycle on a temporary simulated H100 node, step by step.
 
-Each step runs the real engine (for the crash, in a forked child process that an injected fault
-kills) and reports what happened with the NVML calls it cost, so the transcript shows
-the point of the lifecycle: reuse makes no creations at all.
-
-Every step checks that it ended the way its narration says before the narration is shown: a
-demo that narrated success over a failed step would teach the wrong lifecycle, so a step that
-goes otherwise stops the demo with `DemoFailed`, naming the step.
+Each step runs the real engine and reports the NVML calls it cost, so the transcript shows the
+point of the lifecycle: reuse makes no creations. A step is checked before it is narrated, and
+one that went otherwise stops the demo (`DemoFailed`): narrated success would teach it wrong.
 """
 
 from __future__ import annotations
@@ -78,13 +74,9 @@ def prepare_keep(path: Path) -> None:
 
 
 def in_child(work: Callable[[], object]) -> int:
-    """Run `work` in a forked child process and return the child's exit status.
-
-    A crash fault ends the process it fires in (`os._exit`); running the engine call in a child
-    lets the demo survive the crash and show what it left behind. The child never returns into
-    the caller's code: it ends with `os._exit` whatever `work` does (0, a HamimigError's exit
-    code, or 1).
-    """
+    """Run `work` in a forked child and return its exit status, so the demo survives a crash
+    fault (`os._exit`) and shows what it left behind. The child always ends with `os._exit`,
+    never returning into the caller's code."""
     for stream in (sys.stdout, sys.stderr):  # else the child could write them out a second time
         with contextlib.suppress(OSError, ValueError):
             stream.flush()

@@ -1,9 +1,7 @@
-"""The values shell completion offers that only the node knows: the MIG UUIDs, CDI device names,
-profiles and GPUs its ownership records name, and a simulated node's GPUs.
+"""The completion values only the node knows (what its records name, a simulated node's GPUs).
 
-Read on every TAB, so it reads the record files with the store's own loader and a simulated
-node's file as JSON, and nothing else: no NVML, no config, no node lock, no write. What it
-cannot read it leaves out, and it never raises: completion must never get in the operator's way.
+Read on every TAB, so it reads only the record files and the simulated node's JSON (no NVML,
+config, lock or write), and it never raises: completion must never get in the operator's way.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """`events`: the event journal, filtered, oldest first: why an instance appeared, moved or went.
 
-Read-only and lock-free, like `list`: it reads `events.jsonl` (and the one rotated file before
-it) as they are, so it works while another command runs, on a node whose lock file is gone, and
-without NVML. A line that is not an event is skipped and reported as a warning, never fatal.
-
-Filters are combined with AND. `--pod` also matches the events of the instances the pod held
-after it let them go (the reclaim that destroyed one carries no pod of its own). A GPU given by
-index matches the index the event recorded (an index can change across reboots; a GPU UUID
-never does). A MIG UUID matches in full, by prefix, or by the CDI device name
-(`mig-<sha256>`, with or without its kind) or a prefix of it.
+Read-only and lock-free, so it works while another command runs, without a lock file or NVML; a
+bad line is a warning, never fatal. `--pod` also follows the instances the pod held, because the
+reclaim that destroyed one carries no pod of its own. The journal's format: docs/formats.md.
 """
 
 from __future__ import annotations

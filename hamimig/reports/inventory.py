@@ -126,10 +126,8 @@ def _claim_recorded(claims: _Claims) -> None:
 def _claim_the_rest(node: Node, claims: _Claims) -> None:
     """The live GIs and pairs no record claimed: an allocation in flight, or unmanaged.
 
-    An intent's row stands for the GI its request created and the CIs it can have created
-    in it (`ci_created_by`); every other live CI, in that GI or at the intent's placement,
-    gets its own Unmanaged row beside the intent's Creating one (an intent that created no
-    live GI gets its row in `list_instances`)."""
+    An intent's Creating row stands only for what its request can have created
+    (`ci_created_by`); any other live CI there gets its own Unmanaged row, so none is hidden."""
     gpu, durable = claims.gpu, claims.durable
     for gi in claims.layout:
         if gi.id in claims.gis:
@@ -208,11 +206,8 @@ def _warnings(node: Node, durable: Durable) -> tuple[Warning_, ...]:
 @dataclass(frozen=True)
 class ListFilter:
     """`list`'s filters besides `--gpu`, combined with AND; an empty one keeps everything.
-
-    `states` keeps instances in any of those states (the repeatable `--state`), `pod` those
-    whose owner is that pod (`NAMESPACE`, `NAME`: only Active and Creating instances have one),
-    `profile` those of that GI profile, by name. A filter that matches nothing is not an error.
-    """
+    `states` keeps any of those states; `pod` (`NAMESPACE`, `NAME`) matches an owner, which
+    only Active and Creating instances have."""
 
     states: frozenset[State] = frozenset()
     pod: tuple[str, str] | None = None

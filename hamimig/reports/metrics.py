@@ -1,10 +1,8 @@
-"""`metrics`: Prometheus text for node-exporter's textfile collector; the families, labels and
-values are in docs/formats.md ("Metrics").
+"""`metrics`: Prometheus text for node-exporter's textfile collector (docs/formats.md, "Metrics").
 
-Every family is always present, zeros included, so that no alert sees a series vanish; HAMi's
-label names (`node`, `device_uuid`, `device_index`) so that hamimig's series join its
-scheduler's. What cannot be read is left out with a warning and the rest is still exported: a
-broken node must still tell its alerts why.
+Every family is always present, zeros included, so no alert sees a series vanish; labels are
+HAMi's so the series join its scheduler's. What cannot be read is left out with a warning and
+the rest still exported: a broken node must still tell its alerts why.
 """
 
 from __future__ import annotations

@@ -131,10 +131,7 @@ class CheckStatus(str, enum.Enum):
 
 class Check(Reported):
     """One `doctor` check: what it looked at, how it came out, and a one-line fix.
-
-    `exit_code` matters only for a failing check: the contract code its failure maps to
-    (4 hardware or I/O, 5 state that cannot be trusted); it is not part of the JSON object.
-    """
+    `exit_code` (a failing check's contract code) is not part of the JSON object."""
 
     name: str
     status: CheckStatus

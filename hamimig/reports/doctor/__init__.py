@@ -1,9 +1,7 @@
 """`doctor`: what an operator checks before trusting a node, as a list of check results.
 
-Nothing here raises on a broken node: NVML that will not load, a directory that cannot be read,
-a corrupt record are failing checks, never exceptions, so `doctor -o json` always prints the one
-object to attach to a bug report. It changes nothing and takes no lock; the check names, their
-order and the exit codes are in docs/formats.md.
+Nothing here raises on a broken node: what fails is a failing check, so `doctor -o json` always
+prints the one object to attach to a bug report. The checks and exit codes: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -52,11 +50,9 @@ def check_config(node: Node) -> tuple[Config, Check]:
 def run_checks(
     node: Node, cdi_dirs: Sequence[Path] | None = None, pods: PodSource | None = None
 ) -> DoctorReport:
-    """Every check on `node`. `cdi_dirs` are the directories searched for other specs that
-    define one of our devices: by default /etc/cdi (a simulated node's own stand-in for it)
-    and the node's CDI directory. `pods` is
-    the pod source the recovery checks judge pod-held instances by (none: those are skipped).
-    """
+    """Every check on `node`. `cdi_dirs`: where to look for other specs defining our devices
+    (default: /etc/cdi or a simulated node's stand-in, and the node's CDI directory); without
+    `pods` the recovery checks of pod-held instances are skipped."""
     dirs = tuple(cdi_dirs) if cdi_dirs is not None else default_cdi_dirs(node)
     config, config_check = check_config(node)
     hw_checks, live = check_hardware(node, config)

@@ -33,13 +33,10 @@ def with_recovery(
     durable: Durable | None,
     source: PodSource | None,
 ) -> list[Check]:
-    """The recovery planner's own verdict, so that every condition that makes `recover`
-    exit 5 is a failing check here, found by the same code. Hints that would send the
-    operator to `recover` are replaced while recover refuses.
-
-    `durable` is None when the hardware or the state directory could not be read. Then, as
-    while the environment fails or a state file cannot be loaded (recover cannot run, or
-    refuses before planning), the recovery checks are `skipped`, saying why: never left out."""
+    """The recovery planner's own verdict, so every condition that makes `recover` exit 5 is a
+    failing check here, found by the same code; no hint sends the operator to a refusing
+    `recover`. When recover could not get as far (`durable` None, a state file that does not
+    load), the recovery checks are `skipped` saying why, never left out."""
     from hamimig.engine.recovery import plan_recovery
 
     blockers = [c.name for c in checks if _blocks_recover(c)]

@@ -1,9 +1,7 @@
-"""How a doctor check comes out, and the exit code a failure maps to.
+"""How a doctor check comes out, and the exit code a failure maps to (docs/formats.md).
 
-Each check is ok, warn, fail (with a one-line fix) or skipped; a failure is either a hardware or
-I/O matter (exit 4) or state that is readable but cannot be trusted (exit 5). `guarded` turns an
-error a section did not expect into that section's failing check, so that no broken node makes
-doctor raise instead of report.
+`guarded` turns an error a section did not expect into that section's failing check, so that no
+broken node makes doctor raise instead of report.
 """
 
 from __future__ import annotations
