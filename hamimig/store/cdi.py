@@ -21,7 +21,14 @@ from typing import Any
 from hamimig.errors import HardwareError, UsageError
 from hamimig.store._fields import uuid_digest
 from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
-from hamimig.store.cdi_rules import devices_of, dicts, edits_of, minimum_version, validate_spec
+from hamimig.store.cdi_rules import (
+    devices_of,
+    dicts,
+    edits_of,
+    first_of,
+    minimum_version,
+    validate_spec,
+)
 from hamimig.store.files import (
     FileOp,
     Problem,
@@ -65,18 +72,24 @@ class CdiDevice:
     """Why the capability nodes' major is unknown (`/proc/devices` unreadable or without
     `nvidia-caps`): no spec can be composed, like without an NVIDIA base spec."""
 
+    def hami_values(self) -> dict[str, str | None]:
+        """HAMi's three device annotations, None where the GPU UUID or GI/CI IDs are unknown."""
+        known = self.gi_id is not None and self.ci_id is not None
+        return {
+            MIG_UUID_ANNOTATION: self.mig_uuid,
+            PARENT_GPU_ANNOTATION: self.gpu_uuid,
+            GEOMETRY_ANNOTATION: f"{self.gpu_minor}:{self.gi_id}:{self.ci_id}" if known else None,
+        }
+
     def annotations(self) -> dict[str, str]:
         """HAMi's three device annotations (the GPU UUID and GI/CI IDs must be known)."""
-        if self.gpu_uuid is None or self.gi_id is None or self.ci_id is None:
+        values = self.hami_values()
+        if None in values.values():
             raise HardwareError(
                 f"cannot annotate the CDI device of {self.mig_uuid}: its parent GPU or GI/CI "
                 "is unknown"
             )
-        return {
-            MIG_UUID_ANNOTATION: self.mig_uuid,
-            PARENT_GPU_ANNOTATION: self.gpu_uuid,
-            GEOMETRY_ANNOTATION: f"{self.gpu_minor}:{self.gi_id}:{self.ci_id}",
-        }
+        return {key: str(value) for key, value in values.items()}
 
 
 def device_name(mig_uuid: str) -> str:
@@ -101,27 +114,21 @@ def build_spec(
     The lowest version is what keeps the spec loadable by runtimes built on older libraries
     (Debian 12's stops at 0.5.0); annotations are therefore opt-in, since they force 0.6.0.
     """
-    device_nodes = [
-        {"path": f"/dev/nvidia{dev.gpu_minor}"},
-        {"path": f"/dev/nvidia-caps/nvidia-cap{dev.gi_cap_minor}"},
-        {"path": f"/dev/nvidia-caps/nvidia-cap{dev.ci_cap_minor}"},
-    ]
+    nodes = (f"/dev/nvidia{dev.gpu_minor}", _cap(dev.gi_cap_minor), _cap(dev.ci_cap_minor))
+    control = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
     # NVIDIA_VISIBLE_DEVICES=void stops the NVIDIA runtime hook from injecting devices of its own
     # on top of the ones this spec grants.
-    common = {
-        "env": ["NVIDIA_VISIBLE_DEVICES=void"],
-        "deviceNodes": [
-            {"path": "/dev/nvidiactl"},
-            {"path": "/dev/nvidia-uvm"},
-            {"path": "/dev/nvidia-uvm-tools"},
-        ],
-    }
-    return _spec(kind, dev, annotations, {"deviceNodes": device_nodes}, common)
+    common = {"env": ["NVIDIA_VISIBLE_DEVICES=void"], "deviceNodes": [{"path": p} for p in control]}
+    return _spec(kind, dev, annotations, {"deviceNodes": [{"path": p} for p in nodes]}, common)
+
+
+def _cap(minor: int) -> str:
+    return f"/dev/nvidia-caps/nvidia-cap{minor}"
 
 
 def _cap_node(minor: int, major: int, mode: int | None) -> dict[str, Any]:
     node: dict[str, Any] = {
-        "path": f"/dev/nvidia-caps/nvidia-cap{minor}",
+        "path": _cap(minor),
         "type": "c",
         "major": major,
         "minor": minor,
@@ -278,8 +285,7 @@ class CdiStore(StoreFiles):
             return found
         problems = validate_spec(found)
         if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            return self.problem(name, f"runtimes reject it: {problems[0]}{more}")
+            return self.problem(name, f"runtimes reject it: {first_of(problems)}")
         return found
 
     def matches(self, dev: CdiDevice) -> bool:
@@ -310,8 +316,8 @@ class CdiStore(StoreFiles):
 
     def _valid(self, mig_uuid: str) -> dict[str, Any] | None:
         """The spec on disk when runtimes load it, else None."""
-        found = self.read(mig_uuid)
-        return found if isinstance(found, dict) and not validate_spec(found) else None
+        found = self.inspect(spec_file_name(mig_uuid))
+        return found if isinstance(found, dict) else None
 
     def file_of_device(self, device: str) -> str:
         """The spec file name of device `mig-<sha256>`: what `subject` reads back."""
@@ -375,16 +381,13 @@ class CdiStore(StoreFiles):
     def remove(self, mig_uuid: str) -> bool:
         """Remove the spec durably; False when it was already gone. Raises `ForeignSpec` (and
         keeps the file) when its content is not this instance's spec."""
-        return self._remove_ours(spec_file_name(mig_uuid), mig_uuid)
+        return self.remove_name(spec_file_name(mig_uuid), mig_uuid)
 
-    def remove_name(self, name: str) -> bool:
-        """Remove a spec of ours known only by its file name (no record names its MIG UUID);
-        raises `ForeignSpec` as `remove` does."""
+    def remove_name(self, name: str, mig_uuid: str | None = None) -> bool:
+        """Remove a spec of ours known by its file name (and by its MIG UUID, where a record
+        names it); raises `ForeignSpec` as `remove` does."""
         if not self.owns(name):
             raise ValueError(f"{name} is not the name of a per-instance spec")
-        return self._remove_ours(name, None)
-
-    def _remove_ours(self, name: str, mig_uuid: str | None) -> bool:
         why = self.not_ours(name, mig_uuid)
         if why is not None:
             raise ForeignSpec(self.directory / name, why)
@@ -412,13 +415,7 @@ def _json_document(data: bytes) -> dict[str, Any]:
 def _without_hami_annotations(spec: dict[str, Any], dev: CdiDevice) -> dict[str, Any]:
     """`spec` without device annotations that are exactly HAMi's for `dev` (any of the three,
     each with this device's value), at the version its remaining content needs."""
-    expected: dict[str, str | None] = {
-        MIG_UUID_ANNOTATION: dev.mig_uuid,
-        PARENT_GPU_ANNOTATION: dev.gpu_uuid,
-        GEOMETRY_ANNOTATION: None
-        if dev.gi_id is None or dev.ci_id is None
-        else f"{dev.gpu_minor}:{dev.gi_id}:{dev.ci_id}",
-    }
+    expected = dev.hami_values()
     copy: dict[str, Any] = json.loads(canonical(spec))
     stripped = False
     for device in devices_of(copy):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.errors import UsageError
-from hamimig.store.cdi_rules import dicts, validate_spec
+from hamimig.store.cdi_rules import dicts, first_of, validate_spec
 from hamimig.store.files import read_input
 from hamimig.store.yamlload import load as load_yaml
 from hamimig.store.yamlload import refusing_duplicates
@@ -80,15 +80,10 @@ class BaseSpec:
     def parent_edits(self, gpu_minor: int) -> dict[str, Any]:
         """The edits of the device entry that stands for GPU `gpu_minor` alone, copied.
 
-        That entry holds `/dev/nvidia<minor>` and no other GPU or capability node, which skips
-        `all` and MIG entries whatever the naming strategy. Entries naming the same GPU (by
-        index and by UUID) must agree; none, or differing ones, cannot be composed from.
+        Entries naming the same GPU (by index and by UUID) must agree; none, or differing ones,
+        cannot be composed from.
         """
-        found: list[tuple[str, dict[str, Any]]] = []
-        for device in self.spec.get("devices") or []:
-            edits = device.get("containerEdits") or {}
-            if _stands_for(edits, gpu_minor):
-                found.append((str(device.get("name")), edits))
+        found = [(name, edits) for minor, name, edits in self._gpus() if minor == gpu_minor]
         if not found:
             raise UsageError(
                 f"NVIDIA CDI spec {self.path} has no device for GPU minor {gpu_minor} "
@@ -105,12 +100,19 @@ class BaseSpec:
 
     def gpu_minors(self) -> set[int]:
         """The GPU minors some entry stands for alone."""
-        minors: set[int] = set()
-        for device in self.spec.get("devices") or []:
-            nodes = _gpu_nodes((device.get("containerEdits") or {}).get("deviceNodes"))
+        return {minor for minor, _, _ in self._gpus()}
+
+    def _gpus(self) -> list[tuple[int, str, dict[str, Any]]]:
+        """(GPU minor, name, edits) of each device entry that stands for one GPU alone: it holds
+        `/dev/nvidia<minor>` and no other GPU or capability node, which skips `all` and MIG
+        entries whatever the naming strategy."""
+        found = []
+        for device in dicts(self.spec.get("devices")):
+            edits = device.get("containerEdits") or {}
+            nodes = _gpu_nodes(edits.get("deviceNodes") if isinstance(edits, dict) else None)
             if len(nodes) == 1 and nodes[0] is not None:
-                minors.add(nodes[0])
-        return minors
+                found.append((nodes[0], str(device.get("name")), edits))
+        return found
 
 
 def _gpu_nodes(nodes: Any) -> list[int | None]:
@@ -123,10 +125,6 @@ def _gpu_nodes(nodes: Any) -> list[int | None]:
         elif path.startswith(_CAPS_NODE_PREFIX):
             out.append(None)
     return out
-
-
-def _stands_for(edits: Any, gpu_minor: int) -> bool:
-    return isinstance(edits, dict) and _gpu_nodes(edits.get("deviceNodes")) == [gpu_minor]
 
 
 @dataclass(frozen=True)
@@ -248,9 +246,8 @@ def _validated(path: Path, spec: Any) -> BaseSpec:
     """The spec as a base, or a usage error naming the file and the first problem."""
     problems = validate_spec(spec)
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UsageError(
-            f"NVIDIA CDI spec {path} is invalid: {problems[0]}{more}; runtimes reject it, so "
+            f"NVIDIA CDI spec {path} is invalid: {first_of(problems)}; runtimes reject it, so "
             f"no instance spec is composed from it: {GENERATE_HINT}"
         )
     assert isinstance(spec, dict)
@@ -339,9 +336,8 @@ def _find(setting: str, dirs: Sequence[Path]) -> BaseSpec | None:
     where = ", ".join(str(d) for d in dirs) or "no directory"
     if unreadable:  # perhaps NVIDIA's spec, unusable: say which file, not just "missing"
         raise UsageError(
-            f"no usable NVIDIA CDI spec in {where}: {unreadable[0]}"
-            + (f" (and {len(unreadable) - 1} more unreadable)" if len(unreadable) > 1 else "")
-            + f"; {GENERATE_HINT}"
+            f"no usable NVIDIA CDI spec in {where}: {first_of(unreadable, 'more unreadable')}; "
+            f"{GENERATE_HINT}"
         )
     raise _Missing(
         "no NVIDIA CDI spec on this node to take driver edits from "

@@ -55,6 +55,11 @@ _NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 # Versions
 
 
+def first_of(problems: list[str], more: str = "more") -> str:
+    """The first of `problems` (there is one), saying how many more there are."""
+    return problems[0] + (f" (and {len(problems) - 1} {more})" if len(problems) > 1 else "")
+
+
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
@@ -73,33 +78,6 @@ def dicts(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-_Uses = Callable[[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]], bool]
-"""Whether a spec (given with its edits and its devices, each an object) uses a feature."""
-
-_FEATURES: tuple[tuple[str, _Uses], ...] = (
-    ("1.1.0", lambda spec, edits, devices: any(e.get("netDevices") for e in edits)),
-    ("0.7.0", lambda spec, edits, devices: any(e.get("intelRdt") is not None for e in edits)),
-    ("0.7.0", lambda spec, edits, devices: any(e.get("additionalGids") for e in edits)),
-    ("0.6.0", lambda spec, edits, devices: bool(spec.get("annotations"))),
-    ("0.6.0", lambda spec, edits, devices: any(d.get("annotations") for d in devices)),
-    ("0.6.0", lambda spec, edits, devices: "." in _kind_class(spec.get("kind"))),
-    ("0.5.0", lambda spec, edits, devices: any(_starts_with_digit(d.get("name")) for d in devices)),
-    (
-        "0.5.0",
-        lambda spec, edits, devices: any(
-            node.get("hostPath") for e in edits for node in dicts(e.get("deviceNodes"))
-        ),
-    ),
-    (
-        "0.4.0",
-        lambda spec, edits, devices: any(
-            mount.get("type") for e in edits for mount in dicts(e.get("mounts"))
-        ),
-    ),
-)
-"""The version that introduced each feature a spec may use, newest first."""
-
-
 def _kind_class(kind: Any) -> str:
     return kind.split("/", 1)[1] if isinstance(kind, str) and "/" in kind else ""
 
@@ -112,7 +90,16 @@ def minimum_version(spec: dict[str, Any]) -> str:
     """The lowest `cdiVersion` the reference library accepts for this content (docs/formats.md
     "CDI specs"): the version of the newest feature it uses."""
     edits, devices = edits_of(spec), devices_of(spec)
-    return next((v for v, uses in _FEATURES if uses(spec, edits, devices)), "0.3.0")
+    uses = (  # the version that introduced each feature a spec may use, newest first
+        ("1.1.0", any(e.get("netDevices") for e in edits)),
+        ("0.7.0", any(e.get("intelRdt") is not None or e.get("additionalGids") for e in edits)),
+        ("0.6.0", spec.get("annotations") or any(d.get("annotations") for d in devices)),
+        ("0.6.0", "." in _kind_class(spec.get("kind"))),
+        ("0.5.0", any(_starts_with_digit(d.get("name")) for d in devices)),
+        ("0.5.0", any(n.get("hostPath") for e in edits for n in dicts(e.get("deviceNodes")))),
+        ("0.4.0", any(m.get("type") for e in edits for m in dicts(e.get("mounts")))),
+    )
+    return next((version for version, used in uses if used), "0.3.0")
 
 
 # --------------------------------------------------------------------------------------------
