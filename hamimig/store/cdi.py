@@ -21,21 +21,8 @@ from typing import Any
 from hamimig.errors import HardwareError, UsageError
 from hamimig.store._fields import uuid_digest
 from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
-from hamimig.store.cdi_rules import (
-    devices_of,
-    dicts,
-    edits_of,
-    first_of,
-    minimum_version,
-    validate_spec,
-)
-from hamimig.store.files import (
-    FileOp,
-    Problem,
-    StoreFiles,
-    describe_entry,
-    no_faults,
-)
+from hamimig.store.cdi_rules import dicts, edits_of, first_of, minimum_version, validate_spec
+from hamimig.store.files import FileOp, Problem, StoreFiles, describe_entry, no_faults
 from hamimig.vocabulary import FileOpName
 
 DEFAULT_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
@@ -127,12 +114,7 @@ def _cap(minor: int) -> str:
 
 
 def _cap_node(minor: int, major: int, mode: int | None) -> dict[str, Any]:
-    node: dict[str, Any] = {
-        "path": _cap(minor),
-        "type": "c",
-        "major": major,
-        "minor": minor,
-    }
+    node: dict[str, Any] = {"path": _cap(minor), "type": "c", "major": major, "minor": minor}
     if mode is not None:
         node["fileMode"] = mode
     return node
@@ -311,7 +293,7 @@ class CdiStore(StoreFiles):
         return (
             found is not None
             and found.get("kind") == self.kind
-            and any(d.get("name") == device_name(mig_uuid) for d in devices_of(found))
+            and any(d.get("name") == device_name(mig_uuid) for d in dicts(found.get("devices")))
         )
 
     def _valid(self, mig_uuid: str) -> dict[str, Any] | None:
@@ -418,7 +400,7 @@ def _without_hami_annotations(spec: dict[str, Any], dev: CdiDevice) -> dict[str,
     expected = dev.hami_values()
     copy: dict[str, Any] = json.loads(canonical(spec))
     stripped = False
-    for device in devices_of(copy):
+    for device in dicts(copy.get("devices")):
         found = device.get("annotations")
         if not isinstance(found, dict) or not found:
             continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import copy
+import functools
 import json
 import os
 import re
@@ -171,12 +172,7 @@ def read_spec_file(path: Path) -> Any:
                 return json.loads(text)  # the common case, and much faster than YAML
             except ValueError:
                 pass  # perhaps YAML, which runtimes read all the same
-        if text not in _YAML_READ:  # a text that fails to parse raises and is not kept
-            as_json = json.dumps(_strict_yaml(text))
-            while len(_YAML_READ) >= 4:
-                del _YAML_READ[next(iter(_YAML_READ))]
-            _YAML_READ[text] = as_json
-        return json.loads(_YAML_READ[text])
+        return json.loads(_strict_yaml(text))  # each caller gets its own copy of the values
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path} is not valid JSON/YAML: {exc}") from None
     except Exception as exc:  # PyYAML's errors share no base class with ValueError
@@ -184,18 +180,14 @@ def read_spec_file(path: Path) -> Any:
         raise ValueError(f"{path} is not valid YAML: {first}") from None
 
 
-_YAML_READ: dict[str, str] = {}
-"""YAML spec texts read by this process, as the JSON they parsed to: NVIDIA's spec takes
-milliseconds to parse as YAML and a process may look it up several times (each lookup gets its
-own copy of the values)."""
-
 MAX_SPEC_NODES = 200_000
 """Values a spec may expand to. A real NVIDIA spec holds a few thousand; YAML aliases can make
 a few KB expand to billions (the reference library refuses "excessive aliasing" too)."""
 
 
-def _strict_yaml(text: str) -> Any:
-    """YAML read as the reference library reads it (YAML turned into JSON values), and never
+@functools.lru_cache(maxsize=4)
+def _strict_yaml(text: str) -> str:
+    """YAML read as the reference library reads it (YAML turned into JSON text), and never
     amplified: an unquoted date stays a string, a key given twice is refused, and aliases may
     not expand the document past `MAX_SPEC_NODES` values (an alias bomb of a few KB would
     otherwise become gigabytes the moment it is compared or written).
@@ -203,6 +195,9 @@ def _strict_yaml(text: str) -> Any:
     Built on PyYAML's safe loader, over libyaml's parser when PyYAML has it (NVIDIA's spec
     holds a few thousand values, which the pure-Python parser takes tens of milliseconds for):
     both parsers feed the same constructor and resolvers below.
+
+    The last few texts read are kept (a text that fails to parse raises and is not): NVIDIA's
+    spec takes milliseconds to parse as YAML and a process may look it up several times.
     """
     import yaml
 
@@ -218,7 +213,7 @@ def _strict_yaml(text: str) -> Any:
     loaded = load_yaml(text, Loader)  # a key given twice: `DuplicateKey`, a ValueError
     _count_values(loaded)
     try:  # only JSON values: what `canonical` and the writer can represent
-        return json.loads(json.dumps(loaded, allow_nan=False))
+        return json.dumps(loaded, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"a value is not representable in JSON: {exc}") from None
 

@@ -66,12 +66,9 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 def edits_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The spec-level edits and every device's edits (whatever of them are objects)."""
-    edits = [spec.get("containerEdits"), *(d.get("containerEdits") for d in devices_of(spec))]
+    devices = dicts(spec.get("devices"))
+    edits = [spec.get("containerEdits"), *(d.get("containerEdits") for d in devices)]
     return [e for e in edits if isinstance(e, dict)]
-
-
-def devices_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    return dicts(spec.get("devices"))
 
 
 def dicts(value: Any) -> list[dict[str, Any]]:
@@ -89,7 +86,7 @@ def _starts_with_digit(name: Any) -> bool:
 def minimum_version(spec: dict[str, Any]) -> str:
     """The lowest `cdiVersion` the reference library accepts for this content (docs/formats.md
     "CDI specs"): the version of the newest feature it uses."""
-    edits, devices = edits_of(spec), devices_of(spec)
+    edits, devices = edits_of(spec), dicts(spec.get("devices"))
     uses = (  # the version that introduced each feature a spec may use, newest first
         ("1.1.0", any(e.get("netDevices") for e in edits)),
         ("0.7.0", any(e.get("intelRdt") is not None or e.get("additionalGids") for e in edits)),
