@@ -110,22 +110,12 @@ class BaseSpec:
         found = []
         for device in dicts(self.spec.get("devices")):
             edits = device.get("containerEdits") or {}
-            nodes = _gpu_nodes(edits.get("deviceNodes") if isinstance(edits, dict) else None)
-            if len(nodes) == 1 and nodes[0] is not None:
-                found.append((nodes[0], str(device.get("name")), edits))
+            nodes = dicts(edits.get("deviceNodes") if isinstance(edits, dict) else None)
+            paths = [n["path"] for n in nodes if isinstance(n.get("path"), str)]
+            gpus = [int(m.group(1)) for p in paths if (m := _GPU_NODE.match(p))]
+            if len(gpus) == 1 and not any(p.startswith(_CAPS_NODE_PREFIX) for p in paths):
+                found.append((gpus[0], str(device.get("name")), edits))
         return found
-
-
-def _gpu_nodes(nodes: Any) -> list[int | None]:
-    """GPU minors of the GPU nodes, and None for each capability node."""
-    out: list[int | None] = []
-    for path in (n["path"] for n in dicts(nodes) if isinstance(n.get("path"), str)):
-        match = _GPU_NODE.match(path)
-        if match:
-            out.append(int(match.group(1)))
-        elif path.startswith(_CAPS_NODE_PREFIX):
-            out.append(None)
-    return out
 
 
 @dataclass(frozen=True)

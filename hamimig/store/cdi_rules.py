@@ -16,8 +16,8 @@ from typing import Any
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 """The versions the reference library accepts (0.1.0/0.2.0 predate the base features)."""
 
-_VENDOR_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_CLASS_RE = _VENDOR_RE
+_KIND_PART_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+"""A kind's vendor and its class alike."""
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 _ANNOTATION_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -107,13 +107,12 @@ def check_kind(kind: Any) -> list[str]:
     """Problems with a `vendor/class` kind (also for checking configuration early)."""
     if not isinstance(kind, str) or "/" not in kind:
         return [f"kind {kind!r} is not of the form vendor/class"]
-    vendor, cls = kind.split("/", 1)
-    problems = []
-    if not _VENDOR_RE.match(vendor):
-        problems.append(f"kind {kind!r}: invalid vendor {vendor!r}")
-    if not _CLASS_RE.match(cls):
-        problems.append(f"kind {kind!r}: invalid class {cls!r}")
-    return problems
+    parts = zip(("vendor", "class"), kind.split("/", 1), strict=True)
+    return [
+        f"kind {kind!r}: invalid {what} {part!r}"
+        for what, part in parts
+        if not _KIND_PART_RE.match(part)
+    ]
 
 
 def _unknown(obj: dict[str, Any], allowed: frozenset[str], where: str) -> list[str]:

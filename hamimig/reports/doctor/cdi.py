@@ -48,7 +48,10 @@ def check_cdi(
         directory, config.cdi_kind, config.cdi_annotations, base=lambda: node.cdi_base(config)
     )
     if not config.cdi_enabled:
-        ours = _names_or_none(cdi)
+        try:
+            ours = cdi.list_ours()
+        except (HamimigError, OSError):
+            ours = []
         if ours:
             left = f"cdi.enabled is false, yet {len(ours)} spec(s) of ours are in {directory}"
             hint = "remove them once no container uses them, or set cdi.enabled: true"
@@ -93,13 +96,6 @@ def _check_base(lookup: BaseLookup, live: Live) -> Check:
     covered = ", ".join(str(g.index) for g in enabled)
     gpus = f"; it describes GPU(s) {covered}" if covered else ""
     return ok("cdi-base", f"{base.path} (kind {base.kind}) is valid{gpus}")
-
-
-def _names_or_none(cdi: CdiStore) -> list[str]:
-    try:
-        return cdi.list_ours()
-    except (HamimigError, OSError):
-        return []
 
 
 def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
