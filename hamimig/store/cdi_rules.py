@@ -60,10 +60,6 @@ def first_of(problems: list[str], more: str = "more") -> str:
     return problems[0] + (f" (and {len(problems) - 1} {more})" if len(problems) > 1 else "")
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def edits_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The spec-level edits and every device's edits (whatever of them are objects)."""
     devices = dicts(spec.get("devices"))
@@ -75,24 +71,17 @@ def dicts(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _kind_class(kind: Any) -> str:
-    return kind.split("/", 1)[1] if isinstance(kind, str) and "/" in kind else ""
-
-
-def _starts_with_digit(name: Any) -> bool:
-    return isinstance(name, str) and name[:1].isdigit()
-
-
 def minimum_version(spec: dict[str, Any]) -> str:
     """The lowest `cdiVersion` the reference library accepts for this content (docs/formats.md
     "CDI specs"): the version of the newest feature it uses."""
-    edits, devices = edits_of(spec), dicts(spec.get("devices"))
+    edits, devices, kind = edits_of(spec), dicts(spec.get("devices")), spec.get("kind")
+    names = [d["name"] for d in devices if isinstance(d.get("name"), str)]
     uses = (  # the version that introduced each feature a spec may use, newest first
         ("1.1.0", any(e.get("netDevices") for e in edits)),
         ("0.7.0", any(e.get("intelRdt") is not None or e.get("additionalGids") for e in edits)),
         ("0.6.0", spec.get("annotations") or any(d.get("annotations") for d in devices)),
-        ("0.6.0", "." in _kind_class(spec.get("kind"))),
-        ("0.5.0", any(_starts_with_digit(d.get("name")) for d in devices)),
+        ("0.6.0", isinstance(kind, str) and "." in kind.partition("/")[2]),
+        ("0.5.0", any(name[:1].isdigit() for name in names)),
         ("0.5.0", any(n.get("hostPath") for e in edits for n in dicts(e.get("deviceNodes")))),
         ("0.4.0", any(m.get("type") for e in edits for m in dicts(e.get("mounts")))),
     )
@@ -296,7 +285,7 @@ def validate_spec(spec: Any) -> list[str]:
         problems.append(f"unknown cdiVersion {version!r} (known: {', '.join(KNOWN_VERSIONS)})")
     else:
         needed = minimum_version(spec)
-        if _version_key(version) < _version_key(needed):
+        if KNOWN_VERSIONS.index(version) < KNOWN_VERSIONS.index(needed):
             problems.append(f"cdiVersion {version} is too low: the content needs {needed}")
     problems += check_kind(spec.get("kind"))
     problems += _check_annotations(spec.get("annotations"), "spec")
