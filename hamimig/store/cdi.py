@@ -178,11 +178,6 @@ def device_node_paths(spec: Any) -> set[str]:
 class ForeignSpec(Exception):
     """A file at our spec name whose content is not the instance's spec: it is kept."""
 
-    def __init__(self, path: Path, why: str) -> None:
-        super().__init__(f"{path} is kept: it is not hamimig's spec of this instance ({why})")
-        self.path = path
-        self.why = why
-
 
 class CdiStore(StoreFiles):
     """The per-instance spec files in the CDI directory.
@@ -372,7 +367,8 @@ class CdiStore(StoreFiles):
             raise ValueError(f"{name} is not the name of a per-instance spec")
         why = self.not_ours(name, mig_uuid)
         if why is not None:
-            raise ForeignSpec(self.directory / name, why)
+            path = self.directory / name
+            raise ForeignSpec(f"{path} is kept: it is not hamimig's spec of this instance ({why})")
         return self.remove_named(FileOpName.CDI_REMOVE, name)
 
     def list_ours(self) -> list[str]:

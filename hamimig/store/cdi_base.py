@@ -256,10 +256,10 @@ def spec_files(dirs: Iterable[Path]) -> Iterator[tuple[Path, list[Path]]]:
         yield directory, [directory / n for n in names if n.endswith(SPEC_SUFFIXES)]
 
 
-def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]]:
-    """Every parsable spec file of an NVIDIA kind directly in `dirs`, and why the files that
-    could not be parsed were not (one of them may be NVIDIA's)."""
-    found: list[tuple[Path, Any]] = []
+def _candidates(dirs: Sequence[Path]) -> tuple[dict[str, list[tuple[Path, Any]]], list[str]]:
+    """Every parsable spec file of an NVIDIA kind directly in `dirs`, by kind, and why the
+    files that could not be parsed were not (one of them may be NVIDIA's)."""
+    found: dict[str, list[tuple[Path, Any]]] = {kind: [] for kind in BASE_KINDS}
     unreadable: list[str] = []
     for _, paths in spec_files(dirs):
         for path in paths:
@@ -271,7 +271,7 @@ def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]
                 unreadable.append(str(exc))
                 continue
             if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
-                found.append((path, spec))
+                found[spec["kind"]].append((path, spec))
     return found, unreadable
 
 
@@ -302,13 +302,12 @@ def _find(setting: str, dirs: Sequence[Path]) -> BaseSpec | None:
             raise UsageError(f"cdi.baseSpec: {exc}") from None
         return _validated(path, spec)
     found, unreadable = _candidates(dirs)
-    kinds = [k for k in BASE_KINDS if any(spec.get("kind") == k for _, spec in found)]
+    kinds = [kind for kind in BASE_KINDS if found[kind]]
     for kind in kinds:
-        same = [(path, spec) for path, spec in found if spec.get("kind") == kind]
         # Within one directory, two files defining the kind differently are a conflict
         # runtimes drop; across directories the later one wins (/var/run/cdi over /etc/cdi).
-        chosen_path, chosen = same[-1]
-        for path, spec in same:
+        chosen_path, chosen = found[kind][-1]
+        for path, spec in found[kind]:
             if path.parent == chosen_path.parent and canonical(spec) != canonical(chosen):
                 raise UsageError(
                     f"NVIDIA CDI specs {path} and {chosen_path} both define kind {kind}, "

@@ -83,19 +83,18 @@ def _check_base(lookup: BaseLookup, live: Live) -> Check:
     if lookup.base is None:
         code = HARDWARE if lookup.missing else UNVERIFIABLE
         return fail("cdi-base", lookup.problem or "no NVIDIA CDI spec", _GENERATE, code)
-    base = lookup.base
     lacking = []
     enabled = [g for g in live.gpus if g.mig_mode is MigMode.ENABLED]
     for gpu in enabled:
         try:
-            base.parent_edits(gpu.minor)
+            lookup.base.parent_edits(gpu.minor)
         except HamimigError as exc:
             lacking.append(f"GPU {gpu.index}: {exc.message}")
     if lacking:
         return fail("cdi-base", first_of(lacking), _GENERATE)
     covered = ", ".join(str(g.index) for g in enabled)
     gpus = f"; it describes GPU(s) {covered}" if covered else ""
-    return ok("cdi-base", f"{base.path} (kind {base.kind}) is valid{gpus}")
+    return ok("cdi-base", f"{lookup.base.path} (kind {lookup.base.kind}) is valid{gpus}")
 
 
 def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
