@@ -93,20 +93,52 @@ def spec_file_name(mig_uuid: str) -> str:
 
 
 def build_spec(
-    kind: str, dev: CdiDevice, annotations: dict[str, str] | None = None
+    kind: str,
+    dev: CdiDevice,
+    annotations: dict[str, str] | None = None,
+    base: BaseSpec | None = None,
 ) -> dict[str, Any]:
-    """The device-nodes-only spec (`cdi.baseSpec: none`), with the lowest `cdiVersion` its
+    """The spec of `dev`: one device, the instance's, declaring the lowest `cdiVersion` its
     content allows.
 
     The lowest version is what keeps the spec loadable by runtimes built on older libraries
     (Debian 12's stops at 0.5.0); annotations are therefore opt-in, since they force 0.6.0.
+
+    Without a base (`cdi.baseSpec: none`), device nodes only. With one, the spec HAMi would
+    compose: NVIDIA's common edits at spec level, and on the device the parent GPU's edits
+    (copied as they are) plus the GI and CI capability nodes. Nothing is added that the base
+    does not say: no `NVIDIA_VISIBLE_DEVICES=void` unless the base sets it, no type or numbers
+    on nodes the base lists by path only.
     """
-    nodes = (f"/dev/nvidia{dev.gpu_minor}", _cap(dev.gi_cap_minor), _cap(dev.ci_cap_minor))
-    control = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-    # NVIDIA_VISIBLE_DEVICES=void stops the NVIDIA runtime hook from injecting devices of its own
-    # on top of the ones this spec grants.
-    common = {"env": ["NVIDIA_VISIBLE_DEVICES=void"], "deviceNodes": [{"path": p} for p in control]}
-    return _spec(kind, dev, annotations, {"deviceNodes": [{"path": p} for p in nodes]}, common)
+    if base is None:
+        nodes = (f"/dev/nvidia{dev.gpu_minor}", _cap(dev.gi_cap_minor), _cap(dev.ci_cap_minor))
+        control = [{"path": f"/dev/{n}"} for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")]
+        # NVIDIA_VISIBLE_DEVICES=void stops the NVIDIA runtime hook from injecting devices of its
+        # own on top of the ones this spec grants.
+        common = {"env": ["NVIDIA_VISIBLE_DEVICES=void"], "deviceNodes": control}
+        edits = {"deviceNodes": [{"path": p} for p in nodes]}
+    elif dev.caps_major is None:
+        # Like a missing base spec: a usage problem of the node, so an existing spec is kept.
+        raise UsageError(
+            f"cannot compose the CDI spec of {dev.mig_uuid}: "
+            f"{dev.caps_problem or 'the nvidia-caps major is unknown'}"
+        )
+    else:
+        edits = base.parent_edits(dev.gpu_minor)
+        edits["deviceNodes"] = [
+            *edits.get("deviceNodes", []),
+            _cap_node(dev.gi_cap_minor, dev.caps_major, dev.gi_cap_mode),
+            _cap_node(dev.ci_cap_minor, dev.caps_major, dev.ci_cap_mode),
+        ]
+        common = base.common_edits()
+    device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
+    if annotations:
+        device["annotations"] = dict(annotations)
+    device["containerEdits"] = edits
+    body: dict[str, Any] = {"kind": kind, "devices": [device]}
+    if common:
+        body["containerEdits"] = common
+    return {"cdiVersion": minimum_version(body), **body}
 
 
 def _cap(minor: int) -> str:
@@ -118,49 +150,6 @@ def _cap_node(minor: int, major: int, mode: int | None) -> dict[str, Any]:
     if mode is not None:
         node["fileMode"] = mode
     return node
-
-
-def compose_spec(
-    kind: str, dev: CdiDevice, base: BaseSpec, annotations: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """The spec HAMi would compose: NVIDIA's common edits at spec level, and on the device the
-    parent GPU's edits (copied as they are) plus the GI and CI capability nodes.
-
-    Nothing is added that the base does not say: no `NVIDIA_VISIBLE_DEVICES=void` unless the
-    base sets it, no type or numbers on nodes the base lists by path only.
-    """
-    if dev.caps_major is None:
-        # Like a missing base spec: a usage problem of the node, so an existing spec is kept.
-        raise UsageError(
-            f"cannot compose the CDI spec of {dev.mig_uuid}: "
-            f"{dev.caps_problem or 'the nvidia-caps major is unknown'}"
-        )
-    edits = base.parent_edits(dev.gpu_minor)
-    edits["deviceNodes"] = [
-        *edits.get("deviceNodes", []),
-        _cap_node(dev.gi_cap_minor, dev.caps_major, dev.gi_cap_mode),
-        _cap_node(dev.ci_cap_minor, dev.caps_major, dev.ci_cap_mode),
-    ]
-    return _spec(kind, dev, annotations, edits, base.common_edits())
-
-
-def _spec(
-    kind: str,
-    dev: CdiDevice,
-    annotations: dict[str, str] | None,
-    edits: dict[str, Any],
-    common: dict[str, Any],
-) -> dict[str, Any]:
-    """One device, the instance's, with `edits` (and `common` at spec level when there are
-    any), declaring the lowest `cdiVersion` its content allows."""
-    device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
-    if annotations:
-        device["annotations"] = dict(annotations)
-    device["containerEdits"] = edits
-    body: dict[str, Any] = {"kind": kind, "devices": [device]}
-    if common:
-        body["containerEdits"] = common
-    return {"cdiVersion": minimum_version(body), **body}
 
 
 def device_node_paths(spec: Any) -> set[str]:
@@ -234,10 +223,8 @@ class CdiStore(StoreFiles):
             raise HardwareError(f"invalid device minors {minors} for {dev.mig_uuid}")
         annotations = dev.annotations() if self.annotations else None
         lookup = self.lookup()
-        if lookup.composes:
-            spec = compose_spec(self.kind, dev, lookup.require(), annotations)
-        else:
-            spec = build_spec(self.kind, dev, annotations)
+        base = lookup.require() if lookup.composes else None
+        spec = build_spec(self.kind, dev, annotations, base)
         problems = validate_spec(spec)
         if problems:
             raise HardwareError(
