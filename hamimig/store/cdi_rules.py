@@ -154,13 +154,9 @@ def _check_objects(
         return []
     if not isinstance(value, list):
         return [f"{where} must be a list"]
-    problems = [
-        f"{where}[{i}] must be an object" for i, v in enumerate(value) if not isinstance(v, dict)
-    ]
-    for i, item in enumerate(value):
-        if isinstance(item, dict):
-            problems += check(item, f"{where}[{i}]")
-    return problems
+    items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    problems = [f"{at} must be an object" for at, item in items if not isinstance(item, dict)]
+    return problems + [p for at, item in items if isinstance(item, dict) for p in check(item, at)]
 
 
 def _missing(obj: dict[str, Any], keys: tuple[str, ...], where: str) -> list[str]:
@@ -254,11 +250,10 @@ def _check_edits(edits: Any, where: str) -> tuple[list[str], bool]:
     ):
         problems += _check_objects(edits.get(key), f"{where}.{key}", check)
     rdt = edits.get("intelRdt")
-    if rdt is not None:
-        if isinstance(rdt, dict):
-            problems += _unknown(rdt, _RDT_FIELDS, f"{where}.intelRdt")
-        else:
-            problems.append(f"{where}.intelRdt must be an object")
+    if isinstance(rdt, dict):
+        problems += _unknown(rdt, _RDT_FIELDS, f"{where}.intelRdt")
+    elif rdt is not None:
+        problems.append(f"{where}.intelRdt must be an object")
     gids = edits.get("additionalGids")
     if gids is not None and (
         not isinstance(gids, list) or not all(_is_int(g) and g >= 0 for g in gids)
@@ -283,10 +278,8 @@ def validate_spec(spec: Any) -> list[str]:
     version = spec.get("cdiVersion")
     if not isinstance(version, str) or version not in KNOWN_VERSIONS:
         problems.append(f"unknown cdiVersion {version!r} (known: {', '.join(KNOWN_VERSIONS)})")
-    else:
-        needed = minimum_version(spec)
-        if KNOWN_VERSIONS.index(version) < KNOWN_VERSIONS.index(needed):
-            problems.append(f"cdiVersion {version} is too low: the content needs {needed}")
+    elif KNOWN_VERSIONS.index(version) < KNOWN_VERSIONS.index(needed := minimum_version(spec)):
+        problems.append(f"cdiVersion {version} is too low: the content needs {needed}")
     problems += check_kind(spec.get("kind"))
     problems += _check_annotations(spec.get("annotations"), "spec")
     devices = spec.get("devices")

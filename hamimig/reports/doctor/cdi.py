@@ -118,9 +118,8 @@ def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
     if not os.access(path, os.W_OK | os.X_OK):
         return fail("cdi-dir", f"{path} is not writable by uid {os.getuid()}", fix, HARDWARE), True
     try:
-        fd, temp = tempfile.mkstemp(prefix=DOCTOR_TEMP_PREFIX, dir=path)
-        os.close(fd)
-        os.unlink(temp)
+        with tempfile.NamedTemporaryFile(prefix=DOCTOR_TEMP_PREFIX, dir=path):
+            pass  # created, then removed
     except OSError as exc:
         return fail("cdi-dir", f"cannot create a file in {path}: {why(exc)}", fix, HARDWARE), True
     return ok("cdi-dir", f"{path} is writable"), True
@@ -264,10 +263,9 @@ def _check_conflicts(
         for p in unreadable_specs(cdi, scan)
     ]
     for qualified, own, others in cdi_conflicts(cdi, records, scan):
-        same_dir = [p for p in others if p.parent == own.parent]
         effect = (
             "runtimes drop it from both files, so pods given it cannot start"
-            if same_dir
+            if any(p.parent == own.parent for p in others)
             else "the directory a runtime ranks higher shadows the other"
         )
         listed = ", ".join(str(p) for p in others)
