@@ -323,10 +323,9 @@ class CdiStore(StoreFiles):
         wanted = self.subject(name) if mig_uuid is None else device_name(mig_uuid)
         if found.get("kind") != self.kind:
             return f"its kind is {found.get('kind')!r}, not {self.kind!r}"
-        devices = found.get("devices")
-        if not isinstance(devices, list) or len(devices) != 1 or not isinstance(devices[0], dict):
-            count = len(devices) if isinstance(devices, list) else 0
-            return f"it defines {count} devices, not exactly one"
+        devices = found["devices"] if isinstance(found.get("devices"), list) else []
+        if len(devices) != 1 or not isinstance(devices[0], dict):
+            return f"it defines {len(devices)} devices, not exactly one"
         device = devices[0]
         if device.get("name") != wanted:
             return f"its device is {device.get('name')!r}, not {wanted!r}"

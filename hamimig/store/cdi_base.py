@@ -64,10 +64,19 @@ def canonical(value: Any) -> str:
 
 @dataclass(frozen=True)
 class BaseSpec:
-    """A valid NVIDIA spec and the file it came from."""
+    """A valid NVIDIA spec and the file it came from: a spec runtimes reject is a usage error
+    naming the file and the first problem."""
 
     path: Path
     spec: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        problems = validate_spec(self.spec)
+        if problems:
+            raise UsageError(
+                f"NVIDIA CDI spec {self.path} is invalid: {first_of(problems)}; runtimes reject "
+                f"it, so no instance spec is composed from it: {GENERATE_HINT}"
+            )
 
     @property
     def kind(self) -> str:
@@ -227,18 +236,6 @@ def _count_values(document: Any) -> None:
             stack.extend(value)
 
 
-def _validated(path: Path, spec: Any) -> BaseSpec:
-    """The spec as a base, or a usage error naming the file and the first problem."""
-    problems = validate_spec(spec)
-    if problems:
-        raise UsageError(
-            f"NVIDIA CDI spec {path} is invalid: {first_of(problems)}; runtimes reject it, so "
-            f"no instance spec is composed from it: {GENERATE_HINT}"
-        )
-    assert isinstance(spec, dict)
-    return BaseSpec(path, spec)
-
-
 def spec_files(dirs: Iterable[Path]) -> Iterator[tuple[Path, list[Path]]]:
     """Each CDI directory of `dirs` once (the same real directory under two names is searched
     once), with the spec files in it by name, as runtimes find them; a directory that is absent
@@ -279,10 +276,8 @@ def find_base(setting: str, dirs: Sequence[Path]) -> BaseLookup:
     """Look the base spec up as `cdi.baseSpec` says; never raises (the problem is kept)."""
     try:
         return BaseLookup(setting, _find(setting, dirs))
-    except _Missing as exc:
-        return BaseLookup(setting, None, exc.message, missing=True)
     except UsageError as exc:
-        return BaseLookup(setting, None, exc.message)
+        return BaseLookup(setting, None, exc.message, missing=isinstance(exc, _Missing))
 
 
 class _Missing(UsageError):
@@ -300,7 +295,7 @@ def _find(setting: str, dirs: Sequence[Path]) -> BaseSpec | None:
             spec = read_spec_file(path)
         except ValueError as exc:
             raise UsageError(f"cdi.baseSpec: {exc}") from None
-        return _validated(path, spec)
+        return BaseSpec(path, spec)
     found, unreadable = _candidates(dirs)
     kinds = [kind for kind in BASE_KINDS if found[kind]]
     for kind in kinds:
@@ -313,7 +308,7 @@ def _find(setting: str, dirs: Sequence[Path]) -> BaseSpec | None:
                     f"NVIDIA CDI specs {path} and {chosen_path} both define kind {kind}, "
                     "differently: runtimes drop the devices they both define; keep one"
                 )
-        base = _validated(chosen_path, chosen)
+        base = BaseSpec(chosen_path, chosen)
         if not base.gpu_minors() and kind != kinds[-1]:
             continue  # only MIG entries (the device plugin's MIG strategy): no GPU to copy
         return base
