@@ -220,20 +220,19 @@ def _strict_yaml(text: str) -> str:
 def _count_values(document: Any) -> None:
     """Refuse a document that expands past `MAX_SPEC_NODES` values (shared subtrees counted
     every time they appear, as serializing them would; a cycle never ends, so it is refused)."""
-    budget = MAX_SPEC_NODES
     stack = [document]
-    while stack:
-        budget -= 1
-        if budget < 0:
-            raise ValueError(
-                f"the document expands to more than {MAX_SPEC_NODES} values (YAML aliases?)"
-            )
+    for _ in range(MAX_SPEC_NODES):
+        if not stack:
+            return
         value = stack.pop()
         if isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
+            stack += [*value, *value.values()]
         elif isinstance(value, list):
-            stack.extend(value)
+            stack += value
+    if stack:
+        raise ValueError(
+            f"the document expands to more than {MAX_SPEC_NODES} values (YAML aliases?)"
+        )
 
 
 def spec_files(dirs: Iterable[Path]) -> Iterator[tuple[Path, list[Path]]]:
