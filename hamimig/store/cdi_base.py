@@ -84,8 +84,7 @@ class BaseSpec:
 
     def common_edits(self) -> dict[str, Any]:
         """The spec-level edits (driver mounts, hooks, control nodes), copied."""
-        edits = self.spec.get("containerEdits")
-        return copy.deepcopy(edits) if isinstance(edits, dict) else {}
+        return copy.deepcopy(self.spec.get("containerEdits") or {})  # valid: an object or none
 
     def parent_edits(self, gpu_minor: int) -> dict[str, Any]:
         """The edits of the device entry that stands for GPU `gpu_minor` alone, copied.

@@ -260,10 +260,7 @@ def _check_edits(edits: Any, where: str) -> tuple[list[str], bool]:
     ):
         problems.append(f"{where}.additionalGids must be a list of non-negative integers")
     problems += _check_objects(edits.get("netDevices"), f"{where}.netDevices", _check_netdev)
-    empty = not any(edits.get(k) for k in _EDITS_FIELDS if k != "intelRdt") and (
-        edits.get("intelRdt") is None
-    )
-    return problems, empty
+    return problems, not any(edits.get(k) for k in _EDITS_FIELDS - {"intelRdt"}) and rdt is None
 
 
 def validate_spec(spec: Any) -> list[str]:
