@@ -256,17 +256,16 @@ def _candidates(dirs: Sequence[Path]) -> tuple[dict[str, list[tuple[Path, Any]]]
     files that could not be parsed were not (one of them may be NVIDIA's)."""
     found: dict[str, list[tuple[Path, Any]]] = {kind: [] for kind in BASE_KINDS}
     unreadable: list[str] = []
-    for _, paths in spec_files(dirs):
-        for path in paths:
-            if path.name.startswith(OWN_SPEC_PREFIX):
-                continue
-            try:
-                spec = read_spec_file(path)
-            except ValueError as exc:
-                unreadable.append(str(exc))
-                continue
-            if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
-                found[spec["kind"]].append((path, spec))
+    for path in (path for _, paths in spec_files(dirs) for path in paths):
+        if path.name.startswith(OWN_SPEC_PREFIX):
+            continue
+        try:
+            spec = read_spec_file(path)
+        except ValueError as exc:
+            unreadable.append(str(exc))
+            continue
+        if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
+            found[spec["kind"]].append((path, spec))
     return found, unreadable
 
 
