@@ -26,8 +26,6 @@ from hamimig.store.files import FileOp, Problem, StoreFiles, describe_entry, no_
 from hamimig.vocabulary import FileOpName
 
 DEFAULT_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
-SPEC_MODE = 0o644
-CDI_DIR_MODE = 0o755
 SPEC_PREFIX = "hami-dynamic-mig-mig-"
 SPEC_SUFFIX = ".json"
 # HAMi's device annotations: its plugin identifies a dynamic MIG spec by `hami.io/mig-uuid` on
@@ -177,8 +175,8 @@ class CdiStore(StoreFiles):
 
     store = "cdi-spec"
     prefix, suffix = SPEC_PREFIX, SPEC_SUFFIX
-    file_mode = SPEC_MODE
-    dir_mode = CDI_DIR_MODE
+    file_mode = 0o644
+    dir_mode = 0o755
 
     def __init__(
         self,

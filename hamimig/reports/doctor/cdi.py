@@ -37,8 +37,6 @@ from hamimig.store.files import Problem
 from hamimig.store.records import Record, forget_name
 from hamimig.vocabulary import State
 
-DOCTOR_TEMP_PREFIX = ".hamimig-doctor-"
-
 
 def check_cdi(
     node: Node, config: Config, live: Live, durable: Durable | None, dirs: Sequence[Path]
@@ -118,7 +116,7 @@ def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
     if not os.access(path, os.W_OK | os.X_OK):
         return fail("cdi-dir", f"{path} is not writable by uid {os.getuid()}", fix, HARDWARE), True
     try:
-        with tempfile.NamedTemporaryFile(prefix=DOCTOR_TEMP_PREFIX, dir=path):
+        with tempfile.NamedTemporaryFile(prefix=".hamimig-doctor-", dir=path):
             pass  # created, then removed
     except OSError as exc:
         return fail("cdi-dir", f"cannot create a file in {path}: {why(exc)}", fix, HARDWARE), True
