@@ -278,11 +278,12 @@ def problem(exc: ValidationError) -> str:
 
 
 class SimNvmlFailure(Exception):
-    """A simulated NVML call fails with this NVML error code (turned into pynvml's class)."""
+    """A simulated NVML call fails with this NVML error (a key of `NVML_ERROR_CODES`, turned
+    into pynvml's class)."""
 
-    def __init__(self, code: int, detail: str = "") -> None:
-        super().__init__(detail or f"NVML error {code}")
-        self.code = code
+    def __init__(self, error: str, detail: str = "") -> None:
+        super().__init__(detail or f"NVML error {NVML_ERROR_CODES[error]}")
+        self.error = error
         self.detail = detail
 
 
@@ -671,13 +672,13 @@ def profile_of(gpu: SimGpu, profile_id: int) -> ProfileSpec:
     """The GPU's GI profile with this ID; INVALID_ARGUMENT, as NVML answers, otherwise."""
     spec = model_of(gpu).profile_by_id(profile_id)
     if spec is None:
-        raise SimNvmlFailure(NVML_ERROR_CODES["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
+        raise SimNvmlFailure("INVALID_ARGUMENT", f"no profile ID {profile_id}")
     return spec
 
 
 def require_mig(gpu: SimGpu) -> None:
     if not gpu.mig_enabled:
-        raise SimNvmlFailure(NVML_ERROR_CODES["NOT_SUPPORTED"], "MIG mode is disabled")
+        raise SimNvmlFailure("NOT_SUPPORTED", "MIG mode is disabled")
 
 
 def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
@@ -692,11 +693,10 @@ def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
         preferred = [1 if start == 0 else 2, 2 if start == 0 else 1]
     elif size == MEMORY_SLICES:
         preferred = [0]
-    candidates: list[int] = [*preferred, *range(1, MINORS_GIS)]
-    for candidate in candidates:
+    for candidate in (*preferred, *range(1, MINORS_GIS)):
         if candidate not in used:
             return candidate
-    raise SimNvmlFailure(NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"], "no free GI ID")
+    raise SimNvmlFailure("INSUFFICIENT_RESOURCES", "no free GI ID")
 
 
 def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
@@ -704,22 +704,15 @@ def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
     require_mig(gpu)
     profile = profile_of(gpu, profile_id)
     if start not in profile.starts:
-        raise SimNvmlFailure(
-            NVML_ERROR_CODES["INVALID_ARGUMENT"],
-            f"{start} is not a legal start for {profile.name}",
-        )
+        raise SimNvmlFailure("INVALID_ARGUMENT", f"{start} is not a legal start for {profile.name}")
     for gi in gpu.gis:
         if gi.overlaps(start, profile.size):
-            raise SimNvmlFailure(
-                NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"],
-                f"placement {start}:{profile.size} overlaps GI {gi.id} at {gi.start}:{gi.size}",
-            )
+            where = f"{start}:{profile.size} overlaps GI {gi.id} at {gi.start}:{gi.size}"
+            raise SimNvmlFailure("INSUFFICIENT_RESOURCES", f"placement {where}")
     same = sum(1 for gi in gpu.gis if gi.profile_id == profile_id)
     if same >= profile.max_instances:
-        raise SimNvmlFailure(
-            NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"],
-            f"{profile.name} allows at most {profile.max_instances} instance(s)",
-        )
+        most = f"{profile.name} allows at most {profile.max_instances} instance(s)"
+        raise SimNvmlFailure("INSUFFICIENT_RESOURCES", most)
     gi_id = gi_id_for(gpu, profile.size, start)
     gi = SimGi(id=gi_id, profile_id=profile_id, start=start, size=profile.size, cis=[])
     gpu.gis.append(gi)
@@ -742,12 +735,10 @@ def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int, old_uuid: bool = False
     """`old_uuid`: name it as drivers before R470 do, by its place (`NodeState.old_mig_uuids`)."""
     offered = ci_profiles_of(gpu, gi)
     if ci_profile_id not in offered:
-        raise SimNvmlFailure(
-            NVML_ERROR_CODES["NOT_SUPPORTED"], f"CI profile {ci_profile_id} not offered"
-        )
+        raise SimNvmlFailure("NOT_SUPPORTED", f"CI profile {ci_profile_id} not offered")
     used = sum(offered.get(ci.profile_id, 0) for ci in gi.cis)
     if used + offered[ci_profile_id] > gi_slices(gpu, gi):
-        raise SimNvmlFailure(NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"], "GI has no free slices")
+        raise SimNvmlFailure("INSUFFICIENT_RESOURCES", "GI has no free slices")
     taken = {ci.id for ci in gi.cis}
     ci_id = next(i for i in range(MINORS_CIS) if i not in taken)
     # A fresh random UUID every time, so a recreated instance never passes for the old one;
@@ -761,16 +752,16 @@ def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int, old_uuid: bool = False
 
 def destroy_ci(gi: SimGi, ci: SimCi) -> None:
     if ci.busy:
-        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "processes run on this instance")
+        raise SimNvmlFailure("IN_USE", "processes run on this instance")
     gi.cis.remove(ci)
 
 
 def destroy_gi(gpu: SimGpu, gi: SimGi) -> None:
     """A GI goes only when it has no CI and no client holds it (NVML: destroy CIs first)."""
     if gi.cis:
-        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "GI still has compute instances")
+        raise SimNvmlFailure("IN_USE", "GI still has compute instances")
     if gi.held:
-        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "a client holds this GI")
+        raise SimNvmlFailure("IN_USE", "a client holds this GI")
     gpu.gis.remove(gi)
 
 
@@ -805,5 +796,4 @@ def held_gi(state: NodeState, mig_uuid: str) -> SimGi | None:
 
 def as_hardware_error(exc: SimNvmlFailure, what: str) -> HardwareError:
     """The simulated hardware refused an operator's change, as NVML would have."""
-    name = next((n for n, c in NVML_ERROR_CODES.items() if c == exc.code), str(exc.code))
-    return HardwareError(f"{what} failed: NVML {name}: {exc.detail}")
+    return HardwareError(f"{what} failed: NVML {exc.error}: {exc.detail}")
