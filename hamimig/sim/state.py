@@ -693,7 +693,7 @@ def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
         preferred = [1 if start == 0 else 2, 2 if start == 0 else 1]
     elif size == MEMORY_SLICES:
         preferred = [0]
-    for candidate in [*preferred, *range(1, MINORS_GIS)]:
+    for candidate in preferred + list(range(1, MINORS_GIS)):
         if candidate not in used:
             return candidate
     raise SimNvmlFailure("INSUFFICIENT_RESOURCES", "no free GI ID")
