@@ -422,13 +422,12 @@ class SimStore:
         except UnicodeDecodeError:
             raise UsageError(f"simulated node {self.path} is not UTF-8 text") from None
 
-    def _document(self, raw: str | None = None) -> Document:
-        if self.path is None:
+    def _document(self, raw: str | None) -> Document:
+        """The document `raw` holds, or (None) the one in memory."""
+        if raw is None:
             if self._memory is None:
                 raise UsageError("the in-memory simulated node was never initialised")
             return self._memory
-        if raw is None:
-            raw = self._raw()
         try:
             doc = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -461,15 +460,17 @@ class SimStore:
             _remember(path, raw, state)
         return state
 
-    def _write_document(self, doc: Document, state: NodeState | None = None) -> None:
+    def save_now(self, state: NodeState) -> None:
+        """Write the state (with this process's counts) now: at the end of a session that
+        changed it, or inside one before a simulated crash."""
         # No fsync: the simulator stands for a GPU, not for a disk; a kill -9 of the process
         # never loses what reached the page cache, which is all crash faults need.
-        self._merge(doc.setdefault("calls", {}))
+        self._merge(state.calls)
+        doc = state.to_json()
         if self.path is None:
-            if self._memory is not doc:
-                assert self._memory is not None
-                self._memory.clear()
-                self._memory.update(doc)
+            assert self._memory is not None
+            self._memory.clear()  # in place: whoever gave the document sees the node
+            self._memory.update(doc)
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         text = json.dumps(doc, sort_keys=True)  # no indent: C's encoder, 5x Python's
@@ -481,10 +482,7 @@ class SimStore:
             # The state in memory may differ from the file now: never serve it again.
             _PARSED.pop(self.path, None)
             raise
-        if state is None:
-            _PARSED.pop(self.path, None)
-        else:
-            _remember(self.path, text, state)
+        _remember(self.path, text, state)
 
     def _guard(self) -> contextlib.AbstractContextManager[None]:
         """The node's lock; nothing to lock for a node held in memory."""
@@ -511,7 +509,7 @@ class SimStore:
                 if session.dirty:
                     self.save_now(session.state)
                 elif self.path is None:
-                    self._merge(self._document()["calls"])
+                    self._merge(self._document(None)["calls"])
                 elif before is not None and session.state.to_json() != before:
                     _PARSED.pop(self.path, None)
                     raise AssertionError("a read-only simulated call changed the node's state")
@@ -522,12 +520,6 @@ class SimStore:
         with self.session() as session:
             session.dirty = True
             yield session.state
-
-    def save_now(self, state: NodeState) -> None:
-        """Write the state (with this process's counts) now: at the end of a session that
-        changed it, or inside one before a simulated crash."""
-        self._merge(state.calls)
-        self._write_document(state.to_json(), state)
 
     def publish_counts(self) -> None:
         """`flush` where the node can be written (at `nvmlShutdown`). The counts are
