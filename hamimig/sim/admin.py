@@ -77,8 +77,7 @@ def sim_init(path: Path, model: str, count: int, driver_version: str = DRIVER_VE
 
 
 def sim_show(path: Path) -> Change:
-    store = SimStore(path)
-    return Change(store, "")
+    return Change(SimStore(path), "")
 
 
 def sim_create(

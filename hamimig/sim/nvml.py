@@ -9,6 +9,7 @@ failed or crashed by an injected fault, and is one locked read-modify-write of t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import types
@@ -199,12 +200,11 @@ class SimNvml:
         return gpu, *found
 
     def _gpu_of(self, handle: Any) -> int | None:
-        if handle is None or isinstance(handle, (str, bytes)):  # a UUID names no GPU index
+        if isinstance(handle, (str, bytes)):  # a UUID names no GPU index
             return None
-        try:
+        with contextlib.suppress(SimNvmlFailure):  # a null handle names none either
             return _decode(handle)[1]
-        except SimNvmlFailure:
-            return None
+        return None
 
     def _handle(self, kind: int, gpu: int, gi: int = 0, ci: int = 0) -> Any:
         instances = {_GI: self._nv.c_nvmlGpuInstance_t, _CI: self._nv.c_nvmlComputeInstance_t}
@@ -471,20 +471,13 @@ class SimNvml:
 
     @_nvml
     def nvmlGpuInstanceGetComputeInstances(
-        self,
-        state: NodeState,
-        gpuInstance: Any,
-        profileId: int,
-        computeInstancesRef: Any,
-        countRef: Any,
+        self, state: NodeState, gpuInstance: Any, profileId: int, cisRef: Any, countRef: Any
     ) -> int:
         gpu, gi = self._gi(state, gpuInstance)
         items = [
-            self._handle(_CI, gpu.index, gi.id, ci.id)
-            for ci in gi.cis
-            if ci.profile_id == profileId
+            self._handle(_CI, gpu.index, gi.id, c.id) for c in gi.cis if c.profile_id == profileId
         ]
-        return self._fill_array(computeInstancesRef, countRef, items)
+        return self._fill_array(cisRef, countRef, items)
 
     @_nvml
     def nvmlGpuInstanceGetComputeInstanceById(

@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import operator
 import os
@@ -316,34 +317,26 @@ class SimStore:
         self.path = path
         self._memory = state
         self._pending: dict[str, int] = {}
-        self._files: NodeFiles | None = None
-        self._lock: Path | None = None
         if path is not None:
             _LIVE.add(self)
 
-    @property
+    @functools.cached_property
     def lock_path(self) -> Path:
         """In the node's home, with everything else of it; beside the file for a node made
         before homes."""
         assert self.path is not None
-        if self._lock is None:
-            home = recorded_home(self.path)
-            if home is None and not self.path.exists():
-                home = self.path.name + HOME_SUFFIX  # the node `create` is about to make
-            self._lock = (
-                self.path.with_name(self.path.name + ".lock")
-                if home is None
-                else self.path.parent / home / LOCK_FILE
-            )
-        return self._lock
+        home = recorded_home(self.path)
+        if home is None and not self.path.exists():
+            home = self.path.name + HOME_SUFFIX  # the node `create` is about to make
+        if home is None:
+            return self.path.with_name(self.path.name + ".lock")
+        return self.path.parent / home / LOCK_FILE
 
-    @property
+    @functools.cached_property
     def files(self) -> NodeFiles | None:
         """The driver's and NVIDIA's files of the simulated node (read once: only `create`
         changes where they are)."""
-        if self.path is not None and self._files is None:
-            self._files = NodeFiles.of(self.path)
-        return self._files
+        return None if self.path is None else NodeFiles.of(self.path)
 
     def create(self, state: NodeState) -> None:
         """Write a fresh node (and the driver's and NVIDIA's files), replacing any previous one."""
@@ -355,12 +348,12 @@ class SimStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Not group-writable whatever the umask: the state directory's parent (`safety`).
         home.mkdir(mode=0o755, exist_ok=True)
-        self._lock = home / LOCK_FILE
+        self.lock_path = home / LOCK_FILE
         with self._locked(made=False):
             self._pending.clear()  # counts of the node this one replaces
             self.save_now(state)
-        self._files = NodeFiles.within(home)
-        write_node_files(self._files, [g.to_json() for g in state.gpus], state.driver_version)
+        self.files = NodeFiles.within(home)
+        write_node_files(self.files, [g.to_json() for g in state.gpus], state.driver_version)
 
     def publish_capability(self, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> None:
         """Write the `access` file the driver publishes for a new GI or CI (file-backed only)."""
