@@ -199,6 +199,12 @@ class SimNvml:
             raise SimNvmlFailure("INVALID_ARGUMENT", "stale handle")
         return gpu, *found
 
+    def _device(self, state: NodeState, handle: Any) -> tuple[SimGpu, SimGi | None, SimCi | None]:
+        """What a GPU's or a MIG device's handle names: the GPU, and a MIG device's GI and CI."""
+        if _decode(handle)[0] == _MIG:
+            return self._ci(state, handle, _MIG)
+        return self._device_gpu(state, handle), None, None
+
     def _gpu_of(self, handle: Any) -> int | None:
         if isinstance(handle, (str, bytes)):  # a UUID names no GPU index
             return None
@@ -263,17 +269,14 @@ class SimNvml:
 
     @_nvml
     def nvmlDeviceGetUUID(self, state: NodeState, handle: Any) -> str:
-        if _decode(handle)[0] == _MIG:
-            return self._ci(state, handle, _MIG)[2].mig_uuid
-        return self._device_gpu(state, handle).uuid
+        gpu, _, ci = self._device(state, handle)
+        return gpu.uuid if ci is None else ci.mig_uuid
 
     @_nvml
     def nvmlDeviceGetName(self, state: NodeState, handle: Any) -> str:
-        if _decode(handle)[0] == _MIG:
-            gpu, gi, _ = self._ci(state, handle, _MIG)
-            profile = profile_of(gpu, gi.profile_id)
-            return f"{model_of(gpu).nvml_name} MIG {profile.name}"
-        return model_of(self._device_gpu(state, handle)).nvml_name
+        gpu, gi, _ = self._device(state, handle)
+        name = model_of(gpu).nvml_name
+        return name if gi is None else f"{name} MIG {profile_of(gpu, gi.profile_id).name}"
 
     @_nvml
     def nvmlDeviceGetMinorNumber(self, state: NodeState, handle: Any) -> int:
@@ -287,12 +290,8 @@ class SimNvml:
     def _processes(self, state: NodeState, handle: Any, kind: BusyKind) -> list[Any]:
         """The processes of one kind (`sim busy --kind`) on a MIG device, or on every MIG device
         of a GPU for a GPU handle; each kind's process has its own PID."""
-        if _decode(handle)[0] == _MIG:
-            gpu, gi, ci = self._ci(state, handle, _MIG)
-            pairs = [(gi, ci)]
-        else:
-            gpu = self._device_gpu(state, handle)
-            pairs = mig_devices(gpu)
+        gpu, gi, ci = self._device(state, handle)
+        pairs = mig_devices(gpu) if gi is None or ci is None else [(gi, ci)]
         pid = _PROCESS_PID_BASE * (1 + list(BusyKind).index(kind)) + gpu.index * 1000
         return [
             self._nv.nvmlFriendlyObject(

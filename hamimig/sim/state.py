@@ -39,7 +39,7 @@ from pydantic import (
     model_validator,
 )
 
-from hamimig.errors import HardwareError, UsageError
+from hamimig.errors import UsageError
 from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES
 from hamimig.model import Model
 from hamimig.sim.files import (
@@ -705,13 +705,9 @@ def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
     return gi
 
 
-def gi_slices(gpu: SimGpu, gi: SimGi) -> int:
-    return profile_of(gpu, gi.profile_id).slice_count
-
-
 def ci_profiles_of(gpu: SimGpu, gi: SimGi) -> dict[int, int]:
     """CI profile ID -> compute slices offered by a GI (7g offers 1,2,3,4,7c; 4g 1,2,4c; ...)."""
-    slices = gi_slices(gpu, gi)
+    slices = profile_of(gpu, gi.profile_id).slice_count
     offered = {1: (1,), 2: (1, 2), 3: (1, 2, 3), 4: (1, 2, 4), 7: (1, 2, 3, 4, 7)}[slices]
     return {FULL_CI_PROFILE_BY_SLICES[s]: s for s in offered}
 
@@ -722,7 +718,7 @@ def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int, old_uuid: bool = False
     if ci_profile_id not in offered:
         raise SimNvmlFailure("NOT_SUPPORTED", f"CI profile {ci_profile_id} not offered")
     used = sum(offered.get(ci.profile_id, 0) for ci in gi.cis)
-    if used + offered[ci_profile_id] > gi_slices(gpu, gi):
+    if used + offered[ci_profile_id] > max(offered.values()):  # the GI's own slices
         raise SimNvmlFailure("INSUFFICIENT_RESOURCES", "GI has no free slices")
     taken = {ci.id for ci in gi.cis}
     ci_id = next(i for i in range(MINORS_CIS) if i not in taken)
@@ -755,30 +751,3 @@ def mig_devices(gpu: SimGpu) -> list[tuple[SimGi, SimCi]]:
     if not gpu.mig_enabled:
         return []
     return [(gi, ci) for gi in gpu.gis for ci in gi.cis]
-
-
-def find_gpu(state: NodeState, ref: str | int) -> SimGpu:
-    """A GPU by NVML index or UUID; `UsageError` names what was asked for."""
-    text = str(ref)
-    for gpu in state.gpus:
-        if text == gpu.uuid or (text.isdigit() and int(text) == gpu.index):
-            return gpu
-    raise UsageError(f"no GPU {text!r} on the simulated node (it has {len(state.gpus)} GPU(s))")
-
-
-def find_mig(state: NodeState, mig_uuid: str) -> tuple[SimGpu, SimGi, SimCi]:
-    pairs = ((gpu, gi, ci) for gpu in state.gpus for gi in gpu.gis for ci in gi.cis)
-    found = next((pair for pair in pairs if pair[2].mig_uuid == mig_uuid), None)
-    if found is not None:
-        return found
-    raise UsageError(f"no MIG instance {mig_uuid} on the simulated node")
-
-
-def held_gi(state: NodeState, mig_uuid: str) -> SimGi | None:
-    """The GI a client holds on behalf of `mig_uuid` (`sim busy --gi-only`), CI or not."""
-    return next((gi for gpu in state.gpus for gi in gpu.gis if gi.held_for == mig_uuid), None)
-
-
-def as_hardware_error(exc: SimNvmlFailure, what: str) -> HardwareError:
-    """The simulated hardware refused an operator's change, as NVML would have."""
-    return HardwareError(f"{what} failed: NVML {exc.error}: {exc.detail}")
