@@ -147,11 +147,7 @@ def sim_create(
 
 
 def sim_busy(
-    path: Path,
-    mig_uuid: str,
-    gi_only: bool,
-    clear: bool,
-    kind: BusyKind | None = None,
+    path: Path, mig_uuid: str, gi_only: bool, clear: bool, kind: BusyKind | None = None
 ) -> Change:
     """Mark processes of `kind` (compute unless given) on an instance, or a client holding its
     GI (`gi_only`); `clear` removes the mark of `kind`, or every mark when no kind is given."""
@@ -243,13 +239,7 @@ def sim_mig_mode(path: Path, gpu_ref: str, enable: bool, pending_only: bool) -> 
 
 
 def sim_fault_add(
-    path: Path,
-    op: str,
-    error: str | None,
-    action: str,
-    times: int,
-    skip: int,
-    gpu_ref: str | None,
+    path: Path, op: str, error: str | None, action: str, times: int, skip: int, gpu_ref: str | None
 ) -> Change:
     store = SimStore(path)
     with store.edit() as state:

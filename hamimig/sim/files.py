@@ -150,11 +150,7 @@ def _hook(*args: str) -> dict[str, Any]:
 
 
 def _mount(path: str) -> dict[str, Any]:
-    return {
-        "hostPath": path,
-        "containerPath": path,
-        "options": ["ro", "nosuid", "nodev", "bind"],
-    }
+    return {"hostPath": path, "containerPath": path, "options": ["ro", "nosuid", "nodev", "bind"]}
 
 
 def base_spec(gpus: list[dict[str, Any]], driver: str) -> dict[str, Any]:
