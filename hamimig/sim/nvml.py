@@ -113,13 +113,10 @@ class SimNvml:
     def __getattr__(self, name: str) -> Any:
         # Constants, ctypes structs, handle types and exception classes come from pynvml itself;
         # NVML functions the simulator does not implement must not silently reach the driver.
-        if (
-            name.startswith("nvml")
-            and name not in _PURE_HELPERS
-            and callable(getattr(self._nv, name, None))
-        ):
+        found = getattr(self._nv, name)
+        if name.startswith("nvml") and name not in _PURE_HELPERS and callable(found):
             raise AttributeError(f"the simulated node does not implement {name}")
-        return getattr(self._nv, name)
+        return found
 
     def __dir__(self) -> list[str]:
         return sorted(set(dir(self._nv)) | set(super().__dir__()))
@@ -331,15 +328,14 @@ class SimNvml:
 
     def _profile_info(self, spec: ProfileSpec, version: int) -> Any:
         info = self._info("c_nvmlGpuInstanceProfileInfo", version, f"MIG {spec.name}")
+        # A fresh struct is all zeros: no P2P support, no encoders.
         info.id = spec.id
-        info.isP2pSupported = 0
         info.sliceCount = spec.slice_count
         info.instanceCount = spec.max_instances
         info.multiprocessorCount = spec.sm_count
         info.copyEngineCount = spec.slice_count
         media = spec.slice_count == 7 or spec.index == 7  # the full GPU and the +me profile
         info.decoderCount = spec.slice_count // 2 + (1 if spec.index == 7 else 0)
-        info.encoderCount = 0
         info.jpegCount = 1 if media else 0
         info.ofaCount = 1 if media else 0
         info.memorySizeMB = spec.memory_mb
@@ -494,7 +490,7 @@ class SimNvml:
         info.device = self._handle(_DEVICE, gpu.index)
         info.gpuInstance = self._handle(_GI, gpu.index, gi.id)
         info.id, info.profileId = ci.id, ci.profile_id
-        info.placement.start = 0
+        # The placement starts at 0 as a fresh struct does.
         info.placement.size = ci_profiles_of(gpu, gi)[ci.profile_id]
         return info
 
