@@ -290,16 +290,9 @@ class SimNvmlFailure(Exception):
 
 def new_node(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> NodeState:
     """A fresh node: COUNT GPUs of MODEL, MIG enabled, no instances."""
+    modes = {"mig_current": 1, "mig_pending": 1}  # MIG on, and still on after a reset
     gpus = [
-        SimGpu(
-            index=i,
-            uuid=f"GPU-{uuid.uuid4()}",
-            model=model.key,
-            minor=i,
-            mig_current=1,
-            mig_pending=1,
-            gis=[],
-        )
+        SimGpu(index=i, uuid=f"GPU-{uuid.uuid4()}", model=model.key, minor=i, gis=[], **modes)
         for i in range(count)
     ]
     return NodeState(driver_version=driver_version, gpus=gpus, faults=[], calls={})
@@ -578,15 +571,9 @@ def normalise_fault(
     op: str, error: str | None, action: str, times: int, skip: int, gpu: int | None
 ) -> SimFault:
     """A fault as `sim fault add` receives it (no error: EIO or UNKNOWN), checked as stored."""
+    error = error or ("EIO" if op in FILE_OPS else "UNKNOWN")
     try:
-        return SimFault(
-            op=op,
-            error=error or ("EIO" if op in FILE_OPS else "UNKNOWN"),
-            action=action,
-            times=times,
-            skip=skip,
-            gpu=gpu,
-        )
+        return SimFault(op=op, error=error, action=action, times=times, skip=skip, gpu=gpu)
     except ValidationError as exc:
         raise UsageError(problem(exc)) from None
 
