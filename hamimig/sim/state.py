@@ -29,7 +29,6 @@ from typing import Any, Literal, NoReturn, cast
 
 from pydantic import (
     AliasPath,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
@@ -94,11 +93,9 @@ Document = dict[str, Any]
 MAX_CLOCK_OFFSET = 100 * 366 * 86400.0
 
 
-class _Mutable(Model):
+class _Mutable(Model, frozen=False):
     """The simulated node's parts change in place (a simulated call edits the locked state and
     writes it back); loading one checks it as strictly as hamimig's own files."""
-
-    model_config = ConfigDict(frozen=False)
 
 
 class SimCi(_Mutable):
