@@ -336,8 +336,7 @@ class SimNvml:
         info.copyEngineCount = spec.slice_count
         media = spec.slice_count == 7 or spec.index == 7  # the full GPU and the +me profile
         info.decoderCount = spec.slice_count // 2 + (1 if spec.index == 7 else 0)
-        info.jpegCount = 1 if media else 0
-        info.ofaCount = 1 if media else 0
+        info.jpegCount = info.ofaCount = int(media)
         info.memorySizeMB = spec.memory_mb
         return info
 
