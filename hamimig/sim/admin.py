@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hamimig.durations import format_duration, to_rfc3339
-from hamimig.errors import ConflictError, UsageError
+from hamimig.errors import ConflictError, HardwareError, UsageError
 from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, Placement, legal_placement, parse_placement
 from hamimig.sim.models import MODELS
 from hamimig.sim.ops import DRIVER_VERSION, MAX_SIM_GPUS, BusyKind
@@ -26,12 +26,8 @@ from hamimig.sim.state import (
     SimGpu,
     SimNvmlFailure,
     SimStore,
-    as_hardware_error,
     create_ci,
     create_gi,
-    find_gpu,
-    find_mig,
-    held_gi,
     model_of,
     new_node,
     normalise_fault,
@@ -49,6 +45,28 @@ class Change:
 
 
 _DRIVER_VERSION = re.compile(r"[0-9]{3}(?:\.[0-9]{1,3}){1,2}")
+
+
+def find_gpu(state: NodeState, ref: str | int) -> SimGpu:
+    """A GPU by NVML index or UUID; `UsageError` names what was asked for."""
+    text = str(ref)
+    for gpu in state.gpus:
+        if text == gpu.uuid or (text.isdigit() and int(text) == gpu.index):
+            return gpu
+    raise UsageError(f"no GPU {text!r} on the simulated node (it has {len(state.gpus)} GPU(s))")
+
+
+def find_mig(state: NodeState, mig_uuid: str) -> tuple[SimGpu, SimGi, SimCi]:
+    pairs = ((gpu, gi, ci) for gpu in state.gpus for gi in gpu.gis for ci in gi.cis)
+    found = next((pair for pair in pairs if pair[2].mig_uuid == mig_uuid), None)
+    if found is not None:
+        return found
+    raise UsageError(f"no MIG instance {mig_uuid} on the simulated node")
+
+
+def as_hardware_error(exc: SimNvmlFailure, what: str) -> HardwareError:
+    """The simulated hardware refused an operator's change, as NVML would have."""
+    return HardwareError(f"{what} failed: NVML {exc.error}: {exc.detail}")
 
 
 def sim_init(path: Path, model: str, count: int, driver_version: str = DRIVER_VERSION) -> Change:
@@ -77,8 +95,7 @@ def sim_init(path: Path, model: str, count: int, driver_version: str = DRIVER_VE
 
 
 def sim_show(path: Path) -> Change:
-    store = SimStore(path)
-    return Change(store, "")
+    return Change(SimStore(path), "")
 
 
 def sim_create(
@@ -130,11 +147,7 @@ def sim_create(
 
 
 def sim_busy(
-    path: Path,
-    mig_uuid: str,
-    gi_only: bool,
-    clear: bool,
-    kind: BusyKind | None = None,
+    path: Path, mig_uuid: str, gi_only: bool, clear: bool, kind: BusyKind | None = None
 ) -> Change:
     """Mark processes of `kind` (compute unless given) on an instance, or a client holding its
     GI (`gi_only`); `clear` removes the mark of `kind`, or every mark when no kind is given."""
@@ -180,7 +193,8 @@ def _clear_busy(state: NodeState, mig_uuid: str, kind: BusyKind | None) -> str:
         _, _, ci = find_mig(state, mig_uuid)
         ci.busy.discard(kind)
         return f"no {_KIND_NAMES[kind]} run on {mig_uuid}"
-    held = held_gi(state, mig_uuid)
+    # The GI a client holds on behalf of `mig_uuid` (`sim busy --gi-only`), CI or not.
+    held = next((gi for gpu in state.gpus for gi in gpu.gis if gi.held_for == mig_uuid), None)
     if held is not None:
         held.held = False
         held.held_for = None
@@ -225,13 +239,7 @@ def sim_mig_mode(path: Path, gpu_ref: str, enable: bool, pending_only: bool) -> 
 
 
 def sim_fault_add(
-    path: Path,
-    op: str,
-    error: str | None,
-    action: str,
-    times: int,
-    skip: int,
-    gpu_ref: str | None,
+    path: Path, op: str, error: str | None, action: str, times: int, skip: int, gpu_ref: str | None
 ) -> Change:
     store = SimStore(path)
     with store.edit() as state:

@@ -14,7 +14,9 @@ a MIG entry.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,16 +133,24 @@ def _node(path: str, major: int, minor: int) -> dict[str, Any]:
     return {"path": path, "type": "c", "major": major, "minor": minor}
 
 
+def _gpu(minor: int) -> dict[str, Any]:
+    return _node(f"/dev/nvidia{minor}", GPU_MAJOR, minor)
+
+
 def _cap(minor: int) -> dict[str, Any]:
     return _node(f"/dev/nvidia-caps/nvidia-cap{minor}", CAPS_MAJOR, minor)
 
 
+def _device(name: str, *nodes: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "containerEdits": {"deviceNodes": list(nodes)}}
+
+
+def _hook(*args: str) -> dict[str, Any]:
+    return {"hookName": "createContainer", "path": HOOK, "args": ["nvidia-cdi-hook", *args]}
+
+
 def _mount(path: str) -> dict[str, Any]:
-    return {
-        "hostPath": path,
-        "containerPath": path,
-        "options": ["ro", "nosuid", "nodev", "bind"],
-    }
+    return {"hostPath": path, "containerPath": path, "options": ["ro", "nosuid", "nodev", "bind"]}
 
 
 def base_spec(gpus: list[dict[str, Any]], driver: str) -> dict[str, Any]:
@@ -154,21 +164,8 @@ def base_spec(gpus: list[dict[str, Any]], driver: str) -> dict[str, Any]:
             _node("/dev/nvidiactl", GPU_MAJOR, CTL_MINOR),
         ],
         "hooks": [
-            {
-                "hookName": "createContainer",
-                "path": HOOK,
-                "args": [
-                    "nvidia-cdi-hook",
-                    "create-symlinks",
-                    "--link",
-                    "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
-                ],
-            },
-            {
-                "hookName": "createContainer",
-                "path": HOOK,
-                "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", LIB_DIR],
-            },
+            _hook("create-symlinks", "--link", f"libcuda.so.1::{LIB_DIR}/libcuda.so"),
+            _hook("update-ldcache", "--folder", LIB_DIR),
         ],
         "mounts": [
             *(_mount(path) for path in libraries),
@@ -179,33 +176,14 @@ def base_spec(gpus: list[dict[str, Any]], driver: str) -> dict[str, Any]:
     }
     devices: list[dict[str, Any]] = []
     for gpu in sorted(gpus, key=lambda g: int(g["index"])):
-        edits = {"deviceNodes": [_node(f"/dev/nvidia{gpu['minor']}", GPU_MAJOR, gpu["minor"])]}
-        devices.append({"name": str(gpu["index"]), "containerEdits": edits})
-        devices.append({"name": str(gpu["uuid"]), "containerEdits": edits})
+        device = _device(str(gpu["index"]), _gpu(gpu["minor"]))
+        # One edits object for both names: the YAML holds it as an anchor and its alias.
+        devices += [device, {"name": str(gpu["uuid"]), "containerEdits": device["containerEdits"]}]
     first = min(gpus, key=lambda g: int(g["index"]))
     minor = int(first["minor"])
-    devices.append(
-        {
-            "name": f"{first['index']}:0",
-            "containerEdits": {
-                "deviceNodes": [
-                    _node(f"/dev/nvidia{minor}", GPU_MAJOR, minor),
-                    _cap(capability_minor(minor, 1)),
-                    _cap(capability_minor(minor, 1, 0)),
-                ]
-            },
-        }
-    )
-    devices.append(
-        {
-            "name": "all",
-            "containerEdits": {
-                "deviceNodes": [
-                    _node(f"/dev/nvidia{g['minor']}", GPU_MAJOR, int(g["minor"])) for g in gpus
-                ]
-            },
-        }
-    )
+    caps = (_cap(capability_minor(minor, 1)), _cap(capability_minor(minor, 1, 0)))
+    devices.append(_device(f"{first['index']}:0", _gpu(minor), *caps))
+    devices.append(_device("all", *(_gpu(int(g["minor"])) for g in gpus)))
     # Device names starting with a digit need 0.5.0: nvidia-ctk declares it for that reason.
     return {
         "cdiVersion": "0.5.0",
@@ -243,9 +221,7 @@ def put(path: Path, text: str) -> None:
 def make_dirs(root: Path, *parts: str) -> Path:
     """`root/parts…`, each level made 0755 whatever the umask, as `put` does (levels that exist
     are kept as they are)."""
-    levels = [root]
-    for part in parts:
-        levels.append(levels[-1] / part)
+    levels = list(itertools.accumulate(parts, operator.truediv, initial=root))
     for level in levels:
         try:
             level.mkdir()

@@ -9,6 +9,7 @@ failed or crashed by an injected fault, and is one locked read-modify-write of t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import types
@@ -54,8 +55,6 @@ _PURE_HELPERS = frozenset(
         "nvmlExceptionClass",
     }
 )
-
-_ERR = NVML_ERROR_CODES
 # The calls that change the node (and `nvmlShutdown`, which publishes the session's counts).
 WRITES = frozenset(
     {
@@ -75,7 +74,7 @@ def _encode(kind: int, gpu: int, gi: int = 0, ci: int = 0) -> int:
 def _decode(handle: Any) -> tuple[int, int, int, int]:
     value = ctypes.cast(handle, ctypes.c_void_p).value if handle is not None else None
     if not value:
-        raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "null handle")
+        raise SimNvmlFailure("INVALID_ARGUMENT", "null handle")
     kind = value >> 40
     gpu = ((value >> 24) & 0xFFFF) - 1
     gi = ((value >> 12) & 0xFFF) - 1
@@ -114,28 +113,25 @@ class SimNvml:
     def __getattr__(self, name: str) -> Any:
         # Constants, ctypes structs, handle types and exception classes come from pynvml itself;
         # NVML functions the simulator does not implement must not silently reach the driver.
-        if (
-            name.startswith("nvml")
-            and name not in _PURE_HELPERS
-            and callable(getattr(self._nv, name, None))
-        ):
+        found = getattr(self._nv, name)
+        if name.startswith("nvml") and name not in _PURE_HELPERS and callable(found):
             raise AttributeError(f"the simulated node does not implement {name}")
-        return getattr(self._nv, name)
+        return found
 
     def __dir__(self) -> list[str]:
         return sorted(set(dir(self._nv)) | set(super().__dir__()))
 
     # --- plumbing ---------------------------------------------------------------------------
 
-    def _error(self, name: str, code: int) -> Exception:
-        if code == _ERR["FUNCTION_NOT_FOUND"] and name.endswith("RunningProcesses"):
+    def _error(self, name: str, error: str) -> Exception:
+        if error == "FUNCTION_NOT_FOUND" and name.endswith("RunningProcesses"):
             # What pynvml's unversioned process calls raise, no NVMLError, for a driver without
             # the `_v3` symbol.
             return self._nv.NVMLLibraryMismatchError(  # type: ignore[no-any-return]
                 f"Unversioned function called and the pyNVML version does not match the "
                 f"NVML lib version: use a versioned function such as {name}_v2"
             )
-        return self._nv.NVMLError(code)  # type: ignore[no-any-return]
+        return self._nv.NVMLError(NVML_ERROR_CODES[error])  # type: ignore[no-any-return]
 
     def _call(self, name: str, gpu: int | None, body: Callable[[NodeState], T]) -> T:
         """Count the call, fire a matching fault, run `body` on the locked state.
@@ -149,15 +145,15 @@ class SimNvml:
             # nvmlShutdown publishes this process's counts after the call (`publish_counts`).
             session.dirty = (name in WRITES and name != "nvmlShutdown") or fault_armed(state, name)
             if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count <= 0:
-                raise self._error(name, _ERR["UNINITIALIZED"])
-            fault = fire(self._store, state, name, gpu, lambda f: self._error(name, _ERR[f.error]))
+                raise self._error(name, "UNINITIALIZED")
+            fault = fire(self._store, state, name, gpu, lambda f: self._error(name, f.error))
             try:
                 result = body(state)
             except SimNvmlFailure as exc:
                 if fault is not None:  # crash-after: the call failed on its own, then we die
                     self._store.save_now(state)
                     crash()
-                raise self._error(name, exc.code) from None
+                raise self._error(name, exc.error) from None
             if fault is not None:
                 self._store.save_now(state)
                 crash()
@@ -169,17 +165,19 @@ class SimNvml:
     def _gpu(state: NodeState, index: int) -> SimGpu:
         gpus = state.gpus
         if not 0 <= index < len(gpus):
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"no GPU {index}")
+            raise SimNvmlFailure("INVALID_ARGUMENT", f"no GPU {index}")
         return gpus[index]
 
-    def _device_gpu(self, state: NodeState, handle: Any, kind: int = _DEVICE) -> SimGpu:
+    def _device_gpu(
+        self, state: NodeState, handle: Any, kind: int = _DEVICE, mig: bool = False
+    ) -> SimGpu:
         """The GPU of a handle of this kind (INVALID_ARGUMENT for another); an instance's
-        handle is stale once MIG is off."""
+        handle is stale once MIG is off, and `mig` asks a GPU's to have MIG on."""
         got, gpu_index, _, _ = _decode(handle)
         if got != kind:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "wrong handle kind")
+            raise SimNvmlFailure("INVALID_ARGUMENT", "wrong handle kind")
         gpu = self._gpu(state, gpu_index)
-        if kind != _DEVICE:
+        if kind != _DEVICE or mig:
             require_mig(gpu)
         return gpu
 
@@ -187,7 +185,7 @@ class SimNvml:
         gpu, gi_id = self._device_gpu(state, handle, _GI), _decode(handle)[2]
         gi = next((gi for gi in gpu.gis if gi.id == gi_id), None)
         if gi is None:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale GPU instance handle")
+            raise SimNvmlFailure("INVALID_ARGUMENT", "stale GPU instance handle")
         return gpu, gi
 
     def _ci(self, state: NodeState, handle: Any, kind: int) -> tuple[SimGpu, SimGi, SimCi]:
@@ -195,39 +193,35 @@ class SimNvml:
         pairs = ((gi, ci) for gi in gpu.gis for ci in gi.cis)
         found = next(((gi, ci) for gi, ci in pairs if (gi.id, ci.id) == (gi_id, ci_id)), None)
         if found is None:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "stale handle")
+            raise SimNvmlFailure("INVALID_ARGUMENT", "stale handle")
         return gpu, *found
 
+    def _device(self, state: NodeState, handle: Any) -> tuple[SimGpu, SimGi | None, SimCi | None]:
+        """What a GPU's or a MIG device's handle names: the GPU, and a MIG device's GI and CI."""
+        if _decode(handle)[0] == _MIG:
+            return self._ci(state, handle, _MIG)
+        return self._device_gpu(state, handle), None, None
+
     def _gpu_of(self, handle: Any) -> int | None:
-        if handle is None or isinstance(handle, (str, bytes)):  # a UUID names no GPU index
+        if isinstance(handle, (str, bytes)):  # a UUID names no GPU index
             return None
-        try:
+        with contextlib.suppress(SimNvmlFailure):  # a null handle names none either
             return _decode(handle)[1]
-        except SimNvmlFailure:
-            return None
+        return None
 
     def _handle(self, kind: int, gpu: int, gi: int = 0, ci: int = 0) -> Any:
-        ptype = {
-            _DEVICE: self._nv.c_nvmlDevice_t,
-            _MIG: self._nv.c_nvmlDevice_t,
-            _GI: self._nv.c_nvmlGpuInstance_t,
-            _CI: self._nv.c_nvmlComputeInstance_t,
-        }[kind]
+        instances = {_GI: self._nv.c_nvmlGpuInstance_t, _CI: self._nv.c_nvmlComputeInstance_t}
+        ptype = instances.get(kind, self._nv.c_nvmlDevice_t)
         return ctypes.cast(ctypes.c_void_p(_encode(kind, gpu, gi, ci)), ptype)
 
     def _fill_array(self, array_ref: Any, count_ref: Any, items: list[Any]) -> int:
         """NVML's array protocol: the count always, the items where the array holds them."""
-        count = _deref(count_ref)
-        array = _deref(array_ref)
-        if array is None:
-            count.value = len(items)
-            return int(self._nv.NVML_SUCCESS)
-        if count.value < len(items) or len(array) < len(items):
-            count.value = len(items)
-            raise SimNvmlFailure(_ERR["INSUFFICIENT_SIZE"], "array too small")
-        for i, item in enumerate(items):
-            array[i] = item
-        count.value = len(items)
+        count, array = _deref(count_ref), _deref(array_ref)
+        room, count.value = count.value, len(items)
+        if array is not None and (room < len(items) or len(array) < len(items)):
+            raise SimNvmlFailure("INSUFFICIENT_SIZE", "array too small")
+        if array is not None:
+            array[: len(items)] = items
         return int(self._nv.NVML_SUCCESS)
 
     # --- library ----------------------------------------------------------------------------
@@ -264,7 +258,7 @@ class SimNvml:
             for gi, ci in mig_devices(gpu):
                 if ci.mig_uuid == text:
                     return self._handle(_MIG, gpu.index, gi.id, ci.id)
-        raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no device {text}")
+        raise SimNvmlFailure("NOT_FOUND", f"no device {text}")
 
     @_nvml
     def nvmlDeviceGetIndex(self, state: NodeState, handle: Any) -> int:
@@ -272,17 +266,14 @@ class SimNvml:
 
     @_nvml
     def nvmlDeviceGetUUID(self, state: NodeState, handle: Any) -> str:
-        if _decode(handle)[0] == _MIG:
-            return self._ci(state, handle, _MIG)[2].mig_uuid
-        return self._device_gpu(state, handle).uuid
+        gpu, _, ci = self._device(state, handle)
+        return gpu.uuid if ci is None else ci.mig_uuid
 
     @_nvml
     def nvmlDeviceGetName(self, state: NodeState, handle: Any) -> str:
-        if _decode(handle)[0] == _MIG:
-            gpu, gi, _ = self._ci(state, handle, _MIG)
-            profile = profile_of(gpu, gi.profile_id)
-            return f"{model_of(gpu).nvml_name} MIG {profile.name}"
-        return model_of(self._device_gpu(state, handle)).nvml_name
+        gpu, gi, _ = self._device(state, handle)
+        name = model_of(gpu).nvml_name
+        return name if gi is None else f"{name} MIG {profile_of(gpu, gi.profile_id).name}"
 
     @_nvml
     def nvmlDeviceGetMinorNumber(self, state: NodeState, handle: Any) -> int:
@@ -296,12 +287,8 @@ class SimNvml:
     def _processes(self, state: NodeState, handle: Any, kind: BusyKind) -> list[Any]:
         """The processes of one kind (`sim busy --kind`) on a MIG device, or on every MIG device
         of a GPU for a GPU handle; each kind's process has its own PID."""
-        if _decode(handle)[0] == _MIG:
-            gpu, gi, ci = self._ci(state, handle, _MIG)
-            pairs = [(gi, ci)]
-        else:
-            gpu = self._device_gpu(state, handle)
-            pairs = mig_devices(gpu)
+        gpu, gi, ci = self._device(state, handle)
+        pairs = mig_devices(gpu) if gi is None or ci is None else [(gi, ci)]
         pid = _PROCESS_PID_BASE * (1 + list(BusyKind).index(kind)) + gpu.index * 1000
         return [
             self._nv.nvmlFriendlyObject(
@@ -330,25 +317,26 @@ class SimNvml:
 
     # --- GPU instance profiles and placements --------------------------------------------------
 
-    def _profile_info(self, spec: ProfileSpec, version: int) -> Any:
+    def _info(self, struct: str, version: int, name: str) -> Any:
+        """pynvml's profile info `struct` of this version: 1, or 2 with the profile's name."""
+        if version not in (1, 2):
+            raise SimNvmlFailure("FUNCTION_NOT_FOUND")
+        info = getattr(self._nv, f"{struct}_v2_t" if version == 2 else f"{struct}_t")()
         if version == 2:
-            info = self._nv.c_nvmlGpuInstanceProfileInfo_v2_t()
-            info.name = f"MIG {spec.name}".encode()
-        elif version == 1:
-            info = self._nv.c_nvmlGpuInstanceProfileInfo_t()
-        else:
-            raise SimNvmlFailure(_ERR["FUNCTION_NOT_FOUND"])
+            info.name = name.encode()
+        return info
+
+    def _profile_info(self, spec: ProfileSpec, version: int) -> Any:
+        info = self._info("c_nvmlGpuInstanceProfileInfo", version, f"MIG {spec.name}")
+        # A fresh struct is all zeros: no P2P support, no encoders.
         info.id = spec.id
-        info.isP2pSupported = 0
         info.sliceCount = spec.slice_count
         info.instanceCount = spec.max_instances
         info.multiprocessorCount = spec.sm_count
         info.copyEngineCount = spec.slice_count
         media = spec.slice_count == 7 or spec.index == 7  # the full GPU and the +me profile
         info.decoderCount = spec.slice_count // 2 + (1 if spec.index == 7 else 0)
-        info.encoderCount = 0
-        info.jpegCount = 1 if media else 0
-        info.ofaCount = 1 if media else 0
+        info.jpegCount = info.ofaCount = int(media)
         info.memorySizeMB = spec.memory_mb
         return info
 
@@ -359,7 +347,7 @@ class SimNvml:
         spec = model_of(self._device_gpu(state, handle)).profile_by_index(profile)
         if spec is None:
             known = 0 <= profile < self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT
-            raise SimNvmlFailure(_ERR["NOT_SUPPORTED" if known else "INVALID_ARGUMENT"])
+            raise SimNvmlFailure("NOT_SUPPORTED" if known else "INVALID_ARGUMENT")
         return self._profile_info(spec, version)
 
     nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo
@@ -377,22 +365,16 @@ class SimNvml:
         self, state: NodeState, handle: Any, profileId: int, placementsRef: Any, countRef: Any
     ) -> int:
         spec = profile_of(self._device_gpu(state, handle), profileId)
-        items = []
-        for start in spec.starts:
-            placement = self._nv.c_nvmlGpuInstancePlacement_t()
-            placement.start, placement.size = start, spec.size
-            items.append(placement)
+        items = [self._nv.c_nvmlGpuInstancePlacement_t(s, spec.size) for s in spec.starts]
         return self._fill_array(placementsRef, countRef, items)
 
     @_nvml
     def nvmlDeviceGetGpuInstanceRemainingCapacity(
         self, state: NodeState, handle: Any, profileId: int
     ) -> int:
-        gpu = self._device_gpu(state, handle)
-        require_mig(gpu)
+        gpu = self._device_gpu(state, handle, mig=True)
         spec = profile_of(gpu, profileId)
-        taken = [(g.start, g.size) for g in gpu.gis]
-        free = [s for s in spec.starts if all(s + spec.size <= a or a + n <= s for a, n in taken)]
+        free = [s for s in spec.starts if not any(g.overlaps(s, spec.size) for g in gpu.gis)]
         # Count disjoint free placements greedily: what could still be created side by side.
         count, end = 0, -1
         for start in free:
@@ -411,7 +393,7 @@ class SimNvml:
         wanted = _deref(placement)
         spec = model_of(gpu).profile_by_id(profileId)
         if spec is not None and wanted.size != spec.size:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], "placement size mismatch")
+            raise SimNvmlFailure("INVALID_ARGUMENT", "placement size mismatch")
         gi = create_gi(gpu, profileId, int(wanted.start))
         self._store.publish_capability(gpu.minor, gi.id)
         return self._handle(_GI, gpu.index, gi.id)
@@ -420,8 +402,7 @@ class SimNvml:
     def nvmlDeviceGetGpuInstances(
         self, state: NodeState, handle: Any, profileId: int, gpuInstancesRef: Any, countRef: Any
     ) -> int:
-        gpu = self._device_gpu(state, handle)
-        require_mig(gpu)
+        gpu = self._device_gpu(state, handle, mig=True)
         profile_of(gpu, profileId)
         items = [self._handle(_GI, gpu.index, g.id) for g in gpu.gis if g.profile_id == profileId]
         return self._fill_array(gpuInstancesRef, countRef, items)
@@ -430,11 +411,10 @@ class SimNvml:
     def nvmlDeviceGetGpuInstanceById(
         self, state: NodeState, handle: Any, gpuInstanceId: int
     ) -> Any:
-        gpu = self._device_gpu(state, handle)
-        require_mig(gpu)
+        gpu = self._device_gpu(state, handle, mig=True)
         if any(gi.id == gpuInstanceId for gi in gpu.gis):
             return self._handle(_GI, gpu.index, gpuInstanceId)
-        raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no GI {gpuInstanceId}")
+        raise SimNvmlFailure("NOT_FOUND", f"no GI {gpuInstanceId}")
 
     @_nvml
     def nvmlGpuInstanceGetInfo(self, state: NodeState, gpuInstance: Any) -> Any:
@@ -458,22 +438,14 @@ class SimNvml:
     ) -> Any:
         gpu, gi = self._gi(state, device)  # a GI handle despite the parameter's name
         if engProfile != self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
-            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "engine profile")
+            raise SimNvmlFailure("NOT_SUPPORTED", "engine profile")
         offered = ci_profiles_of(gpu, gi)
         if profile not in offered:
-            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], f"CI profile {profile}")
+            raise SimNvmlFailure("NOT_SUPPORTED", f"CI profile {profile}")
         slices = offered[profile]
         gi_spec = profile_of(gpu, gi.profile_id)
-        if version == 2:
-            info = self._nv.c_nvmlComputeInstanceProfileInfo_v2_t()
-            whole = slices == gi_spec.slice_count
-            info.name = (
-                f"MIG {gi_spec.name}" if whole else f"MIG {slices}c.{gi_spec.name}"
-            ).encode()
-        elif version == 1:
-            info = self._nv.c_nvmlComputeInstanceProfileInfo_t()
-        else:
-            raise SimNvmlFailure(_ERR["FUNCTION_NOT_FOUND"])
+        part = "" if slices == gi_spec.slice_count else f"{slices}c."
+        info = self._info("c_nvmlComputeInstanceProfileInfo", version, f"MIG {part}{gi_spec.name}")
         info.id = profile
         info.sliceCount = slices
         info.instanceCount = gi_spec.slice_count // slices
@@ -493,20 +465,13 @@ class SimNvml:
 
     @_nvml
     def nvmlGpuInstanceGetComputeInstances(
-        self,
-        state: NodeState,
-        gpuInstance: Any,
-        profileId: int,
-        computeInstancesRef: Any,
-        countRef: Any,
+        self, state: NodeState, gpuInstance: Any, profileId: int, cisRef: Any, countRef: Any
     ) -> int:
         gpu, gi = self._gi(state, gpuInstance)
         items = [
-            self._handle(_CI, gpu.index, gi.id, ci.id)
-            for ci in gi.cis
-            if ci.profile_id == profileId
+            self._handle(_CI, gpu.index, gi.id, c.id) for c in gi.cis if c.profile_id == profileId
         ]
-        return self._fill_array(computeInstancesRef, countRef, items)
+        return self._fill_array(cisRef, countRef, items)
 
     @_nvml
     def nvmlGpuInstanceGetComputeInstanceById(
@@ -515,7 +480,7 @@ class SimNvml:
         gpu, gi = self._gi(state, gpuInstance)
         if any(ci.id == computeInstanceId for ci in gi.cis):
             return self._handle(_CI, gpu.index, gi.id, computeInstanceId)
-        raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no CI {computeInstanceId}")
+        raise SimNvmlFailure("NOT_FOUND", f"no CI {computeInstanceId}")
 
     @_nvml
     def nvmlComputeInstanceGetInfo(self, state: NodeState, computeInstance: Any) -> Any:
@@ -524,7 +489,7 @@ class SimNvml:
         info.device = self._handle(_DEVICE, gpu.index)
         info.gpuInstance = self._handle(_GI, gpu.index, gi.id)
         info.id, info.profileId = ci.id, ci.profile_id
-        info.placement.start = 0
+        # The placement starts at 0 as a fresh struct does.
         info.placement.size = ci_profiles_of(gpu, gi)[ci.profile_id]
         return info
 
@@ -544,13 +509,12 @@ class SimNvml:
 
     @_nvml
     def nvmlDeviceGetMigDeviceHandleByIndex(self, state: NodeState, handle: Any, index: int) -> Any:
-        gpu = self._device_gpu(state, handle)
-        require_mig(gpu)
+        gpu = self._device_gpu(state, handle, mig=True)
         if not 0 <= index < _MAX_MIG_DEVICES:
-            raise SimNvmlFailure(_ERR["INVALID_ARGUMENT"], f"MIG index {index}")
+            raise SimNvmlFailure("INVALID_ARGUMENT", f"MIG index {index}")
         devices = mig_devices(gpu)
         if index >= len(devices):
-            raise SimNvmlFailure(_ERR["NOT_FOUND"], f"no MIG device at {index}")
+            raise SimNvmlFailure("NOT_FOUND", f"no MIG device at {index}")
         gi, ci = devices[index]
         return self._handle(_MIG, gpu.index, gi.id, ci.id)
 
@@ -561,7 +525,7 @@ class SimNvml:
     def _mig(self, state: NodeState, handle: Any) -> tuple[SimGpu, SimGi, SimCi]:
         """The MIG device a handle names; NOT_SUPPORTED for a GPU's handle, as NVML answers."""
         if _decode(handle)[0] != _MIG:
-            raise SimNvmlFailure(_ERR["NOT_SUPPORTED"], "not a MIG device handle")
+            raise SimNvmlFailure("NOT_SUPPORTED", "not a MIG device handle")
         return self._ci(state, handle, _MIG)
 
     @_nvml

@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import operator
 import os
@@ -28,7 +29,6 @@ from typing import Any, Literal, NoReturn, cast
 
 from pydantic import (
     AliasPath,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from hamimig.errors import HardwareError, UsageError
+from hamimig.errors import UsageError
 from hamimig.hw.types import FULL_CI_PROFILE_BY_SLICES, MEMORY_SLICES
 from hamimig.model import Model
 from hamimig.sim.files import (
@@ -93,11 +93,9 @@ Document = dict[str, Any]
 MAX_CLOCK_OFFSET = 100 * 366 * 86400.0
 
 
-class _Mutable(Model):
+class _Mutable(Model, frozen=False):
     """The simulated node's parts change in place (a simulated call edits the locked state and
     writes it back); loading one checks it as strictly as hamimig's own files."""
-
-    model_config = ConfigDict(frozen=False)
 
 
 class SimCi(_Mutable):
@@ -278,26 +276,20 @@ def problem(exc: ValidationError) -> str:
 
 
 class SimNvmlFailure(Exception):
-    """A simulated NVML call fails with this NVML error code (turned into pynvml's class)."""
+    """A simulated NVML call fails with this NVML error (a key of `NVML_ERROR_CODES`, turned
+    into pynvml's class)."""
 
-    def __init__(self, code: int, detail: str = "") -> None:
-        super().__init__(detail or f"NVML error {code}")
-        self.code = code
+    def __init__(self, error: str, detail: str = "") -> None:
+        super().__init__(detail or f"NVML error {NVML_ERROR_CODES[error]}")
+        self.error = error
         self.detail = detail
 
 
 def new_node(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION) -> NodeState:
     """A fresh node: COUNT GPUs of MODEL, MIG enabled, no instances."""
+    modes = {"mig_current": 1, "mig_pending": 1}  # MIG on, and still on after a reset
     gpus = [
-        SimGpu(
-            index=i,
-            uuid=f"GPU-{uuid.uuid4()}",
-            model=model.key,
-            minor=i,
-            mig_current=1,
-            mig_pending=1,
-            gis=[],
-        )
+        SimGpu(index=i, uuid=f"GPU-{uuid.uuid4()}", model=model.key, minor=i, gis=[], **modes)
         for i in range(count)
     ]
     return NodeState(driver_version=driver_version, gpus=gpus, faults=[], calls={})
@@ -315,34 +307,26 @@ class SimStore:
         self.path = path
         self._memory = state
         self._pending: dict[str, int] = {}
-        self._files: NodeFiles | None = None
-        self._lock: Path | None = None
         if path is not None:
             _LIVE.add(self)
 
-    @property
+    @functools.cached_property
     def lock_path(self) -> Path:
         """In the node's home, with everything else of it; beside the file for a node made
         before homes."""
         assert self.path is not None
-        if self._lock is None:
-            home = recorded_home(self.path)
-            if home is None and not self.path.exists():
-                home = self.path.name + HOME_SUFFIX  # the node `create` is about to make
-            self._lock = (
-                self.path.with_name(self.path.name + ".lock")
-                if home is None
-                else self.path.parent / home / LOCK_FILE
-            )
-        return self._lock
+        home = recorded_home(self.path)
+        if home is None and not self.path.exists():
+            home = self.path.name + HOME_SUFFIX  # the node `create` is about to make
+        if home is None:
+            return self.path.with_name(self.path.name + ".lock")
+        return self.path.parent / home / LOCK_FILE
 
-    @property
+    @functools.cached_property
     def files(self) -> NodeFiles | None:
         """The driver's and NVIDIA's files of the simulated node (read once: only `create`
         changes where they are)."""
-        if self.path is not None and self._files is None:
-            self._files = NodeFiles.of(self.path)
-        return self._files
+        return None if self.path is None else NodeFiles.of(self.path)
 
     def create(self, state: NodeState) -> None:
         """Write a fresh node (and the driver's and NVIDIA's files), replacing any previous one."""
@@ -354,12 +338,12 @@ class SimStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Not group-writable whatever the umask: the state directory's parent (`safety`).
         home.mkdir(mode=0o755, exist_ok=True)
-        self._lock = home / LOCK_FILE
+        self.lock_path = home / LOCK_FILE
         with self._locked(made=False):
             self._pending.clear()  # counts of the node this one replaces
             self.save_now(state)
-        self._files = NodeFiles.within(home)
-        write_node_files(self._files, [g.to_json() for g in state.gpus], state.driver_version)
+        self.files = NodeFiles.within(home)
+        write_node_files(self.files, [g.to_json() for g in state.gpus], state.driver_version)
 
     def publish_capability(self, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> None:
         """Write the `access` file the driver publishes for a new GI or CI (file-backed only)."""
@@ -421,13 +405,12 @@ class SimStore:
         except UnicodeDecodeError:
             raise UsageError(f"simulated node {self.path} is not UTF-8 text") from None
 
-    def _document(self, raw: str | None = None) -> Document:
-        if self.path is None:
+    def _document(self, raw: str | None) -> Document:
+        """The document `raw` holds, or (None) the one in memory."""
+        if raw is None:
             if self._memory is None:
                 raise UsageError("the in-memory simulated node was never initialised")
             return self._memory
-        if raw is None:
-            raw = self._raw()
         try:
             doc = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -460,15 +443,17 @@ class SimStore:
             _remember(path, raw, state)
         return state
 
-    def _write_document(self, doc: Document, state: NodeState | None = None) -> None:
+    def save_now(self, state: NodeState) -> None:
+        """Write the state (with this process's counts) now: at the end of a session that
+        changed it, or inside one before a simulated crash."""
         # No fsync: the simulator stands for a GPU, not for a disk; a kill -9 of the process
         # never loses what reached the page cache, which is all crash faults need.
-        self._merge(doc.setdefault("calls", {}))
+        self._merge(state.calls)
+        doc = state.to_json()
         if self.path is None:
-            if self._memory is not doc:
-                assert self._memory is not None
-                self._memory.clear()
-                self._memory.update(doc)
+            assert self._memory is not None
+            self._memory.clear()  # in place: whoever gave the document sees the node
+            self._memory.update(doc)
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         text = json.dumps(doc, sort_keys=True)  # no indent: C's encoder, 5x Python's
@@ -480,10 +465,7 @@ class SimStore:
             # The state in memory may differ from the file now: never serve it again.
             _PARSED.pop(self.path, None)
             raise
-        if state is None:
-            _PARSED.pop(self.path, None)
-        else:
-            _remember(self.path, text, state)
+        _remember(self.path, text, state)
 
     def _guard(self) -> contextlib.AbstractContextManager[None]:
         """The node's lock; nothing to lock for a node held in memory."""
@@ -510,7 +492,7 @@ class SimStore:
                 if session.dirty:
                     self.save_now(session.state)
                 elif self.path is None:
-                    self._merge(self._document()["calls"])
+                    self._merge(self._document(None)["calls"])
                 elif before is not None and session.state.to_json() != before:
                     _PARSED.pop(self.path, None)
                     raise AssertionError("a read-only simulated call changed the node's state")
@@ -521,12 +503,6 @@ class SimStore:
         with self.session() as session:
             session.dirty = True
             yield session.state
-
-    def save_now(self, state: NodeState) -> None:
-        """Write the state (with this process's counts) now: at the end of a session that
-        changed it, or inside one before a simulated crash."""
-        self._merge(state.calls)
-        self._write_document(state.to_json(), state)
 
     def publish_counts(self) -> None:
         """`flush` where the node can be written (at `nvmlShutdown`). The counts are
@@ -592,15 +568,9 @@ def normalise_fault(
     op: str, error: str | None, action: str, times: int, skip: int, gpu: int | None
 ) -> SimFault:
     """A fault as `sim fault add` receives it (no error: EIO or UNKNOWN), checked as stored."""
+    error = error or ("EIO" if op in FILE_OPS else "UNKNOWN")
     try:
-        return SimFault(
-            op=op,
-            error=error or ("EIO" if op in FILE_OPS else "UNKNOWN"),
-            action=action,
-            times=times,
-            skip=skip,
-            gpu=gpu,
-        )
+        return SimFault(op=op, error=error, action=action, times=times, skip=skip, gpu=gpu)
     except ValidationError as exc:
         raise UsageError(problem(exc)) from None
 
@@ -671,13 +641,13 @@ def profile_of(gpu: SimGpu, profile_id: int) -> ProfileSpec:
     """The GPU's GI profile with this ID; INVALID_ARGUMENT, as NVML answers, otherwise."""
     spec = model_of(gpu).profile_by_id(profile_id)
     if spec is None:
-        raise SimNvmlFailure(NVML_ERROR_CODES["INVALID_ARGUMENT"], f"no profile ID {profile_id}")
+        raise SimNvmlFailure("INVALID_ARGUMENT", f"no profile ID {profile_id}")
     return spec
 
 
 def require_mig(gpu: SimGpu) -> None:
     if not gpu.mig_enabled:
-        raise SimNvmlFailure(NVML_ERROR_CODES["NOT_SUPPORTED"], "MIG mode is disabled")
+        raise SimNvmlFailure("NOT_SUPPORTED", "MIG mode is disabled")
 
 
 def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
@@ -692,11 +662,10 @@ def gi_id_for(gpu: SimGpu, size: int, start: int) -> int:
         preferred = [1 if start == 0 else 2, 2 if start == 0 else 1]
     elif size == MEMORY_SLICES:
         preferred = [0]
-    candidates: list[int] = [*preferred, *range(1, MINORS_GIS)]
-    for candidate in candidates:
+    for candidate in preferred + list(range(1, MINORS_GIS)):
         if candidate not in used:
             return candidate
-    raise SimNvmlFailure(NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"], "no free GI ID")
+    raise SimNvmlFailure("INSUFFICIENT_RESOURCES", "no free GI ID")
 
 
 def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
@@ -704,22 +673,15 @@ def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
     require_mig(gpu)
     profile = profile_of(gpu, profile_id)
     if start not in profile.starts:
-        raise SimNvmlFailure(
-            NVML_ERROR_CODES["INVALID_ARGUMENT"],
-            f"{start} is not a legal start for {profile.name}",
-        )
+        raise SimNvmlFailure("INVALID_ARGUMENT", f"{start} is not a legal start for {profile.name}")
     for gi in gpu.gis:
         if gi.overlaps(start, profile.size):
-            raise SimNvmlFailure(
-                NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"],
-                f"placement {start}:{profile.size} overlaps GI {gi.id} at {gi.start}:{gi.size}",
-            )
+            where = f"{start}:{profile.size} overlaps GI {gi.id} at {gi.start}:{gi.size}"
+            raise SimNvmlFailure("INSUFFICIENT_RESOURCES", f"placement {where}")
     same = sum(1 for gi in gpu.gis if gi.profile_id == profile_id)
     if same >= profile.max_instances:
-        raise SimNvmlFailure(
-            NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"],
-            f"{profile.name} allows at most {profile.max_instances} instance(s)",
-        )
+        most = f"{profile.name} allows at most {profile.max_instances} instance(s)"
+        raise SimNvmlFailure("INSUFFICIENT_RESOURCES", most)
     gi_id = gi_id_for(gpu, profile.size, start)
     gi = SimGi(id=gi_id, profile_id=profile_id, start=start, size=profile.size, cis=[])
     gpu.gis.append(gi)
@@ -727,13 +689,9 @@ def create_gi(gpu: SimGpu, profile_id: int, start: int) -> SimGi:
     return gi
 
 
-def gi_slices(gpu: SimGpu, gi: SimGi) -> int:
-    return profile_of(gpu, gi.profile_id).slice_count
-
-
 def ci_profiles_of(gpu: SimGpu, gi: SimGi) -> dict[int, int]:
     """CI profile ID -> compute slices offered by a GI (7g offers 1,2,3,4,7c; 4g 1,2,4c; ...)."""
-    slices = gi_slices(gpu, gi)
+    slices = profile_of(gpu, gi.profile_id).slice_count
     offered = {1: (1,), 2: (1, 2), 3: (1, 2, 3), 4: (1, 2, 4), 7: (1, 2, 3, 4, 7)}[slices]
     return {FULL_CI_PROFILE_BY_SLICES[s]: s for s in offered}
 
@@ -742,12 +700,10 @@ def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int, old_uuid: bool = False
     """`old_uuid`: name it as drivers before R470 do, by its place (`NodeState.old_mig_uuids`)."""
     offered = ci_profiles_of(gpu, gi)
     if ci_profile_id not in offered:
-        raise SimNvmlFailure(
-            NVML_ERROR_CODES["NOT_SUPPORTED"], f"CI profile {ci_profile_id} not offered"
-        )
+        raise SimNvmlFailure("NOT_SUPPORTED", f"CI profile {ci_profile_id} not offered")
     used = sum(offered.get(ci.profile_id, 0) for ci in gi.cis)
-    if used + offered[ci_profile_id] > gi_slices(gpu, gi):
-        raise SimNvmlFailure(NVML_ERROR_CODES["INSUFFICIENT_RESOURCES"], "GI has no free slices")
+    if used + offered[ci_profile_id] > max(offered.values()):  # the GI's own slices
+        raise SimNvmlFailure("INSUFFICIENT_RESOURCES", "GI has no free slices")
     taken = {ci.id for ci in gi.cis}
     ci_id = next(i for i in range(MINORS_CIS) if i not in taken)
     # A fresh random UUID every time, so a recreated instance never passes for the old one;
@@ -761,16 +717,16 @@ def create_ci(gpu: SimGpu, gi: SimGi, ci_profile_id: int, old_uuid: bool = False
 
 def destroy_ci(gi: SimGi, ci: SimCi) -> None:
     if ci.busy:
-        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "processes run on this instance")
+        raise SimNvmlFailure("IN_USE", "processes run on this instance")
     gi.cis.remove(ci)
 
 
 def destroy_gi(gpu: SimGpu, gi: SimGi) -> None:
     """A GI goes only when it has no CI and no client holds it (NVML: destroy CIs first)."""
     if gi.cis:
-        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "GI still has compute instances")
+        raise SimNvmlFailure("IN_USE", "GI still has compute instances")
     if gi.held:
-        raise SimNvmlFailure(NVML_ERROR_CODES["IN_USE"], "a client holds this GI")
+        raise SimNvmlFailure("IN_USE", "a client holds this GI")
     gpu.gis.remove(gi)
 
 
@@ -779,31 +735,3 @@ def mig_devices(gpu: SimGpu) -> list[tuple[SimGi, SimCi]]:
     if not gpu.mig_enabled:
         return []
     return [(gi, ci) for gi in gpu.gis for ci in gi.cis]
-
-
-def find_gpu(state: NodeState, ref: str | int) -> SimGpu:
-    """A GPU by NVML index or UUID; `UsageError` names what was asked for."""
-    text = str(ref)
-    for gpu in state.gpus:
-        if text == gpu.uuid or (text.isdigit() and int(text) == gpu.index):
-            return gpu
-    raise UsageError(f"no GPU {text!r} on the simulated node (it has {len(state.gpus)} GPU(s))")
-
-
-def find_mig(state: NodeState, mig_uuid: str) -> tuple[SimGpu, SimGi, SimCi]:
-    pairs = ((gpu, gi, ci) for gpu in state.gpus for gi in gpu.gis for ci in gi.cis)
-    found = next((pair for pair in pairs if pair[2].mig_uuid == mig_uuid), None)
-    if found is not None:
-        return found
-    raise UsageError(f"no MIG instance {mig_uuid} on the simulated node")
-
-
-def held_gi(state: NodeState, mig_uuid: str) -> SimGi | None:
-    """The GI a client holds on behalf of `mig_uuid` (`sim busy --gi-only`), CI or not."""
-    return next((gi for gpu in state.gpus for gi in gpu.gis if gi.held_for == mig_uuid), None)
-
-
-def as_hardware_error(exc: SimNvmlFailure, what: str) -> HardwareError:
-    """The simulated hardware refused an operator's change, as NVML would have."""
-    name = next((n for n, c in NVML_ERROR_CODES.items() if c == exc.code), str(exc.code))
-    return HardwareError(f"{what} failed: NVML {name}: {exc.detail}")

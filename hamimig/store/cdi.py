@@ -21,19 +21,11 @@ from typing import Any
 from hamimig.errors import HardwareError, UsageError
 from hamimig.store._fields import uuid_digest
 from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
-from hamimig.store.cdi_rules import devices_of, dicts, edits_of, minimum_version, validate_spec
-from hamimig.store.files import (
-    FileOp,
-    Problem,
-    StoreFiles,
-    describe_entry,
-    no_faults,
-)
+from hamimig.store.cdi_rules import dicts, edits_of, first_of, minimum_version, validate_spec
+from hamimig.store.files import FileOp, Problem, StoreFiles, describe_entry, no_faults
 from hamimig.vocabulary import FileOpName
 
 DEFAULT_KIND = "k8s.device-plugin.nvidia.com/dynamic-mig"
-SPEC_MODE = 0o644
-CDI_DIR_MODE = 0o755
 SPEC_PREFIX = "hami-dynamic-mig-mig-"
 SPEC_SUFFIX = ".json"
 # HAMi's device annotations: its plugin identifies a dynamic MIG spec by `hami.io/mig-uuid` on
@@ -65,18 +57,24 @@ class CdiDevice:
     """Why the capability nodes' major is unknown (`/proc/devices` unreadable or without
     `nvidia-caps`): no spec can be composed, like without an NVIDIA base spec."""
 
+    def hami_values(self) -> dict[str, str | None]:
+        """HAMi's three device annotations, None where the GPU UUID or GI/CI IDs are unknown."""
+        known = self.gi_id is not None and self.ci_id is not None
+        return {
+            MIG_UUID_ANNOTATION: self.mig_uuid,
+            PARENT_GPU_ANNOTATION: self.gpu_uuid,
+            GEOMETRY_ANNOTATION: f"{self.gpu_minor}:{self.gi_id}:{self.ci_id}" if known else None,
+        }
+
     def annotations(self) -> dict[str, str]:
         """HAMi's three device annotations (the GPU UUID and GI/CI IDs must be known)."""
-        if self.gpu_uuid is None or self.gi_id is None or self.ci_id is None:
+        values = self.hami_values()
+        if None in values.values():
             raise HardwareError(
                 f"cannot annotate the CDI device of {self.mig_uuid}: its parent GPU or GI/CI "
                 "is unknown"
             )
-        return {
-            MIG_UUID_ANNOTATION: self.mig_uuid,
-            PARENT_GPU_ANNOTATION: self.gpu_uuid,
-            GEOMETRY_ANNOTATION: f"{self.gpu_minor}:{self.gi_id}:{self.ci_id}",
-        }
+        return {key: str(value) for key, value in values.items()}
 
 
 def device_name(mig_uuid: str) -> str:
@@ -93,77 +91,44 @@ def spec_file_name(mig_uuid: str) -> str:
 
 
 def build_spec(
-    kind: str, dev: CdiDevice, annotations: dict[str, str] | None = None
+    kind: str,
+    dev: CdiDevice,
+    annotations: dict[str, str] | None = None,
+    base: BaseSpec | None = None,
 ) -> dict[str, Any]:
-    """The device-nodes-only spec (`cdi.baseSpec: none`), with the lowest `cdiVersion` its
+    """The spec of `dev`: one device, the instance's, declaring the lowest `cdiVersion` its
     content allows.
 
     The lowest version is what keeps the spec loadable by runtimes built on older libraries
     (Debian 12's stops at 0.5.0); annotations are therefore opt-in, since they force 0.6.0.
+
+    Without a base (`cdi.baseSpec: none`), device nodes only. With one, the spec HAMi would
+    compose: NVIDIA's common edits at spec level, and on the device the parent GPU's edits
+    (copied as they are) plus the GI and CI capability nodes. Nothing is added that the base
+    does not say: no `NVIDIA_VISIBLE_DEVICES=void` unless the base sets it, no type or numbers
+    on nodes the base lists by path only.
     """
-    device_nodes = [
-        {"path": f"/dev/nvidia{dev.gpu_minor}"},
-        {"path": f"/dev/nvidia-caps/nvidia-cap{dev.gi_cap_minor}"},
-        {"path": f"/dev/nvidia-caps/nvidia-cap{dev.ci_cap_minor}"},
-    ]
-    # NVIDIA_VISIBLE_DEVICES=void stops the NVIDIA runtime hook from injecting devices of its own
-    # on top of the ones this spec grants.
-    common = {
-        "env": ["NVIDIA_VISIBLE_DEVICES=void"],
-        "deviceNodes": [
-            {"path": "/dev/nvidiactl"},
-            {"path": "/dev/nvidia-uvm"},
-            {"path": "/dev/nvidia-uvm-tools"},
-        ],
-    }
-    return _spec(kind, dev, annotations, {"deviceNodes": device_nodes}, common)
-
-
-def _cap_node(minor: int, major: int, mode: int | None) -> dict[str, Any]:
-    node: dict[str, Any] = {
-        "path": f"/dev/nvidia-caps/nvidia-cap{minor}",
-        "type": "c",
-        "major": major,
-        "minor": minor,
-    }
-    if mode is not None:
-        node["fileMode"] = mode
-    return node
-
-
-def compose_spec(
-    kind: str, dev: CdiDevice, base: BaseSpec, annotations: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """The spec HAMi would compose: NVIDIA's common edits at spec level, and on the device the
-    parent GPU's edits (copied as they are) plus the GI and CI capability nodes.
-
-    Nothing is added that the base does not say: no `NVIDIA_VISIBLE_DEVICES=void` unless the
-    base sets it, no type or numbers on nodes the base lists by path only.
-    """
-    if dev.caps_major is None:
+    if base is None:
+        nodes = (f"/dev/nvidia{dev.gpu_minor}", _cap(dev.gi_cap_minor), _cap(dev.ci_cap_minor))
+        control = [{"path": f"/dev/{n}"} for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")]
+        # NVIDIA_VISIBLE_DEVICES=void stops the NVIDIA runtime hook from injecting devices of its
+        # own on top of the ones this spec grants.
+        common = {"env": ["NVIDIA_VISIBLE_DEVICES=void"], "deviceNodes": control}
+        edits = {"deviceNodes": [{"path": p} for p in nodes]}
+    elif dev.caps_major is None:
         # Like a missing base spec: a usage problem of the node, so an existing spec is kept.
         raise UsageError(
             f"cannot compose the CDI spec of {dev.mig_uuid}: "
             f"{dev.caps_problem or 'the nvidia-caps major is unknown'}"
         )
-    edits = base.parent_edits(dev.gpu_minor)
-    edits["deviceNodes"] = [
-        *edits.get("deviceNodes", []),
-        _cap_node(dev.gi_cap_minor, dev.caps_major, dev.gi_cap_mode),
-        _cap_node(dev.ci_cap_minor, dev.caps_major, dev.ci_cap_mode),
-    ]
-    return _spec(kind, dev, annotations, edits, base.common_edits())
-
-
-def _spec(
-    kind: str,
-    dev: CdiDevice,
-    annotations: dict[str, str] | None,
-    edits: dict[str, Any],
-    common: dict[str, Any],
-) -> dict[str, Any]:
-    """One device, the instance's, with `edits` (and `common` at spec level when there are
-    any), declaring the lowest `cdiVersion` its content allows."""
+    else:
+        edits = base.parent_edits(dev.gpu_minor)
+        edits["deviceNodes"] = [
+            *edits.get("deviceNodes", []),
+            _cap_node(dev.gi_cap_minor, dev.caps_major, dev.gi_cap_mode),
+            _cap_node(dev.ci_cap_minor, dev.caps_major, dev.ci_cap_mode),
+        ]
+        common = base.common_edits()
     device: dict[str, Any] = {"name": device_name(dev.mig_uuid)}
     if annotations:
         device["annotations"] = dict(annotations)
@@ -172,6 +137,17 @@ def _spec(
     if common:
         body["containerEdits"] = common
     return {"cdiVersion": minimum_version(body), **body}
+
+
+def _cap(minor: int) -> str:
+    return f"/dev/nvidia-caps/nvidia-cap{minor}"
+
+
+def _cap_node(minor: int, major: int, mode: int | None) -> dict[str, Any]:
+    node: dict[str, Any] = {"path": _cap(minor), "type": "c", "major": major, "minor": minor}
+    if mode is not None:
+        node["fileMode"] = mode
+    return node
 
 
 def device_node_paths(spec: Any) -> set[str]:
@@ -189,11 +165,6 @@ def device_node_paths(spec: Any) -> set[str]:
 class ForeignSpec(Exception):
     """A file at our spec name whose content is not the instance's spec: it is kept."""
 
-    def __init__(self, path: Path, why: str) -> None:
-        super().__init__(f"{path} is kept: it is not hamimig's spec of this instance ({why})")
-        self.path = path
-        self.why = why
-
 
 class CdiStore(StoreFiles):
     """The per-instance spec files in the CDI directory.
@@ -204,8 +175,8 @@ class CdiStore(StoreFiles):
 
     store = "cdi-spec"
     prefix, suffix = SPEC_PREFIX, SPEC_SUFFIX
-    file_mode = SPEC_MODE
-    dir_mode = CDI_DIR_MODE
+    file_mode = 0o644
+    dir_mode = 0o755
 
     def __init__(
         self,
@@ -250,10 +221,8 @@ class CdiStore(StoreFiles):
             raise HardwareError(f"invalid device minors {minors} for {dev.mig_uuid}")
         annotations = dev.annotations() if self.annotations else None
         lookup = self.lookup()
-        if lookup.composes:
-            spec = compose_spec(self.kind, dev, lookup.require(), annotations)
-        else:
-            spec = build_spec(self.kind, dev, annotations)
+        base = lookup.require() if lookup.composes else None
+        spec = build_spec(self.kind, dev, annotations, base)
         problems = validate_spec(spec)
         if problems:
             raise HardwareError(
@@ -278,8 +247,7 @@ class CdiStore(StoreFiles):
             return found
         problems = validate_spec(found)
         if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            return self.problem(name, f"runtimes reject it: {problems[0]}{more}")
+            return self.problem(name, f"runtimes reject it: {first_of(problems)}")
         return found
 
     def matches(self, dev: CdiDevice) -> bool:
@@ -305,13 +273,13 @@ class CdiStore(StoreFiles):
         return (
             found is not None
             and found.get("kind") == self.kind
-            and any(d.get("name") == device_name(mig_uuid) for d in devices_of(found))
+            and any(d.get("name") == device_name(mig_uuid) for d in dicts(found.get("devices")))
         )
 
     def _valid(self, mig_uuid: str) -> dict[str, Any] | None:
         """The spec on disk when runtimes load it, else None."""
-        found = self.read(mig_uuid)
-        return found if isinstance(found, dict) and not validate_spec(found) else None
+        found = self.inspect(spec_file_name(mig_uuid))
+        return found if isinstance(found, dict) else None
 
     def file_of_device(self, device: str) -> str:
         """The spec file name of device `mig-<sha256>`: what `subject` reads back."""
@@ -353,10 +321,9 @@ class CdiStore(StoreFiles):
         wanted = self.subject(name) if mig_uuid is None else device_name(mig_uuid)
         if found.get("kind") != self.kind:
             return f"its kind is {found.get('kind')!r}, not {self.kind!r}"
-        devices = found.get("devices")
-        if not isinstance(devices, list) or len(devices) != 1 or not isinstance(devices[0], dict):
-            count = len(devices) if isinstance(devices, list) else 0
-            return f"it defines {count} devices, not exactly one"
+        devices = found["devices"] if isinstance(found.get("devices"), list) else []
+        if len(devices) != 1 or not isinstance(devices[0], dict):
+            return f"it defines {len(devices)} devices, not exactly one"
         device = devices[0]
         if device.get("name") != wanted:
             return f"its device is {device.get('name')!r}, not {wanted!r}"
@@ -375,19 +342,17 @@ class CdiStore(StoreFiles):
     def remove(self, mig_uuid: str) -> bool:
         """Remove the spec durably; False when it was already gone. Raises `ForeignSpec` (and
         keeps the file) when its content is not this instance's spec."""
-        return self._remove_ours(spec_file_name(mig_uuid), mig_uuid)
+        return self.remove_name(spec_file_name(mig_uuid), mig_uuid)
 
-    def remove_name(self, name: str) -> bool:
-        """Remove a spec of ours known only by its file name (no record names its MIG UUID);
-        raises `ForeignSpec` as `remove` does."""
+    def remove_name(self, name: str, mig_uuid: str | None = None) -> bool:
+        """Remove a spec of ours known by its file name (and by its MIG UUID, where a record
+        names it); raises `ForeignSpec` as `remove` does."""
         if not self.owns(name):
             raise ValueError(f"{name} is not the name of a per-instance spec")
-        return self._remove_ours(name, None)
-
-    def _remove_ours(self, name: str, mig_uuid: str | None) -> bool:
         why = self.not_ours(name, mig_uuid)
         if why is not None:
-            raise ForeignSpec(self.directory / name, why)
+            path = self.directory / name
+            raise ForeignSpec(f"{path} is kept: it is not hamimig's spec of this instance ({why})")
         return self.remove_named(FileOpName.CDI_REMOVE, name)
 
     def list_ours(self) -> list[str]:
@@ -412,16 +377,10 @@ def _json_document(data: bytes) -> dict[str, Any]:
 def _without_hami_annotations(spec: dict[str, Any], dev: CdiDevice) -> dict[str, Any]:
     """`spec` without device annotations that are exactly HAMi's for `dev` (any of the three,
     each with this device's value), at the version its remaining content needs."""
-    expected: dict[str, str | None] = {
-        MIG_UUID_ANNOTATION: dev.mig_uuid,
-        PARENT_GPU_ANNOTATION: dev.gpu_uuid,
-        GEOMETRY_ANNOTATION: None
-        if dev.gi_id is None or dev.ci_id is None
-        else f"{dev.gpu_minor}:{dev.gi_id}:{dev.ci_id}",
-    }
+    expected = dev.hami_values()
     copy: dict[str, Any] = json.loads(canonical(spec))
     stripped = False
-    for device in devices_of(copy):
+    for device in dicts(copy.get("devices")):
         found = device.get("annotations")
         if not isinstance(found, dict) or not found:
             continue

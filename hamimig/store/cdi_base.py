@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import copy
+import functools
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.errors import UsageError
-from hamimig.store.cdi_rules import dicts, validate_spec
+from hamimig.store.cdi_rules import dicts, first_of, validate_spec
 from hamimig.store.files import read_input
 from hamimig.store.yamlload import load as load_yaml
 from hamimig.store.yamlload import refusing_duplicates
@@ -63,10 +64,19 @@ def canonical(value: Any) -> str:
 
 @dataclass(frozen=True)
 class BaseSpec:
-    """A valid NVIDIA spec and the file it came from."""
+    """A valid NVIDIA spec and the file it came from: a spec runtimes reject is a usage error
+    naming the file and the first problem."""
 
     path: Path
     spec: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        problems = validate_spec(self.spec)
+        if problems:
+            raise UsageError(
+                f"NVIDIA CDI spec {self.path} is invalid: {first_of(problems)}; runtimes reject "
+                f"it, so no instance spec is composed from it: {GENERATE_HINT}"
+            )
 
     @property
     def kind(self) -> str:
@@ -74,21 +84,15 @@ class BaseSpec:
 
     def common_edits(self) -> dict[str, Any]:
         """The spec-level edits (driver mounts, hooks, control nodes), copied."""
-        edits = self.spec.get("containerEdits")
-        return copy.deepcopy(edits) if isinstance(edits, dict) else {}
+        return copy.deepcopy(self.spec.get("containerEdits") or {})  # valid: an object or none
 
     def parent_edits(self, gpu_minor: int) -> dict[str, Any]:
         """The edits of the device entry that stands for GPU `gpu_minor` alone, copied.
 
-        That entry holds `/dev/nvidia<minor>` and no other GPU or capability node, which skips
-        `all` and MIG entries whatever the naming strategy. Entries naming the same GPU (by
-        index and by UUID) must agree; none, or differing ones, cannot be composed from.
+        Entries naming the same GPU (by index and by UUID) must agree; none, or differing ones,
+        cannot be composed from.
         """
-        found: list[tuple[str, dict[str, Any]]] = []
-        for device in self.spec.get("devices") or []:
-            edits = device.get("containerEdits") or {}
-            if _stands_for(edits, gpu_minor):
-                found.append((str(device.get("name")), edits))
+        found = [(name, edits) for minor, name, edits in self._gpus() if minor == gpu_minor]
         if not found:
             raise UsageError(
                 f"NVIDIA CDI spec {self.path} has no device for GPU minor {gpu_minor} "
@@ -105,28 +109,21 @@ class BaseSpec:
 
     def gpu_minors(self) -> set[int]:
         """The GPU minors some entry stands for alone."""
-        minors: set[int] = set()
-        for device in self.spec.get("devices") or []:
-            nodes = _gpu_nodes((device.get("containerEdits") or {}).get("deviceNodes"))
-            if len(nodes) == 1 and nodes[0] is not None:
-                minors.add(nodes[0])
-        return minors
+        return {minor for minor, _, _ in self._gpus()}
 
-
-def _gpu_nodes(nodes: Any) -> list[int | None]:
-    """GPU minors of the GPU nodes, and None for each capability node."""
-    out: list[int | None] = []
-    for path in (n["path"] for n in dicts(nodes) if isinstance(n.get("path"), str)):
-        match = _GPU_NODE.match(path)
-        if match:
-            out.append(int(match.group(1)))
-        elif path.startswith(_CAPS_NODE_PREFIX):
-            out.append(None)
-    return out
-
-
-def _stands_for(edits: Any, gpu_minor: int) -> bool:
-    return isinstance(edits, dict) and _gpu_nodes(edits.get("deviceNodes")) == [gpu_minor]
+    def _gpus(self) -> list[tuple[int, str, dict[str, Any]]]:
+        """(GPU minor, name, edits) of each device entry that stands for one GPU alone: it holds
+        `/dev/nvidia<minor>` and no other GPU or capability node, which skips `all` and MIG
+        entries whatever the naming strategy."""
+        found = []
+        for device in dicts(self.spec.get("devices")):
+            edits = device.get("containerEdits") or {}
+            nodes = dicts(edits.get("deviceNodes") if isinstance(edits, dict) else None)
+            paths = [n["path"] for n in nodes if isinstance(n.get("path"), str)]
+            gpus = [int(m.group(1)) for p in paths if (m := _GPU_NODE.match(p))]
+            if len(gpus) == 1 and not any(p.startswith(_CAPS_NODE_PREFIX) for p in paths):
+                found.append((gpus[0], str(device.get("name")), edits))
+        return found
 
 
 @dataclass(frozen=True)
@@ -173,12 +170,7 @@ def read_spec_file(path: Path) -> Any:
                 return json.loads(text)  # the common case, and much faster than YAML
             except ValueError:
                 pass  # perhaps YAML, which runtimes read all the same
-        if text not in _YAML_READ:  # a text that fails to parse raises and is not kept
-            as_json = json.dumps(_strict_yaml(text))
-            while len(_YAML_READ) >= 4:
-                del _YAML_READ[next(iter(_YAML_READ))]
-            _YAML_READ[text] = as_json
-        return json.loads(_YAML_READ[text])
+        return json.loads(_strict_yaml(text))  # each caller gets its own copy of the values
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path} is not valid JSON/YAML: {exc}") from None
     except Exception as exc:  # PyYAML's errors share no base class with ValueError
@@ -186,18 +178,14 @@ def read_spec_file(path: Path) -> Any:
         raise ValueError(f"{path} is not valid YAML: {first}") from None
 
 
-_YAML_READ: dict[str, str] = {}
-"""YAML spec texts read by this process, as the JSON they parsed to: NVIDIA's spec takes
-milliseconds to parse as YAML and a process may look it up several times (each lookup gets its
-own copy of the values)."""
-
 MAX_SPEC_NODES = 200_000
 """Values a spec may expand to. A real NVIDIA spec holds a few thousand; YAML aliases can make
 a few KB expand to billions (the reference library refuses "excessive aliasing" too)."""
 
 
-def _strict_yaml(text: str) -> Any:
-    """YAML read as the reference library reads it (YAML turned into JSON values), and never
+@functools.lru_cache(maxsize=4)
+def _strict_yaml(text: str) -> str:
+    """YAML read as the reference library reads it (YAML turned into JSON text), and never
     amplified: an unquoted date stays a string, a key given twice is refused, and aliases may
     not expand the document past `MAX_SPEC_NODES` values (an alias bomb of a few KB would
     otherwise become gigabytes the moment it is compared or written).
@@ -205,6 +193,9 @@ def _strict_yaml(text: str) -> Any:
     Built on PyYAML's safe loader, over libyaml's parser when PyYAML has it (NVIDIA's spec
     holds a few thousand values, which the pure-Python parser takes tens of milliseconds for):
     both parsers feed the same constructor and resolvers below.
+
+    The last few texts read are kept (a text that fails to parse raises and is not): NVIDIA's
+    spec takes milliseconds to parse as YAML and a process may look it up several times.
     """
     import yaml
 
@@ -220,7 +211,7 @@ def _strict_yaml(text: str) -> Any:
     loaded = load_yaml(text, Loader)  # a key given twice: `DuplicateKey`, a ValueError
     _count_values(loaded)
     try:  # only JSON values: what `canonical` and the writer can represent
-        return json.loads(json.dumps(loaded, allow_nan=False))
+        return json.dumps(loaded, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"a value is not representable in JSON: {exc}") from None
 
@@ -228,33 +219,19 @@ def _strict_yaml(text: str) -> Any:
 def _count_values(document: Any) -> None:
     """Refuse a document that expands past `MAX_SPEC_NODES` values (shared subtrees counted
     every time they appear, as serializing them would; a cycle never ends, so it is refused)."""
-    budget = MAX_SPEC_NODES
     stack = [document]
-    while stack:
-        budget -= 1
-        if budget < 0:
-            raise ValueError(
-                f"the document expands to more than {MAX_SPEC_NODES} values (YAML aliases?)"
-            )
+    for _ in range(MAX_SPEC_NODES):
+        if not stack:
+            return
         value = stack.pop()
         if isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
+            stack += [*value, *value.values()]
         elif isinstance(value, list):
-            stack.extend(value)
-
-
-def _validated(path: Path, spec: Any) -> BaseSpec:
-    """The spec as a base, or a usage error naming the file and the first problem."""
-    problems = validate_spec(spec)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UsageError(
-            f"NVIDIA CDI spec {path} is invalid: {problems[0]}{more}; runtimes reject it, so "
-            f"no instance spec is composed from it: {GENERATE_HINT}"
+            stack += value
+    if stack:
+        raise ValueError(
+            f"the document expands to more than {MAX_SPEC_NODES} values (YAML aliases?)"
         )
-    assert isinstance(spec, dict)
-    return BaseSpec(path, spec)
 
 
 def spec_files(dirs: Iterable[Path]) -> Iterator[tuple[Path, list[Path]]]:
@@ -274,22 +251,21 @@ def spec_files(dirs: Iterable[Path]) -> Iterator[tuple[Path, list[Path]]]:
         yield directory, [directory / n for n in names if n.endswith(SPEC_SUFFIXES)]
 
 
-def _candidates(dirs: Sequence[Path]) -> tuple[list[tuple[Path, Any]], list[str]]:
-    """Every parsable spec file of an NVIDIA kind directly in `dirs`, and why the files that
-    could not be parsed were not (one of them may be NVIDIA's)."""
-    found: list[tuple[Path, Any]] = []
+def _candidates(dirs: Sequence[Path]) -> tuple[dict[str, list[tuple[Path, Any]]], list[str]]:
+    """Every parsable spec file of an NVIDIA kind directly in `dirs`, by kind, and why the
+    files that could not be parsed were not (one of them may be NVIDIA's)."""
+    found: dict[str, list[tuple[Path, Any]]] = {kind: [] for kind in BASE_KINDS}
     unreadable: list[str] = []
-    for _, paths in spec_files(dirs):
-        for path in paths:
-            if path.name.startswith(OWN_SPEC_PREFIX):
-                continue
-            try:
-                spec = read_spec_file(path)
-            except ValueError as exc:
-                unreadable.append(str(exc))
-                continue
-            if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
-                found.append((path, spec))
+    for path in (path for _, paths in spec_files(dirs) for path in paths):
+        if path.name.startswith(OWN_SPEC_PREFIX):
+            continue
+        try:
+            spec = read_spec_file(path)
+        except ValueError as exc:
+            unreadable.append(str(exc))
+            continue
+        if isinstance(spec, dict) and spec.get("kind") in BASE_KINDS:
+            found[spec["kind"]].append((path, spec))
     return found, unreadable
 
 
@@ -297,10 +273,8 @@ def find_base(setting: str, dirs: Sequence[Path]) -> BaseLookup:
     """Look the base spec up as `cdi.baseSpec` says; never raises (the problem is kept)."""
     try:
         return BaseLookup(setting, _find(setting, dirs))
-    except _Missing as exc:
-        return BaseLookup(setting, None, exc.message, missing=True)
     except UsageError as exc:
-        return BaseLookup(setting, None, exc.message)
+        return BaseLookup(setting, None, exc.message, missing=isinstance(exc, _Missing))
 
 
 class _Missing(UsageError):
@@ -318,30 +292,28 @@ def _find(setting: str, dirs: Sequence[Path]) -> BaseSpec | None:
             spec = read_spec_file(path)
         except ValueError as exc:
             raise UsageError(f"cdi.baseSpec: {exc}") from None
-        return _validated(path, spec)
+        return BaseSpec(path, spec)
     found, unreadable = _candidates(dirs)
-    kinds = [k for k in BASE_KINDS if any(spec.get("kind") == k for _, spec in found)]
+    kinds = [kind for kind in BASE_KINDS if found[kind]]
     for kind in kinds:
-        same = [(path, spec) for path, spec in found if spec.get("kind") == kind]
         # Within one directory, two files defining the kind differently are a conflict
         # runtimes drop; across directories the later one wins (/var/run/cdi over /etc/cdi).
-        chosen_path, chosen = same[-1]
-        for path, spec in same:
+        chosen_path, chosen = found[kind][-1]
+        for path, spec in found[kind]:
             if path.parent == chosen_path.parent and canonical(spec) != canonical(chosen):
                 raise UsageError(
                     f"NVIDIA CDI specs {path} and {chosen_path} both define kind {kind}, "
                     "differently: runtimes drop the devices they both define; keep one"
                 )
-        base = _validated(chosen_path, chosen)
+        base = BaseSpec(chosen_path, chosen)
         if not base.gpu_minors() and kind != kinds[-1]:
             continue  # only MIG entries (the device plugin's MIG strategy): no GPU to copy
         return base
     where = ", ".join(str(d) for d in dirs) or "no directory"
     if unreadable:  # perhaps NVIDIA's spec, unusable: say which file, not just "missing"
         raise UsageError(
-            f"no usable NVIDIA CDI spec in {where}: {unreadable[0]}"
-            + (f" (and {len(unreadable) - 1} more unreadable)" if len(unreadable) > 1 else "")
-            + f"; {GENERATE_HINT}"
+            f"no usable NVIDIA CDI spec in {where}: {first_of(unreadable, 'more unreadable')}; "
+            f"{GENERATE_HINT}"
         )
     raise _Missing(
         "no NVIDIA CDI spec on this node to take driver edits from "

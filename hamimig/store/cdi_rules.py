@@ -16,8 +16,8 @@ from typing import Any
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 """The versions the reference library accepts (0.1.0/0.2.0 predate the base features)."""
 
-_VENDOR_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_CLASS_RE = _VENDOR_RE
+_KIND_PART_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+"""A kind's vendor and its class alike."""
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 _ANNOTATION_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -55,64 +55,37 @@ _NODE_TYPES = frozenset({"", "b", "c", "u", "p"})
 # Versions
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
+def first_of(problems: list[str], more: str = "more") -> str:
+    """The first of `problems` (there is one), saying how many more there are."""
+    return problems[0] + (f" (and {len(problems) - 1} {more})" if len(problems) > 1 else "")
 
 
 def edits_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The spec-level edits and every device's edits (whatever of them are objects)."""
-    edits = [spec.get("containerEdits"), *(d.get("containerEdits") for d in devices_of(spec))]
+    devices = dicts(spec.get("devices"))
+    edits = [spec.get("containerEdits"), *(d.get("containerEdits") for d in devices)]
     return [e for e in edits if isinstance(e, dict)]
-
-
-def devices_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    return dicts(spec.get("devices"))
 
 
 def dicts(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-_Uses = Callable[[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]], bool]
-"""Whether a spec (given with its edits and its devices, each an object) uses a feature."""
-
-_FEATURES: tuple[tuple[str, _Uses], ...] = (
-    ("1.1.0", lambda spec, edits, devices: any(e.get("netDevices") for e in edits)),
-    ("0.7.0", lambda spec, edits, devices: any(e.get("intelRdt") is not None for e in edits)),
-    ("0.7.0", lambda spec, edits, devices: any(e.get("additionalGids") for e in edits)),
-    ("0.6.0", lambda spec, edits, devices: bool(spec.get("annotations"))),
-    ("0.6.0", lambda spec, edits, devices: any(d.get("annotations") for d in devices)),
-    ("0.6.0", lambda spec, edits, devices: "." in _kind_class(spec.get("kind"))),
-    ("0.5.0", lambda spec, edits, devices: any(_starts_with_digit(d.get("name")) for d in devices)),
-    (
-        "0.5.0",
-        lambda spec, edits, devices: any(
-            node.get("hostPath") for e in edits for node in dicts(e.get("deviceNodes"))
-        ),
-    ),
-    (
-        "0.4.0",
-        lambda spec, edits, devices: any(
-            mount.get("type") for e in edits for mount in dicts(e.get("mounts"))
-        ),
-    ),
-)
-"""The version that introduced each feature a spec may use, newest first."""
-
-
-def _kind_class(kind: Any) -> str:
-    return kind.split("/", 1)[1] if isinstance(kind, str) and "/" in kind else ""
-
-
-def _starts_with_digit(name: Any) -> bool:
-    return isinstance(name, str) and name[:1].isdigit()
-
-
 def minimum_version(spec: dict[str, Any]) -> str:
     """The lowest `cdiVersion` the reference library accepts for this content (docs/formats.md
     "CDI specs"): the version of the newest feature it uses."""
-    edits, devices = edits_of(spec), devices_of(spec)
-    return next((v for v, uses in _FEATURES if uses(spec, edits, devices)), "0.3.0")
+    edits, devices, kind = edits_of(spec), dicts(spec.get("devices")), spec.get("kind")
+    names = [d["name"] for d in devices if isinstance(d.get("name"), str)]
+    uses = (  # the version that introduced each feature a spec may use, newest first
+        ("1.1.0", any(e.get("netDevices") for e in edits)),
+        ("0.7.0", any(e.get("intelRdt") is not None or e.get("additionalGids") for e in edits)),
+        ("0.6.0", spec.get("annotations") or any(d.get("annotations") for d in devices)),
+        ("0.6.0", isinstance(kind, str) and "." in kind.partition("/")[2]),
+        ("0.5.0", any(name[:1].isdigit() for name in names)),
+        ("0.5.0", any(n.get("hostPath") for e in edits for n in dicts(e.get("deviceNodes")))),
+        ("0.4.0", any(m.get("type") for e in edits for m in dicts(e.get("mounts")))),
+    )
+    return next((version for version, used in uses if used), "0.3.0")
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,13 +96,12 @@ def check_kind(kind: Any) -> list[str]:
     """Problems with a `vendor/class` kind (also for checking configuration early)."""
     if not isinstance(kind, str) or "/" not in kind:
         return [f"kind {kind!r} is not of the form vendor/class"]
-    vendor, cls = kind.split("/", 1)
-    problems = []
-    if not _VENDOR_RE.match(vendor):
-        problems.append(f"kind {kind!r}: invalid vendor {vendor!r}")
-    if not _CLASS_RE.match(cls):
-        problems.append(f"kind {kind!r}: invalid class {cls!r}")
-    return problems
+    parts = zip(("vendor", "class"), kind.split("/", 1), strict=True)
+    return [
+        f"kind {kind!r}: invalid {what} {part!r}"
+        for what, part in parts
+        if not _KIND_PART_RE.match(part)
+    ]
 
 
 def _unknown(obj: dict[str, Any], allowed: frozenset[str], where: str) -> list[str]:
@@ -182,13 +154,9 @@ def _check_objects(
         return []
     if not isinstance(value, list):
         return [f"{where} must be a list"]
-    problems = [
-        f"{where}[{i}] must be an object" for i, v in enumerate(value) if not isinstance(v, dict)
-    ]
-    for i, item in enumerate(value):
-        if isinstance(item, dict):
-            problems += check(item, f"{where}[{i}]")
-    return problems
+    items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    problems = [f"{at} must be an object" for at, item in items if not isinstance(item, dict)]
+    return problems + [p for at, item in items if isinstance(item, dict) for p in check(item, at)]
 
 
 def _missing(obj: dict[str, Any], keys: tuple[str, ...], where: str) -> list[str]:
@@ -282,21 +250,17 @@ def _check_edits(edits: Any, where: str) -> tuple[list[str], bool]:
     ):
         problems += _check_objects(edits.get(key), f"{where}.{key}", check)
     rdt = edits.get("intelRdt")
-    if rdt is not None:
-        if isinstance(rdt, dict):
-            problems += _unknown(rdt, _RDT_FIELDS, f"{where}.intelRdt")
-        else:
-            problems.append(f"{where}.intelRdt must be an object")
+    if isinstance(rdt, dict):
+        problems += _unknown(rdt, _RDT_FIELDS, f"{where}.intelRdt")
+    elif rdt is not None:
+        problems.append(f"{where}.intelRdt must be an object")
     gids = edits.get("additionalGids")
     if gids is not None and (
         not isinstance(gids, list) or not all(_is_int(g) and g >= 0 for g in gids)
     ):
         problems.append(f"{where}.additionalGids must be a list of non-negative integers")
     problems += _check_objects(edits.get("netDevices"), f"{where}.netDevices", _check_netdev)
-    empty = not any(edits.get(k) for k in _EDITS_FIELDS if k != "intelRdt") and (
-        edits.get("intelRdt") is None
-    )
-    return problems, empty
+    return problems, not any(edits.get(k) for k in _EDITS_FIELDS - {"intelRdt"}) and rdt is None
 
 
 def validate_spec(spec: Any) -> list[str]:
@@ -311,10 +275,8 @@ def validate_spec(spec: Any) -> list[str]:
     version = spec.get("cdiVersion")
     if not isinstance(version, str) or version not in KNOWN_VERSIONS:
         problems.append(f"unknown cdiVersion {version!r} (known: {', '.join(KNOWN_VERSIONS)})")
-    else:
-        needed = minimum_version(spec)
-        if _version_key(version) < _version_key(needed):
-            problems.append(f"cdiVersion {version} is too low: the content needs {needed}")
+    elif KNOWN_VERSIONS.index(version) < KNOWN_VERSIONS.index(needed := minimum_version(spec)):
+        problems.append(f"cdiVersion {version} is too low: the content needs {needed}")
     problems += check_kind(spec.get("kind"))
     problems += _check_annotations(spec.get("annotations"), "spec")
     devices = spec.get("devices")

@@ -34,11 +34,11 @@ def node_document(path: Path) -> Iterator[dict[str, Any]]:
     everyone's back); `SimStore.edit()` is the typed way."""
     store = SimStore(path)
     with store._guard():
-        doc = store._document()
+        doc = store._document(store._raw())
         try:
             yield doc
         finally:
-            store._write_document(doc)
+            path.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
 
 
 def sim_state(path: Path) -> dict[str, Any]:

@@ -32,11 +32,10 @@ from hamimig.reports.doctor.verdicts import (
 from hamimig.reports.views import Check, CheckStatus
 from hamimig.store.cdi import CdiDevice, CdiStore, spec_file_name
 from hamimig.store.cdi_base import BaseLookup
+from hamimig.store.cdi_rules import first_of
 from hamimig.store.files import Problem
 from hamimig.store.records import Record, forget_name
 from hamimig.vocabulary import State
-
-DOCTOR_TEMP_PREFIX = ".hamimig-doctor-"
 
 
 def check_cdi(
@@ -47,7 +46,10 @@ def check_cdi(
         directory, config.cdi_kind, config.cdi_annotations, base=lambda: node.cdi_base(config)
     )
     if not config.cdi_enabled:
-        ours = _names_or_none(cdi)
+        try:
+            ours = cdi.list_ours()
+        except (HamimigError, OSError):
+            ours = []
         if ours:
             left = f"cdi.enabled is false, yet {len(ours)} spec(s) of ours are in {directory}"
             hint = "remove them once no container uses them, or set cdi.enabled: true"
@@ -79,27 +81,18 @@ def _check_base(lookup: BaseLookup, live: Live) -> Check:
     if lookup.base is None:
         code = HARDWARE if lookup.missing else UNVERIFIABLE
         return fail("cdi-base", lookup.problem or "no NVIDIA CDI spec", _GENERATE, code)
-    base = lookup.base
     lacking = []
     enabled = [g for g in live.gpus if g.mig_mode is MigMode.ENABLED]
     for gpu in enabled:
         try:
-            base.parent_edits(gpu.minor)
+            lookup.base.parent_edits(gpu.minor)
         except HamimigError as exc:
             lacking.append(f"GPU {gpu.index}: {exc.message}")
     if lacking:
-        more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
-        return fail("cdi-base", lacking[0] + more, _GENERATE)
+        return fail("cdi-base", first_of(lacking), _GENERATE)
     covered = ", ".join(str(g.index) for g in enabled)
     gpus = f"; it describes GPU(s) {covered}" if covered else ""
-    return ok("cdi-base", f"{base.path} (kind {base.kind}) is valid{gpus}")
-
-
-def _names_or_none(cdi: CdiStore) -> list[str]:
-    try:
-        return cdi.list_ours()
-    except (HamimigError, OSError):
-        return []
+    return ok("cdi-base", f"{lookup.base.path} (kind {lookup.base.kind}) is valid{gpus}")
 
 
 def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
@@ -123,29 +116,18 @@ def _check_cdi_dir(path: Path) -> tuple[Check, bool]:
     if not os.access(path, os.W_OK | os.X_OK):
         return fail("cdi-dir", f"{path} is not writable by uid {os.getuid()}", fix, HARDWARE), True
     try:
-        fd, temp = tempfile.mkstemp(prefix=DOCTOR_TEMP_PREFIX, dir=path)
-        os.close(fd)
-        os.unlink(temp)
+        with tempfile.NamedTemporaryFile(prefix=".hamimig-doctor-", dir=path):
+            pass  # created, then removed
     except OSError as exc:
         return fail("cdi-dir", f"cannot create a file in {path}: {why(exc)}", fix, HARDWARE), True
     return ok("cdi-dir", f"{path} is writable"), True
 
 
 def _check_our_specs(cdi: CdiStore, live: Live, durable: Durable | None) -> list[Check]:
+    """The problems among our spec files, and one summary row for those that are fine (all of
+    them, or the others beside the problems), not one per instance."""
     names = cdi.list_ours()
-    checks, good = _check_spec_files(cdi, names, live, durable)
-    if live.hw is not None and durable is not None:
-        checks += _missing_specs(cdi, set(names), live, durable.records)
-    return checks + _specs_summary(cdi, names, good, bool(checks), live, durable)
-
-
-def _check_spec_files(
-    cdi: CdiStore, names: list[str], live: Live, durable: Durable | None
-) -> tuple[list[Check], int]:
-    """The problems among our spec files, and how many are fine (those get one summary row,
-    not one per instance)."""
     if durable is None:  # records unreadable: whose spec it is cannot be told
-        durable = Durable(records={}, intents=(), removals=(), problems=())
         unreadable = set(names)
     else:  # nor for a record that cannot be read, whose own check says why
         unreadable = {
@@ -153,15 +135,31 @@ def _check_spec_files(
             for file in durable.unreadable_records()
             if (device := forget_name(file)) != file
         }
-    by_spec = {spec_file_name(r.mig_uuid): r for r in durable.records.values()}
-    queued = {spec_file_name(q.mig_uuid) for q in durable.removals}
-    in_flight = {spec_file_name(i.mig_uuid) for i in durable.intents if i.mig_uuid}
+    known = durable or Durable(records={}, intents=(), removals=(), problems=())
+    by_spec = {spec_file_name(r.mig_uuid): r for r in known.records.values()}
+    queued = {spec_file_name(q.mig_uuid) for q in known.removals}
+    in_flight = {spec_file_name(i.mig_uuid) for i in known.intents if i.mig_uuid}
     results = [
         _check_spec(cdi, n, by_spec.get(n), live, n in queued, n in in_flight, n not in unreadable)
         for n in names
     ]
-    problems = [c for c in results if c.status is not CheckStatus.OK]
-    return problems, len(results) - len(problems)
+    checks = [c for c in results if c.status is not CheckStatus.OK]
+    good = len(results) - len(checks)
+    if live.hw is not None and durable is not None:
+        checks += _missing_specs(cdi, set(names), live, durable.records)
+    if checks:
+        return checks + (
+            [ok("cdi-specs", f"{good} other spec(s) of ours are fine")] if good else []
+        )
+    if not names:
+        return [ok("cdi-specs", f"no spec of ours in {cdi.directory}")]
+    if durable is None:
+        compared = " (not matched with records: they cannot be read)"
+    elif live.hw is None:
+        compared = " (not compared with the hardware: NVML unavailable)"
+    else:
+        compared = " and match their live instances"
+    return [ok("cdi-specs", f"{good} spec(s) of ours, all valid{compared}")]
 
 
 def _missing_specs(
@@ -173,7 +171,11 @@ def _missing_specs(
         spec = spec_file_name(record.mig_uuid)
         if spec in present or record.state not in (State.ACTIVE, State.IDLE):
             continue
-        if _needs_a_device(live, record):
+        try:
+            needed = live.needed_device(record)
+        except (HamimigError, OSError):
+            continue  # the mig-minors or GPU checks say why
+        if isinstance(needed, CdiDevice):
             missing = (
                 f"missing: {record.mig_uuid} is live but has no spec in {cdi.directory}, so a pod "
                 "given it cannot start"
@@ -181,36 +183,6 @@ def _missing_specs(
             name = subject_of(cdi.store, cdi.subject(spec))
             checks.append(warn(name, missing, "hamimig recover (rewrites it: repair-cdi)"))
     return checks
-
-
-def _needs_a_device(live: Live, record: Record) -> bool:
-    try:
-        needed = live.needed_device(record)
-    except (HamimigError, OSError):
-        return False  # the mig-minors or GPU checks say why
-    return isinstance(needed, CdiDevice)
-
-
-def _specs_summary(
-    cdi: CdiStore,
-    names: list[str],
-    good: int,
-    problems: bool,
-    live: Live,
-    durable: Durable | None,
-) -> list[Check]:
-    """One row for the specs that are fine: all of them, or the others beside the problems."""
-    if problems:
-        return [ok("cdi-specs", f"{good} other spec(s) of ours are fine")] if good else []
-    if not names:
-        return [ok("cdi-specs", f"no spec of ours in {cdi.directory}")]
-    if durable is None:
-        compared = " (not matched with records: they cannot be read)"
-    elif live.hw is None:
-        compared = " (not compared with the hardware: NVML unavailable)"
-    else:
-        compared = " and match their live instances"
-    return [ok("cdi-specs", f"{good} spec(s) of ours, all valid{compared}")]
 
 
 def _check_spec(
@@ -289,10 +261,9 @@ def _check_conflicts(
         for p in unreadable_specs(cdi, scan)
     ]
     for qualified, own, others in cdi_conflicts(cdi, records, scan):
-        same_dir = [p for p in others if p.parent == own.parent]
         effect = (
             "runtimes drop it from both files, so pods given it cannot start"
-            if same_dir
+            if any(p.parent == own.parent for p in others)
             else "the directory a runtime ranks higher shadows the other"
         )
         listed = ", ".join(str(p) for p in others)
