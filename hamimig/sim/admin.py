@@ -1,9 +1,8 @@
 """Operator actions on a simulated node: build it, change it behind hamimig's back, break it.
 
-These act as "the world" (a technician, another controller, a failing driver), not as an NVML
-client: they change the state document directly, are never counted as NVML calls and never
-fire faults. The geometry rules are the same ones the simulated NVML enforces. Each returns what
-it did; hamimig/rehearsal/simulator.py turns that into the `sim` commands' view.
+They act as "the world" (a technician, another controller, a failing driver), not as an NVML
+client: they change the state directly, are never counted and never fire faults, yet obey the
+geometry rules the simulated NVML enforces.
 """
 
 from __future__ import annotations

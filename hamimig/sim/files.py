@@ -1,14 +1,7 @@
-"""The files a GPU node has besides NVML, for a simulated node: NVIDIA's CDI spec, the kernel's
-`/proc/devices` and the driver's capability `access` files.
-
-They live in the node's own directory, `<node file>.d/` (recorded in the node file as `home`),
-with its state and CDI directories, so a simulated node never reads the host's `/etc/cdi` or
-`/proc` and never writes the real node's directories; a node file made before homes keeps them
-beside it: a test machine without GPUs gets the same spec composition (and, since
-every node carries type, major and minor, the same CDI injection) as a GPU node. The base spec is
-shaped like `nvidia-ctk cdi generate` output: driver library and binary mounts, `nvidia-cdi-hook`
-hooks, the control and uvm nodes, an `all` device, one device per GPU by index and by UUID, and
-a MIG entry.
+"""The files a GPU node has besides NVML (NVIDIA's CDI spec, `/proc/devices`, the capability
+`access` files), written in a simulated node's home (docs/simulator.md), so a machine without
+GPUs gets the same spec composition and CDI injection as a GPU node, and a simulated node never
+reads the host's `/etc/cdi` or `/proc` nor writes the real node's directories.
 """
 
 from __future__ import annotations

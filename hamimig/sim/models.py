@@ -1,8 +1,7 @@
 """MIG geometry of the GPU models the simulator reproduces, as NVIDIA documents and drivers show it.
 
-This is data, not logic: the simulator serves it through NVML-shaped calls, and the real
-adapter never reads it (it asks the driver). Figures not yet seen on a real board are marked
-unverified below.
+Data, not logic: the real adapter never reads it (it asks the driver). Figures not yet seen on a
+real board are marked unverified below.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""A simulated pynvml module: the same function names, signatures and return types as NVIDIA's
-bindings for everything `hw/nvml.py` calls, over a simulated node's state.
-
-It is built on pynvml's own ctypes structs, handle types and `NVMLError` classes (reached through
-`hw/nvml.py`, the project's one importer of pynvml), so the real adapter runs unchanged against
-it and every test exercises the code that will talk to real GPUs. Each call is counted, may be
-failed or crashed by an injected fault, and is one locked read-modify-write of the node's state.
+"""A simulated pynvml module over a simulated node's state: NVIDIA's names, signatures and return
+types for all `hw/nvml.py` calls, on pynvml's own structs, handles and `NVMLError` classes (reached
+through `hw/nvml.py`), so every test runs the code that will talk to real GPUs. Each call is
+counted, may be faulted, and is one locked read-modify-write of the node's state.
 """
 
 from __future__ import annotations
@@ -134,11 +131,9 @@ class SimNvml:
         return self._nv.NVMLError(NVML_ERROR_CODES[error])  # type: ignore[no-any-return]
 
     def _call(self, name: str, gpu: int | None, body: Callable[[NodeState], T]) -> T:
-        """Count the call, fire a matching fault, run `body` on the locked state.
-
-        The node's file is rewritten only when the call changes it (a mutation, a consumed
-        fault, `nvmlShutdown` publishing this process's counts); a read leaves it alone.
-        """
+        """Count the call, fire a matching fault, run `body` on the locked state; the file is
+        rewritten only when the call changes it (a mutation, a consumed fault, `nvmlShutdown`
+        publishing this process's counts), never for a read."""
         with self._store.session() as session:
             state = session.state
             self._store.count(name)

@@ -1,9 +1,6 @@
-"""What `sim fault add` can name, without loading the simulator: the NVML functions the
-simulated module implements (each counted under this name, also when pynvml calls it through a
-versioned alias such as `nvmlComputeInstanceGetInfo_v2`), the file operations of the durable
-state, and what a fault does. The CLI builds its `--op`, `--action` and `--model` choices from
-here, so help, shell completion and the man page list them; a test keeps the NVML list equal to
-the simulator's."""
+"""What `sim fault add` can name (docs/simulator.md), importable without loading the simulator:
+the CLI builds its `--op`, `--action` and `--model` choices from here for help, completion and
+the man page, and a test keeps the NVML list equal to the simulator's."""
 
 from __future__ import annotations
 

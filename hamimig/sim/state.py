@@ -1,13 +1,8 @@
 """The simulated node's persistent state and the rules of MIG geometry it enforces.
 
-The state is typed (`NodeState`: GPUs, their GI/CI layout, busy marks, pending faults and NVML
-call counts) and stored as one JSON document. A file-backed store lets several processes share
-one simulated node the way they would share a real one: every simulated NVML call runs under the
-file's lock, and the file is rewritten only when a call changes it. An in-memory store serves
-benchmarks and property tests that do not need sharing.
-
-Geometry rules live here as plain functions over that state, so the pynvml stand-in
-(`sim/nvml.py`) and the operator's `sim create` obey exactly the same rules.
+One JSON document, so several processes share a simulated node as they would a real one (each
+simulated NVML call runs under the file's lock). The rules are plain functions over it, so the
+pynvml stand-in (`sim/nvml.py`) and the operator's `sim create` obey exactly the same ones.
 """
 
 from __future__ import annotations
@@ -296,12 +291,10 @@ def new_node(model: ModelSpec, count: int, driver_version: str = DRIVER_VERSION)
 
 
 class SimStore:
-    """Holds the state: in a JSON file shared under a lock, or only in memory (as a document).
-
-    NVML call counts are kept in memory and merged into the stored state whenever this process
-    writes it anyway (a mutation, a consumed fault, a crash, `nvmlShutdown`) and when the
-    process exits: a read-only call never rewrites the file.
-    """
+    """Holds the state: in a JSON file shared under a lock, or only in memory (benchmarks and
+    property tests). NVML call counts stay in memory until this process writes the node anyway
+    (a mutation, a consumed fault, a crash, `nvmlShutdown`) or exits, so a read-only call never
+    rewrites the file."""
 
     def __init__(self, path: Path | None, state: Document | None = None) -> None:
         self.path = path
@@ -376,11 +369,10 @@ class SimStore:
                 os.close(fd)
 
     def _lock_file(self, made: bool) -> int | None:
-        """The lock file, opened read-write (created if need be). Where this user may not write
-        beside a node that exists (a read-only directory or file system), its lock file opened
-        read-only, which flock takes as well; None where there is none: the node is then read
-        without the lock, which is sound, as a writer replaces the node file by an atomic rename
-        (a read sees one whole version), and a write fails at its temp file as it must."""
+        """The lock file read-write (created if need be), else read-only where this user may not
+        write beside an existing node (flock takes that too), else None: the node is then read
+        unlocked, which is sound, as a writer replaces the file by an atomic rename (a read sees
+        one whole version), and a write fails at its temp file as it must."""
         assert self.path is not None
         try:
             return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -615,11 +607,8 @@ def _os_error(fault: SimFault) -> OSError:
 
 
 def run_file_op(store: SimStore, op: str, perform: Callable[[], None]) -> None:
-    """Run a durable-state file operation under the simulator's file-operation faults.
-
-    The store layer calls this around each write or removal when the node is simulated; the
-    node's file is rewritten only when a fault names the operation.
-    """
+    """Run a durable-state file operation (the store's writes and removals on a simulated
+    node) under the simulator's faults; the node's file is rewritten only when one names it."""
     op = op.value if isinstance(op, FileOpName) else op  # messages name it as `--op` does
     with store.session() as session:
         session.dirty = fault_armed(session.state, op)

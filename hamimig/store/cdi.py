@@ -1,11 +1,6 @@
-"""One CDI spec file per MIG instance, in the format container runtimes accept.
+"""One CDI spec file per MIG instance, under HAMi's names (docs/formats.md "CDI specs"), so a
+node can move between HAMi's device plugin and hamimig without orphaning or duplicating a device.
 
-The spec belongs to the instance, not to a pod (docs/formats.md "CDI specs"): it is written
-when the instance is created, kept while it is Active or Idle, and removed only after the GI/CI
-is gone. Its names are HAMi's, so a node can move between HAMi's device plugin and hamimig
-without orphaning or duplicating a device.
-
-Every spec declares the *minimum* version its content needs (as NVIDIA's tools do), and
 `render` checks each spec against the reference library's rules (`cdi_rules`) before it is
 written: a spec that no runtime would load must never reach the CDI directory.
 """
@@ -38,10 +33,8 @@ GEOMETRY_ANNOTATION = "hami.io/mig-geometry"
 @dataclass(frozen=True)
 class CdiDevice:
     """What a container needs to use one MIG device: its GPU's and its two capability minors.
-
-    The rest is known on a real node and needed only by some specs: the GPU UUID and GI/CI IDs
-    for HAMi's annotations, the capability nodes' major and modes for a composed spec.
-    """
+    The rest, known on a real node, only some specs need: the GPU UUID and GI/CI IDs for HAMi's
+    annotations, the capability nodes' major and modes for a composed spec."""
 
     mig_uuid: str
     gpu_minor: int
@@ -96,18 +89,10 @@ def build_spec(
     annotations: dict[str, str] | None = None,
     base: BaseSpec | None = None,
 ) -> dict[str, Any]:
-    """The spec of `dev`: one device, the instance's, declaring the lowest `cdiVersion` its
-    content allows.
-
-    The lowest version is what keeps the spec loadable by runtimes built on older libraries
-    (Debian 12's stops at 0.5.0); annotations are therefore opt-in, since they force 0.6.0.
-
-    Without a base (`cdi.baseSpec: none`), device nodes only. With one, the spec HAMi would
-    compose: NVIDIA's common edits at spec level, and on the device the parent GPU's edits
-    (copied as they are) plus the GI and CI capability nodes. Nothing is added that the base
-    does not say: no `NVIDIA_VISIBLE_DEVICES=void` unless the base sets it, no type or numbers
-    on nodes the base lists by path only.
-    """
+    """The spec of `dev` (docs/cdi.md): one device, declaring the lowest `cdiVersion` its
+    content allows, so runtimes on older libraries load it (hence annotations, which force
+    0.6.0, are opt-in). Composed from the base as HAMi composes it, adding nothing the base
+    does not say; without one (`cdi.baseSpec: none`), device nodes only."""
     if base is None:
         nodes = (f"/dev/nvidia{dev.gpu_minor}", _cap(dev.gi_cap_minor), _cap(dev.ci_cap_minor))
         control = [{"path": f"/dev/{n}"} for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")]
@@ -167,11 +152,9 @@ class ForeignSpec(Exception):
 
 
 class CdiStore(StoreFiles):
-    """The per-instance spec files in the CDI directory.
-
-    `base` looks up the node's NVIDIA spec on first use (None: `cdi.baseSpec: none`, the
-    device-nodes-only spec); commands that never render a spec never read it.
-    """
+    """The per-instance spec files in the CDI directory. `base` looks up the node's NVIDIA spec
+    on first use (None: `cdi.baseSpec: none`), so commands that never render a spec never read
+    it."""
 
     store = "cdi-spec"
     prefix, suffix = SPEC_PREFIX, SPEC_SUFFIX
@@ -210,12 +193,9 @@ class CdiStore(StoreFiles):
         return self.directory / spec_file_name(mig_uuid)
 
     def spec_for(self, dev: CdiDevice) -> dict[str, Any]:
-        """The spec object for `dev`, checked against the reference library's rules.
-
-        Raises `UsageError` when there is no usable base spec to compose from (or it lacks the
-        GPU), `HardwareError` when the spec would not load in a runtime (a bad configured kind
-        or a bogus minor), so that nothing unloadable is ever written.
-        """
+        """The spec object for `dev`, checked against the reference library's rules so nothing
+        unloadable is ever written: `UsageError` without a usable base spec (or one lacking the
+        GPU), `HardwareError` when a runtime would not load it (a bad kind, a bogus minor)."""
         minors = (dev.gpu_minor, dev.gi_cap_minor, dev.ci_cap_minor)
         if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in minors):
             raise HardwareError(f"invalid device minors {minors} for {dev.mig_uuid}")
@@ -251,13 +231,9 @@ class CdiStore(StoreFiles):
         return found
 
     def matches(self, dev: CdiDevice) -> bool:
-        """True when the spec on disk has the content `render` produces, compared as HAMi's
-        plugin compares (normalized JSON, not bytes), so that the two never rewrite each other.
-
-        A spec carrying HAMi's device annotations for this very device is consistent too (with
-        annotations off, they are what HAMi itself writes); with annotations on they must be
-        there. Raises as `spec_for` does when no spec can be composed.
-        """
+        """True when the spec on disk has `render`'s content, compared as HAMi's plugin compares
+        (docs/cdi.md), so the two never rewrite each other; with annotations on, HAMi's must be
+        there. Raises as `spec_for` does when no spec can be composed."""
         wanted = self.spec_for(dev)
         found = self._valid(dev.mig_uuid)
         if found is None:
@@ -303,16 +279,10 @@ class CdiStore(StoreFiles):
         return self.qualified_name(dev.mig_uuid)
 
     def not_ours(self, name: str, mig_uuid: str | None = None) -> str | None:
-        """Why the file at spec name `name` is not the spec of its instance, or None when it is
-        (or nothing is there): the one content check before any removal (docs/formats.md
-        "CDI specs").
-
-        What HAMi's own code checks: the configured kind, exactly one device, named
-        `mig-<sha256>` of the instance (`mig_uuid` when known, else the digest in the file
-        name), and a `hami.io/mig-uuid` device annotation, when present, equal to the MIG UUID
-        (when only the digest is known: hashing to it). A file that cannot be read or parsed is
-        not ours either: it is kept and reported, never removed.
-        """
+        """Why the file at spec name `name` is not its instance's spec, or None when it is (or
+        nothing is there): the one content check before any removal, HAMi's own (docs/formats.md
+        "CDI specs"), by `mig_uuid` when known, else the digest in the file name. A file that
+        cannot be read or parsed is not ours either: kept and reported, never removed."""
         found = self.read_file(name, _json_document)
         if found is None:
             return None

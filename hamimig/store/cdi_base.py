@@ -1,14 +1,8 @@
-"""The node's NVIDIA CDI spec: where a per-instance spec takes its driver edits from.
+"""The node's NVIDIA CDI spec: where a per-instance spec takes its driver edits from, composed
+as HAMi composes its dynamic MIG specs (docs/cdi.md), so neither rewrites the other's file.
 
-A container given only device nodes has no driver: no `libcuda.so`, no `libnvidia-ml.so`, no
-`nvidia-smi`, no ldcache update. NVIDIA's own spec (`nvidia-ctk cdi generate`, the GPU operator or
-the device plugin) carries those as spec-level edits and per-GPU device edits; a MIG instance's
-spec is composed from the same parts, as HAMi composes its dynamic MIG specs, so that both write
-the same content and neither rewrites the other's file.
-
-The base is read, never written, and is judged by the same rules a runtime applies (strict
-fields, known version): composing from a spec that runtimes reject would copy the fault into
-every instance.
+The base is read, never written, and judged by the rules a runtime applies: composing from a
+spec that runtimes reject would copy the fault into every instance.
 """
 
 from __future__ import annotations
@@ -87,11 +81,9 @@ class BaseSpec:
         return copy.deepcopy(self.spec.get("containerEdits") or {})  # valid: an object or none
 
     def parent_edits(self, gpu_minor: int) -> dict[str, Any]:
-        """The edits of the device entry that stands for GPU `gpu_minor` alone, copied.
-
-        Entries naming the same GPU (by index and by UUID) must agree; none, or differing ones,
-        cannot be composed from.
-        """
+        """The edits of the device entry that stands for GPU `gpu_minor` alone, copied; entries
+        naming it by index and by UUID must agree, and none or differing ones cannot be composed
+        from."""
         found = [(name, edits) for minor, name, edits in self._gpus() if minor == gpu_minor]
         if not found:
             raise UsageError(
@@ -149,13 +141,9 @@ class BaseLookup:
 
 
 def read_spec_file(path: Path) -> Any:
-    """A JSON or YAML spec file parsed as runtimes parse it; `ValueError` naming the file
-    when it cannot be.
-
-    The reference loader reads every spec, `.json` too, as YAML (of which JSON is a part),
-    in UTF-8 or, after a byte order mark, UTF-16: a `.json` file holding YAML, or starting
-    with a BOM, is a spec to runtimes, so it is one here.
-    """
+    """A JSON or YAML spec file parsed as runtimes parse it (docs/formats.md: as YAML whatever
+    the extension, UTF-16 after a BOM), since what is a spec to runtimes must be one here;
+    `ValueError` naming the file when it cannot be."""
     try:
         data = read_input(path)
     except OSError as exc:
@@ -185,18 +173,10 @@ a few KB expand to billions (the reference library refuses "excessive aliasing" 
 
 @functools.lru_cache(maxsize=4)
 def _strict_yaml(text: str) -> str:
-    """YAML read as the reference library reads it (YAML turned into JSON text), and never
-    amplified: an unquoted date stays a string, a key given twice is refused, and aliases may
-    not expand the document past `MAX_SPEC_NODES` values (an alias bomb of a few KB would
-    otherwise become gigabytes the moment it is compared or written).
-
-    Built on PyYAML's safe loader, over libyaml's parser when PyYAML has it (NVIDIA's spec
-    holds a few thousand values, which the pure-Python parser takes tens of milliseconds for):
-    both parsers feed the same constructor and resolvers below.
-
-    The last few texts read are kept (a text that fails to parse raises and is not): NVIDIA's
-    spec takes milliseconds to parse as YAML and a process may look it up several times.
-    """
+    """YAML read as the reference library reads it (docs/cdi.md), as JSON text, and never
+    amplified: past `MAX_SPEC_NODES` values an alias bomb of a few KB would become gigabytes.
+    libyaml's parser where PyYAML has it (the pure-Python one takes tens of ms on NVIDIA's
+    spec), both under the same resolvers; cached, as a process may look the spec up often."""
     import yaml
 
     safe: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -1,10 +1,8 @@
 """The CDI spec format as the reference Go library reads it: the versions it knows, the
 lowest `cdiVersion` a spec's content needs, and what it rejects (docs/formats.md "CDI specs").
 
-Runtimes parse specs strictly: an unknown field or a `cdiVersion` lower than the content needs
-makes the whole file invalid, and a runtime built on an older library rejects versions it does
-not know. Both the per-instance specs hamimig writes and the NVIDIA base spec they are composed
-from are judged by these rules.
+Runtimes parse strictly, so one violation invalidates the whole file; both the specs hamimig
+writes and the NVIDIA base spec they are composed from are judged by these rules.
 """
 
 from __future__ import annotations
@@ -265,10 +263,8 @@ def _check_edits(edits: Any, where: str) -> tuple[list[str], bool]:
 
 def validate_spec(spec: Any) -> list[str]:
     """What the reference CDI library would reject in `spec`; empty when a runtime accepts it.
-
-    Covers the rules (docs/formats.md "CDI specs") that a per-instance spec can break, including
-    strict parsing (unknown fields) and a `cdiVersion` below what the content needs.
-    """
+    The rules a per-instance spec can break (docs/formats.md "CDI specs"), unknown fields and a
+    `cdiVersion` below what the content needs included."""
     if not isinstance(spec, dict):
         return ["spec is not a JSON object"]
     problems = _unknown(spec, _SPEC_FIELDS, "spec")

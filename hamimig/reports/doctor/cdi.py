@@ -1,7 +1,6 @@
-"""The CDI directory and our specs in it: the directory is writable (proved by creating and
-removing a temp file), NVIDIA's spec that ours are composed from is there and describes every
-MIG GPU, each spec of ours loads in a runtime and matches its live instance, every live instance
-has one, and no other spec defines one of our devices.
+"""Doctor's checks of the CDI directory and our specs in it (docs/cdi.md): the directory is
+proved writable by creating and removing a temp file, and each spec is judged as a runtime
+would load it, against the live instances.
 """
 
 from __future__ import annotations
