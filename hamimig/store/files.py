@@ -114,7 +114,13 @@ def ensure_dir(path: Path, mode: int) -> None:
     except NotADirectoryError:
         raise _not_usable(path, "a parent is not a directory") from None
     os.chmod(path, mode, follow_symlinks=False)
-    _fsync_parent(path)
+    # A new directory entry is durable only once its parent is synced.
+    with contextlib.suppress(OSError):
+        fd = os.open(path.parent, _DIR_FLAGS)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def check_usable_dir(path: Path, what: str, create_parents: bool) -> None:
@@ -147,16 +153,6 @@ def check_usable_dir(path: Path, what: str, create_parents: bool) -> None:
         raise UsageError(
             f"{what} {path} does not exist and {parent} is not writable by uid {os.getuid()}"
         )
-
-
-def _fsync_parent(path: Path) -> None:
-    # A new directory entry is durable only once its parent is synced.
-    with contextlib.suppress(OSError):
-        fd = os.open(path.parent, _DIR_FLAGS)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -305,15 +301,6 @@ def read_input(path: Path) -> bytes:
     return _read_opened(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
 
 
-def list_names(directory: Path, prefix: str, suffix: str) -> list[str]:
-    """Sorted entry names in `directory` with that prefix and suffix; [] if it is absent."""
-    if not check_dir(directory):
-        return []
-    with open_dir(directory) as dir_fd:
-        names = os.listdir(dir_fd)
-    return sorted(n for n in names if n.startswith(prefix) and n.endswith(suffix))
-
-
 # --------------------------------------------------------------------------------------------
 # Reading our files, and what stores say about them
 
@@ -408,7 +395,10 @@ class StoreFiles:
 
     def names(self) -> list[str]:
         """The store's files by name, sorted; [] when the directory is absent."""
-        return list_names(self.directory, self.prefix, self.suffix)
+        if not check_dir(self.directory):
+            return []
+        with open_dir(self.directory) as dir_fd:
+            return sorted(n for n in os.listdir(dir_fd) if self.owns(n))
 
     def write_named(self, op: FileOpName | None, name: str, data: bytes) -> None:
         """Create or replace `name` atomically with the store's mode, creating the directory
@@ -457,12 +447,8 @@ class StoreFiles:
     def inspect_modes(self) -> list[ModeFinding]:
         """The store's regular files whose mode is not `file_mode` (anything but a regular file
         is the loader's problem, reported with its reason)."""
-        if not check_dir(self.directory):
-            return []
-        with open_dir(self.directory) as dir_fd:
-            names = sorted(n for n in os.listdir(dir_fd) if self.owns(n))
         found: list[ModeFinding] = []
-        for name in names:
+        for name in self.names():
             try:
                 st = os.lstat(self.directory / name)
             except FileNotFoundError:
