@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hamimig.durations import parse_time
+from hamimig.store._fields import not_json
 from hamimig.store.files import (
     Problem,
     StoreFiles,
@@ -243,12 +244,6 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
                     yield number, raw
 
 
-def _no_constant(name: str) -> object:
-    """NaN and Infinity are not JSON: a line holding one is not an event (and echoing it would
-    make `-o json` output no strict parser reads)."""
-    raise ValueError(f"{name} is not JSON")
-
-
 def _finite(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):  # 1e999
@@ -262,7 +257,9 @@ def decode_event(raw: bytes | None) -> Event | None:
     if raw is None:
         return None
     try:
-        doc = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        # NaN and Infinity are not JSON: a line holding one is not an event (and echoing it
+        # would make `-o json` output no strict parser reads).
+        doc = json.loads(raw, parse_constant=not_json, parse_float=_finite)
     except (ValueError, RecursionError):  # RecursionError: a line nested a thousand deep
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("action"), str) or not doc["action"]:

@@ -22,9 +22,11 @@ from typing import Annotated, Any
 
 from hamimig.hw.types import Placement
 from hamimig.store._fields import (
+    TEXT,
     Json,
     RecordError,
     Stored,
+    check,
     check_nonempty,
     check_opt_mig_uuid,
     check_opt_uint,
@@ -34,10 +36,7 @@ from hamimig.store._fields import (
     json_object,
     validated,
 )
-from hamimig.store.files import (
-    Problem,
-    StoreFiles,
-)
+from hamimig.store.files import Problem, StoreFiles
 from hamimig.store.records import STATE_DIR_MODE, Owner, check_owner
 from hamimig.vocabulary import FileOpName
 
@@ -59,11 +58,7 @@ def intent_file_name(intent_id: str) -> str:
     return f"{INTENT_PREFIX}{intent_id}{INTENT_SUFFIX}"
 
 
-def _intent_id(value: Any) -> str:
-    text: str = check_nonempty(value)
-    if not _ID_RE.match(text):
-        raise ValueError(f"{text!r} is not a valid intent ID")
-    return text
+_intent_id = check(TEXT, (lambda v: _ID_RE.match(v), "{!r} is not a valid intent ID"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +86,7 @@ class Intent(Stored):
     def from_json(cls, doc: Any, where: str = "") -> Intent:
         """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
         if isinstance(doc, dict):
-            reads = f"this hamimig reads {INTENT_VERSION}"
-            check_version(doc, INTENT_VERSION, "intent", reads)
+            check_version(doc, INTENT_VERSION, "intent", f"this hamimig reads {INTENT_VERSION}")
         return validated(cls, doc, what="intent is not a JSON object")
 
 
