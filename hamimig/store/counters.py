@@ -66,9 +66,6 @@ class CounterValues:
         return self.timestamps.get(name, 0)
 
 
-_Stored = tuple[dict[str, dict[str, int]], dict[str, int]]
-
-
 MAX_VALUE = 2**53
 """The largest integer a Prometheus sample (a float64) holds exactly: a larger one is no count
 or time hamimig wrote, and printed it would not parse as a sample value."""
@@ -81,7 +78,7 @@ def _count(value: object, where: str) -> int:
     return number
 
 
-def decode_stored(data: bytes) -> _Stored:
+def decode_stored(data: bytes) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """The counters and the timestamps of a counters file."""
     doc = json_object(data, "counters file")
     check_version(doc, COUNTERS_VERSION, "counters", "this hamimig reads 1")
@@ -103,9 +100,7 @@ def decode_stored(data: bytes) -> _Stored:
     return out, times
 
 
-def encode_counters(
-    values: dict[str, dict[str, int]], timestamps: dict[str, int] | None = None
-) -> bytes:
+def encode_counters(values: dict[str, dict[str, int]], timestamps: dict[str, int]) -> bytes:
     counters = {
         name: by_label[NO_LABEL] if set(by_label) == {NO_LABEL} else dict(sorted(by_label.items()))
         for name, by_label in sorted(values.items())
@@ -127,10 +122,8 @@ class Counters(SingleFile):
 
     def load(self) -> CounterValues:
         """The current counts; an absent file is all zeros, an unusable one zeros and a Problem."""
-        loaded = self.read_one(decode_stored)
-        if isinstance(loaded, Problem):
-            return CounterValues(problem=loaded)
-        return CounterValues() if loaded is None else CounterValues(*loaded)
+        (values, timestamps), problem = self.read_or(decode_stored, lambda: ({}, {}))
+        return CounterValues(values, timestamps, problem)
 
     def bump(self, name: str, label: str | None = None, n: int = 1) -> None:
         """Add `n` to one counter and write the file atomically (0600).

@@ -474,6 +474,12 @@ class SingleFile(StoreFiles):
     def path(self) -> Path:
         return self.directory / self.file_name
 
-    def read_one(self, decode: Callable[[bytes], T]) -> T | Problem | None:
-        """The file decoded (`read_file`); None when it or the directory is absent."""
-        return self.read_file(self.file_name, decode) if check_dir(self.directory) else None
+    def read_or(
+        self, decode: Callable[[bytes], T], empty: Callable[[], T]
+    ) -> tuple[T, Problem | None]:
+        """The file decoded (`read_file`), `empty()` when it or the directory is absent;
+        `empty()` and the `Problem` when it cannot be used."""
+        loaded = self.read_file(self.file_name, decode) if check_dir(self.directory) else None
+        if isinstance(loaded, Problem):
+            return empty(), loaded
+        return empty() if loaded is None else loaded, None

@@ -72,10 +72,8 @@ class RemovalQueue(SingleFile):
 
     def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""
-        loaded = self.read_one(decode_queue)
-        if isinstance(loaded, Problem):
-            return [], [loaded]
-        return loaded or [], []
+        removals, problem = self.read_or(decode_queue, lambda: [])
+        return removals, [] if problem is None else [problem]
 
     def _load_for_update(self) -> list[QueuedRemoval]:
         # Rewriting an unreadable queue would silently drop the removals it still holds; the
