@@ -60,7 +60,7 @@ def bindings() -> ModuleType:
 
 
 class NvmlHardware:
-    """The real adapter. Use as a context manager: it initialises NVML and shuts it down."""
+    """The real adapter: `open` initialises NVML, `close` shuts it down."""
 
     def __init__(self, nv: Any, mig_minors: Path = DEFAULT_MIG_MINORS) -> None:
         self._nv = nv
@@ -83,13 +83,6 @@ class NvmlHardware:
         self._open = False
 
     # --- session -----------------------------------------------------------------------------
-
-    def __enter__(self) -> NvmlHardware:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def open(self) -> None:
         try:

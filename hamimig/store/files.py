@@ -42,7 +42,7 @@ neither HAMi's record loader nor a CDI runtime ever picks up a half-written file
 MAX_READ_BYTES = 4 * 1024 * 1024
 """Records, intents, queues and specs are a few hundred bytes; a huge file is not ours."""
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 T = TypeVar("T")
 
@@ -116,7 +116,7 @@ def ensure_dir(path: Path, mode: int) -> None:
     os.chmod(path, mode, follow_symlinks=False)
     # A new directory entry is durable only once its parent is synced.
     with contextlib.suppress(OSError):
-        fd = os.open(path.parent, _DIR_FLAGS)
+        fd = os.open(path.parent, DIR_FLAGS)
         try:
             os.fsync(fd)
         finally:
@@ -159,7 +159,7 @@ def check_usable_dir(path: Path, what: str, create_parents: bool) -> None:
 def open_dir(directory: Path) -> Iterator[int]:
     """A descriptor of `directory` itself (never of a symlink's target), closed on exit."""
     try:
-        fd = os.open(directory, _DIR_FLAGS)
+        fd = os.open(directory, DIR_FLAGS)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise _not_usable(directory, "it is a symbolic link or not a directory") from None
@@ -186,8 +186,7 @@ def atomic_write(directory: Path, name: str, data: bytes, mode: int) -> None:
             try:
                 view = memoryview(data)
                 while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                    view = view[os.write(fd, view) :]
                 # The open mode was masked by the umask; chmod before fsync so that the mode
                 # is as durable as the content.
                 os.fchmod(fd, mode)
