@@ -305,10 +305,9 @@ def _document(path: Path) -> Any:
         text = read_input(path).decode("utf-8")
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # UnicodeDecodeError too
-        raise UsageError(f"cannot read config {path}: {exc}") from None
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError too; an OSError says its errno's text
+        why = getattr(exc, "strerror", None) or exc
+        raise UsageError(f"cannot read config {path}: {why}") from None
     import yaml
 
     try:

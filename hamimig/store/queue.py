@@ -49,8 +49,7 @@ def decode_queue(data: bytes) -> list[QueuedRemoval]:
     raw = doc.get("removals")
     if not isinstance(raw, list):
         raise RecordError("removals must be a list")
-    what = "a queued removal must be an object"
-    removals = [validated(QueuedRemoval, item, what=what) for item in raw]
+    removals = [validated(QueuedRemoval, i, what="a queued removal must be an object") for i in raw]
     uuids = [r.mig_uuid for r in removals]
     if len(set(uuids)) != len(uuids):
         raise RecordError("a MIG UUID is queued twice")
