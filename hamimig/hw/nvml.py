@@ -291,8 +291,15 @@ class NvmlHardware:
                 gis.append((int(gi_info.id), int(gi_info.profileId), _placement(gi_info)))
         cis: dict[int, list[ComputeInstance]] = {}
         walked: dict[int, tuple[int, int]] = {}
-        for index, gi_id, ci_id, mig_uuid, spans in self._mig_walk(handle):
-            ci = ComputeInstance(id=ci_id, mig_uuid=mig_uuid, spans_gi=spans)
+        # Every MIG device, four calls each; empty indexes are skipped.
+        for index in range(self._max_mig_devices(handle)):
+            mig = self._mig_at(handle, index)
+            if mig is None:
+                continue
+            gi_id = int(self._c("nvmlDeviceGetGpuInstanceId", mig))
+            ci_id = int(self._c("nvmlDeviceGetComputeInstanceId", mig))
+            mig_uuid = self._text(self._c("nvmlDeviceGetUUID", mig))
+            ci = ComputeInstance(id=ci_id, mig_uuid=mig_uuid, spans_gi=self._spans_gi(mig))
             cis.setdefault(gi_id, []).append(ci)
             walked[index] = (gi_id, ci_id)
         self._walks[gpu] = walked
@@ -312,21 +319,6 @@ class NvmlHardware:
         """One call: a CI with fewer compute slices than its GI leaves room for another's."""
         attrs = self._c("nvmlDeviceGetAttributes", mig)
         return int(attrs.computeInstanceSliceCount) >= int(attrs.gpuInstanceSliceCount)
-
-    def _mig_walk(self, handle: Any) -> Iterator[tuple[int, int, int, str, bool]]:
-        """(index, GI ID, CI ID, MIG UUID, whether the CI spans its GI) of every MIG device;
-        empty indexes are skipped. Four calls per MIG device."""
-        for index in range(self._max_mig_devices(handle)):
-            mig = self._mig_at(handle, index)
-            if mig is None:
-                continue
-            yield (
-                index,
-                int(self._c("nvmlDeviceGetGpuInstanceId", mig)),
-                int(self._c("nvmlDeviceGetComputeInstanceId", mig)),
-                self._text(self._c("nvmlDeviceGetUUID", mig)),
-                self._spans_gi(mig),
-            )
 
     def mig_device(self, mig_uuid: str) -> MigDevice | None:
         """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node.
