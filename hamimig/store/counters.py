@@ -135,14 +135,12 @@ class Counters(SingleFile):
         if not name or (label is not None and not label) or n < 0:
             raise ValueError(f"invalid counter {name!r}/{label!r} += {n}")
         loaded = self.load()
-        values = loaded.values
         key = NO_LABEL if label is None else label
-        by_label = values.setdefault(name, {})
+        by_label = loaded.values.setdefault(name, {})
         if by_label and (key == NO_LABEL) != (NO_LABEL in by_label):
             raise ValueError(f"counter {name!r} is used both with and without a label")
         by_label[key] = by_label.get(key, 0) + n
-        data = encode_counters(values, loaded.timestamps)
-        self.write_named(None, COUNTERS_NAME, data)
+        self.write_named(None, COUNTERS_NAME, encode_counters(loaded.values, loaded.timestamps))
 
     def set_timestamp(self, name: str, seconds: int) -> None:
         """Set one timestamp (Unix seconds) and write the file atomically (0600), keeping the

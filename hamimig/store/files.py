@@ -114,13 +114,9 @@ def ensure_dir(path: Path, mode: int) -> None:
     except NotADirectoryError:
         raise _not_usable(path, "a parent is not a directory") from None
     os.chmod(path, mode, follow_symlinks=False)
-    # A new directory entry is durable only once its parent is synced.
-    with contextlib.suppress(OSError):
-        fd = os.open(path.parent, DIR_FLAGS)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    # A new directory entry is durable only once its parent is synced (when it can be opened).
+    with contextlib.suppress(OSError, UsageError), open_dir(path.parent) as parent_fd:
+        os.fsync(parent_fd)
 
 
 def check_usable_dir(path: Path, what: str, create_parents: bool) -> None:
