@@ -19,7 +19,6 @@ reader), and only a regular file is written or read.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -226,7 +225,7 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
     """(line number, content) of each line of `directory/name` up to its size when opened;
     content None for a line too long to be an event or a torn last line."""
     fd = open_regular(directory, name)
-    with contextlib.closing(os.fdopen(fd, "rb", buffering=65536)) as f:
+    with os.fdopen(fd, "rb", buffering=65536) as f:
         left = os.fstat(f.fileno()).st_size  # what is appended while reading is the next reader's
         number = 0
         raw = b"\n"
