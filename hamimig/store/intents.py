@@ -82,13 +82,6 @@ class Intent(Stored):
     def to_json(self) -> dict[str, Any]:
         return {"version": INTENT_VERSION, **super().to_json()}
 
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "") -> Intent:
-        """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
-        if isinstance(doc, dict):
-            check_version(doc, INTENT_VERSION, "intent", f"this hamimig reads {INTENT_VERSION}")
-        return validated(cls, doc, what="intent is not a JSON object")
-
 
 def encode_intent(intent: Intent) -> bytes:
     data = (json.dumps(intent.to_json(), indent=2) + "\n").encode("utf-8")
@@ -98,7 +91,9 @@ def encode_intent(intent: Intent) -> bytes:
 
 def decode_intent(name: str, data: bytes) -> Intent:
     """Parse the intent stored under file name `name`; raises `RecordError` with the reason."""
-    intent = Intent.from_json(json_object(data, "intent"))
+    doc = json_object(data, "intent")
+    check_version(doc, INTENT_VERSION, "intent", f"this hamimig reads {INTENT_VERSION}")
+    intent = validated(Intent, doc)
     if name != intent_file_name(intent.id):
         raise RecordError(f"file name does not match its id {intent.id}")
     return intent
