@@ -194,11 +194,6 @@ class Stored:
     def to_json(self) -> dict[str, Any]:
         return dumped(self)
 
-    @classmethod
-    def from_json(cls: type[T], doc: Any, where: str = "") -> T:
-        """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
-        return validated(cls, doc, where)
-
 
 def not_json(constant: str) -> Any:
     # Python's json reads NaN and Infinity; Go's encoding/json refuses the whole file, so HAMi
