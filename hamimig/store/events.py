@@ -19,7 +19,6 @@ reader), and only a regular file is written or read.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hamimig.durations import parse_time
+from hamimig.store._fields import not_json
 from hamimig.store.files import (
     Problem,
     StoreFiles,
@@ -225,7 +225,7 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
     """(line number, content) of each line of `directory/name` up to its size when opened;
     content None for a line too long to be an event or a torn last line."""
     fd = open_regular(directory, name)
-    with contextlib.closing(os.fdopen(fd, "rb", buffering=65536)) as f:
+    with os.fdopen(fd, "rb", buffering=65536) as f:
         left = os.fstat(f.fileno()).st_size  # what is appended while reading is the next reader's
         number = 0
         raw = b"\n"
@@ -243,12 +243,6 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
                     yield number, raw
 
 
-def _no_constant(name: str) -> object:
-    """NaN and Infinity are not JSON: a line holding one is not an event (and echoing it would
-    make `-o json` output no strict parser reads)."""
-    raise ValueError(f"{name} is not JSON")
-
-
 def _finite(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):  # 1e999
@@ -262,7 +256,9 @@ def decode_event(raw: bytes | None) -> Event | None:
     if raw is None:
         return None
     try:
-        doc = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        # NaN and Infinity are not JSON: a line holding one is not an event (and echoing it
+        # would make `-o json` output no strict parser reads).
+        doc = json.loads(raw, parse_constant=not_json, parse_float=_finite)
     except (ValueError, RecursionError):  # RecursionError: a line nested a thousand deep
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("action"), str) or not doc["action"]:

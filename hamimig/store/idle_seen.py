@@ -54,10 +54,7 @@ class IdleSeen(SingleFile):
 
     def load(self) -> tuple[dict[str, str], Problem | None]:
         """First-seen times by MIG UUID; an unusable file reads as empty, with its Problem."""
-        loaded = self.read_one(decode_idle_seen)
-        if isinstance(loaded, Problem):
-            return {}, loaded
-        return loaded or {}, None
+        return self.read_or(decode_idle_seen, dict)
 
     def save(self, seen: dict[str, str]) -> None:
         """Replace the file atomically (0600). Bookkeeping like the counters (losing a write

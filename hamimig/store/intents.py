@@ -22,9 +22,11 @@ from typing import Annotated, Any
 
 from hamimig.hw.types import Placement
 from hamimig.store._fields import (
+    TEXT,
     Json,
     RecordError,
     Stored,
+    check,
     check_nonempty,
     check_opt_mig_uuid,
     check_opt_uint,
@@ -34,10 +36,7 @@ from hamimig.store._fields import (
     json_object,
     validated,
 )
-from hamimig.store.files import (
-    Problem,
-    StoreFiles,
-)
+from hamimig.store.files import Problem, StoreFiles
 from hamimig.store.records import STATE_DIR_MODE, Owner, check_owner
 from hamimig.vocabulary import FileOpName
 
@@ -59,11 +58,7 @@ def intent_file_name(intent_id: str) -> str:
     return f"{INTENT_PREFIX}{intent_id}{INTENT_SUFFIX}"
 
 
-def _intent_id(value: Any) -> str:
-    text: str = check_nonempty(value)
-    if not _ID_RE.match(text):
-        raise ValueError(f"{text!r} is not a valid intent ID")
-    return text
+_intent_id = check(TEXT, (lambda v: _ID_RE.match(v), "{!r} is not a valid intent ID"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,14 +82,6 @@ class Intent(Stored):
     def to_json(self) -> dict[str, Any]:
         return {"version": INTENT_VERSION, **super().to_json()}
 
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "") -> Intent:
-        """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
-        if isinstance(doc, dict):
-            reads = f"this hamimig reads {INTENT_VERSION}"
-            check_version(doc, INTENT_VERSION, "intent", reads)
-        return validated(cls, doc, what="intent is not a JSON object")
-
 
 def encode_intent(intent: Intent) -> bytes:
     data = (json.dumps(intent.to_json(), indent=2) + "\n").encode("utf-8")
@@ -104,7 +91,9 @@ def encode_intent(intent: Intent) -> bytes:
 
 def decode_intent(name: str, data: bytes) -> Intent:
     """Parse the intent stored under file name `name`; raises `RecordError` with the reason."""
-    intent = Intent.from_json(json_object(data, "intent"))
+    doc = json_object(data, "intent")
+    check_version(doc, INTENT_VERSION, "intent", f"this hamimig reads {INTENT_VERSION}")
+    intent = validated(Intent, doc)
     if name != intent_file_name(intent.id):
         raise RecordError(f"file name does not match its id {intent.id}")
     return intent

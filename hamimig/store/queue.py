@@ -49,8 +49,7 @@ def decode_queue(data: bytes) -> list[QueuedRemoval]:
     raw = doc.get("removals")
     if not isinstance(raw, list):
         raise RecordError("removals must be a list")
-    what = "a queued removal must be an object"
-    removals = [validated(QueuedRemoval, item, what=what) for item in raw]
+    removals = [validated(QueuedRemoval, i, what="a queued removal must be an object") for i in raw]
     uuids = [r.mig_uuid for r in removals]
     if len(set(uuids)) != len(uuids):
         raise RecordError("a MIG UUID is queued twice")
@@ -72,10 +71,8 @@ class RemovalQueue(SingleFile):
 
     def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""
-        loaded = self.read_one(decode_queue)
-        if isinstance(loaded, Problem):
-            return [], [loaded]
-        return loaded or [], []
+        removals, problem = self.read_or(decode_queue, lambda: [])
+        return removals, [] if problem is None else [problem]
 
     def _load_for_update(self) -> list[QueuedRemoval]:
         # Rewriting an unreadable queue would silently drop the removals it still holds; the

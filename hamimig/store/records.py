@@ -44,10 +44,7 @@ from hamimig.store._fields import (
 from hamimig.store._fields import (
     RecordError as RecordError,  # re-exported: callers catch it from here
 )
-from hamimig.store.files import (
-    Problem,
-    StoreFiles,
-)
+from hamimig.store.files import Problem, StoreFiles
 from hamimig.vocabulary import RECORD_STATES, FileOpName, State
 
 RECORD_PREFIX = "hami-owned-mig-"
@@ -70,18 +67,14 @@ class Owner(Stored):
     container_index: Annotated[int, Json("containerIndex", check_uint)] = 0
     device_index: Annotated[int, Json("deviceIndex", check_uint)] = 0
 
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "owner") -> Owner:
-        """Raises ValueError (a `RecordError`) naming the first field that is wrong (under
-        `where`: `owner`, `hamimig.lastOwner`)."""
-        return validated(cls, doc, where)
-
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}[{self.container_index}/{self.device_index}]"
 
 
 def check_owner(where: str) -> Any:
-    return lambda doc: None if doc is None else Owner.from_json(doc, where)
+    """An owner's check: null, or an `Owner` whose wrong field is named under `where` (`owner`,
+    `hamimig.lastOwner`)."""
+    return lambda doc: None if doc is None else validated(Owner, doc, where)
 
 
 def _state(value: Any) -> State:
