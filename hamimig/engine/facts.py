@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -213,7 +214,7 @@ def check_record(
 ) -> LiveCheck:
     """Compare a record with the live layout of its GPU (identity: GPU, profile, placement,
     GI ID, CI ID and MIG UUID; a GI without its CI is identified without the UUID)."""
-    elsewhere = _uuid_elsewhere(record, layout, names)
+    elsewhere = uuid_elsewhere(record, layout, names)
     overlapping = [gi for gi in layout if gi.placement.overlaps(record.placement)]
     if not overlapping:
         if elsewhere is not None:
@@ -245,17 +246,21 @@ def check_record(
     return LiveCheck(Liveness.MISMATCH, detail, gi)
 
 
-def _uuid_elsewhere(
+def live_pairs(layout: Iterable[GpuInstance]) -> Iterator[tuple[GpuInstance, ComputeInstance]]:
+    """Every live GI/CI pair of `layout`."""
+    return ((gi, ci) for gi in layout for ci in gi.compute_instances)
+
+
+def uuid_elsewhere(
     record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str]
 ) -> str | None:
     """Where the record's MIG UUID is live in `layout` other than where it says (None: it is
     not, or it is there): then the record is wrong, not its instance gone or half destroyed,
     and the GI at its recorded placement is not its own."""
-    for gi in layout:
-        for ci in gi.compute_instances:
-            if ci.mig_uuid == record.mig_uuid:
-                name = names.get(gi.profile_id, f"profile {gi.profile_id}")
-                return moved(record, gi.gpu_uuid, gi.placement, name, gi.id, ci.id)
+    for gi, ci in live_pairs(layout):
+        if ci.mig_uuid == record.mig_uuid:
+            name = names.get(gi.profile_id, f"profile {gi.profile_id}")
+            return moved(record, gi.gpu_uuid, gi.placement, name, gi.id, ci.id)
     return None
 
 
@@ -271,17 +276,9 @@ def moved(
         ("GI ID", record.gpu_instance_id, gi),
         ("CI ID", record.compute_instance_id, ci),
     )
-    found = differs(fields)
-    return None if found == IDENTICAL else f"its MIG UUID is live, {found}"
-
-
-IDENTICAL = "identical"
-
-
-def differs(fields: tuple[tuple[str, object, object], ...]) -> str:
-    """Each field that differs, with both values: `GI ID recorded 9 but live 7`."""
+    # Each field that differs, with both values: `GI ID recorded 9 but live 7`.
     wrong = [f"{name} recorded {was} but live {now}" for name, was, now in fields if was != now]
-    return "; ".join(wrong) or IDENTICAL
+    return f"its MIG UUID is live, {'; '.join(wrong)}" if wrong else None
 
 
 def shared_gi_reason(gi: GpuInstance) -> str:

@@ -22,12 +22,12 @@ from hamimig.engine.facts import (
     cdi_device_for,
     check_record,
     created_by,
-    differs,
     has_processes,
+    live_pairs,
     load_for_mutation,
-    moved,
     same_slot,
     shared_gi_reason,
+    uuid_elsewhere,
 )
 from hamimig.engine.node import Node, select_gpus
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
@@ -55,18 +55,10 @@ class GpuFacts:
 
 
 @dataclass
-class Claims:
-    """What the plan has accounted for so far: instances, GIs, and GPUs pods use."""
-
-    instances: dict[str, str] = field(default_factory=dict)  # MIG UUID -> who claims it
-    gis: set[tuple[str, int]] = field(default_factory=set)  # (GPU UUID, GI ID)
-    busy_gpus: set[str] = field(default_factory=set)  # GPUs with a live pod allocation
-
-
-@dataclass
 class _Survey:
     """One recovery's snapshot (records, pods, each MIG GPU's layout), the plan it builds and
-    what that plan has claimed, shared by the phases instead of a dozen parameters."""
+    what that plan has accounted for so far (instances, GIs, and GPUs pods use), shared by the
+    phases instead of a dozen parameters."""
 
     node: Node
     durable: Durable
@@ -76,7 +68,9 @@ class _Survey:
     plan: Plan
     pods_known: bool = True
     only_gpu: int | str | None = None
-    claims: Claims = field(default_factory=Claims)
+    claimed: dict[str, str] = field(default_factory=dict)  # MIG UUID -> who claims it
+    claimed_gis: set[tuple[str, int]] = field(default_factory=set)  # (GPU UUID, GI ID)
+    busy_gpus: set[str] = field(default_factory=set)  # GPUs with a live pod allocation
 
     @property
     def hw(self) -> MigHardware:
@@ -96,10 +90,6 @@ class _Survey:
             return hold.reason
         why = None if self.pods is None else stale(self.node, self.pods)
         return None if why is None else f"a pod may hold it: {why}"
-
-    def owner_holding(self, record: Record) -> Pod | None:
-        """The pod a record names as owner, if that pod still holds its allocations."""
-        return owner_pod(record, self.holding)
 
 
 def owner_pod(record: Record, pods: list[Pod]) -> Pod | None:
@@ -159,15 +149,14 @@ def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dic
 def _leave_to_recover(survey: _Survey) -> None:
     """`adopt` claims only what nobody accounts for: records and in-flight allocations
     (intents) belong to `recover`, which alone may restore or undo them."""
-    claims = survey.claims
     for record in survey.durable.records.values():
-        claims.instances.setdefault(record.mig_uuid, "record")
-        claims.gis.add((record.gpu_uuid, record.gpu_instance_id))
+        survey.claimed.setdefault(record.mig_uuid, "record")
+        survey.claimed_gis.add((record.gpu_uuid, record.gpu_instance_id))
     for intent in survey.durable.intents:
         gpu = survey.gpus.get(intent.gpu_uuid)
         for gi in gpu.layout if gpu else ():
             if gi.placement.overlaps(intent.placement):
-                claims.gis.add((intent.gpu_uuid, gi.id))
+                survey.claimed_gis.add((intent.gpu_uuid, gi.id))
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,14 +166,14 @@ def _leave_to_recover(survey: _Survey) -> None:
 def _claim_pod_allocations(survey: _Survey) -> None:
     for pod in survey.holding:
         for alloc in pod.allocations:
-            survey.claims.busy_gpus.add(alloc.gpu_uuid)
+            survey.busy_gpus.add(alloc.gpu_uuid)
             if alloc.has_runtime_identity:
                 _claim_allocation(survey, pod, alloc)
 
 
 def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
     assert alloc.mig_uuid is not None
-    plan, claims = survey.plan, survey.claims
+    plan = survey.plan
     where = f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
     gpu = survey.gpus.get(alloc.gpu_uuid)
     if gpu is None:
@@ -203,11 +192,11 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
         )
         return
     mig_uuid = pair[1].mig_uuid  # as the driver spells it, which records and claims use
-    if mig_uuid in claims.instances:
-        plan.refuse(f"{mig_uuid} is claimed by {claims.instances[mig_uuid]} and by {where}")
+    if mig_uuid in survey.claimed:
+        plan.refuse(f"{mig_uuid} is claimed by {survey.claimed[mig_uuid]} and by {where}")
         return
-    claims.instances[mig_uuid] = where
-    claims.gis.add((alloc.gpu_uuid, pair[0].id))
+    survey.claimed[mig_uuid] = where
+    survey.claimed_gis.add((alloc.gpu_uuid, pair[0].id))
     record = survey.durable.records.get(mig_uuid)
     if record is not None:
         problem = _record_disagrees(survey, record, pod, alloc, where)
@@ -224,15 +213,8 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
     that does, with the annotation's value and the live one, so the operator can see which of
     the two is wrong."""
     assert alloc.mig_uuid is not None
-    live = next(
-        (
-            (gi, ci)
-            for gi in gpu.layout
-            for ci in gi.compute_instances
-            if ci.mig_uuid.lower() == alloc.mig_uuid.lower()
-        ),
-        None,
-    )
+    wanted = alloc.mig_uuid.lower()
+    live = next((p for p in live_pairs(gpu.layout) if p[1].mig_uuid.lower() == wanted), None)
     if live is None:
         gi_id = alloc.gpu_instance_id or 0
         at = next((gi for gi in gpu.layout if gi.id == gi_id), None)
@@ -274,7 +256,7 @@ def _record_disagrees(
         return f"the record of {alloc.mig_uuid} disagrees with {where}"
     if record.state in (State.RECLAIMING, State.ERROR):
         return f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
-    other = survey.owner_holding(record)
+    other = owner_pod(record, survey.holding)
     if other is not None and other.key != pod.key:
         return (
             f"{alloc.mig_uuid} is held by pod {other.key} (its record's owner) and named by "
@@ -298,12 +280,12 @@ def _activate(survey: _Survey, pair: Pair, held_by: str) -> None:
 
 def _reconcile_records(survey: _Survey) -> None:
     for record in sorted(survey.durable.records.values(), key=lambda r: r.mig_uuid):
-        if record.mig_uuid in survey.claims.instances:
+        if record.mig_uuid in survey.claimed:
             continue
         gpu = survey.gpus.get(record.gpu_uuid)
         if gpu is None:
             if survey.only_gpu is None:
-                survey.claims.instances[record.mig_uuid] = "record"
+                survey.claimed[record.mig_uuid] = "record"
                 _record_off_gpu(survey, record)
             continue
         _plan_record(survey, record, gpu)
@@ -317,7 +299,7 @@ def _record_off_gpu(survey: _Survey, record: Record) -> None:
         plan.refuse(
             f"record {record.mig_uuid} names GPU {record.gpu_uuid}, which is not on this node"
         )
-    elif survey.owner_holding(record):
+    elif owner_pod(record, survey.holding):
         plan.refuse(
             f"record {record.mig_uuid} is held by a running pod but its GPU has "
             f"MIG {skipped.mig_mode}"
@@ -334,19 +316,19 @@ def _live_elsewhere(survey: _Survey, record: Record, by_gi: bool = True) -> str 
     not the instance gone): its MIG UUID on any GPU of the node, or (`by_gi`) a GI with its GI
     ID and profile on its GPU. The answer names the field that differs and both values."""
     for facts in survey.gpus.values():
-        for gi in facts.layout:
-            for ci in gi.compute_instances:
-                if ci.mig_uuid == record.mig_uuid:
-                    name = facts.names.get(gi.profile_id, f"profile {gi.profile_id}")
-                    found = moved(record, gi.gpu_uuid, gi.placement, name, gi.id, ci.id)
-                    return found or "its MIG UUID is live where it says"
+        if any(ci.mig_uuid == record.mig_uuid for _, ci in live_pairs(facts.layout)):
+            found = uuid_elsewhere(record, facts.layout, facts.names)
+            return found or "its MIG UUID is live where it says"
     gpu = survey.gpus.get(record.gpu_uuid)
     if gpu is None or not by_gi:
         return None
     for gi in gpu.layout:
+        # Only asked when nothing overlaps the recorded placement: this GI's differs.
         if gi.id == record.gpu_instance_id and gpu.names.get(gi.profile_id) == record.profile:
-            at = (("placement", str(record.placement), str(gi.placement)),)
-            return f"GI {gi.id} ({record.profile}) is live on its GPU, {differs(at)}"
+            return (
+                f"GI {gi.id} ({record.profile}) is live on its GPU, placement recorded "
+                f"{record.placement} but live {gi.placement}"
+            )
     return None
 
 
@@ -357,11 +339,11 @@ def _drop_kind(record: Record) -> ActionKind:
 
 
 def _plan_record(survey: _Survey, record: Record, gpu: GpuFacts) -> None:
-    plan, claims = survey.plan, survey.claims
+    plan = survey.plan
     live = check_record(record, gpu.layout, gpu.names)
-    claims.instances[record.mig_uuid] = "record"
+    survey.claimed[record.mig_uuid] = "record"
     if live.gi is not None:
-        claims.gis.add((record.gpu_uuid, live.gi.id))
+        survey.claimed_gis.add((record.gpu_uuid, live.gi.id))
     if live.status is Liveness.MISMATCH:
         plan.refuse(
             f"record {record.mig_uuid} ({record.profile} at {record.placement}, GI "
@@ -369,7 +351,7 @@ def _plan_record(survey: _Survey, record: Record, gpu: GpuFacts) -> None:
         )
         return
     target = Managed(record, live, gpu.gpu.index)
-    owner = survey.owner_holding(record)
+    owner = owner_pod(record, survey.holding)
     if owner is not None:
         _record_held(survey, target, gpu, owner)
     elif _judged_by_pods(survey, target):
@@ -384,8 +366,8 @@ def _record_held(survey: _Survey, target: Managed, gpu: GpuFacts, owner: Pod) ->
     if live.status is not Liveness.COMPLETE:
         survey.plan.refuse(f"{who} holds {record.mig_uuid} but {live.detail}")
         return
-    survey.claims.instances[record.mig_uuid] = who
-    survey.claims.busy_gpus.add(record.gpu_uuid)
+    survey.claimed[record.mig_uuid] = who
+    survey.busy_gpus.add(record.gpu_uuid)
     gi, ci = _live_pair(target)
     _activate(survey, Pair(gpu.gpu, gi, ci, record.profile, record.owner, record), who)
 
@@ -487,9 +469,9 @@ def _plan_intent(survey: _Survey, intent: Intent) -> None:
         plan.refuse(refusal)
         return
     if created is not None:
-        survey.claims.gis.add((intent.gpu_uuid, created.id))
+        survey.claimed_gis.add((intent.gpu_uuid, created.id))
         for ci in created.compute_instances:
-            survey.claims.instances[ci.mig_uuid] = f"intent {intent.id}"
+            survey.claimed[ci.mig_uuid] = f"intent {intent.id}"
     reason = (
         f"allocation {intent.id} for {intent.owner} was interrupted; destroying GI "
         f"{created.id} it created"
@@ -509,7 +491,7 @@ def _created_gi(
     for gi in gpu.layout:
         if not gi.placement.overlaps(intent.placement):
             continue
-        if (intent.gpu_uuid, gi.id) in survey.claims.gis:
+        if (intent.gpu_uuid, gi.id) in survey.claimed_gis:
             continue  # a GI a record or pod accounts for: not created by this request
         if created is None and created_by(intent, gi):
             created = gi
@@ -541,14 +523,14 @@ def _plan_unknown(survey: _Survey, adopt: bool, orphans: bool) -> None:
     `orphans` (recover with adoption) on a GPU nothing uses."""
     for uuid, gpu in survey.gpus.items():
         for gi in gpu.layout:
-            if (uuid, gi.id) in survey.claims.gis:
+            if (uuid, gi.id) in survey.claimed_gis:
                 continue
             name = gpu.names.get(gi.profile_id, f"profile {gi.profile_id}")
             if not gi.compute_instances:
                 _plan_orphan(survey, gpu, gi, name, orphans)
                 continue
             for ci in gi.compute_instances:
-                if ci.mig_uuid not in survey.claims.instances:
+                if ci.mig_uuid not in survey.claimed:
                     _plan_unmarked(survey, gpu, gi, ci, name, adopt)
 
 
@@ -582,7 +564,7 @@ def _plan_orphan(survey: _Survey, gpu: GpuFacts, gi: GpuInstance, name: str, des
     what = f"GI {gi.id} ({name})"
     if not destroy:
         why = f"{what} has no compute instance and no record; adoption is not enabled"
-    elif uuid in survey.claims.busy_gpus:
+    elif uuid in survey.busy_gpus:
         why = f"{what}: the GPU has a live pod allocation"
     elif _gpu_busy(survey.hw, gpu.gpu.index):
         why = f"{what}: processes run on the GPU (or cannot be queried)"
