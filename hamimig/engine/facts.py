@@ -187,10 +187,8 @@ def has_processes(hw: MigHardware, mig_uuid: str) -> bool:
     """Whether processes of any kind HAMi counts (compute, graphics, MPS) run on a MIG
     device. Busy for every command that acts: an instance that cannot be shown idle (a failed
     query) is never handed out, restored Idle, adopted or destroyed."""
-    try:
-        return hw.instance_process_count(mig_uuid) > 0
-    except NvmlError:
-        return True
+    count = process_count_on(hw, mig_uuid)
+    return count is None or count > 0
 
 
 class Liveness(enum.Enum):

@@ -280,20 +280,18 @@ def _plan_destroy_retries(
             plan.add(ActionKind.RETRY_DESTROY, at, f"skipped: {exc.message}")
             continue
         hold = holds.hold(record)
-        if hold is not None:
-            plan.add(ActionKind.SKIP, at, f"{hold.reason}; not destroyed")
-            continue
         complete = target.live is not None and target.live.status is Liveness.COMPLETE
-        if why_unknown is not None and complete:
-            reason = (
+        if hold is not None:
+            skip = f"{hold.reason}; not destroyed"
+        elif why_unknown is not None and complete:
+            skip = (
                 f"{record.state.value} instance is complete, and a pod may hold it (HAMi's "
                 f"plugin hands such instances out): {why_unknown}; not destroyed"
             )
-            plan.add(ActionKind.SKIP, at, reason)
+        elif is_running(node, target):
+            skip = f"{record.state.value} instance is {BUSY}; not destroyed"
+        else:
+            reason = f"{record.state.value} since {record.updated_at}: {record.error or 'retry'}"
+            plan.add(ActionKind.RETRY_DESTROY, target, reason)
             continue
-        if is_running(node, target):
-            reason = f"{record.state.value} instance is {BUSY}; not destroyed"
-            plan.add(ActionKind.SKIP, at, reason)
-            continue
-        reason = f"{record.state.value} since {record.updated_at}: {record.error or 'retry'}"
-        plan.add(ActionKind.RETRY_DESTROY, target, reason)
+        plan.add(ActionKind.SKIP, at, skip)

@@ -72,10 +72,6 @@ class _Survey:
     claimed_gis: set[tuple[str, int]] = field(default_factory=set)  # (GPU UUID, GI ID)
     busy_gpus: set[str] = field(default_factory=set)  # GPUs with a live pod allocation
 
-    @property
-    def hw(self) -> MigHardware:
-        return self.node.hardware()
-
     @functools.cached_property
     def holds(self) -> PodHolds:
         """What the holding pods claim, read once per recovery (a pod list may be large)."""
@@ -333,9 +329,8 @@ def _live_elsewhere(survey: _Survey, record: Record, by_gi: bool = True) -> str 
 
 
 def _drop_kind(record: Record) -> ActionKind:
-    if record.state is State.RECLAIMING:
-        return ActionKind.FINISH_RECLAIM
-    return ActionKind.DROP_MISSING
+    reclaiming = record.state is State.RECLAIMING
+    return ActionKind.FINISH_RECLAIM if reclaiming else ActionKind.DROP_MISSING
 
 
 def _plan_record(survey: _Survey, record: Record, gpu: GpuFacts) -> None:
@@ -395,7 +390,7 @@ def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
     if (
         live.status is Liveness.COMPLETE
         and not unknown_holder
-        and has_processes(survey.hw, record.mig_uuid)
+        and has_processes(survey.node.hardware(), record.mig_uuid)
     ):
         survey.plan.refuse(
             f"processes run on {record.mig_uuid} ({state.value}, {record.profile} at "
@@ -504,7 +499,7 @@ def _created_gi(
             )
         return None, f"{what} overlaps GI {gi.id} that it cannot have created"
     if created is not None and any(
-        has_processes(survey.hw, c.mig_uuid) for c in created.compute_instances
+        has_processes(survey.node.hardware(), c.mig_uuid) for c in created.compute_instances
     ):
         return None, (
             f"{what} would roll back GI {created.id}, but processes run on it (or cannot be "
@@ -541,7 +536,7 @@ def _plan_unmarked(
     if gi.shared:
         survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, shared_gi_reason(gi))
         return
-    if adopt and not has_processes(survey.hw, ci.mig_uuid):
+    if adopt and not has_processes(survey.node.hardware(), ci.mig_uuid):
         reason = (
             f"unmarked complete GI/CI pair ({name}, GI {gi.id}, CI {ci.id}); adoption is enabled"
         )
@@ -566,7 +561,7 @@ def _plan_orphan(survey: _Survey, gpu: GpuFacts, gi: GpuInstance, name: str, des
         why = f"{what} has no compute instance and no record; adoption is not enabled"
     elif uuid in survey.busy_gpus:
         why = f"{what}: the GPU has a live pod allocation"
-    elif _gpu_busy(survey.hw, gpu.gpu.index):
+    elif _gpu_busy(survey.node.hardware(), gpu.gpu.index):
         why = f"{what}: processes run on the GPU (or cannot be queried)"
     else:
         reason = f"{what} has no compute instance; the GPU is idle and adoption is enabled"
@@ -683,10 +678,35 @@ class AdoptionReport(ActionReport):
     kind = "Adoption"
 
 
-def recover(node: Node, source: PodSource, adopt: bool, dry_run: bool) -> ActionReport:
-    """`recover`: a pod source, or the assertion that no pod holds an instance, is required
-    (the type says so)."""
-    return _run(node, RecoveryReport, dry_run, source, adopt or node.config().adopt_existing)
+def recover(
+    node: Node,
+    source: PodSource,
+    adopt: bool,
+    dry_run: bool,
+    only_gpu: int | str | None = None,
+    pairs_only: bool = False,
+) -> ActionReport:
+    """`recover` (and `adopt`: `pairs_only`): a pod source, or the assertion that no pod holds
+    an instance, is required (the type says so). Under the node lock: load the records, then
+    the pods (never older than the records they judge), plan and verify everything, then
+    execute (or only report: a dry run takes no lock)."""
+    adopt = adopt or node.config().adopt_existing
+    with node.lock_unless(dry_run):
+        durable = load_for_mutation(node, dry_run=dry_run)
+        pods = source.load(node)
+        plan = plan_recovery(node, durable, pods, adopt, only_gpu, pairs_only)
+        if (old := stale_warning(node, pods)) is not None:
+            plan.warnings.append(old)
+        plan.check(node, dry_run)
+        done = execute(node, plan, dry_run, tolerate_tracked=True)
+    return (AdoptionReport if pairs_only else RecoveryReport)(
+        dry_run=dry_run,
+        actions=done.actions,
+        failed=done.failed,
+        skipped=tuple(plan.skipped),
+        warnings=durable.warnings + tuple(plan.warnings),
+        files_changed=done.files_changed,
+    )
 
 
 def adopt_pairs(
@@ -697,34 +717,4 @@ def adopt_pairs(
             "adopt needs the opt-in that HAMi exclusively owns the complete MIG layout on this "
             "node: devices.nvidia.adoptExistingMIGInstances: true in the config"
         )
-    return _run(node, AdoptionReport, dry_run, source, True, only_gpu=gpu, pairs_only=True)
-
-
-def _run(
-    node: Node,
-    report: type[ActionReport],
-    dry_run: bool,
-    source: PodSource,
-    adopt: bool,
-    only_gpu: int | str | None = None,
-    pairs_only: bool = False,
-) -> ActionReport:
-    """Under the node lock: load the records, then the pods (never older than the records
-    they judge), plan and verify everything, then execute (or only report: a dry run takes
-    no lock)."""
-    with node.lock_unless(dry_run):
-        durable = load_for_mutation(node, dry_run=dry_run)
-        pods = source.load(node)
-        plan = plan_recovery(node, durable, pods, adopt, only_gpu, pairs_only)
-        if (old := stale_warning(node, pods)) is not None:
-            plan.warnings.append(old)
-        plan.check(node, dry_run)
-        done = execute(node, plan, dry_run, tolerate_tracked=True)
-    return report(
-        dry_run=dry_run,
-        actions=done.actions,
-        failed=done.failed,
-        skipped=tuple(plan.skipped),
-        warnings=durable.warnings + tuple(plan.warnings),
-        files_changed=done.files_changed,
-    )
+    return recover(node, source, True, dry_run, only_gpu=gpu, pairs_only=True)
