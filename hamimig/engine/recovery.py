@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from hamimig.engine.executor import execute
 from hamimig.engine.facts import (
     Durable,
+    LiveCheck,
     Liveness,
     cdi_device_for,
     check_record,
@@ -334,52 +335,40 @@ def _drop_kind(record: Record) -> ActionKind:
 
 
 def _plan_record(survey: _Survey, record: Record, gpu: GpuFacts) -> None:
-    plan = survey.plan
     live = check_record(record, gpu.layout, gpu.names)
     survey.claimed[record.mig_uuid] = "record"
     if live.gi is not None:
         survey.claimed_gis.add((record.gpu_uuid, live.gi.id))
+    owner = owner_pod(record, survey.holding)
     if live.status is Liveness.MISMATCH:
-        plan.refuse(
+        survey.plan.refuse(
             f"record {record.mig_uuid} ({record.profile} at {record.placement}, GI "
             f"{record.gpu_instance_id}) does not match the hardware: {live.detail}"
         )
-        return
-    target = Managed(record, live, gpu.gpu.index)
-    owner = owner_pod(record, survey.holding)
-    if owner is not None:
-        _record_held(survey, target, gpu, owner)
-    elif _judged_by_pods(survey, target):
-        _record_unheld(survey, target, gpu)
+    elif owner is None:
+        if _judged_by_pods(survey, record, live, gpu.gpu.index):
+            _record_unheld(survey, record, live, gpu)
+    elif live.status is not Liveness.COMPLETE:
+        survey.plan.refuse(f"its owner pod {owner.key} holds {record.mig_uuid} but {live.detail}")
+    else:  # the record's owner pod still holds allocations: restore it Active for that pod
+        who = f"its owner pod {owner.key}"
+        survey.claimed[record.mig_uuid] = who
+        survey.busy_gpus.add(record.gpu_uuid)
+        assert record.owner is not None
+        gi, ci = _live_pair(record, live)
+        _activate(survey, Pair(gpu.gpu, gi, ci, record.profile, record.owner, record), who)
 
 
-def _record_held(survey: _Survey, target: Managed, gpu: GpuFacts, owner: Pod) -> None:
-    """The record's owner pod still holds allocations: restore it Active for that pod."""
-    record, live = target.record, target.live
-    assert live is not None and record.owner is not None
-    who = f"its owner pod {owner.key}"
-    if live.status is not Liveness.COMPLETE:
-        survey.plan.refuse(f"{who} holds {record.mig_uuid} but {live.detail}")
-        return
-    survey.claimed[record.mig_uuid] = who
-    survey.busy_gpus.add(record.gpu_uuid)
-    gi, ci = _live_pair(target)
-    _activate(survey, Pair(gpu.gpu, gi, ci, record.profile, record.owner, record), who)
-
-
-def _live_pair(target: Managed) -> tuple[GpuInstance, ComputeInstance]:
+def _live_pair(record: Record, live: LiveCheck) -> tuple[GpuInstance, ComputeInstance]:
     """The live GI/CI pair of a record verified complete."""
-    assert target.live is not None and target.live.gi is not None
-    gi = target.live.gi
-    return gi, next(c for c in gi.compute_instances if c.mig_uuid == target.record.mig_uuid)
+    assert live.gi is not None
+    return live.gi, next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
 
 
-def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
+def _judged_by_pods(survey: _Survey, record: Record, live: LiveCheck, gpu_index: int) -> bool:
     """Whether the pod list can judge an unheld record: not when the record changed after the
     list was taken (the list cannot show that allocation yet), nor when processes nobody
     accounts for run on it."""
-    record, live = target.record, target.live
-    assert live is not None
     state = record.state
     newer = changed_after(record, survey.pods) if state is State.ACTIVE else None
     if newer:
@@ -394,17 +383,16 @@ def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
     ):
         survey.plan.refuse(
             f"processes run on {record.mig_uuid} ({state.value}, {record.profile} at "
-            f"{record.placement} on GPU {target.gpu_index}) and no pod that holds allocations "
+            f"{record.placement} on GPU {gpu_index}) and no pod that holds allocations "
             "accounts for them"
         )
         return False
     return True
 
 
-def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
+def _record_unheld(survey: _Survey, record: Record, live: LiveCheck, gpu: GpuFacts) -> None:
     """No pod holds the instance: finish what was under way, or restore it Idle."""
-    record, live, plan = target.record, target.live, survey.plan
-    assert live is not None
+    plan, target = survey.plan, Managed(record, live, gpu.gpu.index)
     if live.status in (Liveness.ABSENT, Liveness.GI_ONLY):
         # A GI that lost its CI is the record's only if its MIG UUID is live nowhere else.
         elsewhere = _live_elsewhere(survey, record, by_gi=live.status is Liveness.ABSENT)
@@ -433,7 +421,7 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
     else:
         was = "" if record.state is State.IDLE else f" (was {record.state.value})"
         plan.add(ActionKind.RESTORE_IDLE, target, f"verified live; no pod holds it{was}")
-        _plan_cdi_repair(survey, gpu.gpu, *_live_pair(target))
+        _plan_cdi_repair(survey, gpu.gpu, *_live_pair(record, live))
 
 
 def _at(record: Record) -> Where:

@@ -120,19 +120,19 @@ def default_cdi_dirs(node: Node) -> tuple[Path, ...]:
     return (SYSTEM_CDI_DIR if own is None else own, node.cdi_dir)
 
 
+def unreadable_spec_problem(path: Path, why: str) -> Warning_:
+    return Warning_(
+        file=str(path),
+        reason=f"hamimig cannot read the CDI file {path} ({why}), which runtimes may load: "
+        "whether it defines one of our devices cannot be verified",
+        fix=f"fix or remove {shlex.quote(str(path))}",
+    )
+
+
 def unreadable_specs(cdi: CdiStore, scan: CdiScan) -> list[Warning_]:
     """The files of `scan` that hamimig could not parse, except a damaged spec of our own
     (its own check reports it, and repair-cdi rewrites it)."""
-    return [
-        Warning_(
-            file=str(path),
-            reason=f"hamimig cannot read the CDI file {path} ({why}), which runtimes may load: "
-            "whether it defines one of our devices cannot be verified",
-            fix=f"fix or remove {shlex.quote(str(path))}",
-        )
-        for path, why in scan.unreadable
-        if not _ours(path, cdi)
-    ]
+    return [unreadable_spec_problem(p, why) for p, why in scan.unreadable if not _ours(p, cdi)]
 
 
 def _ours(path: Path, cdi: CdiStore) -> bool:
