@@ -69,12 +69,8 @@ def load_durable(node: Node) -> Durable:
     records, record_problems = node.records.load()
     intents, intent_problems = node.intents.load()
     removals, queue_problems = node.queue.load()
-    return Durable(
-        records=records,
-        intents=tuple(intents),
-        removals=tuple(removals),
-        problems=tuple(record_problems + intent_problems + queue_problems),
-    )
+    problems = tuple(record_problems + intent_problems + queue_problems)
+    return Durable(records, tuple(intents), tuple(removals), problems)
 
 
 def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> Durable:
@@ -218,15 +214,10 @@ def check_record(
         if elsewhere is not None:
             return LiveCheck(Liveness.MISMATCH, elsewhere)
         return LiveCheck(Liveness.ABSENT, f"no GPU instance at {record.placement}")
+    recorded = (record.gpu_uuid, record.gpu_instance_id, record.placement, record.profile)
     for gi in overlapping:
-        same_gi = (
-            gi.gpu_uuid == record.gpu_uuid
-            and gi.id == record.gpu_instance_id
-            and gi.placement == record.placement
-            and names.get(gi.profile_id) == record.profile
-        )
-        if not same_gi:
-            continue
+        if (gi.gpu_uuid, gi.id, gi.placement, names.get(gi.profile_id)) != recorded:
+            continue  # not the recorded GI
         if not gi.compute_instances:
             if elsewhere is not None:  # another GI that lost its CI: never destroyed for it
                 return LiveCheck(Liveness.MISMATCH, elsewhere, gi)
@@ -300,8 +291,8 @@ def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None
     wanted, seen = (*where(record), record.profile), (*where(live), live_profile)
     if wanted != seen:
         return (
-            f"{record.mig_uuid}: recorded GPU/GI/CI/placement/profile {_fmt(wanted)} "
-            f"but live {_fmt(seen)}"
+            f"{record.mig_uuid}: recorded GPU/GI/CI/placement/profile "
+            f"{'/'.join(map(str, wanted))} but live {'/'.join(map(str, seen))}"
         )
     return None
 
@@ -310,10 +301,6 @@ def check_live(hw: MigHardware, record: Record, live: MigDevice | None) -> str |
     """`check_reuse` of `record` against `live`, what its MIG UUID reads back as."""
     profile = None if live is None else hw.profile_name(live.gpu_index, live.profile_id)
     return check_reuse(record, live, profile)
-
-
-def _fmt(values: tuple[object, ...]) -> str:
-    return "/".join(str(v) for v in values)
 
 
 def cdi_device_for(

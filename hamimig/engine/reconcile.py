@@ -25,7 +25,7 @@ from hamimig.engine.idle_policy import IdlePolicy, plan_idle_policy
 from hamimig.engine.node import Node
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
-from hamimig.engine.recovery import plan_queued_removals
+from hamimig.engine.recovery import plan_queued_removals, two_holders
 from hamimig.engine.results import ActionReport, Warning_
 from hamimig.engine.steps import Managed, Plan, Spec, Where
 from hamimig.errors import NOTHING_CHANGED, HamimigError, UnverifiableError, UsageError
@@ -64,8 +64,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
                 f"idle policy ({policy}) not applied: it needs a pod list, since HAMi's plugin "
                 "may have handed an Idle instance to a pod after hamimig last wrote its record"
             )
-        elif policy.enabled:
-            assert pods is not None
+        elif policy.enabled and pods is not None:
             seen = plan_idle_policy(plan, node, durable, pods, policy, notes)
             if seen is not None and not dry_run:
                 try:
@@ -181,10 +180,7 @@ def _check_holders(
             continue
         owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]
         if owners and all(p.key != claims[0][0] for p in owners):
-            refusals.append(
-                f"{mig_uuid} is held by pod {owners[0].key} (its record's owner) and named by "
-                f"{wheres[0]}: two pods cannot hold one instance"
-            )
+            refusals.append(two_holders(mig_uuid, owners[0], wheres[0]))
     if refusals:
         raise UnverifiableError("; ".join(refusals) + f"; {NOTHING_CHANGED}")
 

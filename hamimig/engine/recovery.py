@@ -195,11 +195,9 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
     survey.claimed[mig_uuid] = where
     survey.claimed_gis.add((alloc.gpu_uuid, pair[0].id))
     record = survey.durable.records.get(mig_uuid)
-    if record is not None:
-        problem = _record_disagrees(survey, record, pod, alloc, where)
-        if problem:
-            plan.refuse(problem)
-            return
+    if (problem := _record_disagrees(survey, record, pod, alloc, where)) is not None:
+        plan.refuse(problem)
+        return
     owner = Owner(pod.namespace, pod.name, pod.uid, alloc.container_index, alloc.device_index)
     _activate(survey, Pair(gpu.gpu, pair[0], pair[1], alloc.profile, owner, record), where)
 
@@ -246,20 +244,28 @@ _IDENTITY = ("gpu_uuid", "gpu_instance_id", "compute_instance_id", "placement", 
 
 
 def _record_disagrees(
-    survey: _Survey, record: Record, pod: Pod, alloc: MigAllocation, where: str
+    survey: _Survey, record: Record | None, pod: Pod, alloc: MigAllocation, where: str
 ) -> str | None:
-    """Why the record of an instance a pod names cannot be restored Active for that pod."""
+    """Why the record (if any) of an instance a pod names cannot be restored Active for it."""
+    if record is None:
+        return None
     if any(getattr(record, f) != getattr(alloc, f) for f in _IDENTITY):
         return f"the record of {alloc.mig_uuid} disagrees with {where}"
     if record.state in (State.RECLAIMING, State.ERROR):
         return f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
     other = owner_pod(record, survey.holding)
     if other is not None and other.key != pod.key:
-        return (
-            f"{alloc.mig_uuid} is held by pod {other.key} (its record's owner) and named by "
-            f"{where}: two pods cannot hold one instance"
-        )
+        return two_holders(str(alloc.mig_uuid), other, where)
     return None
+
+
+def two_holders(mig_uuid: str, owner: Pod, where: str) -> str:
+    """The conflict nobody here can settle: the recorded owner `owner` still holds allocations
+    and `where` (another pod's annotation entry) names the instance too."""
+    return (
+        f"{mig_uuid} is held by pod {owner.key} (its record's owner) and named by {where}: two "
+        "pods cannot hold one instance"
+    )
 
 
 def _activate(survey: _Survey, pair: Pair, held_by: str) -> None:
