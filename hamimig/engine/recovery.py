@@ -453,9 +453,9 @@ def _plan_intent(survey: _Survey, intent: Intent) -> None:
             "this node"
         )
         return
-    created, refusal = _created_gi(survey, intent, gpu)
-    if refusal:
-        plan.refuse(refusal)
+    created = _created_gi(survey, intent, gpu)
+    if isinstance(created, str):
+        plan.refuse(created)
         return
     if created is not None:
         survey.claimed_gis.add((intent.gpu_uuid, created.id))
@@ -470,9 +470,7 @@ def _plan_intent(survey: _Survey, intent: Intent) -> None:
     plan.add(ActionKind.ROLLBACK_INTENT, InFlight(intent, gpu.gpu.index, created), reason)
 
 
-def _created_gi(
-    survey: _Survey, intent: Intent, gpu: GpuFacts
-) -> tuple[GpuInstance | None, str | None]:
+def _created_gi(survey: _Survey, intent: Intent, gpu: GpuFacts) -> GpuInstance | str | None:
     """The live GI the intent's request created (None: nothing), or why that is uncertain."""
     forget = "drop the intent with: " + survey.node.pasteable(f"forget --intent {intent.id}")
     what = f"intent {intent.id} ({intent.profile} at {intent.placement})"
@@ -486,21 +484,21 @@ def _created_gi(
             created = gi
             continue
         if intent.gpu_instance_id is None and gi.compute_instances and same_slot(intent, gi):
-            return None, (
+            return (
                 f"{what} never learned a GI ID, yet GI {gi.id} there holds a compute instance: "
                 "an interrupted request creates its CI only after journaling its GI, so this "
                 f"GI is not its own; {forget}"
             )
-        return None, f"{what} overlaps GI {gi.id} that it cannot have created"
+        return f"{what} overlaps GI {gi.id} that it cannot have created"
     if created is not None and any(
         has_processes(survey.node.hardware(), c.mig_uuid) for c in created.compute_instances
     ):
-        return None, (
+        return (
             f"{what} would roll back GI {created.id}, but processes run on it (or cannot be "
             "queried): a request that never finished handed nothing out, so this GI is not its "
             f"own; {forget}"
         )
-    return created, None
+    return created
 
 
 # --------------------------------------------------------------------------------------------
