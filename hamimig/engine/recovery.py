@@ -286,12 +286,11 @@ def _reconcile_records(survey: _Survey) -> None:
         if record.mig_uuid in survey.claimed:
             continue
         gpu = survey.gpus.get(record.gpu_uuid)
-        if gpu is None:
-            if survey.only_gpu is None:
-                survey.claimed[record.mig_uuid] = "record"
-                _record_off_gpu(survey, record)
-            continue
-        _plan_record(survey, record, gpu)
+        if gpu is not None:
+            _plan_record(survey, record, gpu)
+        elif survey.only_gpu is None:
+            survey.claimed[record.mig_uuid] = "record"
+            _record_off_gpu(survey, record)
 
 
 def _record_off_gpu(survey: _Survey, record: Record) -> None:
@@ -632,11 +631,10 @@ def _plan_cdi_files(survey: _Survey) -> None:
 
 def _plan_cdi_repair(survey: _Survey, gpu: Gpu, gi: GpuInstance, ci: ComputeInstance) -> None:
     """Report a kept instance's missing or different CDI spec, and rewrite it."""
-    node = survey.node
-    cdi = node.cdi()
+    cdi = survey.node.cdi()
     if cdi is None:
         return
-    dev = cdi_device_for(node, ci.mig_uuid, gpu.uuid, gpu.minor, gi.id, ci.id)
+    dev = cdi_device_for(survey.node, ci.mig_uuid, gpu.uuid, gpu.minor, gi.id, ci.id)
     try:
         if cdi.matches(dev):
             return
