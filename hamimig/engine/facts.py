@@ -227,8 +227,7 @@ def check_record(
         for ci in gi.compute_instances:
             if ci.id == record.compute_instance_id and ci.mig_uuid == record.mig_uuid:
                 return LiveCheck(Liveness.COMPLETE, "verified", gi)
-        found = ", ".join(f"CI {c.id} {c.mig_uuid}" for c in gi.compute_instances)
-        return LiveCheck(Liveness.MISMATCH, f"GI {gi.id} holds {found}", gi)
+        return LiveCheck(Liveness.MISMATCH, gi_holds(gi), gi)
     gi = overlapping[0]
     name = names.get(gi.profile_id, f"profile {gi.profile_id}")
     detail = f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement"
@@ -268,6 +267,12 @@ def moved(
     # Each field that differs, with both values: `GI ID recorded 9 but live 7`.
     wrong = [f"{name} recorded {was} but live {now}" for name, was, now in fields if was != now]
     return f"its MIG UUID is live, {'; '.join(wrong)}" if wrong else None
+
+
+def gi_holds(gi: GpuInstance) -> str:
+    """What is live in a GI: `GI 3 holds CI 0 MIG-…, CI 1 MIG-…` (or `no CI`)."""
+    found = ", ".join(f"CI {c.id} {c.mig_uuid}" for c in gi.compute_instances)
+    return f"GI {gi.id} holds {found or 'no CI'}"
 
 
 def shared_gi_reason(gi: GpuInstance) -> str:

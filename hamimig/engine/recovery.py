@@ -23,6 +23,7 @@ from hamimig.engine.facts import (
     cdi_device_for,
     check_record,
     created_by,
+    gi_holds,
     has_processes,
     live_pairs,
     load_for_mutation,
@@ -213,12 +214,7 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
     if live is None:
         gi_id = alloc.gpu_instance_id or 0
         at = next((gi for gi in gpu.layout if gi.id == gi_id), None)
-        there = (
-            f"no GI {gi_id} is live"
-            if at is None
-            else f"GI {gi_id} holds "
-            + (", ".join(f"CI {c.id} {c.mig_uuid}" for c in at.compute_instances) or "no CI")
-        )
+        there = f"no GI {gi_id} is live" if at is None else gi_holds(at)
         return f"migUUID {alloc.mig_uuid} is not live on GPU {gpu.gpu.index} ({there})"
     gi, ci = live
     fields = (
