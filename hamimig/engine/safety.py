@@ -64,18 +64,13 @@ def read_any_spec(path: Path) -> Any:
     return read_spec_file(path)
 
 
-def qualified_names(spec: Any) -> list[str]:
-    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
-        return []
-    devices = spec.get("devices")
-    if not isinstance(devices, list):
-        return []
-    kind = spec["kind"]
-    return [
-        f"{kind}={d['name']}"
-        for d in devices
-        if isinstance(d, dict) and isinstance(d.get("name"), str)
-    ]
+def qualified_names(spec: Any) -> Iterator[str]:
+    """`kind=name` of each device a spec defines (none when it is not shaped as a spec)."""
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    if isinstance(devices, list) and isinstance(spec.get("kind"), str):
+        for device in devices:
+            if isinstance(device, dict) and isinstance(device.get("name"), str):
+                yield f"{spec['kind']}={device['name']}"
 
 
 def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object]) -> CdiScan:
