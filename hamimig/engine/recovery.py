@@ -519,18 +519,17 @@ def _plan_unknown(survey: _Survey, adopt: bool, orphans: bool) -> None:
 def _plan_unmarked(
     survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
 ) -> None:
-    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
-    if gi.shared:
-        survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, shared_gi_reason(gi))
-        return
-    if adopt and not has_processes(survey.node.hardware(), ci.mig_uuid):
+    # A shared GI is never adopted (one GPU instance is one tenant), nor a busy instance.
+    if adopt and not gi.shared and not has_processes(survey.node.hardware(), ci.mig_uuid):
         reason = (
             f"unmarked complete GI/CI pair ({name}, GI {gi.id}, CI {ci.id}); adoption is enabled"
         )
         survey.plan.add(ActionKind.ADOPT_IDLE, Pair(gpu.gpu, gi, ci, name, None, None), reason)
         return
-    why = "processes run on it, so it is not adopted" if adopt else "adoption is not enabled"
-    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, f"no ownership record; {why}")
+    kept = "processes run on it, so it is not adopted" if adopt else "adoption is not enabled"
+    why = shared_gi_reason(gi) if gi.shared else f"no ownership record; {kept}"
+    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
+    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, why)
 
 
 def _gpu_busy(hw: MigHardware, index: int) -> bool:
