@@ -560,6 +560,10 @@ def _plan_orphan(survey: _Survey, gpu: GpuFacts, gi: GpuInstance, name: str, des
 # 5. CDI files
 
 
+_WRITE_SPECS = (ActionKind.ADOPT_IDLE, ActionKind.ADOPT_ACTIVE, ActionKind.REPAIR_CDI)
+"""The steps that write an instance's CDI spec."""
+
+
 def plan_queued_removals(
     plan: Plan, durable: Durable, refuse_foreign: CdiStore | None = None
 ) -> None:
@@ -569,11 +573,7 @@ def plan_queued_removals(
     whose content is not the instance's is a refusal; otherwise the retry keeps it and warns."""
     # A spec this plan writes (an adoption after an interrupted forget, a repair) is the
     # live instance's: its stale queue entry goes, the file stays.
-    written = {
-        s.mig_uuid
-        for s in plan.steps
-        if s.kind in (ActionKind.ADOPT_IDLE, ActionKind.ADOPT_ACTIVE, ActionKind.REPAIR_CDI)
-    }
+    written = {s.mig_uuid for s in plan.steps if s.kind in _WRITE_SPECS}
     for item in durable.removals:
         again = durable.records.get(item.mig_uuid)
         if item.mig_uuid in written or (again is not None and again.state is not State.RECLAIMING):
