@@ -25,7 +25,7 @@ from hamimig.engine.idle_policy import IdlePolicy, plan_idle_policy
 from hamimig.engine.node import Node
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
-from hamimig.engine.recovery import plan_queued_removals
+from hamimig.engine.recovery import plan_queued_removals, two_holders
 from hamimig.engine.results import ActionReport, Warning_
 from hamimig.engine.steps import Managed, Plan, Spec, Where
 from hamimig.errors import NOTHING_CHANGED, HamimigError, UnverifiableError, UsageError
@@ -64,8 +64,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
                 f"idle policy ({policy}) not applied: it needs a pod list, since HAMi's plugin "
                 "may have handed an Idle instance to a pod after hamimig last wrote its record"
             )
-        elif policy.enabled:
-            assert pods is not None
+        elif policy.enabled and pods is not None:
             seen = plan_idle_policy(plan, node, durable, pods, policy, notes)
             if seen is not None and not dry_run:
                 try:
@@ -121,9 +120,6 @@ def _plan_releases(plan: Plan, node: Node, durable: Durable, pods: PodSnapshot) 
 
 def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
     """Active records whose owner pod no longer holds allocations, with the reason."""
-    by_key: dict[tuple[str, str], list[Pod]] = {}
-    for pod in pods.pods:
-        by_key.setdefault((pod.namespace, pod.name), []).append(pod)
     # MIG UUID (lower case: annotations may spell it either way) -> (pod key, where) per claim
     named: dict[str, list[tuple[str, str]]] = {}
     for pod in holding_pods(pods):
@@ -133,13 +129,13 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
                     f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
                 )
                 named.setdefault(alloc.mig_uuid.lower(), []).append((pod.key, where))
-    _check_holders(durable, by_key, named)
+    _check_holders(durable, pods.pods, named)
     gone: list[tuple[Record, str]] = []
     for record in durable.records.values():
         if record.state is not State.ACTIVE or record.owner is None:
             continue
         if record.mig_uuid.lower() not in named:
-            why = _why_gone(record.owner, _owner_pods(record.owner, by_key))
+            why = _why_gone(record.owner, _owner_pods(record.owner, pods.pods))
             if why:
                 gone.append((record, why))
     return gone
@@ -156,14 +152,12 @@ def _why_gone(owner: Owner, candidates: list[Pod]) -> str | None:
     return f"owner pod {pod.key} {why}"
 
 
-def _owner_pods(owner: Owner, by_key: dict[tuple[str, str], list[Pod]]) -> list[Pod]:
-    return [p for p in by_key.get((owner.namespace, owner.name), []) if owned_by(owner, p)]
+def _owner_pods(owner: Owner, pods: tuple[Pod, ...]) -> list[Pod]:
+    return [p for p in pods if owned_by(owner, p)]
 
 
 def _check_holders(
-    durable: Durable,
-    by_key: dict[tuple[str, str], list[Pod]],
-    named: dict[str, list[tuple[str, str]]],
+    durable: Durable, pods: tuple[Pod, ...], named: dict[str, list[tuple[str, str]]]
 ) -> None:
     """Two holders of one instance are a conflict nobody here can settle (exit 5): two
     annotations naming it, or an annotation naming an instance whose recorded owner is
@@ -179,12 +173,9 @@ def _check_holders(
             continue
         if record is None or record.state is not State.ACTIVE or record.owner is None:
             continue
-        owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]
+        owners = [p for p in _owner_pods(record.owner, pods) if p.holds_allocations]
         if owners and all(p.key != claims[0][0] for p in owners):
-            refusals.append(
-                f"{mig_uuid} is held by pod {owners[0].key} (its record's owner) and named by "
-                f"{wheres[0]}: two pods cannot hold one instance"
-            )
+            refusals.append(two_holders(mig_uuid, owners[0], wheres[0]))
     if refusals:
         raise UnverifiableError("; ".join(refusals) + f"; {NOTHING_CHANGED}")
 
@@ -280,20 +271,18 @@ def _plan_destroy_retries(
             plan.add(ActionKind.RETRY_DESTROY, at, f"skipped: {exc.message}")
             continue
         hold = holds.hold(record)
-        if hold is not None:
-            plan.add(ActionKind.SKIP, at, f"{hold.reason}; not destroyed")
-            continue
         complete = target.live is not None and target.live.status is Liveness.COMPLETE
-        if why_unknown is not None and complete:
-            reason = (
+        if hold is not None:
+            skip = f"{hold.reason}; not destroyed"
+        elif why_unknown is not None and complete:
+            skip = (
                 f"{record.state.value} instance is complete, and a pod may hold it (HAMi's "
                 f"plugin hands such instances out): {why_unknown}; not destroyed"
             )
-            plan.add(ActionKind.SKIP, at, reason)
+        elif is_running(node, target):
+            skip = f"{record.state.value} instance is {BUSY}; not destroyed"
+        else:
+            reason = f"{record.state.value} since {record.updated_at}: {record.error or 'retry'}"
+            plan.add(ActionKind.RETRY_DESTROY, target, reason)
             continue
-        if is_running(node, target):
-            reason = f"{record.state.value} instance is {BUSY}; not destroyed"
-            plan.add(ActionKind.SKIP, at, reason)
-            continue
-        reason = f"{record.state.value} since {record.updated_at}: {record.error or 'retry'}"
-        plan.add(ActionKind.RETRY_DESTROY, target, reason)
+        plan.add(ActionKind.SKIP, at, skip)
