@@ -129,13 +129,16 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
                     f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
                 )
                 named.setdefault(alloc.mig_uuid.lower(), []).append((pod.key, where))
-    _check_holders(durable, pods.pods, named)
+    by_key: dict[tuple[str, str], list[Pod]] = {}  # one lookup per record, not a scan of the list
+    for pod in pods.pods:
+        by_key.setdefault((pod.namespace, pod.name), []).append(pod)
+    _check_holders(durable, by_key, named)
     gone: list[tuple[Record, str]] = []
     for record in durable.records.values():
         if record.state is not State.ACTIVE or record.owner is None:
             continue
         if record.mig_uuid.lower() not in named:
-            why = _why_gone(record.owner, _owner_pods(record.owner, pods.pods))
+            why = _why_gone(record.owner, _owner_pods(record.owner, by_key))
             if why:
                 gone.append((record, why))
     return gone
@@ -152,12 +155,14 @@ def _why_gone(owner: Owner, candidates: list[Pod]) -> str | None:
     return f"owner pod {pod.key} {why}"
 
 
-def _owner_pods(owner: Owner, pods: tuple[Pod, ...]) -> list[Pod]:
-    return [p for p in pods if owned_by(owner, p)]
+def _owner_pods(owner: Owner, by_key: dict[tuple[str, str], list[Pod]]) -> list[Pod]:
+    return [p for p in by_key.get((owner.namespace, owner.name), []) if owned_by(owner, p)]
 
 
 def _check_holders(
-    durable: Durable, pods: tuple[Pod, ...], named: dict[str, list[tuple[str, str]]]
+    durable: Durable,
+    by_key: dict[tuple[str, str], list[Pod]],
+    named: dict[str, list[tuple[str, str]]],
 ) -> None:
     """Two holders of one instance are a conflict nobody here can settle (exit 5): two
     annotations naming it, or an annotation naming an instance whose recorded owner is
@@ -173,7 +178,7 @@ def _check_holders(
             continue
         if record is None or record.state is not State.ACTIVE or record.owner is None:
             continue
-        owners = [p for p in _owner_pods(record.owner, pods) if p.holds_allocations]
+        owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]
         if owners and all(p.key != claims[0][0] for p in owners):
             refusals.append(two_holders(mig_uuid, owners[0], wheres[0]))
     if refusals:
