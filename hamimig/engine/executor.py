@@ -501,29 +501,32 @@ def _destroy(node: Node, target: Target) -> Applied:
             f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
             record=failed,
         ) from None
-    note = remove_cdi_after_destroy(node, record.mig_uuid)
-    check_transition(State.RECLAIMING, None, record.mig_uuid)
-    node.records.remove(record.mig_uuid)
+    note = _drop_record(node, record)
     node.counters.count(RECLAIMS)
     return Applied(note=note)
+
+
+def _drop_record(node: Node, record: Record) -> str | None:
+    """Remove the files of an instance whose hardware is gone: its CDI spec (queued when that
+    fails, which the note says), then its record."""
+    check_transition(record.state, None, record.mig_uuid)
+    note = remove_cdi_after_destroy(node, record.mig_uuid)
+    node.records.remove(record.mig_uuid)
+    return note
 
 
 def _finish(node: Node, target: Target) -> Applied:
     """Finish what a crash or a vanished instance left: destroy what is still live, or only
     remove the files of an instance that is provably gone."""
     assert isinstance(target, Managed)
-    if not target.gone:
-        if target.record.state is State.ACTIVE:
-            # Recovery found no pod holding it (its CI is gone): released first, since an
-            # Active instance is never reclaimed, then destroyed like any Idle one.
-            idle = set_state(node, target.record, State.IDLE, owner=None)
-            target = dataclasses.replace(target, record=idle)
-        return _destroy(node, target)
-    record = target.record
-    check_transition(record.state, None, record.mig_uuid)
-    note = remove_cdi_after_destroy(node, record.mig_uuid)
-    node.records.remove(record.mig_uuid)
-    return Applied(note=note)
+    if target.gone:
+        return Applied(note=_drop_record(node, target.record))
+    if target.record.state is State.ACTIVE:
+        # Recovery found no pod holding it (its CI is gone): released first, since an Active
+        # instance is never reclaimed, then destroyed like any Idle one.
+        idle = set_state(node, target.record, State.IDLE, owner=None)
+        target = dataclasses.replace(target, record=idle)
+    return _destroy(node, target)
 
 
 def _finish_intent(node: Node, target: Target) -> Applied:
@@ -708,15 +711,14 @@ def _forget_record(node: Node, target: Target) -> Applied:
     uuid = target.mig_uuid
     if target.state is not None:
         check_transition(target.state, None, uuid)
-    records, cdi, queue = node.records, node.cdi(), node.queue
-    if cdi is None or not target.spec:
-        with _io(f"cannot remove the record of {uuid}"):
-            records.remove(uuid)
-        return Applied()
-    with _io(f"cannot queue the removal of the CDI spec of {uuid}"):
-        queue.add(uuid, PENDING_FORGET, node.clock())
+    cdi, queue = node.cdi() if target.spec else None, node.queue
+    if cdi is not None:
+        with _io(f"cannot queue the removal of the CDI spec of {uuid}"):
+            queue.add(uuid, PENDING_FORGET, node.clock())
     with _io(f"cannot remove the record of {uuid}"):
-        records.remove(uuid)
+        node.records.remove(uuid)
+    if cdi is None:
+        return Applied()
     try:
         cdi.remove(uuid)
     except ForeignSpec as exc:

@@ -31,8 +31,9 @@ from hamimig.engine.lookup import (
     whole_device,
 )
 from hamimig.engine.node import Node
+from hamimig.engine.release import index_hint
 from hamimig.engine.requests import ByIntent, ByUuid
-from hamimig.engine.results import Forget, Forgotten, InstanceView, intent_view, record_view
+from hamimig.engine.results import Forget, Forgotten, intent_view, record_view
 from hamimig.engine.steps import Forgettable, Plan, Step
 from hamimig.errors import ConflictError, NotFoundError, UnverifiableError, UsageError
 from hamimig.store.cdi import device_name
@@ -226,7 +227,9 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
         state=None if record is None else record.state.value,
         unreadable=unreadable,
-        instance=None if record is None else _record_instance(record),
+        instance=None
+        if record is None
+        else record_view(record, index_hint(record)).with_outcome(Outcome.FORGOTTEN),
     )
     state = None if record is None else record.state
     forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
@@ -257,12 +260,6 @@ def plan_forget_file(node: Node, file: str, problem: Problem) -> tuple[Forgotten
     )
     forgettable = Forgettable(record_file=file, spec_file=spec if has_spec else None)
     return item, Step(ActionKind.FORGET_RECORD, forgettable, f"forget {file} (unreadable)")
-
-
-def _record_instance(record: Record) -> InstanceView:
-    """The instance as its record said, before it was forgotten."""
-    index = record.gpu_index if record.gpu_index is not None else -1
-    return record_view(record, index).with_outcome(Outcome.FORGOTTEN)
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ from hamimig.engine.requests import AllIdle, ByUuid, IdleOlderThan, ReclaimTarge
 from hamimig.engine.results import (
     Blocked,
     BlockingInstance,
-    InstanceView,
     Reclaim,
     SkippedInstance,
     record_view,
@@ -61,10 +60,12 @@ def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool)
         plan, skipped = plan_reclaim(node, durable, target, notes, holds)
         if dry_run:
             done = tuple(
-                _reclaimed(s.target, None) for s in plan.steps if isinstance(s.target, Managed)
+                record_view(s.target.record, s.target.gpu_index).with_outcome(Outcome.RECLAIMED)
+                for s in plan.steps
+                if isinstance(s.target, Managed)
             )
         else:
-            done = execute_each(node, plan, _reclaimed, notes)
+            done = execute_each(node, plan, Outcome.RECLAIMED, notes)
             tidy_finished(node, durable)
         return Reclaim(
             dry_run=dry_run,
@@ -242,8 +243,3 @@ def _blocker(
         # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
         return found.model_copy(update={"state": State.CREATING, "owner": intent.owner})
     return found
-
-
-def _reclaimed(target: Managed, _: Record | None) -> InstanceView:
-    """Shown as the Idle (or Error) instance it was."""
-    return record_view(target.record, target.gpu_index).with_outcome(Outcome.RECLAIMED)
