@@ -305,15 +305,14 @@ def apply(node: Node, step: Step) -> Applied:
     known = known_before(node, step)
     try:
         applied = _HANDLERS[step.kind](node, step.target)
-    except (HamimigError, OSError) as exc:
+    except (HardwareError, OSError) as exc:
         # A failure of the hardware or the disk is an event; a refusal (the placement turned
         # out occupied, no spec can be composed) left nothing changed and, like every refused
         # command, writes nothing.
-        if isinstance(exc, (HardwareError, OSError)):
-            why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-            left, made = (exc.record, exc.made) if isinstance(exc, StepFailed) else (None, None)
-            done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
-            log_step(node, step, done)
+        why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+        left, made = (exc.record, exc.made) if isinstance(exc, StepFailed) else (None, None)
+        done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
+        log_step(node, step, done)
         raise
     if applied.changed:
         done = StepOutcome(node.file_ops[before:], applied.record, applied.note, known=known)
@@ -356,29 +355,27 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
             continue
         before = len(node.file_ops)
         try:
-            applied = apply(node, step)
+            result: Applied | HamimigError | OSError = apply(node, step)
         except (HamimigError, OSError) as exc:
             if plan.abort:
                 blocked = _blocked(plan, step, exc)
                 if blocked is not None:
                     raise blocked from None
                 raise
-            why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-            code = exc.code if isinstance(exc, HamimigError) else HardwareError.code
-            if not isinstance(exc, StepFailed):
-                failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
-            elif not (tolerate_tracked and exc.tracked):
-                failures.append(why)
-            touched = _files_touched(node, before)
-            files += touched
-            actions.append(
-                step.report(changed=touched > 0, error=StepError(code=code, message=why))
-            )
-            results.append(exc)
+            result = exc
+        touched = _files_touched(node, before)
+        files += touched
+        results.append(result)
+        if isinstance(result, Applied):
+            actions.append(step.report(result.note, changed=step.changes and result.changed))
             continue
-        files += _files_touched(node, before)
-        actions.append(step.report(applied.note, changed=step.changes and applied.changed))
-        results.append(applied)
+        why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
+        code = result.code if isinstance(result, HamimigError) else HardwareError.code
+        if not isinstance(result, StepFailed):
+            failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
+        elif not (tolerate_tracked and result.tracked):
+            failures.append(why)
+        actions.append(step.report(changed=touched > 0, error=StepError(code=code, message=why)))
     return Executed(tuple(actions), tuple(failures), files, tuple(results))
 
 

@@ -159,37 +159,28 @@ def _find_record(node: Node, mig_uuid: str) -> tuple[Record | None, str | None]:
     raise NotFoundError(f"no hamimig record for {mig_uuid} ({records.path_of(mig_uuid)}){hint}")
 
 
-def _covering_intent(mig_uuid: str, record: Record | None, intents: list[Intent]) -> Intent | None:
-    """An intent whose rollback could take this instance for its own once the record is gone:
-    one naming the UUID, or one on the same GPU overlapping the recorded placement."""
+def _refuse_intents(
+    node: Node, mig_uuid: str, record: Record | None, intents: list[Intent], bad: list[Problem]
+) -> None:
+    """Forgetting a record that an intent covers (names its UUID, or is on the same GPU and
+    overlaps the recorded placement) would let `recover` roll the intent back by destroying a
+    live instance that no record protects any more; an unreadable intent might be such an
+    intent, so it is refused too until that intent is forgotten first."""
     for intent in intents:
-        if intent.mig_uuid == mig_uuid:
-            return intent
-        if (
+        named = intent.mig_uuid == mig_uuid
+        if named or (
             record is not None
             and intent.gpu_uuid == record.gpu_uuid
             and intent.placement.overlaps(record.placement)
         ):
-            return intent
-    return None
-
-
-def _refuse_intents(
-    node: Node, mig_uuid: str, record: Record | None, intents: list[Intent], bad: list[Problem]
-) -> None:
-    """Forgetting a record that an intent covers would let `recover` roll the intent back by
-    destroying a live instance that no record protects any more; an unreadable intent might be
-    such an intent, so it is refused too until that intent is forgotten first."""
-    intent = _covering_intent(mig_uuid, record, intents)
-    if intent is not None:
-        owner = f" for {intent.owner.namespace}/{intent.owner.name}" if intent.owner else ""
-        how = "named" if intent.mig_uuid == mig_uuid else "overlapped"
-        raise ConflictError(
-            f"{mig_uuid} is {how} by intent {intent.id} (an allocation{owner} at "
-            f"{intent.placement} that did not finish); nothing was changed: run 'hamimig "
-            "recover', or forget the intent first: "
-            + node.pasteable(f"forget --intent {intent.id}")
-        )
+            owner = f" for {intent.owner.namespace}/{intent.owner.name}" if intent.owner else ""
+            how = "named" if named else "overlapped"
+            raise ConflictError(
+                f"{mig_uuid} is {how} by intent {intent.id} (an allocation{owner} at "
+                f"{intent.placement} that did not finish); nothing was changed: run 'hamimig "
+                "recover', or forget the intent first: "
+                + node.pasteable(f"forget --intent {intent.id}")
+            )
     if bad:
         first = bad[0]
         raise UnverifiableError(
@@ -233,8 +224,7 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     )
     state = None if record is None else record.state
     forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
-    step = Step(ActionKind.FORGET_RECORD, forgettable, "forget")
-    return item, step
+    return item, Step(ActionKind.FORGET_RECORD, forgettable, "forget")
 
 
 def plan_forget_file(node: Node, file: str, problem: Problem) -> tuple[Forgotten, Step]:

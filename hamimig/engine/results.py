@@ -16,6 +16,7 @@ counted from the actions) a result adds in `shape`.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from typing import Annotated, Any, ClassVar, Protocol
 
 from pydantic import (
@@ -384,10 +385,7 @@ class ActionReport(Shown):
 
     def by_action(self) -> dict[str, int]:
         """How many actions of each kind, in the order they first appear."""
-        counts: dict[str, int] = {}
-        for a in self.actions:
-            counts[a.action] = counts.get(a.action, 0) + 1
-        return counts
+        return dict(Counter(a.action for a in self.actions))
 
     def shape(self, out: Json) -> Json:
         if self.failed:

@@ -97,35 +97,29 @@ def _state(step: Step, outcome: StepOutcome) -> str | None:
     return None
 
 
-def build_event(node: Node, step: Step, outcome: StepOutcome) -> Event:
-    """The event for `step`, from what it left."""
-    at = _subject(step, outcome)
-    index, placement = at["gpu_index"], at["placement"]
-    event: Event = {
-        "time": node.clock(),
-        "action": step.kind.value,
-        "outcome": FAILED if outcome.error is not None else DONE,
-        "migUUID": at["mig_uuid"],
-        "gpuUUID": at["gpu_uuid"],
-        "gpuIndex": index if index is not None and index >= 0 else None,
-        "profile": at["profile"],
-        "placement": None if placement is None else dataclasses.asdict(placement),
-        "pod": None if (pod := at["owner"]) is None else f"{pod.namespace}/{pod.name}",
-        "state": _state(step, outcome),
-        "cdi": _cdi(node, at["mig_uuid"], outcome.ops),
-        "command": node.command,
-        "pid": os.getpid(),
-        "reason": step.reason if not outcome.note else f"{step.reason}; {outcome.note}",
-    }
-    if outcome.error is not None:
-        event["error"] = outcome.error
-    return event
-
-
 def log_step(node: Node, step: Step, outcome: StepOutcome) -> None:
-    """Append the step's event (`build_event`); a failure is counted, never raised."""
+    """Append the event for `step`, from what it left; a failure is counted, never raised."""
     try:
-        event = build_event(node, step, outcome)
+        at = _subject(step, outcome)
+        index, placement = at["gpu_index"], at["placement"]
+        event: Event = {
+            "time": node.clock(),
+            "action": step.kind.value,
+            "outcome": FAILED if outcome.error is not None else DONE,
+            "migUUID": at["mig_uuid"],
+            "gpuUUID": at["gpu_uuid"],
+            "gpuIndex": index if index is not None and index >= 0 else None,
+            "profile": at["profile"],
+            "placement": None if placement is None else dataclasses.asdict(placement),
+            "pod": None if (pod := at["owner"]) is None else f"{pod.namespace}/{pod.name}",
+            "state": _state(step, outcome),
+            "cdi": _cdi(node, at["mig_uuid"], outcome.ops),
+            "command": node.command,
+            "pid": os.getpid(),
+            "reason": step.reason if not outcome.note else f"{step.reason}; {outcome.note}",
+        }
+        if outcome.error is not None:
+            event["error"] = outcome.error
         node.events.append(event, node.config().events_max_bytes)
     except (HamimigError, OSError, ValueError):
         node.counters.count(EVENTS_WRITE_FAILURES)
