@@ -434,20 +434,16 @@ def _hand_out(node: Node, target: Target) -> Applied:
     """Reuse: the spec made current first (rewritten when the planner found it differs), then
     the record Active. Any failure leaves the instance Idle and cached."""
     assert isinstance(target, Handout)
-    record, device = target.record, target.device
-    cdi = node.cdi()
-    name = record.cdi_device
+    record, device, cdi = target.record, target.device, node.cdi()
     try:
-        if cdi is not None and target.spec is not None:
-            name = cdi.qualified_name(record.mig_uuid)
-            if target.rewrite:
-                cdi.write(target.spec)
+        if cdi is not None and target.spec is not None and target.rewrite:
+            cdi.write(target.spec)
         active = set_state(
             node,
             record,
             State.ACTIVE,
             owner=target.owner,
-            cdi_device=name,
+            cdi_device=target.cdi_device,
             gpu_index=device.gpu_index,
         )
     except OSError as exc:

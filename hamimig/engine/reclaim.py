@@ -82,11 +82,10 @@ def plan_reclaim(
     """The instances to destroy, oldest first, and those passed over (a pod's annotation
     claims it, or processes run on it), which refuse a reclaim by MIG UUID (exit 3). A plan of
     several goes on past a failed step, one of one aborts."""
-    one = target.mig_uuid if isinstance(target, ByUuid) else None
     if isinstance(target, ByUuid):
-        targets = _targets_by_uuid(node, durable, target.mig_uuid)
+        one, targets = target.mig_uuid, _targets_by_uuid(node, durable, target.mig_uuid)
     else:
-        targets = _targets_on_gpu(node, durable, target, notes, holds)
+        one, targets = None, _targets_on_gpu(node, durable, target, notes, holds)
     held = [(t, hold) for t in targets if (hold := holds.hold(t.record)) is not None]
     if one is not None and held:
         hold = held[0][1]

@@ -67,6 +67,9 @@ class Handout:
     device: MigDevice
     owner: Owner
     spec: CdiDevice | None
+    cdi_device: str | None
+    """The CDI device name the record will carry: the spec's (its own, when none is composed:
+    legacy non-CDI mode)."""
     queued: bool = False
     """An interrupted forget queued the removal of this spec, which is the instance's again."""
     rewrite: bool = False
