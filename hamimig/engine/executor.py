@@ -127,7 +127,6 @@ def _create(node: Node, target: Target) -> Applied:
     assert isinstance(target, NewInstance)
     gpu, profile, placement, owner = target.gpu, target.profile, target.placement, target.owner
     hw = node.hardware()
-    intents = node.intents
     intent = Intent(
         id=new_intent_id(),
         op="allocate",
@@ -141,7 +140,7 @@ def _create(node: Node, target: Target) -> Applied:
     )
     check_transition(None, Creating, f"{profile.name} at {placement}")
     with _io("cannot write the intent journal"):
-        intents.write(intent)
+        node.intents.write(intent)
     try:
         gi_id = hw.create_gpu_instance(gpu.index, profile.id, placement)
     except NvmlError as exc:
@@ -158,10 +157,10 @@ def _create(node: Node, target: Target) -> Applied:
         raise
     try:
         intent = dataclasses.replace(intent, gpu_instance_id=gi_id)
-        intents.write(intent)
+        node.intents.write(intent)
         ci = hw.create_compute_instance(gpu.index, gi_id)
         intent = dataclasses.replace(intent, compute_instance_id=ci.id, mig_uuid=ci.mig_uuid)
-        intents.write(intent)
+        node.intents.write(intent)
         cdi = node.cdi()
         cdi_name: str | None = None
         if cdi is not None:
@@ -189,7 +188,7 @@ def _create(node: Node, target: Target) -> Applied:
     except (HamimigError, OSError) as exc:
         reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
         node.counters.count(FAILURES, FAILED_ALLOCATE)
-        rollback_intent(node, intent, record_written=False)
+        rollback_intent(node, intent)
         raise StepFailed(
             f"allocation of {profile.name} at {placement} on GPU {gpu.index} failed and was "
             f"rolled back: {reason}",
@@ -208,7 +207,7 @@ def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
     try:
         for gi in node.hardware().layout(intent.gpu_index):
             if same_slot(intent, gi):
-                rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id), False)
+                rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id))
                 return
     except (HamimigError, OSError) as failed:
         reason = failed.message if isinstance(failed, HamimigError) else str(failed)
@@ -227,7 +226,7 @@ def _drop_intent(node: Node, intent: Intent) -> None:
         ) from None
 
 
-def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
+def rollback_intent(node: Node, intent: Intent) -> None:
     """Destroy what an allocation created (CI, GI), then its CDI spec, then the intent.
 
     If the hardware refuses, the intent stays so that recovery can finish the job, and the
@@ -259,8 +258,6 @@ def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
         ) from None
     if intent.mig_uuid is not None:
         remove_cdi_after_destroy(node, intent.mig_uuid)
-        if record_written:
-            node.records.remove(intent.mig_uuid)
     check_transition(Creating, None, intent.id)
     _drop_intent(node, intent)
 
@@ -540,7 +537,7 @@ def _roll_back(node: Node, target: Target) -> Applied:
         gpu_instance_id=target.gi.id if target.gi is not None else None,
     )
     try:
-        rollback_intent(node, known, record_written=False)
+        rollback_intent(node, known)
     except HamimigError as exc:
         raise StepFailed(exc.message, tracked=False) from None
     return Applied()
