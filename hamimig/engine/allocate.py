@@ -240,19 +240,18 @@ def _plan_reuse(
         if has_processes(hw, record.mig_uuid):
             continue  # never handed out; it blocks its slices when the create path plans
         _allowed(node, live.gpu_index, request.profile, model=None)
-        spec, rewrite, kept, name = None, False, None, record.cdi_device
+        spec, kept, name = None, None, record.cdi_device
         if cdi is not None:
             ids = (live.gpu_uuid, live.gpu_minor, live.gpu_instance_id, live.compute_instance_id)
-            spec = cdi_device_for(node, record.mig_uuid, *ids)
+            dev = cdi_device_for(node, record.mig_uuid, *ids)
             name = cdi.qualified_name(record.mig_uuid)
             try:
-                rewrite = not cdi.matches(spec)
+                spec = None if cdi.matches(dev) else dev
             except UsageError as exc:
                 if not cdi.usable(record.mig_uuid):
                     continue  # no spec, and none can be composed: never handed out without
                 kept = f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
-        queued_here = record.mig_uuid in queued
-        target = Handout(record, live, request.owner, spec, name, queued_here, rewrite, kept)
+        target = Handout(record, live, request.owner, spec, name, record.mig_uuid in queued, kept)
         return Step(ActionKind.REUSE, target, "exact Idle match")
     return None
 

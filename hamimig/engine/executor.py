@@ -322,16 +322,13 @@ class Executed:
     """What a plan's steps did: the report, and every failure (which make the exit code)."""
 
     actions: tuple[Action, ...]
-    failures: tuple[str, ...]
+    failed: str | None
+    """Every failure, joined (None: none)."""
     files_changed: int = 0
     """Files the steps wrote or removed: per step, each store it touched (its record, intent,
     CDI spec, the removal queue) counts once."""
     results: tuple[Applied | HamimigError | OSError, ...] = ()
     """Per step applied, in order, what it left or why it failed (none in a dry run)."""
-
-    @property
-    def failed(self) -> str | None:
-        return "; ".join(self.failures) or None
 
 
 def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:
@@ -373,7 +370,7 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
         elif not (tolerate_tracked and result.tracked):
             failures.append(why)
         actions.append(step.report(changed=touched > 0, error=StepError(code=code, message=why)))
-    return Executed(tuple(actions), tuple(failures), files, tuple(results))
+    return Executed(tuple(actions), "; ".join(failures) or None, files, tuple(results))
 
 
 def _blocked(plan: Plan, step: Step, exc: Exception) -> ConflictError | None:
@@ -433,7 +430,7 @@ def _hand_out(node: Node, target: Target) -> Applied:
     assert isinstance(target, Handout)
     record, device, cdi = target.record, target.device, node.cdi()
     try:
-        if cdi is not None and target.spec is not None and target.rewrite:
+        if cdi is not None and target.spec is not None:
             cdi.write(target.spec)
         active = set_state(
             node,
