@@ -204,14 +204,13 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     _refuse_intents(node, mig_uuid, record, intents, intent_problems)
     cdi = node.cdi()
     has_spec = cdi is not None and cdi.exists(mig_uuid)
-    if has_spec:
-        _, queue_problems = node.queue.load()
-        if queue_problems:  # checked before a dry run says yes: queueing is the first step
-            bad = queue_problems[0]
-            raise UnverifiableError(
-                f"cannot queue the removal of the CDI spec of {mig_uuid}: {bad.file}: "
-                f"{bad.reason}; nothing was changed"
-            )
+    # Checked before a dry run says yes: queueing the spec's removal is the first step.
+    if has_spec and (queue_problems := node.queue.load()[1]):
+        bad = queue_problems[0]
+        raise UnverifiableError(
+            f"cannot queue the removal of the CDI spec of {mig_uuid}: {bad.file}: "
+            f"{bad.reason}; nothing was changed"
+        )
     item = Forgotten(
         mig_uuid=mig_uuid,
         record=str(node.records.path_of(mig_uuid)),

@@ -93,7 +93,7 @@ def execute_each(
             continue
         left = (result.record if isinstance(result, StepFailed) else None) or step.target.record
         why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
-        out.append(record_view(left, index_hint(left)).failed(why))
+        out.append(record_view(left, index_hint(left), error=why).with_outcome(Outcome.FAILED))
     return tuple(out)
 
 

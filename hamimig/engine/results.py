@@ -139,9 +139,6 @@ class InstanceView(Reported):
     def with_outcome(self, outcome: Outcome) -> InstanceView:
         return self.model_copy(update={"outcome": outcome})
 
-    def failed(self, error: str) -> InstanceView:
-        return self.model_copy(update={"outcome": Outcome.FAILED, "error": error})
-
 
 class Hold(Reported):
     """A pod's claim on an instance, read from its allocation annotation: the entry names the
