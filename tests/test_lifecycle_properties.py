@@ -86,7 +86,7 @@ from hamimig.store.intents import IntentStore
 from hamimig.store.lock import LOCK_NAME
 from hamimig.store.queue import RemovalQueue
 from hamimig.store.records import Record, RecordStore
-from hamimig.vocabulary import Outcome, State
+from hamimig.vocabulary import State
 from tests.support.nvml import MUTATING_NVML, NOT_COUNTED
 
 MODEL = MODELS["H100-SXM5-80GB"]
@@ -774,10 +774,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         instance = result.instance
         assert instance.state.value == ACTIVE and instance.mig_uuid not in self.external
         if kind == "idempotent":
-            assert (result.outcome, instance.mig_uuid) == (Outcome.UNCHANGED, detail)
+            assert (result.created, result.reused, instance.mig_uuid) == (False, False, detail)
             assert self._mutations_since() == 0
         elif kind == "reuse":
-            assert result.outcome is Outcome.REUSED and not result.reclaimed, what
+            assert result.reused and not result.created and not result.reclaimed, what
             assert instance.mig_uuid in detail, f"{what}: reused {instance.mig_uuid}"
             assert self.model[instance.mig_uuid].state == ACTIVE
             assert self._mutations_since() == 0, f"{what}: a reuse created or destroyed"
@@ -790,7 +790,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert self.cdi.exists(instance.mig_uuid)  # repaired before turning Active
         else:
             chosen, soft = detail
-            assert result.outcome is Outcome.CREATED, what
+            assert result.created and not result.reused, what
             assert len(new) == 1 and instance.mig_uuid == new[0].mig_uuid, what
             if not fired:  # a failed process query makes a blocker busy: another placement
                 assert (instance.placement.start, instance.placement.size) == chosen, (

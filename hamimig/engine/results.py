@@ -252,14 +252,21 @@ class Allocation(Shown):
     warnings: tuple[Warning_, ...] = omitted_when_empty()
 
     @property
+    def created(self) -> bool:
+        return self.outcome is Outcome.CREATED
+
+    @property
+    def reused(self) -> bool:
+        return self.outcome is Outcome.REUSED
+
+    @property
     def instances(self) -> tuple[InstanceView, ...]:
         """The instance table's rows: the allocated instance, with its outcome."""
         return (self.instance.with_outcome(self.outcome),)
 
     def shape(self, out: Json) -> Json:
         out["instance"] = self.instances[0].to_json()
-        created, reused = self.outcome is Outcome.CREATED, self.outcome is Outcome.REUSED
-        return after(out, "instance", created=created, reused=reused)
+        return after(out, "instance", created=self.created, reused=self.reused)
 
 
 def failed_exit(instances: tuple[InstanceView, ...]) -> int:
