@@ -213,11 +213,18 @@ def _window_targets(
     pod's annotation claims one of them."""
     chosen = [r for r in records if r.placement.overlaps(window) and r.state in _DESTROYABLE]
     owned = {(r.gpu_instance_id, r.placement) for r in chosen if holds.hold(r) is None}
-    blocked = [
-        _blocker(gi, records, names, in_flight, holds)
-        for gi in layout
-        if gi.placement.overlaps(window) and (gi.id, gi.placement) not in owned
-    ]
+    blocked: list[BlockingInstance] = []
+    for gi in layout:
+        if not gi.placement.overlaps(window) or (gi.id, gi.placement) in owned:
+            continue
+        record = record_of(gi, records)
+        held = holds.hold(record) if record is not None else None
+        found = blocking_instance(gi, record, names, held=held)
+        intent = next((i for i in in_flight if i.placement == gi.placement), None)
+        if record is None and intent is not None:
+            # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
+            found = found.model_copy(update={"state": State.CREATING, "owner": intent.owner})
+        blocked.append(found)
     if blocked:
         raise ConflictError(
             f"slices {window} hold instances hamimig never reclaims: "
@@ -225,20 +232,3 @@ def _window_targets(
             blockers=(Blocked(placement=window, instances=tuple(blocked)),),
         )
     return chosen
-
-
-def _blocker(
-    gi: GpuInstance,
-    records: list[Record],
-    names: dict[int, str],
-    in_flight: list[Intent],
-    holds: PodHolds,
-) -> BlockingInstance:
-    record = record_of(gi, records)
-    held = holds.hold(record) if record is not None else None
-    found = blocking_instance(gi, record, names, held=held)
-    intent = next((i for i in in_flight if i.placement == gi.placement), None)
-    if record is None and intent is not None:
-        # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
-        return found.model_copy(update={"state": State.CREATING, "owner": intent.owner})
-    return found
