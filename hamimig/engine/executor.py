@@ -656,11 +656,7 @@ def _retry_removal(node: Node, target: Target) -> Applied:
     has a record again (a forget interrupted after queueing, then reuse), only the stale queue
     entry goes; a removal that fails again stays queued."""
     assert isinstance(target, Spec) and target.mig_uuid is not None
-    queue = node.queue
-    if target.keep:
-        queue.drop(target.mig_uuid)
-        return Applied()
-    cdi = node.cdi()
+    queue, cdi = node.queue, None if target.keep else node.cdi()  # kept: only the entry goes
     try:
         if cdi is not None:
             cdi.remove(target.mig_uuid)
