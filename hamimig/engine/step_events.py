@@ -73,15 +73,15 @@ class StepOutcome:
     """The MIG UUID a failed creation had made before it was rolled back."""
 
 
-_SUBJECT = ("mig_uuid", "gpu_uuid", "gpu_index", "placement", "profile", "owner")
+_SUBJECT = ("mig_uuid", "gpu_uuid", "placement", "gpu_index", "profile", "owner")
+"""The names of a step's `where`, in its order."""
 
 
 def _subject(step: Step, outcome: StepOutcome) -> dict[str, Any]:
     """The instance as the step's target names it (`_SUBJECT`), completed from its record as
     it was before (`known`) and as the step left it, where those are the same instance's."""
-    mig_uuid, gpu_uuid, placement, gpu_index, profile, owner = step.target.where
-    named = (mig_uuid or outcome.made, gpu_uuid, gpu_index, placement, profile, owner)
-    found = dict(zip(_SUBJECT, named, strict=True))
+    found = dict(zip(_SUBJECT, step.target.where, strict=True))
+    found["mig_uuid"] = found["mig_uuid"] or outcome.made
     for source in (outcome.known, outcome.record):
         if source is not None and found["mig_uuid"] in (None, source.mig_uuid):
             found.update({key: getattr(source, key) for key, v in found.items() if v is None})
