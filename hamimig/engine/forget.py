@@ -211,17 +211,16 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
             f"cannot queue the removal of the CDI spec of {mig_uuid}: {bad.file}: "
             f"{bad.reason}; nothing was changed"
         )
+    state = None if record is None else record.state
+    view = None if record is None else record_view(record, index_hint(record))
     item = Forgotten(
         mig_uuid=mig_uuid,
         record=str(node.records.path_of(mig_uuid)),
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
-        state=None if record is None else record.state.value,
+        state=None if state is None else state.value,
         unreadable=unreadable,
-        instance=None
-        if record is None
-        else record_view(record, index_hint(record)).with_outcome(Outcome.FORGOTTEN),
+        instance=None if view is None else view.with_outcome(Outcome.FORGOTTEN),
     )
-    state = None if record is None else record.state
     forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
     return item, Step(ActionKind.FORGET_RECORD, forgettable, "forget")
 
@@ -264,14 +263,11 @@ def plan_forget_intent(node: Node, intent_id: str) -> tuple[Forgotten, Step]:
     problem = next((p for p in problems if p.file == str(path)), None)
     if intent is None and problem is None:
         raise NotFoundError(f"no intent {intent_id} ({path})")
+    view = None if intent is None else intent_view(intent, intent.gpu_index, intent.gpu_instance_id)
     item = Forgotten(
         intent=intent_id,
         intent_file=str(path),
         unreadable=None if problem is None else problem.reason,
-        instance=None
-        if intent is None
-        else intent_view(intent, intent.gpu_index, intent.gpu_instance_id).with_outcome(
-            Outcome.FORGOTTEN
-        ),
+        instance=None if view is None else view.with_outcome(Outcome.FORGOTTEN),
     )
     return item, Step(ActionKind.FORGET_INTENT, Forgettable(intent_id=intent_id), "forget")
