@@ -127,7 +127,6 @@ def _create(node: Node, target: Target) -> Applied:
     assert isinstance(target, NewInstance)
     gpu, profile, placement, owner = target.gpu, target.profile, target.placement, target.owner
     hw = node.hardware()
-    intents = node.intents
     intent = Intent(
         id=new_intent_id(),
         op="allocate",
@@ -141,7 +140,7 @@ def _create(node: Node, target: Target) -> Applied:
     )
     check_transition(None, Creating, f"{profile.name} at {placement}")
     with _io("cannot write the intent journal"):
-        intents.write(intent)
+        node.intents.write(intent)
     try:
         gi_id = hw.create_gpu_instance(gpu.index, profile.id, placement)
     except NvmlError as exc:
@@ -158,10 +157,10 @@ def _create(node: Node, target: Target) -> Applied:
         raise
     try:
         intent = dataclasses.replace(intent, gpu_instance_id=gi_id)
-        intents.write(intent)
+        node.intents.write(intent)
         ci = hw.create_compute_instance(gpu.index, gi_id)
         intent = dataclasses.replace(intent, compute_instance_id=ci.id, mig_uuid=ci.mig_uuid)
-        intents.write(intent)
+        node.intents.write(intent)
         cdi = node.cdi()
         cdi_name: str | None = None
         if cdi is not None:
@@ -189,7 +188,7 @@ def _create(node: Node, target: Target) -> Applied:
     except (HamimigError, OSError) as exc:
         reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
         node.counters.count(FAILURES, FAILED_ALLOCATE)
-        rollback_intent(node, intent, record_written=False)
+        rollback_intent(node, intent)
         raise StepFailed(
             f"allocation of {profile.name} at {placement} on GPU {gpu.index} failed and was "
             f"rolled back: {reason}",
@@ -208,7 +207,7 @@ def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
     try:
         for gi in node.hardware().layout(intent.gpu_index):
             if same_slot(intent, gi):
-                rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id), False)
+                rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id))
                 return
     except (HamimigError, OSError) as failed:
         reason = failed.message if isinstance(failed, HamimigError) else str(failed)
@@ -227,7 +226,7 @@ def _drop_intent(node: Node, intent: Intent) -> None:
         ) from None
 
 
-def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
+def rollback_intent(node: Node, intent: Intent) -> None:
     """Destroy what an allocation created (CI, GI), then its CDI spec, then the intent.
 
     If the hardware refuses, the intent stays so that recovery can finish the job, and the
@@ -259,8 +258,6 @@ def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
         ) from None
     if intent.mig_uuid is not None:
         remove_cdi_after_destroy(node, intent.mig_uuid)
-        if record_written:
-            node.records.remove(intent.mig_uuid)
     check_transition(Creating, None, intent.id)
     _drop_intent(node, intent)
 
@@ -305,15 +302,14 @@ def apply(node: Node, step: Step) -> Applied:
     known = known_before(node, step)
     try:
         applied = _HANDLERS[step.kind](node, step.target)
-    except (HamimigError, OSError) as exc:
+    except (HardwareError, OSError) as exc:
         # A failure of the hardware or the disk is an event; a refusal (the placement turned
         # out occupied, no spec can be composed) left nothing changed and, like every refused
         # command, writes nothing.
-        if isinstance(exc, (HardwareError, OSError)):
-            why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-            left, made = (exc.record, exc.made) if isinstance(exc, StepFailed) else (None, None)
-            done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
-            log_step(node, step, done)
+        why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+        left, made = (exc.record, exc.made) if isinstance(exc, StepFailed) else (None, None)
+        done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
+        log_step(node, step, done)
         raise
     if applied.changed:
         done = StepOutcome(node.file_ops[before:], applied.record, applied.note, known=known)
@@ -326,16 +322,13 @@ class Executed:
     """What a plan's steps did: the report, and every failure (which make the exit code)."""
 
     actions: tuple[Action, ...]
-    failures: tuple[str, ...]
+    failed: str | None
+    """Every failure, joined (None: none)."""
     files_changed: int = 0
     """Files the steps wrote or removed: per step, each store it touched (its record, intent,
     CDI spec, the removal queue) counts once."""
     results: tuple[Applied | HamimigError | OSError, ...] = ()
     """Per step applied, in order, what it left or why it failed (none in a dry run)."""
-
-    @property
-    def failed(self) -> str | None:
-        return "; ".join(self.failures) or None
 
 
 def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:
@@ -356,30 +349,28 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
             continue
         before = len(node.file_ops)
         try:
-            applied = apply(node, step)
+            result: Applied | HamimigError | OSError = apply(node, step)
         except (HamimigError, OSError) as exc:
             if plan.abort:
                 blocked = _blocked(plan, step, exc)
                 if blocked is not None:
                     raise blocked from None
                 raise
-            why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-            code = exc.code if isinstance(exc, HamimigError) else HardwareError.code
-            if not isinstance(exc, StepFailed):
-                failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
-            elif not (tolerate_tracked and exc.tracked):
-                failures.append(why)
-            touched = _files_touched(node, before)
-            files += touched
-            actions.append(
-                step.report(changed=touched > 0, error=StepError(code=code, message=why))
-            )
-            results.append(exc)
+            result = exc
+        touched = _files_touched(node, before)
+        files += touched
+        results.append(result)
+        if isinstance(result, Applied):
+            actions.append(step.report(result.note, changed=step.changes and result.changed))
             continue
-        files += _files_touched(node, before)
-        actions.append(step.report(applied.note, changed=step.changes and applied.changed))
-        results.append(applied)
-    return Executed(tuple(actions), tuple(failures), files, tuple(results))
+        why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
+        code = result.code if isinstance(result, HamimigError) else HardwareError.code
+        if not isinstance(result, StepFailed):
+            failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
+        elif not (tolerate_tracked and result.tracked):
+            failures.append(why)
+        actions.append(step.report(changed=touched > 0, error=StepError(code=code, message=why)))
+    return Executed(tuple(actions), "; ".join(failures) or None, files, tuple(results))
 
 
 def _blocked(plan: Plan, step: Step, exc: Exception) -> ConflictError | None:
@@ -437,20 +428,16 @@ def _hand_out(node: Node, target: Target) -> Applied:
     """Reuse: the spec made current first (rewritten when the planner found it differs), then
     the record Active. Any failure leaves the instance Idle and cached."""
     assert isinstance(target, Handout)
-    record, device = target.record, target.device
-    cdi = node.cdi()
-    name = record.cdi_device
+    record, device, cdi = target.record, target.device, node.cdi()
     try:
         if cdi is not None and target.spec is not None:
-            name = cdi.qualified_name(record.mig_uuid)
-            if target.rewrite:
-                cdi.write(target.spec)
+            cdi.write(target.spec)
         active = set_state(
             node,
             record,
             State.ACTIVE,
             owner=target.owner,
-            cdi_device=name,
+            cdi_device=target.cdi_device,
             gpu_index=device.gpu_index,
         )
     except OSError as exc:
@@ -501,29 +488,32 @@ def _destroy(node: Node, target: Target) -> Applied:
             f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
             record=failed,
         ) from None
-    note = remove_cdi_after_destroy(node, record.mig_uuid)
-    check_transition(State.RECLAIMING, None, record.mig_uuid)
-    node.records.remove(record.mig_uuid)
+    note = _drop_record(node, record)
     node.counters.count(RECLAIMS)
     return Applied(note=note)
+
+
+def _drop_record(node: Node, record: Record) -> str | None:
+    """Remove the files of an instance whose hardware is gone: its CDI spec (queued when that
+    fails, which the note says), then its record."""
+    check_transition(record.state, None, record.mig_uuid)
+    note = remove_cdi_after_destroy(node, record.mig_uuid)
+    node.records.remove(record.mig_uuid)
+    return note
 
 
 def _finish(node: Node, target: Target) -> Applied:
     """Finish what a crash or a vanished instance left: destroy what is still live, or only
     remove the files of an instance that is provably gone."""
     assert isinstance(target, Managed)
-    if not target.gone:
-        if target.record.state is State.ACTIVE:
-            # Recovery found no pod holding it (its CI is gone): released first, since an
-            # Active instance is never reclaimed, then destroyed like any Idle one.
-            idle = set_state(node, target.record, State.IDLE, owner=None)
-            target = dataclasses.replace(target, record=idle)
-        return _destroy(node, target)
-    record = target.record
-    check_transition(record.state, None, record.mig_uuid)
-    note = remove_cdi_after_destroy(node, record.mig_uuid)
-    node.records.remove(record.mig_uuid)
-    return Applied(note=note)
+    if target.gone:
+        return Applied(note=_drop_record(node, target.record))
+    if target.record.state is State.ACTIVE:
+        # Recovery found no pod holding it (its CI is gone): released first, since an Active
+        # instance is never reclaimed, then destroyed like any Idle one.
+        idle = set_state(node, target.record, State.IDLE, owner=None)
+        target = dataclasses.replace(target, record=idle)
+    return _destroy(node, target)
 
 
 def _finish_intent(node: Node, target: Target) -> Applied:
@@ -544,7 +534,7 @@ def _roll_back(node: Node, target: Target) -> Applied:
         gpu_instance_id=target.gi.id if target.gi is not None else None,
     )
     try:
-        rollback_intent(node, known, record_written=False)
+        rollback_intent(node, known)
     except HamimigError as exc:
         raise StepFailed(exc.message, tracked=False) from None
     return Applied()
@@ -666,11 +656,7 @@ def _retry_removal(node: Node, target: Target) -> Applied:
     has a record again (a forget interrupted after queueing, then reuse), only the stale queue
     entry goes; a removal that fails again stays queued."""
     assert isinstance(target, Spec) and target.mig_uuid is not None
-    queue = node.queue
-    if target.keep:
-        queue.drop(target.mig_uuid)
-        return Applied()
-    cdi = node.cdi()
+    queue, cdi = node.queue, None if target.keep else node.cdi()  # kept: only the entry goes
     try:
         if cdi is not None:
             cdi.remove(target.mig_uuid)
@@ -708,15 +694,14 @@ def _forget_record(node: Node, target: Target) -> Applied:
     uuid = target.mig_uuid
     if target.state is not None:
         check_transition(target.state, None, uuid)
-    records, cdi, queue = node.records, node.cdi(), node.queue
-    if cdi is None or not target.spec:
-        with _io(f"cannot remove the record of {uuid}"):
-            records.remove(uuid)
-        return Applied()
-    with _io(f"cannot queue the removal of the CDI spec of {uuid}"):
-        queue.add(uuid, PENDING_FORGET, node.clock())
+    cdi, queue = node.cdi() if target.spec else None, node.queue
+    if cdi is not None:
+        with _io(f"cannot queue the removal of the CDI spec of {uuid}"):
+            queue.add(uuid, PENDING_FORGET, node.clock())
     with _io(f"cannot remove the record of {uuid}"):
-        records.remove(uuid)
+        node.records.remove(uuid)
+    if cdi is None:
+        return Applied()
     try:
         cdi.remove(uuid)
     except ForeignSpec as exc:

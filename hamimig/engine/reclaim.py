@@ -32,7 +32,6 @@ from hamimig.engine.requests import AllIdle, ByUuid, IdleOlderThan, ReclaimTarge
 from hamimig.engine.results import (
     Blocked,
     BlockingInstance,
-    InstanceView,
     Reclaim,
     SkippedInstance,
     record_view,
@@ -61,10 +60,12 @@ def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool)
         plan, skipped = plan_reclaim(node, durable, target, notes, holds)
         if dry_run:
             done = tuple(
-                _reclaimed(s.target, None) for s in plan.steps if isinstance(s.target, Managed)
+                record_view(s.target.record, s.target.gpu_index).with_outcome(Outcome.RECLAIMED)
+                for s in plan.steps
+                if isinstance(s.target, Managed)
             )
         else:
-            done = execute_each(node, plan, _reclaimed, notes)
+            done = execute_each(node, plan, Outcome.RECLAIMED, notes)
             tidy_finished(node, durable)
         return Reclaim(
             dry_run=dry_run,
@@ -81,11 +82,10 @@ def plan_reclaim(
     """The instances to destroy, oldest first, and those passed over (a pod's annotation
     claims it, or processes run on it), which refuse a reclaim by MIG UUID (exit 3). A plan of
     several goes on past a failed step, one of one aborts."""
-    one = target.mig_uuid if isinstance(target, ByUuid) else None
     if isinstance(target, ByUuid):
-        targets = _targets_by_uuid(node, durable, target.mig_uuid)
+        one, targets = target.mig_uuid, _targets_by_uuid(node, durable, target.mig_uuid)
     else:
-        targets = _targets_on_gpu(node, durable, target, notes, holds)
+        one, targets = None, _targets_on_gpu(node, durable, target, notes, holds)
     held = [(t, hold) for t in targets if (hold := holds.hold(t.record)) is not None]
     if one is not None and held:
         hold = held[0][1]
@@ -213,11 +213,18 @@ def _window_targets(
     pod's annotation claims one of them."""
     chosen = [r for r in records if r.placement.overlaps(window) and r.state in _DESTROYABLE]
     owned = {(r.gpu_instance_id, r.placement) for r in chosen if holds.hold(r) is None}
-    blocked = [
-        _blocker(gi, records, names, in_flight, holds)
-        for gi in layout
-        if gi.placement.overlaps(window) and (gi.id, gi.placement) not in owned
-    ]
+    blocked: list[BlockingInstance] = []
+    for gi in layout:
+        if not gi.placement.overlaps(window) or (gi.id, gi.placement) in owned:
+            continue
+        record = record_of(gi, records)
+        held = holds.hold(record) if record is not None else None
+        found = blocking_instance(gi, record, names, held=held)
+        intent = next((i for i in in_flight if i.placement == gi.placement), None)
+        if record is None and intent is not None:
+            # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
+            found = found.model_copy(update={"state": State.CREATING, "owner": intent.owner})
+        blocked.append(found)
     if blocked:
         raise ConflictError(
             f"slices {window} hold instances hamimig never reclaims: "
@@ -225,25 +232,3 @@ def _window_targets(
             blockers=(Blocked(placement=window, instances=tuple(blocked)),),
         )
     return chosen
-
-
-def _blocker(
-    gi: GpuInstance,
-    records: list[Record],
-    names: dict[int, str],
-    in_flight: list[Intent],
-    holds: PodHolds,
-) -> BlockingInstance:
-    record = record_of(gi, records)
-    held = holds.hold(record) if record is not None else None
-    found = blocking_instance(gi, record, names, held=held)
-    intent = next((i for i in in_flight if i.placement == gi.placement), None)
-    if record is None and intent is not None:
-        # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
-        return found.model_copy(update={"state": State.CREATING, "owner": intent.owner})
-    return found
-
-
-def _reclaimed(target: Managed, _: Record | None) -> InstanceView:
-    """Shown as the Idle (or Error) instance it was."""
-    return record_view(target.record, target.gpu_index).with_outcome(Outcome.RECLAIMED)
