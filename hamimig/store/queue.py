@@ -8,7 +8,6 @@ the state directory, until the reconciler's retry succeeds.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -20,9 +19,9 @@ from hamimig.store._fields import (
     check_nonempty,
     check_str,
     check_uint,
-    check_version,
-    json_object,
+    json_bytes,
     validated,
+    versioned_json,
 )
 from hamimig.store.files import Problem, SingleFile
 from hamimig.store.records import STATE_DIR_MODE
@@ -44,8 +43,7 @@ class QueuedRemoval(Stored):
 
 
 def decode_queue(data: bytes) -> list[QueuedRemoval]:
-    doc = json_object(data, "removal queue")
-    check_version(doc, QUEUE_VERSION, "queue", "this hamimig reads 1")
+    doc = versioned_json(data, "removal queue", QUEUE_VERSION, "queue")
     raw = doc.get("removals")
     if not isinstance(raw, list):
         raise RecordError("removals must be a list")
@@ -58,7 +56,7 @@ def decode_queue(data: bytes) -> list[QueuedRemoval]:
 
 def encode_queue(removals: list[QueuedRemoval]) -> bytes:
     doc = {"version": QUEUE_VERSION, "removals": [r.to_json() for r in removals]}
-    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    return json_bytes(doc)
 
 
 class RemovalQueue(SingleFile):
