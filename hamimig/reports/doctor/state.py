@@ -14,7 +14,8 @@ from pathlib import Path
 from hamimig.engine.facts import Durable, forget_line
 from hamimig.engine.node import Node
 from hamimig.engine.safety import parent_problem
-from hamimig.reports.doctor.verdicts import HARDWARE, fail, mode_text, ok, subject_of, warn, why
+from hamimig.errors import why
+from hamimig.reports.doctor.verdicts import HARDWARE, fail, mode_text, ok, subject_of, warn
 from hamimig.reports.views import Check
 from hamimig.store.counters import EVENTS_WRITE_FAILURES, Counters
 from hamimig.store.events import EventJournal
