@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from hamimig.errors import HamimigError
 from hamimig.store._fields import RecordError, check_uint, json_bytes, named, versioned_json
 from hamimig.store.files import Problem, SingleFile
-from hamimig.store.records import STATE_DIR_MODE
 
 COUNTERS_NAME = "counters.json"
 COUNTERS_VERSION = 1
@@ -115,7 +114,6 @@ class Counters(SingleFile):
     store = "counters"
     file_name = COUNTERS_NAME
     file_mode = COUNTERS_MODE
-    dir_mode = STATE_DIR_MODE
     decides = False
 
     def load(self) -> CounterValues:

@@ -38,7 +38,6 @@ from hamimig.store.files import (
     open_dir,
     open_regular,
 )
-from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
 EVENTS_NAME = "events.jsonl"
@@ -71,7 +70,6 @@ class EventJournal(StoreFiles):
 
     store = "events"
     file_mode = EVENTS_MODE
-    dir_mode = STATE_DIR_MODE
     decides = False
 
     def owns(self, name: str) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from hamimig.durations import parse_time
 from hamimig.store._fields import RecordError, check_mig_uuid, json_bytes, named, versioned_json
 from hamimig.store.files import Problem, SingleFile
-from hamimig.store.records import STATE_DIR_MODE
 
 IDLE_SEEN_NAME = "idle-seen.json"
 IDLE_SEEN_VERSION = 1
@@ -47,7 +46,6 @@ class IdleSeen(SingleFile):
     store = "idle-seen"
     file_name = IDLE_SEEN_NAME
     file_mode = IDLE_SEEN_MODE
-    dir_mode = STATE_DIR_MODE
 
     def load(self) -> tuple[dict[str, str], Problem | None]:
         """First-seen times by MIG UUID; an unusable file reads as empty, with its Problem."""

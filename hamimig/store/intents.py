@@ -36,7 +36,7 @@ from hamimig.store._fields import (
     versioned_json,
 )
 from hamimig.store.files import Problem, StoreFiles
-from hamimig.store.records import STATE_DIR_MODE, Owner, check_owner
+from hamimig.store.records import Owner, check_owner
 from hamimig.vocabulary import FileOpName
 
 INTENT_PREFIX = "intent-"
@@ -103,7 +103,6 @@ class IntentStore(StoreFiles):
     store = "intent"
     prefix, suffix = INTENT_PREFIX, INTENT_SUFFIX
     file_mode = INTENT_MODE
-    dir_mode = STATE_DIR_MODE
 
     def subject(self, name: str) -> str:
         """The intent's ID (what `forget --intent` takes), or the whole file name when what

@@ -24,7 +24,6 @@ from hamimig.store._fields import (
     versioned_json,
 )
 from hamimig.store.files import Problem, SingleFile
-from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
 QUEUE_NAME = "cdi-removal-queue.json"
@@ -65,7 +64,6 @@ class RemovalQueue(SingleFile):
     store = "cdi-removal-queue"
     file_name = QUEUE_NAME
     file_mode = QUEUE_MODE
-    dir_mode = STATE_DIR_MODE
 
     def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""

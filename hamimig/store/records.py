@@ -53,7 +53,6 @@ RECORD_SUFFIX = ".json"
 HAMI_VERSION = 1
 SCHEMA_VERSION = 1
 RECORD_MODE = 0o600
-STATE_DIR_MODE = 0o750
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +209,6 @@ class RecordStore(StoreFiles):
     store = "record"
     prefix, suffix = LOADER_PREFIX, RECORD_SUFFIX
     file_mode = RECORD_MODE
-    dir_mode = STATE_DIR_MODE
 
     def subject(self, name: str) -> str:
         """`mig-<sha256>`: the record's name without HAMi's prefix and the suffix (the whole

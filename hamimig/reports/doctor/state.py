@@ -19,10 +19,9 @@ from hamimig.reports.doctor.verdicts import HARDWARE, fail, mode_text, ok, subje
 from hamimig.reports.views import Check
 from hamimig.store.counters import EVENTS_WRITE_FAILURES, Counters
 from hamimig.store.events import EventJournal
-from hamimig.store.files import StoreFiles
+from hamimig.store.files import STATE_DIR_MODE, StoreFiles
 from hamimig.store.idle_seen import IdleSeen
 from hamimig.store.lock import NodeLock
-from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import State
 
 
