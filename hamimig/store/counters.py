@@ -26,7 +26,6 @@ from hamimig.store.files import Problem, SingleFile
 
 COUNTERS_NAME = "counters.json"
 COUNTERS_VERSION = 1
-COUNTERS_MODE = 0o600
 
 NO_LABEL = ""
 """The key of an unlabelled counter's single value."""
@@ -113,7 +112,6 @@ class Counters(SingleFile):
 
     store = "counters"
     file_name = COUNTERS_NAME
-    file_mode = COUNTERS_MODE
     decides = False
 
     def load(self) -> CounterValues:

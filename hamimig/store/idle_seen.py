@@ -18,7 +18,6 @@ from hamimig.store.files import Problem, SingleFile
 
 IDLE_SEEN_NAME = "idle-seen.json"
 IDLE_SEEN_VERSION = 1
-IDLE_SEEN_MODE = 0o600
 
 
 def decode_idle_seen(data: bytes) -> dict[str, str]:
@@ -45,7 +44,6 @@ class IdleSeen(SingleFile):
 
     store = "idle-seen"
     file_name = IDLE_SEEN_NAME
-    file_mode = IDLE_SEEN_MODE
 
     def load(self) -> tuple[dict[str, str], Problem | None]:
         """First-seen times by MIG UUID; an unusable file reads as empty, with its Problem."""

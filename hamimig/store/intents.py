@@ -42,7 +42,6 @@ from hamimig.vocabulary import FileOpName
 INTENT_PREFIX = "intent-"
 INTENT_SUFFIX = ".json"
 INTENT_VERSION = 1
-INTENT_MODE = 0o600
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -102,7 +101,6 @@ class IntentStore(StoreFiles):
 
     store = "intent"
     prefix, suffix = INTENT_PREFIX, INTENT_SUFFIX
-    file_mode = INTENT_MODE
 
     def subject(self, name: str) -> str:
         """The intent's ID (what `forget --intent` takes), or the whole file name when what

@@ -28,7 +28,6 @@ from hamimig.vocabulary import FileOpName
 
 QUEUE_NAME = "cdi-removal-queue.json"
 QUEUE_VERSION = 1
-QUEUE_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,6 @@ class RemovalQueue(SingleFile):
 
     store = "cdi-removal-queue"
     file_name = QUEUE_NAME
-    file_mode = QUEUE_MODE
 
     def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""

@@ -52,7 +52,6 @@ LOADER_PREFIX = "hami-owned-"
 RECORD_SUFFIX = ".json"
 HAMI_VERSION = 1
 SCHEMA_VERSION = 1
-RECORD_MODE = 0o600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +207,6 @@ class RecordStore(StoreFiles):
 
     store = "record"
     prefix, suffix = LOADER_PREFIX, RECORD_SUFFIX
-    file_mode = RECORD_MODE
 
     def subject(self, name: str) -> str:
         """`mig-<sha256>`: the record's name without HAMi's prefix and the suffix (the whole
