@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.durations import DurationError, exact_duration, parse_duration
-from hamimig.errors import UsageError
+from hamimig.errors import UsageError, why
 from hamimig.store.cdi_base import AUTO, check_setting
 from hamimig.store.cdi_rules import check_kind
 from hamimig.store.events import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, MIN_MAX_BYTES
@@ -306,8 +306,7 @@ def _document(path: Path) -> Any:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:  # UnicodeDecodeError too; an OSError says its errno's text
-        why = getattr(exc, "strerror", None) or exc
-        raise UsageError(f"cannot read config {path}: {why}") from None
+        raise UsageError(f"cannot read config {path}: {why(exc)}") from None
     import yaml
 
     try:

@@ -201,7 +201,11 @@ def not_json(constant: str) -> Any:
     raise RecordError(f"it contains {constant}, which JSON does not allow")
 
 
-def json_object(data: bytes, what: str) -> dict[str, Any]:
+def versioned_json(
+    data: bytes, what: str, version: int, kind: str = "", reader: str = "this hamimig reads"
+) -> dict[str, Any]:
+    """`data` as a JSON object whose `version` is `version`; else a `RecordError` that calls the
+    file `what`, and its version `kind`'s (`what` unless given), which `reader` names."""
     try:
         doc = json.loads(data.decode("utf-8"), parse_constant=not_json)
     except UnicodeDecodeError:
@@ -212,13 +216,15 @@ def json_object(data: bytes, what: str) -> dict[str, Any]:
         raise RecordError(f"{what} is nested too deeply") from None
     if not isinstance(doc, dict):
         raise RecordError(f"{what} is not a JSON object")
+    found = doc.get("version")
+    if isinstance(found, bool) or not isinstance(found, int) or found != version:
+        raise RecordError(f"unsupported {kind or what} version {found!r} ({reader} {version})")
     return doc
 
 
-def check_version(doc: dict[str, Any], expected: int, what: str, reader: str) -> None:
-    version = doc.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version != expected:
-        raise RecordError(f"unsupported {what} version {version!r} ({reader})")
+def json_bytes(doc: Any) -> bytes:
+    """A state file's bytes: `doc` indented by two, with a final newline."""
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
 
 def reason_of(exc: BaseException) -> str:

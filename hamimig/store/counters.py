@@ -18,17 +18,14 @@ Counting is bookkeeping, never part of an operation: a corrupt file reads as a P
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass, field
 
 from hamimig.errors import HamimigError
-from hamimig.store._fields import RecordError, check_uint, check_version, json_object, named
+from hamimig.store._fields import RecordError, check_uint, json_bytes, named, versioned_json
 from hamimig.store.files import Problem, SingleFile
-from hamimig.store.records import STATE_DIR_MODE
 
 COUNTERS_NAME = "counters.json"
 COUNTERS_VERSION = 1
-COUNTERS_MODE = 0o600
 
 NO_LABEL = ""
 """The key of an unlabelled counter's single value."""
@@ -80,8 +77,7 @@ def _count(value: object, where: str) -> int:
 
 def decode_stored(data: bytes) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """The counters and the timestamps of a counters file."""
-    doc = json_object(data, "counters file")
-    check_version(doc, COUNTERS_VERSION, "counters", "this hamimig reads 1")
+    doc = versioned_json(data, "counters file", COUNTERS_VERSION, "counters")
     raw = doc.get("counters")
     if not isinstance(raw, dict):
         raise RecordError("counters must be an object")
@@ -108,7 +104,7 @@ def encode_counters(values: dict[str, dict[str, int]], timestamps: dict[str, int
     doc: dict[str, object] = {"version": COUNTERS_VERSION, "counters": counters}
     if timestamps:
         doc["timestamps"] = {k: timestamps[k] for k in sorted(timestamps)}
-    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    return json_bytes(doc)
 
 
 class Counters(SingleFile):
@@ -116,8 +112,6 @@ class Counters(SingleFile):
 
     store = "counters"
     file_name = COUNTERS_NAME
-    file_mode = COUNTERS_MODE
-    dir_mode = STATE_DIR_MODE
     decides = False
 
     def load(self) -> CounterValues:

@@ -31,6 +31,7 @@ from pathlib import Path
 from hamimig.durations import parse_time
 from hamimig.store._fields import not_json
 from hamimig.store.files import (
+    STATE_FILE_MODE,
     Problem,
     StoreFiles,
     check_dir,
@@ -38,12 +39,10 @@ from hamimig.store.files import (
     open_dir,
     open_regular,
 )
-from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
 EVENTS_NAME = "events.jsonl"
 ROTATED_NAME = "events.jsonl.1"
-EVENTS_MODE = 0o600
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 MIN_MAX_BYTES = 4096
 MAX_MAX_BYTES = 1024 * 1024 * 1024
@@ -70,8 +69,6 @@ class EventJournal(StoreFiles):
     """`events.jsonl` and its one rotated predecessor in the state directory."""
 
     store = "events"
-    file_mode = EVENTS_MODE
-    dir_mode = STATE_DIR_MODE
     decides = False
 
     def owns(self, name: str) -> bool:
@@ -200,7 +197,9 @@ def _open_for_append(dir_fd: int) -> tuple[int, bool]:
     try:
         fd = os.open(EVENTS_NAME, _OPEN_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
-        fd = os.open(EVENTS_NAME, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, EVENTS_MODE, dir_fd=dir_fd)
+        fd = os.open(
+            EVENTS_NAME, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, STATE_FILE_MODE, dir_fd=dir_fd
+        )
         created = True
     except OSError as exc:
         if exc.errno == errno.ELOOP:
@@ -214,7 +213,7 @@ def _open_for_append(dir_fd: int) -> tuple[int, bool]:
             # A hard link planted at our name would have us append to another file.
             raise OSError(errno.EMLINK, "has other hard links (not written through)", EVENTS_NAME)
         if created:
-            os.fchmod(fd, EVENTS_MODE)  # the umask masked the open mode
+            os.fchmod(fd, STATE_FILE_MODE)  # the umask masked the open mode
     except BaseException:
         os.close(fd)
         raise

@@ -42,6 +42,10 @@ neither HAMi's record loader nor a CDI runtime ever picks up a half-written file
 MAX_READ_BYTES = 4 * 1024 * 1024
 """Records, intents, queues and specs are a few hundred bytes; a huge file is not ours."""
 
+STATE_DIR_MODE = 0o750
+STATE_FILE_MODE = 0o600
+"""The state directory's mode and its files': private to root (CDI's are 0755 and 0644)."""
+
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 T = TypeVar("T")
@@ -367,16 +371,17 @@ class StoreFiles:
     the state directory; the specs in the CDI directory), so that reports (doctor) ask the
     store instead of knowing its file names, modes and formats.
 
-    Subclasses set `store`, `file_mode` and `dir_mode` and say which names are theirs; writes
-    and removals go through `file_op`, named, so that the simulator can fail or crash exactly one.
+    Subclasses set `store` (and `file_mode` and `dir_mode` outside the state directory) and say
+    which names are theirs; writes and removals go through `file_op`, named, so that the
+    simulator can fail or crash exactly one.
     """
 
     store: ClassVar[str]
     prefix: ClassVar[str]
     suffix: ClassVar[str]
     """A store of many files owns the names with this prefix and suffix."""
-    file_mode: ClassVar[int]
-    dir_mode: ClassVar[int]
+    file_mode: ClassVar[int] = STATE_FILE_MODE
+    dir_mode: ClassVar[int] = STATE_DIR_MODE
     decides: ClassVar[bool] = True
     """Whether what the files say decides what hamimig does to instances (so that a file
     others could write is a forgery risk), rather than being bookkeeping."""

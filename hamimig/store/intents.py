@@ -14,7 +14,6 @@ HAMi's record loader never sees them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
 from pathlib import Path
@@ -32,18 +31,17 @@ from hamimig.store._fields import (
     check_opt_uint,
     check_placement,
     check_uint,
-    check_version,
-    json_object,
+    json_bytes,
     validated,
+    versioned_json,
 )
 from hamimig.store.files import Problem, StoreFiles
-from hamimig.store.records import STATE_DIR_MODE, Owner, check_owner
+from hamimig.store.records import Owner, check_owner
 from hamimig.vocabulary import FileOpName
 
 INTENT_PREFIX = "intent-"
 INTENT_SUFFIX = ".json"
 INTENT_VERSION = 1
-INTENT_MODE = 0o600
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -84,15 +82,14 @@ class Intent(Stored):
 
 
 def encode_intent(intent: Intent) -> bytes:
-    data = (json.dumps(intent.to_json(), indent=2) + "\n").encode("utf-8")
+    data = json_bytes(intent.to_json())
     decode_intent(intent_file_name(intent.id), data)  # never journal what recovery cannot read
     return data
 
 
 def decode_intent(name: str, data: bytes) -> Intent:
     """Parse the intent stored under file name `name`; raises `RecordError` with the reason."""
-    doc = json_object(data, "intent")
-    check_version(doc, INTENT_VERSION, "intent", f"this hamimig reads {INTENT_VERSION}")
+    doc = versioned_json(data, "intent", INTENT_VERSION)
     intent = validated(Intent, doc)
     if name != intent_file_name(intent.id):
         raise RecordError(f"file name does not match its id {intent.id}")
@@ -104,8 +101,6 @@ class IntentStore(StoreFiles):
 
     store = "intent"
     prefix, suffix = INTENT_PREFIX, INTENT_SUFFIX
-    file_mode = INTENT_MODE
-    dir_mode = STATE_DIR_MODE
 
     def subject(self, name: str) -> str:
         """The intent's ID (what `forget --intent` takes), or the whole file name when what

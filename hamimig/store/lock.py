@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 from hamimig.errors import BusyError, UsageError
-from hamimig.store.files import DIR_FLAGS, check_dir, describe_entry, ensure_dir
-from hamimig.store.records import STATE_DIR_MODE
+from hamimig.store.files import DIR_FLAGS, STATE_DIR_MODE, check_dir, describe_entry, ensure_dir
 
 LOCK_NAME = "hamimig.lock"
 LOCK_MODE = 0o600

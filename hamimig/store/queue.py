@@ -8,7 +8,6 @@ the state directory, until the reconciler's retry succeeds.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -20,17 +19,15 @@ from hamimig.store._fields import (
     check_nonempty,
     check_str,
     check_uint,
-    check_version,
-    json_object,
+    json_bytes,
     validated,
+    versioned_json,
 )
 from hamimig.store.files import Problem, SingleFile
-from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
 QUEUE_NAME = "cdi-removal-queue.json"
 QUEUE_VERSION = 1
-QUEUE_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -44,8 +41,7 @@ class QueuedRemoval(Stored):
 
 
 def decode_queue(data: bytes) -> list[QueuedRemoval]:
-    doc = json_object(data, "removal queue")
-    check_version(doc, QUEUE_VERSION, "queue", "this hamimig reads 1")
+    doc = versioned_json(data, "removal queue", QUEUE_VERSION, "queue")
     raw = doc.get("removals")
     if not isinstance(raw, list):
         raise RecordError("removals must be a list")
@@ -58,7 +54,7 @@ def decode_queue(data: bytes) -> list[QueuedRemoval]:
 
 def encode_queue(removals: list[QueuedRemoval]) -> bytes:
     doc = {"version": QUEUE_VERSION, "removals": [r.to_json() for r in removals]}
-    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    return json_bytes(doc)
 
 
 class RemovalQueue(SingleFile):
@@ -66,8 +62,6 @@ class RemovalQueue(SingleFile):
 
     store = "cdi-removal-queue"
     file_name = QUEUE_NAME
-    file_mode = QUEUE_MODE
-    dir_mode = STATE_DIR_MODE
 
     def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""

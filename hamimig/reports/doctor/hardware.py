@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from hamimig.config import Config
 from hamimig.engine.facts import Liveness, cdi_device_for, check_record
 from hamimig.engine.node import Node
-from hamimig.errors import HamimigError
+from hamimig.errors import HamimigError, why
 from hamimig.hw.minors import MigMinors
 from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
-from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, warn, why
+from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, warn
 from hamimig.reports.views import Check
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.cdi_base import NONE
