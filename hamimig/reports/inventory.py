@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from hamimig.engine.facts import (
     Durable,
+    GpuFacts,
     Liveness,
     check_record,
     ci_created_by,
@@ -56,9 +57,7 @@ class _Claims:
     """One GPU's live layout, and what its records and intents account for, filled in as they
     are matched."""
 
-    gpu: Gpu
-    layout: tuple[GpuInstance, ...]
-    names: dict[int, str]
+    live: GpuFacts
     durable: Durable
     records: set[str]
     intents: set[str]
@@ -75,11 +74,10 @@ def gpu_instances(
     `intents`."""
     if gpu.mig_mode is not MigMode.ENABLED:
         return []
-    names = {p.id: p.name for p in hw.profiles(gpu.index)}
-    claims = _Claims(gpu, hw.layout(gpu.index), names, durable, records, intents)
+    claims = _Claims(GpuFacts.listed(hw, gpu), durable, records, intents)
     _claim_recorded(claims)
     _claim_the_rest(node, claims)
-    out = [_with_count_of_cis(_with_processes(hw, v), claims.layout) for v in claims.views]
+    out = [_with_count_of_cis(_with_processes(hw, v), claims.live.layout) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
     return out
 
@@ -102,9 +100,9 @@ def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
 
 def _claim_recorded(claims: _Claims) -> None:
     """The views of records whose GI (with or without its CI) is live."""
-    gpu, durable = claims.gpu, claims.durable
+    gpu, durable = claims.live.gpu, claims.durable
     for record in durable.on_gpu(gpu.uuid):
-        live = check_record(record, claims.layout, claims.names)
+        live = check_record(record, claims.live.layout, claims.live.names)
         if live.status is Liveness.COMPLETE:
             claims.pairs.add((record.gpu_instance_id, record.compute_instance_id))
         elif live.status is Liveness.GI_ONLY:
@@ -130,11 +128,11 @@ def _claim_the_rest(node: Node, claims: _Claims) -> None:
     in it (`ci_created_by`); every other live CI, in that GI or at the intent's placement,
     gets its own Unmanaged row beside the intent's Creating one (an intent that created no
     live GI gets its row in `list_instances`)."""
-    gpu, durable = claims.gpu, claims.durable
-    for gi in claims.layout:
+    gpu, durable = claims.live.gpu, claims.durable
+    for gi in claims.live.layout:
         if gi.id in claims.gis:
             continue
-        profile = claims.names.get(gi.profile_id, f"profile-{gi.profile_id}")
+        profile = claims.live.names.get(gi.profile_id, f"profile-{gi.profile_id}")
         intent = _intent_at(durable, gpu, gi)
         cis = gi.compute_instances
         if intent is not None and intent.id not in claims.intents:
@@ -351,8 +349,8 @@ def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
     except UsageError:
         return _missing(record, -1)
     if gpu.mig_mode is MigMode.ENABLED:
-        names = {p.id: p.name for p in hw.profiles(gpu.index)}
-        live = check_record(record, hw.layout(gpu.index), names)
+        facts = GpuFacts.listed(hw, gpu)
+        live = check_record(record, facts.layout, facts.names)
         if live.status is Liveness.GI_ONLY:
             return record_view(record, gpu.index, error=live.detail)
     return _missing(record, gpu.index)
