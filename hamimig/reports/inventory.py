@@ -140,10 +140,10 @@ def _claim_the_rest(node: Node, claims: _Claims) -> None:
             claims.views.append(_intent_view(intent, gpu.index, gi))
             cis = tuple(ci for ci in cis if not ci_created_by(intent, gi, ci))
         elif not cis:
-            claims.views.append(_unmanaged(gpu, gi, profile, None, None))
+            claims.views.append(_unmanaged(gi, profile, None, None))
         for ci in cis:
             if (gi.id, ci.id) not in claims.pairs:
-                view = _unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid)
+                view = _unmanaged(gi, profile, ci.id, ci.mig_uuid)
                 claims.views.append(_unreadable(node, view, durable))
 
 
@@ -166,12 +166,13 @@ def _with_processes(hw: MigHardware, view: InstanceView) -> InstanceView:
 
 
 def _unmanaged(
-    gpu: Gpu, gi: GpuInstance, profile: str, ci_id: int | None, mig_uuid: str | None
+    gi: GpuInstance, profile: str, ci_id: int | None, mig_uuid: str | None
 ) -> InstanceView:
+    """A live GI (with the CI `ci_id` and its MIG UUID, or none) that no record accounts for."""
     return InstanceView(
         mig_uuid=mig_uuid,
-        gpu_uuid=gpu.uuid,
-        gpu_index=gpu.index,
+        gpu_uuid=gi.gpu_uuid,
+        gpu_index=gi.gpu_index,
         profile=profile,
         placement=gi.placement,
         gpu_instance_id=gi.id,
@@ -305,16 +306,11 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         raise NotFoundError(f"no MIG instance {mig_uuid} on this node and no record of it")
     else:
         name = hw.profile_name(live.gpu_index, live.profile_id) or f"profile-{live.profile_id}"
-        view = InstanceView(
-            mig_uuid=mig_uuid,
-            gpu_uuid=live.gpu_uuid,
-            gpu_index=live.gpu_index,
-            profile=name,
-            placement=live.placement,
-            gpu_instance_id=live.gpu_instance_id,
-            compute_instance_id=live.compute_instance_id,
-            state=State.UNMANAGED,
+        # The GI its MIG device lives in, as far as the device says (its CIs are not read).
+        gi = GpuInstance(
+            live.gpu_index, live.gpu_uuid, live.gpu_instance_id, live.profile_id, live.placement, ()
         )
+        view = _unmanaged(gi, name, live.compute_instance_id, mig_uuid)
         view = _with_count(hw, _unreadable(node, view, durable), mig_uuid)
     if live is not None:
         view = _with_count_of_cis(view, hw.layout(live.gpu_index))
