@@ -57,7 +57,7 @@ class _Claims:
     """One GPU's live layout, and what its records and intents account for, filled in as they
     are matched."""
 
-    live: GpuFacts
+    facts: GpuFacts
     durable: Durable
     records: set[str]
     intents: set[str]
@@ -77,7 +77,7 @@ def gpu_instances(
     claims = _Claims(GpuFacts.listed(hw, gpu), durable, records, intents)
     _claim_recorded(claims)
     _claim_the_rest(node, claims)
-    out = [_with_count_of_cis(_with_processes(hw, v), claims.live.layout) for v in claims.views]
+    out = [_with_count_of_cis(_with_processes(hw, v), claims.facts.layout) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
     return out
 
@@ -100,9 +100,9 @@ def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
 
 def _claim_recorded(claims: _Claims) -> None:
     """The views of records whose GI (with or without its CI) is live."""
-    gpu, durable = claims.live.gpu, claims.durable
+    gpu, durable = claims.facts.gpu, claims.durable
     for record in durable.on_gpu(gpu.uuid):
-        live = check_record(record, claims.live.layout, claims.live.names)
+        live = check_record(record, claims.facts.layout, claims.facts.names)
         if live.status is Liveness.COMPLETE:
             claims.pairs.add((record.gpu_instance_id, record.compute_instance_id))
         elif live.status is Liveness.GI_ONLY:
@@ -128,11 +128,11 @@ def _claim_the_rest(node: Node, claims: _Claims) -> None:
     in it (`ci_created_by`); every other live CI, in that GI or at the intent's placement,
     gets its own Unmanaged row beside the intent's Creating one (an intent that created no
     live GI gets its row in `list_instances`)."""
-    gpu, durable = claims.live.gpu, claims.durable
-    for gi in claims.live.layout:
+    gpu, durable = claims.facts.gpu, claims.durable
+    for gi in claims.facts.layout:
         if gi.id in claims.gis:
             continue
-        profile = claims.live.names.get(gi.profile_id, f"profile-{gi.profile_id}")
+        profile = claims.facts.names.get(gi.profile_id, f"profile-{gi.profile_id}")
         intent = _intent_at(durable, gpu, gi)
         cis = gi.compute_instances
         if intent is not None and intent.id not in claims.intents:
