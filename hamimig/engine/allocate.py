@@ -10,12 +10,12 @@ from functools import partial
 from hamimig.engine.executor import Applied, execute, tidy_finished
 from hamimig.engine.facts import (
     Durable,
+    GpuFacts,
     cdi_device_for,
     check_live,
     has_processes,
     load_for_mutation,
     pending_mig_mode,
-    profile_names,
 )
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.ownership import PodHolds, held_by
@@ -306,7 +306,7 @@ def _plan_creation(
         None if start is None else legal_placement(profile.name, profile.placements, start, size)
     )
     layout = hw.layout(gpu.index)
-    names = {**profile_names(node, gpu, layout), profile.id: profile.name}
+    names = {**GpuFacts.named(hw, gpu, layout).names, profile.id: profile.name}
     busy = functools.cache(partial(has_processes, hw))
     plan = plan_create(
         gpu.uuid,

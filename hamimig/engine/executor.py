@@ -111,14 +111,27 @@ def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
     cdi = node.cdi()
     if cdi is None or not cdi.exists(mig_uuid):
         return None
+    foreign, failed = _remove_spec(partial(cdi.remove, mig_uuid))
+    if failed is not None:
+        node.queue.add(mig_uuid, failed, node.clock())
+        return f"CDI spec of {mig_uuid} could not be removed ({failed}); queued"
+    return foreign
+
+
+def _remove_spec(remove: Callable[[], object]) -> tuple[str | None, str | None]:
+    """Remove a CDI spec: (why the file is kept, when it is not ours; why its removal failed)."""
     try:
-        cdi.remove(mig_uuid)
+        remove()
     except ForeignSpec as exc:
-        return str(exc)
+        return str(exc), None
     except OSError as exc:
-        node.queue.add(mig_uuid, f"{exc.strerror or exc}", node.clock())
-        return f"CDI spec of {mig_uuid} could not be removed ({exc.strerror or exc}); queued"
-    return None
+        return None, str(exc.strerror or exc)
+    return None, None
+
+
+def failure_text(exc: HamimigError | OSError) -> str:
+    """A failure as one line: the error's message, or what the disk said."""
+    return exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
 
 
 def _create(node: Node, target: Target) -> Applied:
@@ -186,7 +199,7 @@ def _create(node: Node, target: Target) -> Applied:
         check_transition(Creating, State.ACTIVE, ci.mig_uuid)
         node.records.write(record)
     except (HamimigError, OSError) as exc:
-        reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+        reason = failure_text(exc)
         node.counters.count(FAILURES, FAILED_ALLOCATE)
         rollback_intent(node, intent)
         raise StepFailed(
@@ -306,7 +319,7 @@ def apply(node: Node, step: Step) -> Applied:
         # A failure of the hardware or the disk is an event; a refusal (the placement turned
         # out occupied, no spec can be composed) left nothing changed and, like every refused
         # command, writes nothing.
-        why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+        why = failure_text(exc)
         left, made = (exc.record, exc.made) if isinstance(exc, StepFailed) else (None, None)
         done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
         log_step(node, step, done)
@@ -363,7 +376,7 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
         if isinstance(result, Applied):
             actions.append(step.report(result.note, changed=step.changes and result.changed))
             continue
-        why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
+        why = failure_text(result)
         code = result.code if isinstance(result, HamimigError) else HardwareError.code
         if not isinstance(result, StepFailed):
             failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
@@ -656,21 +669,15 @@ def _retry_removal(node: Node, target: Target) -> Applied:
     has a record again (a forget interrupted after queueing, then reuse), only the stale queue
     entry goes; a removal that fails again stays queued."""
     assert isinstance(target, Spec) and target.mig_uuid is not None
-    queue, cdi = node.queue, None if target.keep else node.cdi()  # kept: only the entry goes
-    try:
-        if cdi is not None:
-            cdi.remove(target.mig_uuid)
-    except ForeignSpec as exc:
-        # Not ours to remove, now or later: the entry goes, the file stays, and it is said.
-        queue.drop(target.mig_uuid)
-        return Applied(note=str(exc))
-    except OSError as exc:
-        queue.add(target.mig_uuid, str(exc.strerror or exc), node.clock())
-        raise StepFailed(
-            f"CDI spec of {target.mig_uuid} still cannot be removed: {exc.strerror or exc}"
-        ) from None
-    queue.drop(target.mig_uuid)
-    return Applied()
+    uuid, queue, cdi = target.mig_uuid, node.queue, None if target.keep else node.cdi()
+    foreign, failed = (None, None) if cdi is None else _remove_spec(partial(cdi.remove, uuid))
+    if failed is not None:
+        queue.add(uuid, failed, node.clock())
+        raise StepFailed(f"CDI spec of {uuid} still cannot be removed: {failed}")
+    # Removed, or kept (only the entry goes), or not ours to remove, now or later: the entry
+    # goes, the file stays, and the note says so.
+    queue.drop(uuid)
+    return Applied(note=foreign)
 
 
 def _remove_orphan_spec(node: Node, target: Target) -> Applied:
@@ -702,22 +709,17 @@ def _forget_record(node: Node, target: Target) -> Applied:
         node.records.remove(uuid)
     if cdi is None:
         return Applied()
-    try:
-        cdi.remove(uuid)
-    except ForeignSpec as exc:
+    foreign, failed = _remove_spec(partial(cdi.remove, uuid))
+    if failed is not None:
         with _io(f"cannot update the CDI removal queue for {uuid}"):
-            queue.drop(uuid)
-        return Applied(note=str(exc))
-    except OSError as exc:
-        why = str(exc.strerror or exc)
-        with _io(f"cannot update the CDI removal queue for {uuid}"):
-            queue.add(uuid, why, node.clock())
+            queue.add(uuid, failed, node.clock())
         return Applied(
-            note=f"the CDI spec could not be removed ({why}); queued for 'hamimig reconcile'"
+            note=f"the CDI spec could not be removed ({failed}); queued for 'hamimig reconcile'"
         )
-    with _io(f"the record and CDI spec of {uuid} are gone, but its queue entry is not"):
+    gone = f"the record and CDI spec of {uuid} are gone, but its queue entry is not"
+    with _io(f"cannot update the CDI removal queue for {uuid}" if foreign is not None else gone):
         queue.drop(uuid)
-    return Applied()
+    return Applied(note=foreign)
 
 
 def _forget_record_file(node: Node, target: Forgettable) -> Applied:
@@ -731,17 +733,13 @@ def _forget_record_file(node: Node, target: Forgettable) -> Applied:
         records.remove_named(FileOpName.RECORD_REMOVE, name)
     if cdi is None or spec is None:
         return Applied()
-    try:
-        cdi.remove_name(spec)
-    except ForeignSpec as exc:
-        return Applied(note=str(exc))
-    except OSError as exc:
-        why = str(exc.strerror or exc)
+    foreign, failed = _remove_spec(partial(cdi.remove_name, spec))
+    if failed is not None:
         return Applied(
-            note=f"the CDI spec {spec} could not be removed ({why}); 'hamimig recover' removes "
-            "it, since no record accounts for it any more"
+            note=f"the CDI spec {spec} could not be removed ({failed}); 'hamimig recover' "
+            "removes it, since no record accounts for it any more"
         )
-    return Applied()
+    return Applied(note=foreign)
 
 
 def _forget_intent(node: Node, target: Target) -> Applied:

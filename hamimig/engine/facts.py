@@ -164,10 +164,27 @@ def pending_mig_mode(gpu: int, current: MigMode, pending: MigMode) -> Warning_ |
     return Warning_(file=f"GPU {gpu}", reason=reason)
 
 
-def profile_names(node: Node, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> dict[int, str]:
-    """The profile name of each GI's profile ID on `gpu`, as record checks compare them."""
-    hw = node.hardware()
-    return {gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout}
+@dataclass(frozen=True)
+class GpuFacts:
+    """A GPU, its live layout, and the profile name of each profile ID there (as record checks
+    compare them). The two ways to read the names make different NVML calls: each caller keeps
+    its own."""
+
+    gpu: Gpu
+    layout: tuple[GpuInstance, ...]
+    names: dict[int, str]
+
+    @classmethod
+    def listed(cls, hw: MigHardware, gpu: Gpu) -> GpuFacts:
+        """Every profile of the GPU's profile list (read first), then the layout."""
+        names = {p.id: p.name for p in hw.profiles(gpu.index)}
+        return cls(gpu, hw.layout(gpu.index), names)
+
+    @classmethod
+    def named(cls, hw: MigHardware, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> GpuFacts:
+        """`layout` with the name of each of its GIs' profile IDs, looked up one by one."""
+        names = {gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout}
+        return cls(gpu, layout, names)
 
 
 def process_count_on(hw: MigHardware, mig_uuid: str) -> int | None:

@@ -13,13 +13,13 @@ from hamimig.engine.executor import tidy_finished
 from hamimig.engine.facts import (
     BUSY,
     Durable,
+    GpuFacts,
     LiveCheck,
     Liveness,
     check_record,
     has_processes,
     load_for_mutation,
     moved,
-    profile_names,
 )
 from hamimig.engine.idle_policy import idle_age_of, idle_records
 from hamimig.engine.lookup import check_reference
@@ -38,7 +38,7 @@ from hamimig.engine.results import (
 )
 from hamimig.engine.steps import Managed, Plan, Step
 from hamimig.errors import NOTHING_CHANGED, ConflictError, NotFoundError, UnverifiableError
-from hamimig.hw.types import Gpu, GpuInstance, Placement
+from hamimig.hw.types import Placement
 from hamimig.store.intents import Intent
 from hamimig.store.records import Record
 from hamimig.vocabulary import ActionKind, Outcome, State
@@ -115,8 +115,7 @@ def _targets_on_gpu(
 ) -> list[Managed]:
     hw = node.hardware()
     gpu = resolve_gpu(hw, target.gpu)
-    layout = hw.layout(gpu.index)
-    names = profile_names(node, gpu, layout)
+    facts = GpuFacts.named(hw, gpu, hw.layout(gpu.index))
     records = durable.on_gpu(gpu.uuid)
     if isinstance(target, AllIdle):
         chosen = [r for r in records if r.state in _DESTROYABLE]
@@ -126,8 +125,8 @@ def _targets_on_gpu(
         slices = validate.slice_count(hw.profiles(gpu.index))
         window = validate.reclaim_window(target.placement, slices)
         in_flight = [i for i in durable.intents if i.gpu_uuid == gpu.uuid]
-        chosen = _window_targets(window, records, layout, names, in_flight, holds)
-    targets = [verified(node, r, layout, names, gpu) for r in chosen]
+        chosen = _window_targets(window, records, facts, in_flight, holds)
+    targets = [verified(node, r, facts) for r in chosen]
     return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
@@ -153,13 +152,11 @@ def _idle_older_than(
     return chosen
 
 
-def verified(
-    node: Node, record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str], gpu: Gpu
-) -> Managed:
+def verified(node: Node, record: Record, gpu: GpuFacts) -> Managed:
     """The record checked against its GPU's layout; one whose instance is gone or lost its CI
     there must not be live on another GPU either (one NVML call: its MIG UUID not found), or
     the GI at its placement is not its own to destroy."""
-    live = check_record(record, layout, names)
+    live = check_record(record, gpu.layout, gpu.names)
     if live.status in (Liveness.ABSENT, Liveness.GI_ONLY):
         hw = node.hardware()
         dev = hw.mig_device(record.mig_uuid)
@@ -174,7 +171,7 @@ def verified(
             f"Idle record {record.mig_uuid} does not match the hardware ({live.detail}); "
             f"run 'hamimig recover'; {NOTHING_CHANGED}"
         )
-    return Managed(record, live, gpu.index)
+    return Managed(record, live, gpu.gpu.index)
 
 
 def is_running(node: Node, target: Managed) -> bool:
@@ -197,15 +194,13 @@ def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Manage
         owner = f" (held by {record.owner})" if record.owner else ""
         raise ConflictError(f"{mig_uuid} is Active{owner}: hamimig never reclaims it")
     gpu = hw.gpu_by_uuid(record.gpu_uuid)
-    layout = hw.layout(gpu.index)
-    return [verified(node, record, layout, profile_names(node, gpu, layout), gpu)]
+    return [verified(node, record, GpuFacts.named(hw, gpu, hw.layout(gpu.index)))]
 
 
 def _window_targets(
     window: Placement,
     records: list[Record],
-    layout: tuple[GpuInstance, ...],
-    names: dict[int, str],
+    gpu: GpuFacts,
     in_flight: list[Intent],
     holds: PodHolds,
 ) -> list[Record]:
@@ -214,12 +209,12 @@ def _window_targets(
     chosen = [r for r in records if r.placement.overlaps(window) and r.state in _DESTROYABLE]
     owned = {(r.gpu_instance_id, r.placement) for r in chosen if holds.hold(r) is None}
     blocked: list[BlockingInstance] = []
-    for gi in layout:
+    for gi in gpu.layout:
         if not gi.placement.overlaps(window) or (gi.id, gi.placement) in owned:
             continue
         record = record_of(gi, records)
         held = holds.hold(record) if record is not None else None
-        found = blocking_instance(gi, record, names, held=held)
+        found = blocking_instance(gi, record, gpu.names, held=held)
         intent = next((i for i in in_flight if i.placement == gi.placement), None)
         if record is None and intent is not None:
             # An allocation in flight (or interrupted: recover rolls it back), not an orphan.

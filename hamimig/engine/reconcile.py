@@ -14,12 +14,12 @@ from hamimig.engine.executor import execute, tidy_finished
 from hamimig.engine.facts import (
     BUSY,
     Durable,
+    GpuFacts,
     Liveness,
     cdi_device_for,
     check_live,
     has_processes,
     load_for_mutation,
-    profile_names,
 )
 from hamimig.engine.idle_policy import IdlePolicy, plan_idle_policy
 from hamimig.engine.node import Node
@@ -269,8 +269,7 @@ def _plan_destroy_retries(
         at = Where(record.mig_uuid, record.gpu_uuid, record.placement)
         try:
             gpu = hw.gpu_by_uuid(record.gpu_uuid)
-            layout = hw.layout(gpu.index)
-            target = verified(node, record, layout, profile_names(node, gpu, layout), gpu)
+            target = verified(node, record, GpuFacts.named(hw, gpu, hw.layout(gpu.index)))
         except HamimigError as exc:
             plan.failures.append(exc.message)
             plan.add(ActionKind.RETRY_DESTROY, at, f"skipped: {exc.message}")

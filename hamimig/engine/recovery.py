@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from hamimig.engine.executor import execute
 from hamimig.engine.facts import (
     Durable,
+    GpuFacts,
     LiveCheck,
     Liveness,
     cdi_device_for,
@@ -47,13 +48,6 @@ if TYPE_CHECKING:
     from hamimig.pods.annotation import MigAllocation
     from hamimig.pods.model import Pod
     from hamimig.pods.sources import PodSnapshot
-
-
-@dataclass(frozen=True)
-class GpuFacts:
-    gpu: Gpu
-    layout: tuple[GpuInstance, ...]
-    names: dict[int, str]
 
 
 @dataclass
@@ -139,8 +133,7 @@ def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dic
             skip = SkippedGpu(index=gpu.index, uuid=gpu.uuid, mig_mode=mode, reason=f"MIG {mode}")
             plan.skipped.append(skip)
         else:
-            names = {p.id: p.name for p in hw.profiles(gpu.index)}
-            out[gpu.uuid] = GpuFacts(gpu, hw.layout(gpu.index), names)
+            out[gpu.uuid] = GpuFacts.listed(hw, gpu)
     return out
 
 

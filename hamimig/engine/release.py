@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hamimig.engine.executor import Applied, StepFailed, execute, tidy_finished
+from hamimig.engine.executor import Applied, StepFailed, execute, failure_text, tidy_finished
 from hamimig.engine.facts import Durable, load_for_mutation
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node
@@ -18,7 +18,7 @@ from hamimig.engine.ownership import same_uid
 from hamimig.engine.requests import ByPod, ByUuid, ReleaseTarget
 from hamimig.engine.results import InstanceView, Release, record_view
 from hamimig.engine.steps import Managed, Plan, Step
-from hamimig.errors import NOTHING_CHANGED, ConflictError, HamimigError, NotFoundError, UsageError
+from hamimig.errors import NOTHING_CHANGED, ConflictError, NotFoundError, UsageError
 from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import ActionKind, Outcome, State
 
@@ -92,8 +92,8 @@ def execute_each(
             out.append(record_view(done_with, step.target.gpu_index).with_outcome(outcome))
             continue
         left = (result.record if isinstance(result, StepFailed) else None) or step.target.record
-        why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
-        out.append(record_view(left, index_hint(left), error=why).with_outcome(Outcome.FAILED))
+        failed = record_view(left, index_hint(left), error=failure_text(result))
+        out.append(failed.with_outcome(Outcome.FAILED))
     return tuple(out)
 
 
