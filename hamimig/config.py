@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.durations import DurationError, exact_duration, parse_duration
-from hamimig.errors import UsageError
+from hamimig.errors import UsageError, why
 from hamimig.store.cdi_base import AUTO, check_setting
 from hamimig.store.cdi_rules import check_kind
 from hamimig.store.events import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, MIN_MAX_BYTES
@@ -195,18 +195,20 @@ def _key(path: str, default: Any, *args: Any, **kw: Any) -> Any:
     return field(default=default, metadata={"key": Key(path, *args, **kw)})
 
 
+def _flag(path: str, default: bool, env: str) -> Any:
+    """A true-or-false setting (`_key`): a YAML bool in the file, `true`/`1`/`yes`/`on` or their
+    opposites in the environment variable `env`."""
+    return _key(path, default, _bool, _env_bool, env=env)
+
+
 @dataclass(frozen=True)
 class Config:
     """Every setting, declared once: its value's type, its default and its key; loading,
     validation, the environment overrides and `config show` read this declaration, in this
     order (`KEYS`)."""
 
-    adopt_existing: bool = _key(
-        "devices.nvidia.adoptExistingMIGInstances",
-        False,
-        _bool,
-        _env_bool,
-        env="HAMIMIG_ADOPT_EXISTING_MIG_INSTANCES",
+    adopt_existing: bool = _flag(
+        "devices.nvidia.adoptExistingMIGInstances", False, "HAMIMIG_ADOPT_EXISTING_MIG_INSTANCES"
     )
     profile_allowlist: tuple[AllowlistEntry, ...] = _key(
         "devices.nvidia.migProfileAllowlist", (), _allowlist, show=_shown_allowlist
@@ -243,11 +245,9 @@ class Config:
     """`kube`: the commands that take a pod source list this node's pods through the API when
     none is named. The only default there is: the assertion that no pod holds an instance is
     about the moment it is made, never a setting."""
-    cdi_enabled: bool = _key("cdi.enabled", True, _bool, _env_bool, env="HAMIMIG_CDI_ENABLED")
+    cdi_enabled: bool = _flag("cdi.enabled", True, "HAMIMIG_CDI_ENABLED")
     cdi_kind: str = _key("cdi.kind", DEFAULT_CDI_KIND, _kind, env="HAMIMIG_CDI_KIND")
-    cdi_annotations: bool = _key(
-        "cdi.annotations", False, _bool, _env_bool, env="HAMIMIG_CDI_ANNOTATIONS"
-    )
+    cdi_annotations: bool = _flag("cdi.annotations", False, "HAMIMIG_CDI_ANNOTATIONS")
     cdi_base_spec: str = _key(
         "cdi.baseSpec",
         AUTO,
@@ -305,10 +305,8 @@ def _document(path: Path) -> Any:
         text = read_input(path).decode("utf-8")
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # UnicodeDecodeError too
-        raise UsageError(f"cannot read config {path}: {exc}") from None
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError too; an OSError says its errno's text
+        raise UsageError(f"cannot read config {path}: {why(exc)}") from None
     import yaml
 
     try:

@@ -16,6 +16,12 @@ NOTHING_CHANGED = "nothing was changed"
 """How a refusal ends, so an operator knows the node is as it was."""
 
 
+def why(exc: BaseException) -> str:
+    """An exception's text for a one-line message, without Python's class name: an OSError's
+    own text (its strerror, without errno and file name) when it has one."""
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 class HamimigError(Exception):
     """A failure that the CLI reports as one line with a contract exit code."""
 

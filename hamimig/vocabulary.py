@@ -120,9 +120,7 @@ class FileOpName(str, enum.Enum):
     must leave consistent (a failed append is counted and the step it describes stands)."""
 
 
-DURABLE_FILE_OPS: tuple[FileOpName, ...] = tuple(
-    op for op in FileOpName if op is not FileOpName.EVENTS_WRITE
-)
+DURABLE_FILE_OPS = tuple(op for op in FileOpName if op is not FileOpName.EVENTS_WRITE)
 """The operations on the durable state (records, specs, intents, the removal queue): the ones
 the crash-safety order is about."""
 

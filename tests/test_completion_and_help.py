@@ -25,8 +25,8 @@ from hamimig.hw.types import Placement
 from hamimig.reports.completion import board_profiles
 from hamimig.sim.models import MODELS
 from hamimig.store.cdi import device_name
-from hamimig.store.files import ensure_dir
-from hamimig.store.records import STATE_DIR_MODE, Record, RecordStore
+from hamimig.store.files import STATE_DIR_MODE, ensure_dir
+from hamimig.store.records import Record, RecordStore
 from tests.support.cli import COMPLETION_ENV, tab
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -531,10 +531,12 @@ def test_capability_minors_without_the_file(sim_path: Path) -> None:
 # --- session and call counting ---------------------------------------------------------------
 
 
-def test_context_manager_inits_and_shuts_down(sim_path: Path) -> None:
+def test_open_inits_and_close_shuts_down(sim_path: Path) -> None:
     before = calls(sim_path)
-    with NvmlHardware(SimNvml(SimStore(sim_path))) as hw:
-        assert hw.gpu_count() == 2
+    hw = NvmlHardware(SimNvml(SimStore(sim_path)))
+    hw.open()
+    assert hw.gpu_count() == 2
+    hw.close()
     assert call_diff(before, calls(sim_path), ignored=()) == {
         "nvmlInit": 1,
         "nvmlDeviceGetCount": 1,

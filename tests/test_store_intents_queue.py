@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hamimig.errors import UnverifiableError
+from hamimig.store._fields import validated
 from hamimig.store.intents import Intent, IntentStore
 from hamimig.store.queue import QueuedRemoval, RemovalQueue
 from hamimig.store.records import RecordStore
@@ -39,9 +40,9 @@ def test_intent_json_round_trip_and_keys() -> None:
         "computeInstanceID",
         "migUUID",
     }
-    assert Intent.from_json(json.loads(json.dumps(doc))) == intent
+    assert validated(Intent, json.loads(json.dumps(doc))) == intent
     bare = an_intent(owner=None)
-    assert Intent.from_json(bare.to_json()) == bare
+    assert validated(Intent, bare.to_json()) == bare
 
 
 def test_intent_store_round_trip_order_and_mode(tmp_path: Path) -> None:

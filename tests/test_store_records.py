@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from hamimig.hw.types import Placement
+from hamimig.store._fields import validated
 from hamimig.store.records import (
     SCHEMA_VERSION,
     Owner,
@@ -293,7 +294,7 @@ def test_encode_refuses_what_hami_would_not_load() -> None:
 
 
 def test_owner_from_json_validates() -> None:
-    assert Owner.from_json({"namespace": "a", "name": "b"}) == Owner("a", "b")
+    assert validated(Owner, {"namespace": "a", "name": "b"}) == Owner("a", "b")
     bad: Any
     for bad in (
         {"namespace": "", "name": "b"},
@@ -303,7 +304,7 @@ def test_owner_from_json_validates() -> None:
         [],
     ):
         with pytest.raises(ValueError):
-            Owner.from_json(bad)
+            validated(Owner, bad)
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])

@@ -73,9 +73,7 @@ def allocate(
             profile=profile,
             placement=options.placement(placement),
         )
-        source = options.pod_source(node, ctx)
-        assert source is not None
-        return allocation.allocate(node, request, source, dry_run)
+        return allocation.allocate(node, request, options.needed_pod_source(node, ctx), dry_run)
 
     execute(ctx, action, "Allocation")
 
@@ -180,9 +178,7 @@ def reclaim(
                 target = IdleOlderThan(ref, options.duration(idle_older_than, "--idle-older-than"))
             else:
                 target = AllIdle(ref) if window is None else Window(ref, window)
-        source = options.pod_source(node, ctx)
-        assert source is not None
-        return reclaim(node, target, source, dry_run)
+        return reclaim(node, target, options.needed_pod_source(node, ctx), dry_run)
 
     execute(ctx, action, "Reclaim")
 
@@ -202,8 +198,7 @@ def reconcile(
     from hamimig.engine.reconcile import reconcile
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, ctx)
-        return reconcile(node, dry_run, source)
+        return reconcile(node, dry_run, options.pod_source(node, ctx))
 
     execute(ctx, action, "Reconcile")
 

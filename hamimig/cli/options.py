@@ -170,6 +170,13 @@ def pod_source(node: Node, ctx: typer.Context) -> PodSource | None:
     return PodSource.kube_api()
 
 
+def needed_pod_source(node: Node, ctx: typer.Context) -> PodSource:
+    """`pod_source` for a command that takes `--assume-no-pods`, which requires one."""
+    source = pod_source(node, ctx)
+    assert source is not None
+    return source
+
+
 def _needs_pods(node: Node, ctx: typer.Context) -> str:
     """The refusal, with a line that works on the node: the same command, with the options
     given on its command line (those choosing the node included), fed this node's pods."""

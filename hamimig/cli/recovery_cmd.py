@@ -40,9 +40,7 @@ def recover(
     from hamimig.engine import recovery
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, ctx)
-        assert source is not None
-        return recovery.recover(node, source, adopt, dry_run)
+        return recovery.recover(node, options.needed_pod_source(node, ctx), adopt, dry_run)
 
     execute(ctx, action, "Recovery")
 
@@ -71,8 +69,7 @@ def adopt(
     from hamimig.engine import recovery
 
     def action(node: Node) -> Result:
-        source = options.pod_source(node, ctx)
-        assert source is not None
+        source = options.needed_pod_source(node, ctx)
         only = options.gpu_filter(gpu)
         try:
             return recovery.adopt_pairs(node, source, exclusive_owner, only, dry_run)

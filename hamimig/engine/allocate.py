@@ -10,12 +10,12 @@ from functools import partial
 from hamimig.engine.executor import Applied, execute, tidy_finished
 from hamimig.engine.facts import (
     Durable,
+    GpuFacts,
     cdi_device_for,
     check_live,
     has_processes,
     load_for_mutation,
     pending_mig_mode,
-    profile_names,
 )
 from hamimig.engine.node import Node, legal_placement, resolve_gpu
 from hamimig.engine.ownership import PodHolds, held_by
@@ -25,7 +25,7 @@ from hamimig.engine.requests import AllocateRequest
 from hamimig.engine.results import Allocation, InstanceView, Warning_, record_view
 from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Spec, Step, Target
 from hamimig.errors import ConflictError, HardwareError, NvmlError, UnverifiableError, UsageError
-from hamimig.hw.types import Gpu, MigMode, Placement
+from hamimig.hw.types import Gpu, MigMode
 from hamimig.store.cdi import device_node_paths
 from hamimig.store.cdi_base import BaseSpec
 from hamimig.store.queue import QueuedRemoval
@@ -117,12 +117,11 @@ def _reported(
     if isinstance(last, NewInstance):
         return record_view(applied.record, last.gpu.index), ()
     assert isinstance(last, Handout)
-    cdi = node.cdi()
-    warnings: tuple[Warning_, ...] = ()
-    if applied.note and cdi is not None:
-        path = str(cdi.path_of(applied.record.mig_uuid))
-        warnings = (Warning_(file=path, reason=applied.note),)
-    return record_view(applied.record, last.device.gpu_index), warnings
+    view, cdi = record_view(applied.record, last.device.gpu_index), node.cdi()
+    if not applied.note or cdi is None:
+        return view, ()
+    path = str(cdi.path_of(applied.record.mig_uuid))
+    return view, (Warning_(file=path, reason=applied.note),)
 
 
 def _check_own_entries(durable: Durable, holds: PodHolds, request: AllocateRequest) -> None:
@@ -147,12 +146,8 @@ def _preview(
     """A dry run's instance as the run would report it, where that is known before it runs
     (a new instance has no MIG UUID, GI, CI or CDI device yet)."""
     if isinstance(last, Handout):
-        cdi = node.cdi()
-        name = last.record.cdi_device
-        if cdi is not None and last.spec is not None:
-            name = cdi.qualified_name(last.record.mig_uuid)
         record = dataclasses.replace(
-            last.record, state=State.ACTIVE, owner=last.owner, cdi_device=name
+            last.record, state=State.ACTIVE, owner=last.owner, cdi_device=last.cdi_device
         )
         return record_view(record, last.device.gpu_index), durable.warnings
     assert isinstance(last, NewInstance)
@@ -245,18 +240,18 @@ def _plan_reuse(
         if has_processes(hw, record.mig_uuid):
             continue  # never handed out; it blocks its slices when the create path plans
         _allowed(node, live.gpu_index, request.profile, model=None)
-        spec, rewrite, kept = None, False, None
+        spec, kept, name = None, None, record.cdi_device
         if cdi is not None:
             ids = (live.gpu_uuid, live.gpu_minor, live.gpu_instance_id, live.compute_instance_id)
-            spec = cdi_device_for(node, record.mig_uuid, *ids)
+            dev = cdi_device_for(node, record.mig_uuid, *ids)
+            name = cdi.qualified_name(record.mig_uuid)
             try:
-                rewrite = not cdi.matches(spec)
+                spec = None if cdi.matches(dev) else dev
             except UsageError as exc:
                 if not cdi.usable(record.mig_uuid):
                     continue  # no spec, and none can be composed: never handed out without
                 kept = f"kept as it is, not compared with the NVIDIA CDI spec: {exc.message}"
-        queued_here = record.mig_uuid in queued
-        target = Handout(record, live, request.owner, spec, queued_here, rewrite, kept)
+        target = Handout(record, live, request.owner, spec, name, record.mig_uuid in queued, kept)
         return Step(ActionKind.REUSE, target, "exact Idle match")
     return None
 
@@ -306,17 +301,17 @@ def _plan_creation(
             f"unknown profile {request.profile!r} on GPU {gpu.index}; profiles: {known}"
         )
     _allowed(node, gpu.index, profile.name, gpu.model)
-    requested: Placement | None = None
     start, size = request.placement or (None, None)
-    if start is not None:
-        requested = legal_placement(profile.name, profile.placements, start, size)
+    legal = (
+        None if start is None else legal_placement(profile.name, profile.placements, start, size)
+    )
     layout = hw.layout(gpu.index)
-    names = {**profile_names(node, gpu, layout), profile.id: profile.name}
+    names = {**GpuFacts.named(hw, gpu, layout).names, profile.id: profile.name}
     busy = functools.cache(partial(has_processes, hw))
     plan = plan_create(
         gpu.uuid,
         profile.placements,
-        requested,
+        legal,
         durable.on_gpu(gpu.uuid),
         list(durable.intents),
         layout,

@@ -111,14 +111,27 @@ def remove_cdi_after_destroy(node: Node, mig_uuid: str) -> str | None:
     cdi = node.cdi()
     if cdi is None or not cdi.exists(mig_uuid):
         return None
+    foreign, failed = _remove_spec(partial(cdi.remove, mig_uuid))
+    if failed is not None:
+        node.queue.add(mig_uuid, failed, node.clock())
+        return f"CDI spec of {mig_uuid} could not be removed ({failed}); queued"
+    return foreign
+
+
+def _remove_spec(remove: Callable[[], object]) -> tuple[str | None, str | None]:
+    """Remove a CDI spec: (why the file is kept, when it is not ours; why its removal failed)."""
     try:
-        cdi.remove(mig_uuid)
+        remove()
     except ForeignSpec as exc:
-        return str(exc)
+        return str(exc), None
     except OSError as exc:
-        node.queue.add(mig_uuid, f"{exc.strerror or exc}", node.clock())
-        return f"CDI spec of {mig_uuid} could not be removed ({exc.strerror or exc}); queued"
-    return None
+        return None, str(exc.strerror or exc)
+    return None, None
+
+
+def failure_text(exc: HamimigError | OSError) -> str:
+    """A failure as one line: the error's message, or what the disk said."""
+    return exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
 
 
 def _create(node: Node, target: Target) -> Applied:
@@ -127,7 +140,6 @@ def _create(node: Node, target: Target) -> Applied:
     assert isinstance(target, NewInstance)
     gpu, profile, placement, owner = target.gpu, target.profile, target.placement, target.owner
     hw = node.hardware()
-    intents = node.intents
     intent = Intent(
         id=new_intent_id(),
         op="allocate",
@@ -141,7 +153,7 @@ def _create(node: Node, target: Target) -> Applied:
     )
     check_transition(None, Creating, f"{profile.name} at {placement}")
     with _io("cannot write the intent journal"):
-        intents.write(intent)
+        node.intents.write(intent)
     try:
         gi_id = hw.create_gpu_instance(gpu.index, profile.id, placement)
     except NvmlError as exc:
@@ -158,10 +170,10 @@ def _create(node: Node, target: Target) -> Applied:
         raise
     try:
         intent = dataclasses.replace(intent, gpu_instance_id=gi_id)
-        intents.write(intent)
+        node.intents.write(intent)
         ci = hw.create_compute_instance(gpu.index, gi_id)
         intent = dataclasses.replace(intent, compute_instance_id=ci.id, mig_uuid=ci.mig_uuid)
-        intents.write(intent)
+        node.intents.write(intent)
         cdi = node.cdi()
         cdi_name: str | None = None
         if cdi is not None:
@@ -187,9 +199,9 @@ def _create(node: Node, target: Target) -> Applied:
         check_transition(Creating, State.ACTIVE, ci.mig_uuid)
         node.records.write(record)
     except (HamimigError, OSError) as exc:
-        reason = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
+        reason = failure_text(exc)
         node.counters.count(FAILURES, FAILED_ALLOCATE)
-        rollback_intent(node, intent, record_written=False)
+        rollback_intent(node, intent)
         raise StepFailed(
             f"allocation of {profile.name} at {placement} on GPU {gpu.index} failed and was "
             f"rolled back: {reason}",
@@ -208,7 +220,7 @@ def _rollback_unread_gi(node: Node, intent: Intent, exc: NvmlError) -> None:
     try:
         for gi in node.hardware().layout(intent.gpu_index):
             if same_slot(intent, gi):
-                rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id), False)
+                rollback_intent(node, dataclasses.replace(intent, gpu_instance_id=gi.id))
                 return
     except (HamimigError, OSError) as failed:
         reason = failed.message if isinstance(failed, HamimigError) else str(failed)
@@ -227,7 +239,7 @@ def _drop_intent(node: Node, intent: Intent) -> None:
         ) from None
 
 
-def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
+def rollback_intent(node: Node, intent: Intent) -> None:
     """Destroy what an allocation created (CI, GI), then its CDI spec, then the intent.
 
     If the hardware refuses, the intent stays so that recovery can finish the job, and the
@@ -259,8 +271,6 @@ def rollback_intent(node: Node, intent: Intent, record_written: bool) -> None:
         ) from None
     if intent.mig_uuid is not None:
         remove_cdi_after_destroy(node, intent.mig_uuid)
-        if record_written:
-            node.records.remove(intent.mig_uuid)
     check_transition(Creating, None, intent.id)
     _drop_intent(node, intent)
 
@@ -305,15 +315,14 @@ def apply(node: Node, step: Step) -> Applied:
     known = known_before(node, step)
     try:
         applied = _HANDLERS[step.kind](node, step.target)
-    except (HamimigError, OSError) as exc:
+    except (HardwareError, OSError) as exc:
         # A failure of the hardware or the disk is an event; a refusal (the placement turned
         # out occupied, no spec can be composed) left nothing changed and, like every refused
         # command, writes nothing.
-        if isinstance(exc, (HardwareError, OSError)):
-            why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-            left, made = (exc.record, exc.made) if isinstance(exc, StepFailed) else (None, None)
-            done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
-            log_step(node, step, done)
+        why = failure_text(exc)
+        left, made = (exc.record, exc.made) if isinstance(exc, StepFailed) else (None, None)
+        done = StepOutcome(node.file_ops[before:], left, error=why, known=known, made=made)
+        log_step(node, step, done)
         raise
     if applied.changed:
         done = StepOutcome(node.file_ops[before:], applied.record, applied.note, known=known)
@@ -326,16 +335,13 @@ class Executed:
     """What a plan's steps did: the report, and every failure (which make the exit code)."""
 
     actions: tuple[Action, ...]
-    failures: tuple[str, ...]
+    failed: str | None
+    """Every failure, joined (None: none)."""
     files_changed: int = 0
     """Files the steps wrote or removed: per step, each store it touched (its record, intent,
     CDI spec, the removal queue) counts once."""
     results: tuple[Applied | HamimigError | OSError, ...] = ()
     """Per step applied, in order, what it left or why it failed (none in a dry run)."""
-
-    @property
-    def failed(self) -> str | None:
-        return "; ".join(self.failures) or None
 
 
 def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:
@@ -356,30 +362,28 @@ def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = Fals
             continue
         before = len(node.file_ops)
         try:
-            applied = apply(node, step)
+            result: Applied | HamimigError | OSError = apply(node, step)
         except (HamimigError, OSError) as exc:
             if plan.abort:
                 blocked = _blocked(plan, step, exc)
                 if blocked is not None:
                     raise blocked from None
                 raise
-            why = exc.message if isinstance(exc, HamimigError) else f"I/O error: {exc}"
-            code = exc.code if isinstance(exc, HamimigError) else HardwareError.code
-            if not isinstance(exc, StepFailed):
-                failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
-            elif not (tolerate_tracked and exc.tracked):
-                failures.append(why)
-            touched = _files_touched(node, before)
-            files += touched
-            actions.append(
-                step.report(changed=touched > 0, error=StepError(code=code, message=why))
-            )
-            results.append(exc)
+            result = exc
+        touched = _files_touched(node, before)
+        files += touched
+        results.append(result)
+        if isinstance(result, Applied):
+            actions.append(step.report(result.note, changed=step.changes and result.changed))
             continue
-        files += _files_touched(node, before)
-        actions.append(step.report(applied.note, changed=step.changes and applied.changed))
-        results.append(applied)
-    return Executed(tuple(actions), tuple(failures), files, tuple(results))
+        why = failure_text(result)
+        code = result.code if isinstance(result, HamimigError) else HardwareError.code
+        if not isinstance(result, StepFailed):
+            failures.append(f"{step.kind.value} {step.mig_uuid or ''}: {why}")
+        elif not (tolerate_tracked and result.tracked):
+            failures.append(why)
+        actions.append(step.report(changed=touched > 0, error=StepError(code=code, message=why)))
+    return Executed(tuple(actions), "; ".join(failures) or None, files, tuple(results))
 
 
 def _blocked(plan: Plan, step: Step, exc: Exception) -> ConflictError | None:
@@ -437,20 +441,16 @@ def _hand_out(node: Node, target: Target) -> Applied:
     """Reuse: the spec made current first (rewritten when the planner found it differs), then
     the record Active. Any failure leaves the instance Idle and cached."""
     assert isinstance(target, Handout)
-    record, device = target.record, target.device
-    cdi = node.cdi()
-    name = record.cdi_device
+    record, device, cdi = target.record, target.device, node.cdi()
     try:
         if cdi is not None and target.spec is not None:
-            name = cdi.qualified_name(record.mig_uuid)
-            if target.rewrite:
-                cdi.write(target.spec)
+            cdi.write(target.spec)
         active = set_state(
             node,
             record,
             State.ACTIVE,
             owner=target.owner,
-            cdi_device=name,
+            cdi_device=target.cdi_device,
             gpu_index=device.gpu_index,
         )
     except OSError as exc:
@@ -501,29 +501,32 @@ def _destroy(node: Node, target: Target) -> Applied:
             f"GPU {gpu_index}): {exc.message}; it is kept in state Error and not reused",
             record=failed,
         ) from None
-    note = remove_cdi_after_destroy(node, record.mig_uuid)
-    check_transition(State.RECLAIMING, None, record.mig_uuid)
-    node.records.remove(record.mig_uuid)
+    note = _drop_record(node, record)
     node.counters.count(RECLAIMS)
     return Applied(note=note)
+
+
+def _drop_record(node: Node, record: Record) -> str | None:
+    """Remove the files of an instance whose hardware is gone: its CDI spec (queued when that
+    fails, which the note says), then its record."""
+    check_transition(record.state, None, record.mig_uuid)
+    note = remove_cdi_after_destroy(node, record.mig_uuid)
+    node.records.remove(record.mig_uuid)
+    return note
 
 
 def _finish(node: Node, target: Target) -> Applied:
     """Finish what a crash or a vanished instance left: destroy what is still live, or only
     remove the files of an instance that is provably gone."""
     assert isinstance(target, Managed)
-    if not target.gone:
-        if target.record.state is State.ACTIVE:
-            # Recovery found no pod holding it (its CI is gone): released first, since an
-            # Active instance is never reclaimed, then destroyed like any Idle one.
-            idle = set_state(node, target.record, State.IDLE, owner=None)
-            target = dataclasses.replace(target, record=idle)
-        return _destroy(node, target)
-    record = target.record
-    check_transition(record.state, None, record.mig_uuid)
-    note = remove_cdi_after_destroy(node, record.mig_uuid)
-    node.records.remove(record.mig_uuid)
-    return Applied(note=note)
+    if target.gone:
+        return Applied(note=_drop_record(node, target.record))
+    if target.record.state is State.ACTIVE:
+        # Recovery found no pod holding it (its CI is gone): released first, since an Active
+        # instance is never reclaimed, then destroyed like any Idle one.
+        idle = set_state(node, target.record, State.IDLE, owner=None)
+        target = dataclasses.replace(target, record=idle)
+    return _destroy(node, target)
 
 
 def _finish_intent(node: Node, target: Target) -> Applied:
@@ -544,7 +547,7 @@ def _roll_back(node: Node, target: Target) -> Applied:
         gpu_instance_id=target.gi.id if target.gi is not None else None,
     )
     try:
-        rollback_intent(node, known, record_written=False)
+        rollback_intent(node, known)
     except HamimigError as exc:
         raise StepFailed(exc.message, tracked=False) from None
     return Applied()
@@ -666,25 +669,15 @@ def _retry_removal(node: Node, target: Target) -> Applied:
     has a record again (a forget interrupted after queueing, then reuse), only the stale queue
     entry goes; a removal that fails again stays queued."""
     assert isinstance(target, Spec) and target.mig_uuid is not None
-    queue = node.queue
-    if target.keep:
-        queue.drop(target.mig_uuid)
-        return Applied()
-    cdi = node.cdi()
-    try:
-        if cdi is not None:
-            cdi.remove(target.mig_uuid)
-    except ForeignSpec as exc:
-        # Not ours to remove, now or later: the entry goes, the file stays, and it is said.
-        queue.drop(target.mig_uuid)
-        return Applied(note=str(exc))
-    except OSError as exc:
-        queue.add(target.mig_uuid, str(exc.strerror or exc), node.clock())
-        raise StepFailed(
-            f"CDI spec of {target.mig_uuid} still cannot be removed: {exc.strerror or exc}"
-        ) from None
-    queue.drop(target.mig_uuid)
-    return Applied()
+    uuid, queue, cdi = target.mig_uuid, node.queue, None if target.keep else node.cdi()
+    foreign, failed = (None, None) if cdi is None else _remove_spec(partial(cdi.remove, uuid))
+    if failed is not None:
+        queue.add(uuid, failed, node.clock())
+        raise StepFailed(f"CDI spec of {uuid} still cannot be removed: {failed}")
+    # Removed, or kept (only the entry goes), or not ours to remove, now or later: the entry
+    # goes, the file stays, and the note says so.
+    queue.drop(uuid)
+    return Applied(note=foreign)
 
 
 def _remove_orphan_spec(node: Node, target: Target) -> Applied:
@@ -708,31 +701,25 @@ def _forget_record(node: Node, target: Target) -> Applied:
     uuid = target.mig_uuid
     if target.state is not None:
         check_transition(target.state, None, uuid)
-    records, cdi, queue = node.records, node.cdi(), node.queue
-    if cdi is None or not target.spec:
-        with _io(f"cannot remove the record of {uuid}"):
-            records.remove(uuid)
-        return Applied()
-    with _io(f"cannot queue the removal of the CDI spec of {uuid}"):
-        queue.add(uuid, PENDING_FORGET, node.clock())
+    cdi, queue = node.cdi() if target.spec else None, node.queue
+    if cdi is not None:
+        with _io(f"cannot queue the removal of the CDI spec of {uuid}"):
+            queue.add(uuid, PENDING_FORGET, node.clock())
     with _io(f"cannot remove the record of {uuid}"):
-        records.remove(uuid)
-    try:
-        cdi.remove(uuid)
-    except ForeignSpec as exc:
+        node.records.remove(uuid)
+    if cdi is None:
+        return Applied()
+    foreign, failed = _remove_spec(partial(cdi.remove, uuid))
+    if failed is not None:
         with _io(f"cannot update the CDI removal queue for {uuid}"):
-            queue.drop(uuid)
-        return Applied(note=str(exc))
-    except OSError as exc:
-        why = str(exc.strerror or exc)
-        with _io(f"cannot update the CDI removal queue for {uuid}"):
-            queue.add(uuid, why, node.clock())
+            queue.add(uuid, failed, node.clock())
         return Applied(
-            note=f"the CDI spec could not be removed ({why}); queued for 'hamimig reconcile'"
+            note=f"the CDI spec could not be removed ({failed}); queued for 'hamimig reconcile'"
         )
-    with _io(f"the record and CDI spec of {uuid} are gone, but its queue entry is not"):
+    gone = f"the record and CDI spec of {uuid} are gone, but its queue entry is not"
+    with _io(f"cannot update the CDI removal queue for {uuid}" if foreign is not None else gone):
         queue.drop(uuid)
-    return Applied()
+    return Applied(note=foreign)
 
 
 def _forget_record_file(node: Node, target: Forgettable) -> Applied:
@@ -746,17 +733,13 @@ def _forget_record_file(node: Node, target: Forgettable) -> Applied:
         records.remove_named(FileOpName.RECORD_REMOVE, name)
     if cdi is None or spec is None:
         return Applied()
-    try:
-        cdi.remove_name(spec)
-    except ForeignSpec as exc:
-        return Applied(note=str(exc))
-    except OSError as exc:
-        why = str(exc.strerror or exc)
+    foreign, failed = _remove_spec(partial(cdi.remove_name, spec))
+    if failed is not None:
         return Applied(
-            note=f"the CDI spec {spec} could not be removed ({why}); 'hamimig recover' removes "
-            "it, since no record accounts for it any more"
+            note=f"the CDI spec {spec} could not be removed ({failed}); 'hamimig recover' "
+            "removes it, since no record accounts for it any more"
         )
-    return Applied()
+    return Applied(note=foreign)
 
 
 def _forget_intent(node: Node, target: Target) -> Applied:

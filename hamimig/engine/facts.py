@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -68,12 +69,8 @@ def load_durable(node: Node) -> Durable:
     records, record_problems = node.records.load()
     intents, intent_problems = node.intents.load()
     removals, queue_problems = node.queue.load()
-    return Durable(
-        records=records,
-        intents=tuple(intents),
-        removals=tuple(removals),
-        problems=tuple(record_problems + intent_problems + queue_problems),
-    )
+    problems = tuple(record_problems + intent_problems + queue_problems)
+    return Durable(records, tuple(intents), tuple(removals), problems)
 
 
 def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> Durable:
@@ -167,10 +164,27 @@ def pending_mig_mode(gpu: int, current: MigMode, pending: MigMode) -> Warning_ |
     return Warning_(file=f"GPU {gpu}", reason=reason)
 
 
-def profile_names(node: Node, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> dict[int, str]:
-    """The profile name of each GI's profile ID on `gpu`, as record checks compare them."""
-    hw = node.hardware()
-    return {gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout}
+@dataclass(frozen=True)
+class GpuFacts:
+    """A GPU, its live layout, and the profile name of each profile ID there (as record checks
+    compare them). The two ways to read the names make different NVML calls: each caller keeps
+    its own."""
+
+    gpu: Gpu
+    layout: tuple[GpuInstance, ...]
+    names: dict[int, str]
+
+    @classmethod
+    def listed(cls, hw: MigHardware, gpu: Gpu) -> GpuFacts:
+        """Every profile of the GPU's profile list (read first), then the layout."""
+        names = {p.id: p.name for p in hw.profiles(gpu.index)}
+        return cls(gpu, hw.layout(gpu.index), names)
+
+    @classmethod
+    def named(cls, hw: MigHardware, gpu: Gpu, layout: tuple[GpuInstance, ...]) -> GpuFacts:
+        """`layout` with the name of each of its GIs' profile IDs, looked up one by one."""
+        names = {gi.profile_id: hw.profile_name(gpu.index, gi.profile_id) or "" for gi in layout}
+        return cls(gpu, layout, names)
 
 
 def process_count_on(hw: MigHardware, mig_uuid: str) -> int | None:
@@ -186,10 +200,8 @@ def has_processes(hw: MigHardware, mig_uuid: str) -> bool:
     """Whether processes of any kind HAMi counts (compute, graphics, MPS) run on a MIG
     device. Busy for every command that acts: an instance that cannot be shown idle (a failed
     query) is never handed out, restored Idle, adopted or destroyed."""
-    try:
-        return hw.instance_process_count(mig_uuid) > 0
-    except NvmlError:
-        return True
+    count = process_count_on(hw, mig_uuid)
+    return count is None or count > 0
 
 
 class Liveness(enum.Enum):
@@ -213,21 +225,16 @@ def check_record(
 ) -> LiveCheck:
     """Compare a record with the live layout of its GPU (identity: GPU, profile, placement,
     GI ID, CI ID and MIG UUID; a GI without its CI is identified without the UUID)."""
-    elsewhere = _uuid_elsewhere(record, layout, names)
+    elsewhere = uuid_elsewhere(record, layout, names)
     overlapping = [gi for gi in layout if gi.placement.overlaps(record.placement)]
     if not overlapping:
         if elsewhere is not None:
             return LiveCheck(Liveness.MISMATCH, elsewhere)
         return LiveCheck(Liveness.ABSENT, f"no GPU instance at {record.placement}")
+    recorded = (record.gpu_uuid, record.gpu_instance_id, record.placement, record.profile)
     for gi in overlapping:
-        same_gi = (
-            gi.gpu_uuid == record.gpu_uuid
-            and gi.id == record.gpu_instance_id
-            and gi.placement == record.placement
-            and names.get(gi.profile_id) == record.profile
-        )
-        if not same_gi:
-            continue
+        if (gi.gpu_uuid, gi.id, gi.placement, names.get(gi.profile_id)) != recorded:
+            continue  # not the recorded GI
         if not gi.compute_instances:
             if elsewhere is not None:  # another GI that lost its CI: never destroyed for it
                 return LiveCheck(Liveness.MISMATCH, elsewhere, gi)
@@ -237,25 +244,28 @@ def check_record(
         for ci in gi.compute_instances:
             if ci.id == record.compute_instance_id and ci.mig_uuid == record.mig_uuid:
                 return LiveCheck(Liveness.COMPLETE, "verified", gi)
-        found = ", ".join(f"CI {c.id} {c.mig_uuid}" for c in gi.compute_instances)
-        return LiveCheck(Liveness.MISMATCH, f"GI {gi.id} holds {found}", gi)
+        return LiveCheck(Liveness.MISMATCH, gi_holds(gi), gi)
     gi = overlapping[0]
     name = names.get(gi.profile_id, f"profile {gi.profile_id}")
     detail = f"GI {gi.id} ({name} at {gi.placement}) occupies the recorded placement"
     return LiveCheck(Liveness.MISMATCH, detail, gi)
 
 
-def _uuid_elsewhere(
+def live_pairs(layout: Iterable[GpuInstance]) -> Iterator[tuple[GpuInstance, ComputeInstance]]:
+    """Every live GI/CI pair of `layout`."""
+    return ((gi, ci) for gi in layout for ci in gi.compute_instances)
+
+
+def uuid_elsewhere(
     record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str]
 ) -> str | None:
     """Where the record's MIG UUID is live in `layout` other than where it says (None: it is
     not, or it is there): then the record is wrong, not its instance gone or half destroyed,
     and the GI at its recorded placement is not its own."""
-    for gi in layout:
-        for ci in gi.compute_instances:
-            if ci.mig_uuid == record.mig_uuid:
-                name = names.get(gi.profile_id, f"profile {gi.profile_id}")
-                return moved(record, gi.gpu_uuid, gi.placement, name, gi.id, ci.id)
+    for gi, ci in live_pairs(layout):
+        if ci.mig_uuid == record.mig_uuid:
+            name = names.get(gi.profile_id, f"profile {gi.profile_id}")
+            return moved(record, gi.gpu_uuid, gi.placement, name, gi.id, ci.id)
     return None
 
 
@@ -271,17 +281,15 @@ def moved(
         ("GI ID", record.gpu_instance_id, gi),
         ("CI ID", record.compute_instance_id, ci),
     )
-    found = differs(fields)
-    return None if found == IDENTICAL else f"its MIG UUID is live, {found}"
-
-
-IDENTICAL = "identical"
-
-
-def differs(fields: tuple[tuple[str, object, object], ...]) -> str:
-    """Each field that differs, with both values: `GI ID recorded 9 but live 7`."""
+    # Each field that differs, with both values: `GI ID recorded 9 but live 7`.
     wrong = [f"{name} recorded {was} but live {now}" for name, was, now in fields if was != now]
-    return "; ".join(wrong) or IDENTICAL
+    return f"its MIG UUID is live, {'; '.join(wrong)}" if wrong else None
+
+
+def gi_holds(gi: GpuInstance) -> str:
+    """What is live in a GI: `GI 3 holds CI 0 MIG-…, CI 1 MIG-…` (or `no CI`)."""
+    found = ", ".join(f"CI {c.id} {c.mig_uuid}" for c in gi.compute_instances)
+    return f"GI {gi.id} holds {found or 'no CI'}"
 
 
 def shared_gi_reason(gi: GpuInstance) -> str:
@@ -305,8 +313,8 @@ def check_reuse(record: Record, live: MigDevice | None, live_profile: str | None
     wanted, seen = (*where(record), record.profile), (*where(live), live_profile)
     if wanted != seen:
         return (
-            f"{record.mig_uuid}: recorded GPU/GI/CI/placement/profile {_fmt(wanted)} "
-            f"but live {_fmt(seen)}"
+            f"{record.mig_uuid}: recorded GPU/GI/CI/placement/profile "
+            f"{'/'.join(map(str, wanted))} but live {'/'.join(map(str, seen))}"
         )
     return None
 
@@ -315,10 +323,6 @@ def check_live(hw: MigHardware, record: Record, live: MigDevice | None) -> str |
     """`check_reuse` of `record` against `live`, what its MIG UUID reads back as."""
     profile = None if live is None else hw.profile_name(live.gpu_index, live.profile_id)
     return check_reuse(record, live, profile)
-
-
-def _fmt(values: tuple[object, ...]) -> str:
-    return "/".join(str(v) for v in values)
 
 
 def cdi_device_for(

@@ -31,8 +31,9 @@ from hamimig.engine.lookup import (
     whole_device,
 )
 from hamimig.engine.node import Node
+from hamimig.engine.release import index_hint
 from hamimig.engine.requests import ByIntent, ByUuid
-from hamimig.engine.results import Forget, Forgotten, InstanceView, intent_view, record_view
+from hamimig.engine.results import Forget, Forgotten, intent_view, record_view
 from hamimig.engine.steps import Forgettable, Plan, Step
 from hamimig.errors import ConflictError, NotFoundError, UnverifiableError, UsageError
 from hamimig.store.cdi import device_name
@@ -158,37 +159,28 @@ def _find_record(node: Node, mig_uuid: str) -> tuple[Record | None, str | None]:
     raise NotFoundError(f"no hamimig record for {mig_uuid} ({records.path_of(mig_uuid)}){hint}")
 
 
-def _covering_intent(mig_uuid: str, record: Record | None, intents: list[Intent]) -> Intent | None:
-    """An intent whose rollback could take this instance for its own once the record is gone:
-    one naming the UUID, or one on the same GPU overlapping the recorded placement."""
+def _refuse_intents(
+    node: Node, mig_uuid: str, record: Record | None, intents: list[Intent], bad: list[Problem]
+) -> None:
+    """Forgetting a record that an intent covers (names its UUID, or is on the same GPU and
+    overlaps the recorded placement) would let `recover` roll the intent back by destroying a
+    live instance that no record protects any more; an unreadable intent might be such an
+    intent, so it is refused too until that intent is forgotten first."""
     for intent in intents:
-        if intent.mig_uuid == mig_uuid:
-            return intent
-        if (
+        named = intent.mig_uuid == mig_uuid
+        if named or (
             record is not None
             and intent.gpu_uuid == record.gpu_uuid
             and intent.placement.overlaps(record.placement)
         ):
-            return intent
-    return None
-
-
-def _refuse_intents(
-    node: Node, mig_uuid: str, record: Record | None, intents: list[Intent], bad: list[Problem]
-) -> None:
-    """Forgetting a record that an intent covers would let `recover` roll the intent back by
-    destroying a live instance that no record protects any more; an unreadable intent might be
-    such an intent, so it is refused too until that intent is forgotten first."""
-    intent = _covering_intent(mig_uuid, record, intents)
-    if intent is not None:
-        owner = f" for {intent.owner.namespace}/{intent.owner.name}" if intent.owner else ""
-        how = "named" if intent.mig_uuid == mig_uuid else "overlapped"
-        raise ConflictError(
-            f"{mig_uuid} is {how} by intent {intent.id} (an allocation{owner} at "
-            f"{intent.placement} that did not finish); nothing was changed: run 'hamimig "
-            "recover', or forget the intent first: "
-            + node.pasteable(f"forget --intent {intent.id}")
-        )
+            owner = f" for {intent.owner.namespace}/{intent.owner.name}" if intent.owner else ""
+            how = "named" if named else "overlapped"
+            raise ConflictError(
+                f"{mig_uuid} is {how} by intent {intent.id} (an allocation{owner} at "
+                f"{intent.placement} that did not finish); nothing was changed: run 'hamimig "
+                "recover', or forget the intent first: "
+                + node.pasteable(f"forget --intent {intent.id}")
+            )
     if bad:
         first = bad[0]
         raise UnverifiableError(
@@ -212,26 +204,25 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
     _refuse_intents(node, mig_uuid, record, intents, intent_problems)
     cdi = node.cdi()
     has_spec = cdi is not None and cdi.exists(mig_uuid)
-    if has_spec:
-        _, queue_problems = node.queue.load()
-        if queue_problems:  # checked before a dry run says yes: queueing is the first step
-            bad = queue_problems[0]
-            raise UnverifiableError(
-                f"cannot queue the removal of the CDI spec of {mig_uuid}: {bad.file}: "
-                f"{bad.reason}; nothing was changed"
-            )
+    # Checked before a dry run says yes: queueing the spec's removal is the first step.
+    if has_spec and (queue_problems := node.queue.load()[1]):
+        bad = queue_problems[0]
+        raise UnverifiableError(
+            f"cannot queue the removal of the CDI spec of {mig_uuid}: {bad.file}: "
+            f"{bad.reason}; nothing was changed"
+        )
+    state = None if record is None else record.state
+    view = None if record is None else record_view(record, index_hint(record))
     item = Forgotten(
         mig_uuid=mig_uuid,
         record=str(node.records.path_of(mig_uuid)),
         cdi_spec=str(cdi.path_of(mig_uuid)) if cdi is not None and has_spec else None,
-        state=None if record is None else record.state.value,
+        state=None if state is None else state.value,
         unreadable=unreadable,
-        instance=None if record is None else _record_instance(record),
+        instance=None if view is None else view.with_outcome(Outcome.FORGOTTEN),
     )
-    state = None if record is None else record.state
     forgettable = Forgettable(mig_uuid, spec=has_spec, state=state)
-    step = Step(ActionKind.FORGET_RECORD, forgettable, "forget")
-    return item, step
+    return item, Step(ActionKind.FORGET_RECORD, forgettable, "forget")
 
 
 def plan_forget_file(node: Node, file: str, problem: Problem) -> tuple[Forgotten, Step]:
@@ -259,12 +250,6 @@ def plan_forget_file(node: Node, file: str, problem: Problem) -> tuple[Forgotten
     return item, Step(ActionKind.FORGET_RECORD, forgettable, f"forget {file} (unreadable)")
 
 
-def _record_instance(record: Record) -> InstanceView:
-    """The instance as its record said, before it was forgotten."""
-    index = record.gpu_index if record.gpu_index is not None else -1
-    return record_view(record, index).with_outcome(Outcome.FORGOTTEN)
-
-
 # --------------------------------------------------------------------------------------------
 # Intents
 
@@ -278,14 +263,11 @@ def plan_forget_intent(node: Node, intent_id: str) -> tuple[Forgotten, Step]:
     problem = next((p for p in problems if p.file == str(path)), None)
     if intent is None and problem is None:
         raise NotFoundError(f"no intent {intent_id} ({path})")
+    view = None if intent is None else intent_view(intent, intent.gpu_index, intent.gpu_instance_id)
     item = Forgotten(
         intent=intent_id,
         intent_file=str(path),
         unreadable=None if problem is None else problem.reason,
-        instance=None
-        if intent is None
-        else intent_view(intent, intent.gpu_index, intent.gpu_instance_id).with_outcome(
-            Outcome.FORGOTTEN
-        ),
+        instance=None if view is None else view.with_outcome(Outcome.FORGOTTEN),
     )
     return item, Step(ActionKind.FORGET_INTENT, Forgettable(intent_id=intent_id), "forget")

@@ -16,11 +16,11 @@ from hamimig.durations import exact_duration, format_duration, parse_time
 from hamimig.engine.facts import (
     BUSY,
     Durable,
+    GpuFacts,
     LiveCheck,
     Liveness,
     check_record,
     has_processes,
-    profile_names,
 )
 from hamimig.engine.node import Node
 from hamimig.engine.ownership import PodHolds
@@ -180,7 +180,7 @@ def plan_idle_policy(
         plan.warnings.append(Warning_(file=problem.file, reason=reason))
     holds = PodHolds.of(pods)
     joining = _joining(plan, holds)
-    looked, kept = _looked(plan, node, hw, durable, holds, pods)
+    looked, kept = _looked(plan, hw, durable, holds, pods)
     # A pod or a process holding one of HAMi's records stops its clock; in flight does not.
     unheld = {u for u, why in kept.items() if why is None or why == _IN_FLIGHT}
     new_seen = seen_after(seen, durable.records.values(), unheld, node.clock())
@@ -220,7 +220,7 @@ _Looked = tuple[Gpu, list[Record], dict[str, LiveCheck]]
 
 
 def _looked(
-    plan: Plan, node: Node, hw: MigHardware, durable: Durable, holds: PodHolds, pods: PodSnapshot
+    plan: Plan, hw: MigHardware, durable: Durable, holds: PodHolds, pods: PodSnapshot
 ) -> tuple[list[_Looked], dict[str, str | None]]:
     """Each GPU's Idle records checked against its layout, and why each must stay (None: it
     may go). A GPU that is gone is recover's business, as for the spec refresh; one whose
@@ -241,8 +241,8 @@ def _looked(
         except HamimigError as exc:
             plan.failures.append(f"idle policy: GPU {gpu.index}: {exc.message}")
             continue
-        names = profile_names(node, gpu, layout)
-        lives = {r.mig_uuid: check_record(r, layout, names) for r in records}
+        facts = GpuFacts.named(hw, gpu, layout)
+        lives = {r.mig_uuid: check_record(r, layout, facts.names) for r in records}
         for r in records:
             kept[r.mig_uuid] = _kept_because(hw, r, lives[r.mig_uuid], holds, in_flight, pods)
         looked.append((gpu, records, lives))

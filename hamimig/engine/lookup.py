@@ -81,10 +81,7 @@ def check_reference(text: str, mutating: bool) -> None:
             "device name, or a prefix of it without the '…'"
         )
     if _is_device(text):
-        kind, eq, name = text.rpartition("=")
-        if eq and not kind:
-            raise UsageError(f"CDI device {text!r} has an empty kind: give KIND=mig-<sha256>")
-        digits = len(_device_part(name, text)) - len("mig-")
+        digits = len(_device_part(text)[1]) - len("mig-")
         if mutating and digits < MIN_MUTATING_DIGITS:
             raise UsageError(
                 f"CDI device name prefix {text} is too short for a command that changes "
@@ -121,9 +118,12 @@ def _is_device(text: str) -> bool:
     return "=" in text or text.startswith("mig-")
 
 
-def _device_part(name: str, text: str) -> str:
-    """The device name (or prefix) of `text`, lowered: the hex digits are matched without
-    regard to case, as a MIG UUID prefix is."""
+def _device_part(text: str) -> tuple[str, str]:
+    """The kind (empty: none given) and the device name (or prefix) of `text`, lowered: the hex
+    digits are matched without regard to case, as a MIG UUID prefix is."""
+    kind, eq, name = text.rpartition("=")
+    if eq and not kind:
+        raise UsageError(f"CDI device {text!r} has an empty kind: give KIND=mig-<sha256>")
     lowered = name.lower()
     if lowered == "mig-":
         raise UsageError(
@@ -136,7 +136,7 @@ def _device_part(name: str, text: str) -> str:
             "digits) or a unique prefix of it (as list's CDI column shows), optionally with "
             "its kind (KIND=mig-...), as the CDI spec names it"
         )
-    return lowered
+    return kind, lowered
 
 
 def whole_device(text: str, node_kind: Callable[[], str]) -> str | None:
@@ -198,8 +198,7 @@ def match_reference(
         return text  # a UUID of a form the pattern does not know, named whole
     check_reference(text, mutating)
     if _is_device(text):
-        kind, _, name = text.rpartition("=")
-        wanted = _device_part(name, text)
+        kind, wanted = _device_part(text)
         _check_kind(text, kind, node_kind)
         matches = sorted(u for u in pool if device_name(u).startswith(wanted))
         whole = len(wanted) == len("mig-") + _DEVICE_DIGITS

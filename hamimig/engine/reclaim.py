@@ -13,13 +13,13 @@ from hamimig.engine.executor import tidy_finished
 from hamimig.engine.facts import (
     BUSY,
     Durable,
+    GpuFacts,
     LiveCheck,
     Liveness,
     check_record,
     has_processes,
     load_for_mutation,
     moved,
-    profile_names,
 )
 from hamimig.engine.idle_policy import idle_age_of, idle_records
 from hamimig.engine.lookup import check_reference
@@ -32,14 +32,13 @@ from hamimig.engine.requests import AllIdle, ByUuid, IdleOlderThan, ReclaimTarge
 from hamimig.engine.results import (
     Blocked,
     BlockingInstance,
-    InstanceView,
     Reclaim,
     SkippedInstance,
     record_view,
 )
 from hamimig.engine.steps import Managed, Plan, Step
 from hamimig.errors import NOTHING_CHANGED, ConflictError, NotFoundError, UnverifiableError
-from hamimig.hw.types import Gpu, GpuInstance, Placement
+from hamimig.hw.types import Placement
 from hamimig.store.intents import Intent
 from hamimig.store.records import Record
 from hamimig.vocabulary import ActionKind, Outcome, State
@@ -61,10 +60,12 @@ def reclaim(node: Node, target: ReclaimTarget, source: PodSource, dry_run: bool)
         plan, skipped = plan_reclaim(node, durable, target, notes, holds)
         if dry_run:
             done = tuple(
-                _reclaimed(s.target, None) for s in plan.steps if isinstance(s.target, Managed)
+                record_view(s.target.record, s.target.gpu_index).with_outcome(Outcome.RECLAIMED)
+                for s in plan.steps
+                if isinstance(s.target, Managed)
             )
         else:
-            done = execute_each(node, plan, _reclaimed, notes)
+            done = execute_each(node, plan, Outcome.RECLAIMED, notes)
             tidy_finished(node, durable)
         return Reclaim(
             dry_run=dry_run,
@@ -81,11 +82,10 @@ def plan_reclaim(
     """The instances to destroy, oldest first, and those passed over (a pod's annotation
     claims it, or processes run on it), which refuse a reclaim by MIG UUID (exit 3). A plan of
     several goes on past a failed step, one of one aborts."""
-    one = target.mig_uuid if isinstance(target, ByUuid) else None
     if isinstance(target, ByUuid):
-        targets = _targets_by_uuid(node, durable, target.mig_uuid)
+        one, targets = target.mig_uuid, _targets_by_uuid(node, durable, target.mig_uuid)
     else:
-        targets = _targets_on_gpu(node, durable, target, notes, holds)
+        one, targets = None, _targets_on_gpu(node, durable, target, notes, holds)
     held = [(t, hold) for t in targets if (hold := holds.hold(t.record)) is not None]
     if one is not None and held:
         hold = held[0][1]
@@ -115,8 +115,7 @@ def _targets_on_gpu(
 ) -> list[Managed]:
     hw = node.hardware()
     gpu = resolve_gpu(hw, target.gpu)
-    layout = hw.layout(gpu.index)
-    names = profile_names(node, gpu, layout)
+    facts = GpuFacts.named(hw, gpu, hw.layout(gpu.index))
     records = durable.on_gpu(gpu.uuid)
     if isinstance(target, AllIdle):
         chosen = [r for r in records if r.state in _DESTROYABLE]
@@ -126,8 +125,8 @@ def _targets_on_gpu(
         slices = validate.slice_count(hw.profiles(gpu.index))
         window = validate.reclaim_window(target.placement, slices)
         in_flight = [i for i in durable.intents if i.gpu_uuid == gpu.uuid]
-        chosen = _window_targets(window, records, layout, names, in_flight, holds)
-    targets = [verified(node, r, layout, names, gpu) for r in chosen]
+        chosen = _window_targets(window, records, facts, in_flight, holds)
+    targets = [verified(node, r, facts) for r in chosen]
     return sorted(targets, key=lambda t: (t.record.updated_at or "", t.record.mig_uuid))
 
 
@@ -153,13 +152,11 @@ def _idle_older_than(
     return chosen
 
 
-def verified(
-    node: Node, record: Record, layout: tuple[GpuInstance, ...], names: dict[int, str], gpu: Gpu
-) -> Managed:
+def verified(node: Node, record: Record, gpu: GpuFacts) -> Managed:
     """The record checked against its GPU's layout; one whose instance is gone or lost its CI
     there must not be live on another GPU either (one NVML call: its MIG UUID not found), or
     the GI at its placement is not its own to destroy."""
-    live = check_record(record, layout, names)
+    live = check_record(record, gpu.layout, gpu.names)
     if live.status in (Liveness.ABSENT, Liveness.GI_ONLY):
         hw = node.hardware()
         dev = hw.mig_device(record.mig_uuid)
@@ -174,7 +171,7 @@ def verified(
             f"Idle record {record.mig_uuid} does not match the hardware ({live.detail}); "
             f"run 'hamimig recover'; {NOTHING_CHANGED}"
         )
-    return Managed(record, live, gpu.index)
+    return Managed(record, live, gpu.gpu.index)
 
 
 def is_running(node: Node, target: Managed) -> bool:
@@ -197,15 +194,13 @@ def _targets_by_uuid(node: Node, durable: Durable, mig_uuid: str) -> list[Manage
         owner = f" (held by {record.owner})" if record.owner else ""
         raise ConflictError(f"{mig_uuid} is Active{owner}: hamimig never reclaims it")
     gpu = hw.gpu_by_uuid(record.gpu_uuid)
-    layout = hw.layout(gpu.index)
-    return [verified(node, record, layout, profile_names(node, gpu, layout), gpu)]
+    return [verified(node, record, GpuFacts.named(hw, gpu, hw.layout(gpu.index)))]
 
 
 def _window_targets(
     window: Placement,
     records: list[Record],
-    layout: tuple[GpuInstance, ...],
-    names: dict[int, str],
+    gpu: GpuFacts,
     in_flight: list[Intent],
     holds: PodHolds,
 ) -> list[Record]:
@@ -213,11 +208,18 @@ def _window_targets(
     pod's annotation claims one of them."""
     chosen = [r for r in records if r.placement.overlaps(window) and r.state in _DESTROYABLE]
     owned = {(r.gpu_instance_id, r.placement) for r in chosen if holds.hold(r) is None}
-    blocked = [
-        _blocker(gi, records, names, in_flight, holds)
-        for gi in layout
-        if gi.placement.overlaps(window) and (gi.id, gi.placement) not in owned
-    ]
+    blocked: list[BlockingInstance] = []
+    for gi in gpu.layout:
+        if not gi.placement.overlaps(window) or (gi.id, gi.placement) in owned:
+            continue
+        record = record_of(gi, records)
+        held = holds.hold(record) if record is not None else None
+        found = blocking_instance(gi, record, gpu.names, held=held)
+        intent = next((i for i in in_flight if i.placement == gi.placement), None)
+        if record is None and intent is not None:
+            # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
+            found = found.model_copy(update={"state": State.CREATING, "owner": intent.owner})
+        blocked.append(found)
     if blocked:
         raise ConflictError(
             f"slices {window} hold instances hamimig never reclaims: "
@@ -225,25 +227,3 @@ def _window_targets(
             blockers=(Blocked(placement=window, instances=tuple(blocked)),),
         )
     return chosen
-
-
-def _blocker(
-    gi: GpuInstance,
-    records: list[Record],
-    names: dict[int, str],
-    in_flight: list[Intent],
-    holds: PodHolds,
-) -> BlockingInstance:
-    record = record_of(gi, records)
-    held = holds.hold(record) if record is not None else None
-    found = blocking_instance(gi, record, names, held=held)
-    intent = next((i for i in in_flight if i.placement == gi.placement), None)
-    if record is None and intent is not None:
-        # An allocation in flight (or interrupted: recover rolls it back), not an orphan.
-        return found.model_copy(update={"state": State.CREATING, "owner": intent.owner})
-    return found
-
-
-def _reclaimed(target: Managed, _: Record | None) -> InstanceView:
-    """Shown as the Idle (or Error) instance it was."""
-    return record_view(target.record, target.gpu_index).with_outcome(Outcome.RECLAIMED)

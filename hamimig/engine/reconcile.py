@@ -14,18 +14,18 @@ from hamimig.engine.executor import execute, tidy_finished
 from hamimig.engine.facts import (
     BUSY,
     Durable,
+    GpuFacts,
     Liveness,
     cdi_device_for,
     check_live,
     has_processes,
     load_for_mutation,
-    profile_names,
 )
 from hamimig.engine.idle_policy import IdlePolicy, plan_idle_policy
 from hamimig.engine.node import Node
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
-from hamimig.engine.recovery import plan_queued_removals
+from hamimig.engine.recovery import plan_queued_removals, two_holders
 from hamimig.engine.results import ActionReport, Warning_
 from hamimig.engine.steps import Managed, Plan, Spec, Where
 from hamimig.errors import NOTHING_CHANGED, HamimigError, UnverifiableError, UsageError
@@ -64,8 +64,7 @@ def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None
                 f"idle policy ({policy}) not applied: it needs a pod list, since HAMi's plugin "
                 "may have handed an Idle instance to a pod after hamimig last wrote its record"
             )
-        elif policy.enabled:
-            assert pods is not None
+        elif policy.enabled and pods is not None:
             seen = plan_idle_policy(plan, node, durable, pods, policy, notes)
             if seen is not None and not dry_run:
                 try:
@@ -121,9 +120,6 @@ def _plan_releases(plan: Plan, node: Node, durable: Durable, pods: PodSnapshot) 
 
 def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
     """Active records whose owner pod no longer holds allocations, with the reason."""
-    by_key: dict[tuple[str, str], list[Pod]] = {}
-    for pod in pods.pods:
-        by_key.setdefault((pod.namespace, pod.name), []).append(pod)
     # MIG UUID (lower case: annotations may spell it either way) -> (pod key, where) per claim
     named: dict[str, list[tuple[str, str]]] = {}
     for pod in holding_pods(pods):
@@ -133,6 +129,9 @@ def _pods_gone(durable: Durable, pods: PodSnapshot) -> list[tuple[Record, str]]:
                     f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
                 )
                 named.setdefault(alloc.mig_uuid.lower(), []).append((pod.key, where))
+    by_key: dict[tuple[str, str], list[Pod]] = {}  # one lookup per record, not a scan of the list
+    for pod in pods.pods:
+        by_key.setdefault((pod.namespace, pod.name), []).append(pod)
     _check_holders(durable, by_key, named)
     gone: list[tuple[Record, str]] = []
     for record in durable.records.values():
@@ -181,10 +180,7 @@ def _check_holders(
             continue
         owners = [p for p in _owner_pods(record.owner, by_key) if p.holds_allocations]
         if owners and all(p.key != claims[0][0] for p in owners):
-            refusals.append(
-                f"{mig_uuid} is held by pod {owners[0].key} (its record's owner) and named by "
-                f"{wheres[0]}: two pods cannot hold one instance"
-            )
+            refusals.append(two_holders(mig_uuid, owners[0], wheres[0]))
     if refusals:
         raise UnverifiableError("; ".join(refusals) + f"; {NOTHING_CHANGED}")
 
@@ -273,27 +269,24 @@ def _plan_destroy_retries(
         at = Where(record.mig_uuid, record.gpu_uuid, record.placement)
         try:
             gpu = hw.gpu_by_uuid(record.gpu_uuid)
-            layout = hw.layout(gpu.index)
-            target = verified(node, record, layout, profile_names(node, gpu, layout), gpu)
+            target = verified(node, record, GpuFacts.named(hw, gpu, hw.layout(gpu.index)))
         except HamimigError as exc:
             plan.failures.append(exc.message)
             plan.add(ActionKind.RETRY_DESTROY, at, f"skipped: {exc.message}")
             continue
         hold = holds.hold(record)
-        if hold is not None:
-            plan.add(ActionKind.SKIP, at, f"{hold.reason}; not destroyed")
-            continue
         complete = target.live is not None and target.live.status is Liveness.COMPLETE
-        if why_unknown is not None and complete:
-            reason = (
+        if hold is not None:
+            skip = f"{hold.reason}; not destroyed"
+        elif why_unknown is not None and complete:
+            skip = (
                 f"{record.state.value} instance is complete, and a pod may hold it (HAMi's "
                 f"plugin hands such instances out): {why_unknown}; not destroyed"
             )
-            plan.add(ActionKind.SKIP, at, reason)
+        elif is_running(node, target):
+            skip = f"{record.state.value} instance is {BUSY}; not destroyed"
+        else:
+            reason = f"{record.state.value} since {record.updated_at}: {record.error or 'retry'}"
+            plan.add(ActionKind.RETRY_DESTROY, target, reason)
             continue
-        if is_running(node, target):
-            reason = f"{record.state.value} instance is {BUSY}; not destroyed"
-            plan.add(ActionKind.SKIP, at, reason)
-            continue
-        reason = f"{record.state.value} since {record.updated_at}: {record.error or 'retry'}"
-        plan.add(ActionKind.RETRY_DESTROY, target, reason)
+        plan.add(ActionKind.SKIP, at, skip)

@@ -18,16 +18,19 @@ from typing import TYPE_CHECKING
 from hamimig.engine.executor import execute
 from hamimig.engine.facts import (
     Durable,
+    GpuFacts,
+    LiveCheck,
     Liveness,
     cdi_device_for,
     check_record,
     created_by,
-    differs,
+    gi_holds,
     has_processes,
+    live_pairs,
     load_for_mutation,
-    moved,
     same_slot,
     shared_gi_reason,
+    uuid_elsewhere,
 )
 from hamimig.engine.node import Node, select_gpus
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
@@ -47,26 +50,11 @@ if TYPE_CHECKING:
     from hamimig.pods.sources import PodSnapshot
 
 
-@dataclass(frozen=True)
-class GpuFacts:
-    gpu: Gpu
-    layout: tuple[GpuInstance, ...]
-    names: dict[int, str]
-
-
-@dataclass
-class Claims:
-    """What the plan has accounted for so far: instances, GIs, and GPUs pods use."""
-
-    instances: dict[str, str] = field(default_factory=dict)  # MIG UUID -> who claims it
-    gis: set[tuple[str, int]] = field(default_factory=set)  # (GPU UUID, GI ID)
-    busy_gpus: set[str] = field(default_factory=set)  # GPUs with a live pod allocation
-
-
 @dataclass
 class _Survey:
     """One recovery's snapshot (records, pods, each MIG GPU's layout), the plan it builds and
-    what that plan has claimed, shared by the phases instead of a dozen parameters."""
+    what that plan has accounted for so far (instances, GIs, and GPUs pods use), shared by the
+    phases instead of a dozen parameters."""
 
     node: Node
     durable: Durable
@@ -76,11 +64,9 @@ class _Survey:
     plan: Plan
     pods_known: bool = True
     only_gpu: int | str | None = None
-    claims: Claims = field(default_factory=Claims)
-
-    @property
-    def hw(self) -> MigHardware:
-        return self.node.hardware()
+    claimed: dict[str, str] = field(default_factory=dict)  # MIG UUID -> who claims it
+    claimed_gis: set[tuple[str, int]] = field(default_factory=set)  # (GPU UUID, GI ID)
+    busy_gpus: set[str] = field(default_factory=set)  # GPUs with a live pod allocation
 
     @functools.cached_property
     def holds(self) -> PodHolds:
@@ -96,10 +82,6 @@ class _Survey:
             return hold.reason
         why = None if self.pods is None else stale(self.node, self.pods)
         return None if why is None else f"a pod may hold it: {why}"
-
-    def owner_holding(self, record: Record) -> Pod | None:
-        """The pod a record names as owner, if that pod still holds its allocations."""
-        return owner_pod(record, self.holding)
 
 
 def owner_pod(record: Record, pods: list[Pod]) -> Pod | None:
@@ -151,23 +133,21 @@ def _survey_gpus(hw: MigHardware, plan: Plan, only_gpu: int | str | None) -> dic
             skip = SkippedGpu(index=gpu.index, uuid=gpu.uuid, mig_mode=mode, reason=f"MIG {mode}")
             plan.skipped.append(skip)
         else:
-            names = {p.id: p.name for p in hw.profiles(gpu.index)}
-            out[gpu.uuid] = GpuFacts(gpu, hw.layout(gpu.index), names)
+            out[gpu.uuid] = GpuFacts.listed(hw, gpu)
     return out
 
 
 def _leave_to_recover(survey: _Survey) -> None:
     """`adopt` claims only what nobody accounts for: records and in-flight allocations
     (intents) belong to `recover`, which alone may restore or undo them."""
-    claims = survey.claims
     for record in survey.durable.records.values():
-        claims.instances.setdefault(record.mig_uuid, "record")
-        claims.gis.add((record.gpu_uuid, record.gpu_instance_id))
+        survey.claimed.setdefault(record.mig_uuid, "record")
+        survey.claimed_gis.add((record.gpu_uuid, record.gpu_instance_id))
     for intent in survey.durable.intents:
         gpu = survey.gpus.get(intent.gpu_uuid)
         for gi in gpu.layout if gpu else ():
             if gi.placement.overlaps(intent.placement):
-                claims.gis.add((intent.gpu_uuid, gi.id))
+                survey.claimed_gis.add((intent.gpu_uuid, gi.id))
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,14 +157,14 @@ def _leave_to_recover(survey: _Survey) -> None:
 def _claim_pod_allocations(survey: _Survey) -> None:
     for pod in survey.holding:
         for alloc in pod.allocations:
-            survey.claims.busy_gpus.add(alloc.gpu_uuid)
+            survey.busy_gpus.add(alloc.gpu_uuid)
             if alloc.has_runtime_identity:
                 _claim_allocation(survey, pod, alloc)
 
 
 def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
     assert alloc.mig_uuid is not None
-    plan, claims = survey.plan, survey.claims
+    plan = survey.plan
     where = f"pod {pod.key} container {alloc.container_index} device {alloc.device_index}"
     gpu = survey.gpus.get(alloc.gpu_uuid)
     if gpu is None:
@@ -203,17 +183,15 @@ def _claim_allocation(survey: _Survey, pod: Pod, alloc: MigAllocation) -> None:
         )
         return
     mig_uuid = pair[1].mig_uuid  # as the driver spells it, which records and claims use
-    if mig_uuid in claims.instances:
-        plan.refuse(f"{mig_uuid} is claimed by {claims.instances[mig_uuid]} and by {where}")
+    if mig_uuid in survey.claimed:
+        plan.refuse(f"{mig_uuid} is claimed by {survey.claimed[mig_uuid]} and by {where}")
         return
-    claims.instances[mig_uuid] = where
-    claims.gis.add((alloc.gpu_uuid, pair[0].id))
+    survey.claimed[mig_uuid] = where
+    survey.claimed_gis.add((alloc.gpu_uuid, pair[0].id))
     record = survey.durable.records.get(mig_uuid)
-    if record is not None:
-        problem = _record_disagrees(survey, record, pod, alloc, where)
-        if problem:
-            plan.refuse(problem)
-            return
+    if (problem := _record_disagrees(survey, record, pod, alloc, where)) is not None:
+        plan.refuse(problem)
+        return
     owner = Owner(pod.namespace, pod.name, pod.uid, alloc.container_index, alloc.device_index)
     _activate(survey, Pair(gpu.gpu, pair[0], pair[1], alloc.profile, owner, record), where)
 
@@ -224,24 +202,12 @@ def _find_pair(gpu: GpuFacts, alloc: MigAllocation) -> tuple[GpuInstance, Comput
     that does, with the annotation's value and the live one, so the operator can see which of
     the two is wrong."""
     assert alloc.mig_uuid is not None
-    live = next(
-        (
-            (gi, ci)
-            for gi in gpu.layout
-            for ci in gi.compute_instances
-            if ci.mig_uuid.lower() == alloc.mig_uuid.lower()
-        ),
-        None,
-    )
+    wanted = alloc.mig_uuid.lower()
+    live = next((p for p in live_pairs(gpu.layout) if p[1].mig_uuid.lower() == wanted), None)
     if live is None:
         gi_id = alloc.gpu_instance_id or 0
         at = next((gi for gi in gpu.layout if gi.id == gi_id), None)
-        there = (
-            f"no GI {gi_id} is live"
-            if at is None
-            else f"GI {gi_id} holds "
-            + (", ".join(f"CI {c.id} {c.mig_uuid}" for c in at.compute_instances) or "no CI")
-        )
+        there = f"no GI {gi_id} is live" if at is None else gi_holds(at)
         return f"migUUID {alloc.mig_uuid} is not live on GPU {gpu.gpu.index} ({there})"
     gi, ci = live
     fields = (
@@ -267,20 +233,28 @@ _IDENTITY = ("gpu_uuid", "gpu_instance_id", "compute_instance_id", "placement", 
 
 
 def _record_disagrees(
-    survey: _Survey, record: Record, pod: Pod, alloc: MigAllocation, where: str
+    survey: _Survey, record: Record | None, pod: Pod, alloc: MigAllocation, where: str
 ) -> str | None:
-    """Why the record of an instance a pod names cannot be restored Active for that pod."""
+    """Why the record (if any) of an instance a pod names cannot be restored Active for it."""
+    if record is None:
+        return None
     if any(getattr(record, f) != getattr(alloc, f) for f in _IDENTITY):
         return f"the record of {alloc.mig_uuid} disagrees with {where}"
     if record.state in (State.RECLAIMING, State.ERROR):
         return f"{where} holds {alloc.mig_uuid}, whose record is {record.state.value}"
-    other = survey.owner_holding(record)
+    other = owner_pod(record, survey.holding)
     if other is not None and other.key != pod.key:
-        return (
-            f"{alloc.mig_uuid} is held by pod {other.key} (its record's owner) and named by "
-            f"{where}: two pods cannot hold one instance"
-        )
+        return two_holders(str(alloc.mig_uuid), other, where)
     return None
+
+
+def two_holders(mig_uuid: str, owner: Pod, where: str) -> str:
+    """The conflict nobody here can settle: the recorded owner `owner` still holds allocations
+    and `where` (another pod's annotation entry) names the instance too."""
+    return (
+        f"{mig_uuid} is held by pod {owner.key} (its record's owner) and named by {where}: two "
+        "pods cannot hold one instance"
+    )
 
 
 def _activate(survey: _Survey, pair: Pair, held_by: str) -> None:
@@ -298,15 +272,14 @@ def _activate(survey: _Survey, pair: Pair, held_by: str) -> None:
 
 def _reconcile_records(survey: _Survey) -> None:
     for record in sorted(survey.durable.records.values(), key=lambda r: r.mig_uuid):
-        if record.mig_uuid in survey.claims.instances:
+        if record.mig_uuid in survey.claimed:
             continue
         gpu = survey.gpus.get(record.gpu_uuid)
-        if gpu is None:
-            if survey.only_gpu is None:
-                survey.claims.instances[record.mig_uuid] = "record"
-                _record_off_gpu(survey, record)
-            continue
-        _plan_record(survey, record, gpu)
+        if gpu is not None:
+            _plan_record(survey, record, gpu)
+        elif survey.only_gpu is None:
+            survey.claimed[record.mig_uuid] = "record"
+            _record_off_gpu(survey, record)
 
 
 def _record_off_gpu(survey: _Survey, record: Record) -> None:
@@ -317,7 +290,7 @@ def _record_off_gpu(survey: _Survey, record: Record) -> None:
         plan.refuse(
             f"record {record.mig_uuid} names GPU {record.gpu_uuid}, which is not on this node"
         )
-    elif survey.owner_holding(record):
+    elif owner_pod(record, survey.holding):
         plan.refuse(
             f"record {record.mig_uuid} is held by a running pod but its GPU has "
             f"MIG {skipped.mig_mode}"
@@ -334,75 +307,62 @@ def _live_elsewhere(survey: _Survey, record: Record, by_gi: bool = True) -> str 
     not the instance gone): its MIG UUID on any GPU of the node, or (`by_gi`) a GI with its GI
     ID and profile on its GPU. The answer names the field that differs and both values."""
     for facts in survey.gpus.values():
-        for gi in facts.layout:
-            for ci in gi.compute_instances:
-                if ci.mig_uuid == record.mig_uuid:
-                    name = facts.names.get(gi.profile_id, f"profile {gi.profile_id}")
-                    found = moved(record, gi.gpu_uuid, gi.placement, name, gi.id, ci.id)
-                    return found or "its MIG UUID is live where it says"
+        if any(ci.mig_uuid == record.mig_uuid for _, ci in live_pairs(facts.layout)):
+            found = uuid_elsewhere(record, facts.layout, facts.names)
+            return found or "its MIG UUID is live where it says"
     gpu = survey.gpus.get(record.gpu_uuid)
     if gpu is None or not by_gi:
         return None
     for gi in gpu.layout:
+        # Only asked when nothing overlaps the recorded placement: this GI's differs.
         if gi.id == record.gpu_instance_id and gpu.names.get(gi.profile_id) == record.profile:
-            at = (("placement", str(record.placement), str(gi.placement)),)
-            return f"GI {gi.id} ({record.profile}) is live on its GPU, {differs(at)}"
+            return (
+                f"GI {gi.id} ({record.profile}) is live on its GPU, placement recorded "
+                f"{record.placement} but live {gi.placement}"
+            )
     return None
 
 
 def _drop_kind(record: Record) -> ActionKind:
-    if record.state is State.RECLAIMING:
-        return ActionKind.FINISH_RECLAIM
-    return ActionKind.DROP_MISSING
+    reclaiming = record.state is State.RECLAIMING
+    return ActionKind.FINISH_RECLAIM if reclaiming else ActionKind.DROP_MISSING
 
 
 def _plan_record(survey: _Survey, record: Record, gpu: GpuFacts) -> None:
-    plan, claims = survey.plan, survey.claims
     live = check_record(record, gpu.layout, gpu.names)
-    claims.instances[record.mig_uuid] = "record"
+    survey.claimed[record.mig_uuid] = "record"
     if live.gi is not None:
-        claims.gis.add((record.gpu_uuid, live.gi.id))
+        survey.claimed_gis.add((record.gpu_uuid, live.gi.id))
+    owner = owner_pod(record, survey.holding)
     if live.status is Liveness.MISMATCH:
-        plan.refuse(
+        survey.plan.refuse(
             f"record {record.mig_uuid} ({record.profile} at {record.placement}, GI "
             f"{record.gpu_instance_id}) does not match the hardware: {live.detail}"
         )
-        return
-    target = Managed(record, live, gpu.gpu.index)
-    owner = survey.owner_holding(record)
-    if owner is not None:
-        _record_held(survey, target, gpu, owner)
-    elif _judged_by_pods(survey, target):
-        _record_unheld(survey, target, gpu)
+    elif owner is None:
+        if _judged_by_pods(survey, record, live, gpu.gpu.index):
+            _record_unheld(survey, record, live, gpu)
+    elif live.status is not Liveness.COMPLETE:
+        survey.plan.refuse(f"its owner pod {owner.key} holds {record.mig_uuid} but {live.detail}")
+    else:  # the record's owner pod still holds allocations: restore it Active for that pod
+        who = f"its owner pod {owner.key}"
+        survey.claimed[record.mig_uuid] = who
+        survey.busy_gpus.add(record.gpu_uuid)
+        assert record.owner is not None
+        gi, ci = _live_pair(record, live)
+        _activate(survey, Pair(gpu.gpu, gi, ci, record.profile, record.owner, record), who)
 
 
-def _record_held(survey: _Survey, target: Managed, gpu: GpuFacts, owner: Pod) -> None:
-    """The record's owner pod still holds allocations: restore it Active for that pod."""
-    record, live = target.record, target.live
-    assert live is not None and record.owner is not None
-    who = f"its owner pod {owner.key}"
-    if live.status is not Liveness.COMPLETE:
-        survey.plan.refuse(f"{who} holds {record.mig_uuid} but {live.detail}")
-        return
-    survey.claims.instances[record.mig_uuid] = who
-    survey.claims.busy_gpus.add(record.gpu_uuid)
-    gi, ci = _live_pair(target)
-    _activate(survey, Pair(gpu.gpu, gi, ci, record.profile, record.owner, record), who)
-
-
-def _live_pair(target: Managed) -> tuple[GpuInstance, ComputeInstance]:
+def _live_pair(record: Record, live: LiveCheck) -> tuple[GpuInstance, ComputeInstance]:
     """The live GI/CI pair of a record verified complete."""
-    assert target.live is not None and target.live.gi is not None
-    gi = target.live.gi
-    return gi, next(c for c in gi.compute_instances if c.mig_uuid == target.record.mig_uuid)
+    assert live.gi is not None
+    return live.gi, next(c for c in live.gi.compute_instances if c.mig_uuid == record.mig_uuid)
 
 
-def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
+def _judged_by_pods(survey: _Survey, record: Record, live: LiveCheck, gpu_index: int) -> bool:
     """Whether the pod list can judge an unheld record: not when the record changed after the
     list was taken (the list cannot show that allocation yet), nor when processes nobody
     accounts for run on it."""
-    record, live = target.record, target.live
-    assert live is not None
     state = record.state
     newer = changed_after(record, survey.pods) if state is State.ACTIVE else None
     if newer:
@@ -413,21 +373,20 @@ def _judged_by_pods(survey: _Survey, target: Managed) -> bool:
     if (
         live.status is Liveness.COMPLETE
         and not unknown_holder
-        and has_processes(survey.hw, record.mig_uuid)
+        and has_processes(survey.node.hardware(), record.mig_uuid)
     ):
         survey.plan.refuse(
             f"processes run on {record.mig_uuid} ({state.value}, {record.profile} at "
-            f"{record.placement} on GPU {target.gpu_index}) and no pod that holds allocations "
+            f"{record.placement} on GPU {gpu_index}) and no pod that holds allocations "
             "accounts for them"
         )
         return False
     return True
 
 
-def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
+def _record_unheld(survey: _Survey, record: Record, live: LiveCheck, gpu: GpuFacts) -> None:
     """No pod holds the instance: finish what was under way, or restore it Idle."""
-    record, live, plan = target.record, target.live, survey.plan
-    assert live is not None
+    plan, target = survey.plan, Managed(record, live, gpu.gpu.index)
     if live.status in (Liveness.ABSENT, Liveness.GI_ONLY):
         # A GI that lost its CI is the record's only if its MIG UUID is live nowhere else.
         elsewhere = _live_elsewhere(survey, record, by_gi=live.status is Liveness.ABSENT)
@@ -456,7 +415,7 @@ def _record_unheld(survey: _Survey, target: Managed, gpu: GpuFacts) -> None:
     else:
         was = "" if record.state is State.IDLE else f" (was {record.state.value})"
         plan.add(ActionKind.RESTORE_IDLE, target, f"verified live; no pod holds it{was}")
-        _plan_cdi_repair(survey, gpu.gpu, *_live_pair(target))
+        _plan_cdi_repair(survey, gpu.gpu, *_live_pair(record, live))
 
 
 def _at(record: Record) -> Where:
@@ -482,14 +441,14 @@ def _plan_intent(survey: _Survey, intent: Intent) -> None:
             "this node"
         )
         return
-    created, refusal = _created_gi(survey, intent, gpu)
-    if refusal:
-        plan.refuse(refusal)
+    created = _created_gi(survey, intent, gpu)
+    if isinstance(created, str):
+        plan.refuse(created)
         return
     if created is not None:
-        survey.claims.gis.add((intent.gpu_uuid, created.id))
+        survey.claimed_gis.add((intent.gpu_uuid, created.id))
         for ci in created.compute_instances:
-            survey.claims.instances[ci.mig_uuid] = f"intent {intent.id}"
+            survey.claimed[ci.mig_uuid] = f"intent {intent.id}"
     reason = (
         f"allocation {intent.id} for {intent.owner} was interrupted; destroying GI "
         f"{created.id} it created"
@@ -499,9 +458,7 @@ def _plan_intent(survey: _Survey, intent: Intent) -> None:
     plan.add(ActionKind.ROLLBACK_INTENT, InFlight(intent, gpu.gpu.index, created), reason)
 
 
-def _created_gi(
-    survey: _Survey, intent: Intent, gpu: GpuFacts
-) -> tuple[GpuInstance | None, str | None]:
+def _created_gi(survey: _Survey, intent: Intent, gpu: GpuFacts) -> GpuInstance | str | None:
     """The live GI the intent's request created (None: nothing), or why that is uncertain."""
     forget = "drop the intent with: " + survey.node.pasteable(f"forget --intent {intent.id}")
     what = f"intent {intent.id} ({intent.profile} at {intent.placement})"
@@ -509,27 +466,27 @@ def _created_gi(
     for gi in gpu.layout:
         if not gi.placement.overlaps(intent.placement):
             continue
-        if (intent.gpu_uuid, gi.id) in survey.claims.gis:
+        if (intent.gpu_uuid, gi.id) in survey.claimed_gis:
             continue  # a GI a record or pod accounts for: not created by this request
         if created is None and created_by(intent, gi):
             created = gi
             continue
         if intent.gpu_instance_id is None and gi.compute_instances and same_slot(intent, gi):
-            return None, (
+            return (
                 f"{what} never learned a GI ID, yet GI {gi.id} there holds a compute instance: "
                 "an interrupted request creates its CI only after journaling its GI, so this "
                 f"GI is not its own; {forget}"
             )
-        return None, f"{what} overlaps GI {gi.id} that it cannot have created"
+        return f"{what} overlaps GI {gi.id} that it cannot have created"
     if created is not None and any(
-        has_processes(survey.hw, c.mig_uuid) for c in created.compute_instances
+        has_processes(survey.node.hardware(), c.mig_uuid) for c in created.compute_instances
     ):
-        return None, (
+        return (
             f"{what} would roll back GI {created.id}, but processes run on it (or cannot be "
             "queried): a request that never finished handed nothing out, so this GI is not its "
             f"own; {forget}"
         )
-    return created, None
+    return created
 
 
 # --------------------------------------------------------------------------------------------
@@ -541,32 +498,31 @@ def _plan_unknown(survey: _Survey, adopt: bool, orphans: bool) -> None:
     `orphans` (recover with adoption) on a GPU nothing uses."""
     for uuid, gpu in survey.gpus.items():
         for gi in gpu.layout:
-            if (uuid, gi.id) in survey.claims.gis:
+            if (uuid, gi.id) in survey.claimed_gis:
                 continue
             name = gpu.names.get(gi.profile_id, f"profile {gi.profile_id}")
             if not gi.compute_instances:
                 _plan_orphan(survey, gpu, gi, name, orphans)
                 continue
             for ci in gi.compute_instances:
-                if ci.mig_uuid not in survey.claims.instances:
+                if ci.mig_uuid not in survey.claimed:
                     _plan_unmarked(survey, gpu, gi, ci, name, adopt)
 
 
 def _plan_unmarked(
     survey: _Survey, gpu: GpuFacts, gi: GpuInstance, ci: ComputeInstance, name: str, adopt: bool
 ) -> None:
-    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
-    if gi.shared:
-        survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, shared_gi_reason(gi))
-        return
-    if adopt and not has_processes(survey.hw, ci.mig_uuid):
+    # A shared GI is never adopted (one GPU instance is one tenant), nor a busy instance.
+    if adopt and not gi.shared and not has_processes(survey.node.hardware(), ci.mig_uuid):
         reason = (
             f"unmarked complete GI/CI pair ({name}, GI {gi.id}, CI {ci.id}); adoption is enabled"
         )
         survey.plan.add(ActionKind.ADOPT_IDLE, Pair(gpu.gpu, gi, ci, name, None, None), reason)
         return
-    why = "processes run on it, so it is not adopted" if adopt else "adoption is not enabled"
-    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, f"no ownership record; {why}")
+    kept = "processes run on it, so it is not adopted" if adopt else "adoption is not enabled"
+    why = shared_gi_reason(gi) if gi.shared else f"no ownership record; {kept}"
+    where = Where(ci.mig_uuid, gpu.gpu.uuid, gi.placement)
+    survey.plan.add(ActionKind.PRESERVE_UNMANAGED, where, why)
 
 
 def _gpu_busy(hw: MigHardware, index: int) -> bool:
@@ -582,9 +538,9 @@ def _plan_orphan(survey: _Survey, gpu: GpuFacts, gi: GpuInstance, name: str, des
     what = f"GI {gi.id} ({name})"
     if not destroy:
         why = f"{what} has no compute instance and no record; adoption is not enabled"
-    elif uuid in survey.claims.busy_gpus:
+    elif uuid in survey.busy_gpus:
         why = f"{what}: the GPU has a live pod allocation"
-    elif _gpu_busy(survey.hw, gpu.gpu.index):
+    elif _gpu_busy(survey.node.hardware(), gpu.gpu.index):
         why = f"{what}: processes run on the GPU (or cannot be queried)"
     else:
         reason = f"{what} has no compute instance; the GPU is idle and adoption is enabled"
@@ -597,6 +553,10 @@ def _plan_orphan(survey: _Survey, gpu: GpuFacts, gi: GpuInstance, name: str, des
 # 5. CDI files
 
 
+_WRITE_SPECS = (ActionKind.ADOPT_IDLE, ActionKind.ADOPT_ACTIVE, ActionKind.REPAIR_CDI)
+"""The steps that write an instance's CDI spec."""
+
+
 def plan_queued_removals(
     plan: Plan, durable: Durable, refuse_foreign: CdiStore | None = None
 ) -> None:
@@ -606,11 +566,7 @@ def plan_queued_removals(
     whose content is not the instance's is a refusal; otherwise the retry keeps it and warns."""
     # A spec this plan writes (an adoption after an interrupted forget, a repair) is the
     # live instance's: its stale queue entry goes, the file stays.
-    written = {
-        s.mig_uuid
-        for s in plan.steps
-        if s.kind in (ActionKind.ADOPT_IDLE, ActionKind.ADOPT_ACTIVE, ActionKind.REPAIR_CDI)
-    }
+    written = {s.mig_uuid for s in plan.steps if s.kind in _WRITE_SPECS}
     for item in durable.removals:
         again = durable.records.get(item.mig_uuid)
         if item.mig_uuid in written or (again is not None and again.state is not State.RECLAIMING):
@@ -663,11 +619,10 @@ def _plan_cdi_files(survey: _Survey) -> None:
 
 def _plan_cdi_repair(survey: _Survey, gpu: Gpu, gi: GpuInstance, ci: ComputeInstance) -> None:
     """Report a kept instance's missing or different CDI spec, and rewrite it."""
-    node = survey.node
-    cdi = node.cdi()
+    cdi = survey.node.cdi()
     if cdi is None:
         return
-    dev = cdi_device_for(node, ci.mig_uuid, gpu.uuid, gpu.minor, gi.id, ci.id)
+    dev = cdi_device_for(survey.node, ci.mig_uuid, gpu.uuid, gpu.minor, gi.id, ci.id)
     try:
         if cdi.matches(dev):
             return
@@ -701,10 +656,35 @@ class AdoptionReport(ActionReport):
     kind = "Adoption"
 
 
-def recover(node: Node, source: PodSource, adopt: bool, dry_run: bool) -> ActionReport:
-    """`recover`: a pod source, or the assertion that no pod holds an instance, is required
-    (the type says so)."""
-    return _run(node, RecoveryReport, dry_run, source, adopt or node.config().adopt_existing)
+def recover(
+    node: Node,
+    source: PodSource,
+    adopt: bool,
+    dry_run: bool,
+    only_gpu: int | str | None = None,
+    pairs_only: bool = False,
+) -> ActionReport:
+    """`recover` (and `adopt`: `pairs_only`): a pod source, or the assertion that no pod holds
+    an instance, is required (the type says so). Under the node lock: load the records, then
+    the pods (never older than the records they judge), plan and verify everything, then
+    execute (or only report: a dry run takes no lock)."""
+    adopt = adopt or node.config().adopt_existing
+    with node.lock_unless(dry_run):
+        durable = load_for_mutation(node, dry_run=dry_run)
+        pods = source.load(node)
+        plan = plan_recovery(node, durable, pods, adopt, only_gpu, pairs_only)
+        if (old := stale_warning(node, pods)) is not None:
+            plan.warnings.append(old)
+        plan.check(node, dry_run)
+        done = execute(node, plan, dry_run, tolerate_tracked=True)
+    return (AdoptionReport if pairs_only else RecoveryReport)(
+        dry_run=dry_run,
+        actions=done.actions,
+        failed=done.failed,
+        skipped=tuple(plan.skipped),
+        warnings=durable.warnings + tuple(plan.warnings),
+        files_changed=done.files_changed,
+    )
 
 
 def adopt_pairs(
@@ -715,34 +695,4 @@ def adopt_pairs(
             "adopt needs the opt-in that HAMi exclusively owns the complete MIG layout on this "
             "node: devices.nvidia.adoptExistingMIGInstances: true in the config"
         )
-    return _run(node, AdoptionReport, dry_run, source, True, only_gpu=gpu, pairs_only=True)
-
-
-def _run(
-    node: Node,
-    report: type[ActionReport],
-    dry_run: bool,
-    source: PodSource,
-    adopt: bool,
-    only_gpu: int | str | None = None,
-    pairs_only: bool = False,
-) -> ActionReport:
-    """Under the node lock: load the records, then the pods (never older than the records
-    they judge), plan and verify everything, then execute (or only report: a dry run takes
-    no lock)."""
-    with node.lock_unless(dry_run):
-        durable = load_for_mutation(node, dry_run=dry_run)
-        pods = source.load(node)
-        plan = plan_recovery(node, durable, pods, adopt, only_gpu, pairs_only)
-        if (old := stale_warning(node, pods)) is not None:
-            plan.warnings.append(old)
-        plan.check(node, dry_run)
-        done = execute(node, plan, dry_run, tolerate_tracked=True)
-    return report(
-        dry_run=dry_run,
-        actions=done.actions,
-        failed=done.failed,
-        skipped=tuple(plan.skipped),
-        warnings=durable.warnings + tuple(plan.warnings),
-        files_changed=done.files_changed,
-    )
+    return recover(node, source, True, dry_run, only_gpu=gpu, pairs_only=True)

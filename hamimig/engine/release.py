@@ -9,9 +9,8 @@ plan of one step per instance.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
-from hamimig.engine.executor import Applied, StepFailed, execute, tidy_finished
+from hamimig.engine.executor import Applied, StepFailed, execute, failure_text, tidy_finished
 from hamimig.engine.facts import Durable, load_for_mutation
 from hamimig.engine.lookup import check_reference, resolve_instance
 from hamimig.engine.node import Node
@@ -19,7 +18,7 @@ from hamimig.engine.ownership import same_uid
 from hamimig.engine.requests import ByPod, ByUuid, ReleaseTarget
 from hamimig.engine.results import InstanceView, Release, record_view
 from hamimig.engine.steps import Managed, Plan, Step
-from hamimig.errors import NOTHING_CHANGED, ConflictError, HamimigError, NotFoundError, UsageError
+from hamimig.errors import NOTHING_CHANGED, ConflictError, NotFoundError, UsageError
 from hamimig.store.records import Owner, Record
 from hamimig.vocabulary import ActionKind, Outcome, State
 
@@ -58,7 +57,7 @@ def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release
             steps, now = plan_release(durable, target).steps, node.clock()
             views = tuple(_would_be_idle(s, now) for s in steps)
         else:
-            views = execute_each(node, plan_release(durable, target), _released)
+            views = execute_each(node, plan_release(durable, target), Outcome.RELEASED)
             tidy_finished(node, durable)
         return Release(released=views, dry_run=dry_run, warnings=durable.warnings)
 
@@ -74,13 +73,11 @@ def _released_before(durable: Durable, target: ReleaseTarget) -> list[Record]:
 
 
 def execute_each(
-    node: Node,
-    plan: Plan,
-    shown: Callable[[Managed, Record | None], InstanceView],
-    notes: list[str] | None = None,
+    node: Node, plan: Plan, outcome: Outcome, notes: list[str] | None = None
 ) -> tuple[InstanceView, ...]:
-    """Execute a plan of independent steps (one per instance), each instance `shown` from its
-    target and the record its step left. One the hardware or the disk refuses is shown
+    """Execute a plan of independent steps (one per instance), each instance shown with
+    `outcome` as its step left its record (as its target found it, when the step wrote none).
+    One the hardware or the disk refuses is shown
     `failed` with the error, as that step left it, while the others still run (a plan of
     several goes on past a failed step): what did happen is reported, never lost behind the
     error (the result exits 4). A plan of one aborts: its step fails as the command does."""
@@ -91,17 +88,13 @@ def execute_each(
         if isinstance(result, Applied):
             if result.note and notes is not None:
                 notes.append(result.note)
-            out.append(shown(step.target, result.record))
+            done_with = result.record or step.target.record
+            out.append(record_view(done_with, step.target.gpu_index).with_outcome(outcome))
             continue
         left = (result.record if isinstance(result, StepFailed) else None) or step.target.record
-        why = result.message if isinstance(result, HamimigError) else f"I/O error: {result}"
-        out.append(record_view(left, index_hint(left)).failed(why))
+        failed = record_view(left, index_hint(left), error=failure_text(result))
+        out.append(failed.with_outcome(Outcome.FAILED))
     return tuple(out)
-
-
-def _released(target: Managed, idle: Record | None) -> InstanceView:
-    assert idle is not None
-    return record_view(idle, index_hint(idle)).with_outcome(Outcome.RELEASED)
 
 
 def _would_be_idle(step: Step, now: str) -> InstanceView:

@@ -16,6 +16,7 @@ counted from the actions) a result adds in `shape`.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from typing import Annotated, Any, ClassVar, Protocol
 
 from pydantic import (
@@ -137,9 +138,6 @@ class InstanceView(Reported):
 
     def with_outcome(self, outcome: Outcome) -> InstanceView:
         return self.model_copy(update={"outcome": outcome})
-
-    def failed(self, error: str) -> InstanceView:
-        return self.model_copy(update={"outcome": Outcome.FAILED, "error": error})
 
 
 class Hold(Reported):
@@ -391,10 +389,7 @@ class ActionReport(Shown):
 
     def by_action(self) -> dict[str, int]:
         """How many actions of each kind, in the order they first appear."""
-        counts: dict[str, int] = {}
-        for a in self.actions:
-            counts[a.action] = counts.get(a.action, 0) + 1
-        return counts
+        return dict(Counter(a.action for a in self.actions))
 
     def shape(self, out: Json) -> Json:
         if self.failed:

@@ -16,7 +16,7 @@ import errno
 import os
 import shlex
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -64,18 +64,13 @@ def read_any_spec(path: Path) -> Any:
     return read_spec_file(path)
 
 
-def qualified_names(spec: Any) -> list[str]:
-    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
-        return []
-    devices = spec.get("devices")
-    if not isinstance(devices, list):
-        return []
-    kind = spec["kind"]
-    return [
-        f"{kind}={d['name']}"
-        for d in devices
-        if isinstance(d, dict) and isinstance(d.get("name"), str)
-    ]
+def qualified_names(spec: Any) -> Iterator[str]:
+    """`kind=name` of each device a spec defines (none when it is not shaped as a spec)."""
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    if isinstance(devices, list) and isinstance(spec.get("kind"), str):
+        for device in devices:
+            if isinstance(device, dict) and isinstance(device.get("name"), str):
+                yield f"{spec['kind']}={device['name']}"
 
 
 def scan_cdi_dirs(dirs: Sequence[Path], cache: dict[str, object]) -> CdiScan:
@@ -287,22 +282,20 @@ def _listing(directory: Path, what: str) -> tuple[list[str], Warning_ | None]:
         return [], _uninspectable(directory, what, exc)
 
 
-def _state_files(names: Iterable[str]) -> list[tuple[str, str]]:
+def _state_files(names: Iterable[str]) -> Iterator[tuple[str, str]]:
     """(name, what it is) for the state directory's files whose content decides."""
     from hamimig.store.idle_seen import IDLE_SEEN_NAME
     from hamimig.store.intents import INTENT_PREFIX, INTENT_SUFFIX
     from hamimig.store.queue import QUEUE_NAME
     from hamimig.store.records import LOADER_PREFIX, RECORD_SUFFIX
 
-    found = []
     for name in names:
         if name.startswith(LOADER_PREFIX) and name.endswith(RECORD_SUFFIX):
-            found.append((name, f"the ownership record {name}"))
+            yield name, f"the ownership record {name}"
         elif name.startswith(INTENT_PREFIX) and name.endswith(INTENT_SUFFIX):
-            found.append((name, f"the intent {name}"))
+            yield name, f"the intent {name}"
         elif name in (QUEUE_NAME, IDLE_SEEN_NAME):
-            found.append((name, name))
-    return found
+            yield name, name
 
 
 def cdi_conflicts(

@@ -73,15 +73,15 @@ class StepOutcome:
     """The MIG UUID a failed creation had made before it was rolled back."""
 
 
-_SUBJECT = ("mig_uuid", "gpu_uuid", "gpu_index", "placement", "profile", "owner")
+_SUBJECT = ("mig_uuid", "gpu_uuid", "placement", "gpu_index", "profile", "owner")
+"""The names of a step's `where`, in its order."""
 
 
 def _subject(step: Step, outcome: StepOutcome) -> dict[str, Any]:
     """The instance as the step's target names it (`_SUBJECT`), completed from its record as
     it was before (`known`) and as the step left it, where those are the same instance's."""
-    mig_uuid, gpu_uuid, placement, gpu_index, profile, owner = step.target.where
-    named = (mig_uuid or outcome.made, gpu_uuid, gpu_index, placement, profile, owner)
-    found = dict(zip(_SUBJECT, named, strict=True))
+    found = dict(zip(_SUBJECT, step.target.where, strict=True))
+    found["mig_uuid"] = found["mig_uuid"] or outcome.made
     for source in (outcome.known, outcome.record):
         if source is not None and found["mig_uuid"] in (None, source.mig_uuid):
             found.update({key: getattr(source, key) for key, v in found.items() if v is None})
@@ -97,35 +97,29 @@ def _state(step: Step, outcome: StepOutcome) -> str | None:
     return None
 
 
-def build_event(node: Node, step: Step, outcome: StepOutcome) -> Event:
-    """The event for `step`, from what it left."""
-    at = _subject(step, outcome)
-    index, placement = at["gpu_index"], at["placement"]
-    event: Event = {
-        "time": node.clock(),
-        "action": step.kind.value,
-        "outcome": FAILED if outcome.error is not None else DONE,
-        "migUUID": at["mig_uuid"],
-        "gpuUUID": at["gpu_uuid"],
-        "gpuIndex": index if index is not None and index >= 0 else None,
-        "profile": at["profile"],
-        "placement": None if placement is None else dataclasses.asdict(placement),
-        "pod": None if (pod := at["owner"]) is None else f"{pod.namespace}/{pod.name}",
-        "state": _state(step, outcome),
-        "cdi": _cdi(node, at["mig_uuid"], outcome.ops),
-        "command": node.command,
-        "pid": os.getpid(),
-        "reason": step.reason if not outcome.note else f"{step.reason}; {outcome.note}",
-    }
-    if outcome.error is not None:
-        event["error"] = outcome.error
-    return event
-
-
 def log_step(node: Node, step: Step, outcome: StepOutcome) -> None:
-    """Append the step's event (`build_event`); a failure is counted, never raised."""
+    """Append the event for `step`, from what it left; a failure is counted, never raised."""
     try:
-        event = build_event(node, step, outcome)
+        at = _subject(step, outcome)
+        index, placement = at["gpu_index"], at["placement"]
+        event: Event = {
+            "time": node.clock(),
+            "action": step.kind.value,
+            "outcome": FAILED if outcome.error is not None else DONE,
+            "migUUID": at["mig_uuid"],
+            "gpuUUID": at["gpu_uuid"],
+            "gpuIndex": index if index is not None and index >= 0 else None,
+            "profile": at["profile"],
+            "placement": None if placement is None else dataclasses.asdict(placement),
+            "pod": None if (pod := at["owner"]) is None else f"{pod.namespace}/{pod.name}",
+            "state": _state(step, outcome),
+            "cdi": _cdi(node, at["mig_uuid"], outcome.ops),
+            "command": node.command,
+            "pid": os.getpid(),
+            "reason": step.reason if not outcome.note else f"{step.reason}; {outcome.note}",
+        }
+        if outcome.error is not None:
+            event["error"] = outcome.error
         node.events.append(event, node.config().events_max_bytes)
     except (HamimigError, OSError, ValueError):
         node.counters.count(EVENTS_WRITE_FAILURES)

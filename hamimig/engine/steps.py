@@ -67,10 +67,12 @@ class Handout:
     device: MigDevice
     owner: Owner
     spec: CdiDevice | None
+    """The spec to write first, where the one on disk differs from it (None: it is current, or
+    kept, or the node is in legacy non-CDI mode)."""
+    cdi_device: str | None
+    """The CDI device name the record will carry (the record's own in legacy non-CDI mode)."""
     queued: bool = False
     """An interrupted forget queued the removal of this spec, which is the instance's again."""
-    rewrite: bool = False
-    """The spec on disk differs from `spec`: it is rewritten."""
     kept: str | None = None
     """Why the spec on disk is kept unchecked: no spec can be composed (no or a bad NVIDIA
     base spec, or the base lacks the GPU), and an instance whose spec runtimes load must not

@@ -43,12 +43,16 @@ def parse_char_majors(text: str) -> dict[str, int]:
     return majors
 
 
-def caps_major(proc_devices: Path) -> int:
+def read_driver_file(path: Path, what: str = "") -> str:
+    """A text file the driver publishes; a `HardwareError` saying why it cannot be read."""
     try:
-        text = proc_devices.read_text(encoding="ascii")
+        return path.read_text(encoding="ascii")
     except (OSError, UnicodeDecodeError) as exc:
-        raise HardwareError(f"cannot read {proc_devices}: {exc}") from None
-    major = parse_char_majors(text).get(CAPS_DEVICE)
+        raise HardwareError(f"cannot read {what}{path}: {exc}") from None
+
+
+def caps_major(proc_devices: Path) -> int:
+    major = parse_char_majors(read_driver_file(proc_devices)).get(CAPS_DEVICE)
     if major is None:
         raise HardwareError(
             f"{proc_devices} lists no {CAPS_DEVICE} character device: the driver's MIG "

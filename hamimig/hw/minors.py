@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from hamimig.errors import HardwareError
+from hamimig.hw.devnodes import read_driver_file
 from hamimig.hw.types import CapabilityMinors
 
 DEFAULT_MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
@@ -60,12 +61,7 @@ class MigMinors:
 
     def table(self) -> dict[str, int]:
         if self._table is None:
-            try:
-                text = self.path.read_text(encoding="ascii")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise HardwareError(
-                    f"cannot read MIG capability minors {self.path}: {exc}"
-                ) from None
+            text = read_driver_file(self.path, "MIG capability minors ")
             self._table = parse_mig_minors(text, str(self.path))
         return self._table
 

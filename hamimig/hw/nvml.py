@@ -46,6 +46,9 @@ _OPTIONAL_PROCESS_LISTS = (
     "nvmlDeviceGetMPSComputeRunningProcesses",
 )
 _ABSENT_PROCESS_LIST = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND")
+# What NVML says of a UUID or index it does not know, and of a call the device does not offer.
+_UNKNOWN = ("NOT_FOUND", "INVALID_ARGUMENT")
+_NOT_HERE = ("NOT_SUPPORTED", "INVALID_ARGUMENT")
 
 
 def bindings() -> ModuleType:
@@ -57,7 +60,7 @@ def bindings() -> ModuleType:
 
 
 class NvmlHardware:
-    """The real adapter. Use as a context manager: it initialises NVML and shuts it down."""
+    """The real adapter: `open` initialises NVML, `close` shuts it down."""
 
     def __init__(self, nv: Any, mig_minors: Path = DEFAULT_MIG_MINORS) -> None:
         self._nv = nv
@@ -80,13 +83,6 @@ class NvmlHardware:
         self._open = False
 
     # --- session -----------------------------------------------------------------------------
-
-    def __enter__(self) -> NvmlHardware:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def open(self) -> None:
         try:
@@ -136,15 +132,16 @@ class NvmlHardware:
         return self._text(info.name).removeprefix("MIG ")
 
     def _handle(self, index: int) -> Any:
-        handle = self._handles.get(index)
-        if handle is None:
-            handle = self._c(
-                "nvmlDeviceGetHandleByIndex", index, absent=("INVALID_ARGUMENT", "NOT_FOUND")
-            )
+        if index not in self._handles:
+            handle = self._c("nvmlDeviceGetHandleByIndex", index, absent=_UNKNOWN)
             if handle is None:
                 raise UsageError(f"no GPU {index} on this node")
             self._handles[index] = handle
-        return handle
+        return self._handles[index]
+
+    def _mig_at(self, handle: Any, index: int) -> Any:
+        """The MIG device handle at `index` of a GPU; None where the index is empty."""
+        return self._c("nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",))
 
     # --- GPUs ----------------------------------------------------------------------------------
 
@@ -158,9 +155,8 @@ class NvmlHardware:
 
     def gpu(self, index: int) -> Gpu:
         """`nvidia-smi -i INDEX --query-gpu=uuid,name,mig.mode.current,mig.mode.pending`"""
-        cached = self._gpus.get(index)
-        if cached is not None:
-            return cached
+        if index in self._gpus:
+            return self._gpus[index]
         handle = self._handle(index)
         current, pending = self._modes(handle)
         gpu = Gpu(
@@ -177,9 +173,8 @@ class NvmlHardware:
     def mig_modes(self, gpu: int) -> tuple[MigMode, MigMode]:
         """`nvidia-smi -i GPU --query-gpu=mig.mode.current,mig.mode.pending`: one call, none
         when the GPU's facts were read already."""
-        cached = self._gpus.get(gpu)
-        if cached is not None:
-            return cached.mig_mode, cached.mig_pending
+        if gpu in self._gpus:
+            return self._gpus[gpu].mig_mode, self._gpus[gpu].mig_pending
         return self._modes(self._handle(gpu))
 
     def _modes(self, handle: Any) -> tuple[MigMode, MigMode]:
@@ -197,9 +192,7 @@ class NvmlHardware:
         for gpu in self._gpus.values():
             if gpu.uuid == uuid:
                 return gpu
-        handle = self._c(
-            "nvmlDeviceGetHandleByUUID", uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
-        )
+        handle = self._c("nvmlDeviceGetHandleByUUID", uuid, absent=_UNKNOWN)
         is_mig = handle is not None and self._c("nvmlDeviceIsMigDeviceHandle", handle)
         if handle is None or getattr(is_mig, "value", is_mig):
             raise UsageError(f"no GPU {uuid} on this node")
@@ -217,11 +210,7 @@ class NvmlHardware:
         first = cache[-1][0] + 1 if cache else 0
         for index in range(first, int(self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT)):
             info = self._c(
-                "nvmlDeviceGetGpuInstanceProfileInfo",
-                handle,
-                index,
-                2,
-                absent=("NOT_SUPPORTED", "INVALID_ARGUMENT"),
+                "nvmlDeviceGetGpuInstanceProfileInfo", handle, index, 2, absent=_NOT_HERE
             )
             cache.append((index, info))
             yield index, info
@@ -261,13 +250,10 @@ class NvmlHardware:
 
     def profiles(self, gpu: int) -> tuple[GiProfile, ...]:
         """`nvidia-smi mig -i GPU -lgip` and `-lgipp`"""
-        cached = self._profiles.get(gpu)
-        if cached is None:
-            cached = tuple(
-                self._profile(gpu, index, info) for index, info in self._infos(gpu) if info
-            )
-            self._profiles[gpu] = cached
-        return cached
+        if gpu not in self._profiles:
+            infos = self._infos(gpu)
+            self._profiles[gpu] = tuple(self._profile(gpu, i, info) for i, info in infos if info)
+        return self._profiles[gpu]
 
     def remaining_capacity(self, gpu: int, profile_id: int) -> int:
         """`nvidia-smi mig -i GPU -lgip`'s Free: how many more GIs of the profile fit beside
@@ -284,9 +270,6 @@ class NvmlHardware:
                 return self._profile(gpu, index, info)
         return None
 
-    def _profile_ids(self, gpu: int) -> list[int]:
-        return [int(info.id) for _, info in self._infos(gpu) if info is not None]
-
     # --- the live layout ---------------------------------------------------------------------
 
     def layout(self, gpu: int) -> tuple[GpuInstance, ...]:
@@ -300,7 +283,7 @@ class NvmlHardware:
             return ()
         handle = self._handle(gpu)
         gis: list[tuple[int, int, Placement]] = []
-        for profile_id in self._profile_ids(gpu):
+        for profile_id in [int(i.id) for _, i in self._infos(gpu) if i is not None]:
             # GI handles of one profile (at most 7 per profile on today's boards).
             args = (self._nv.c_nvmlGpuInstance_t, 8, handle, profile_id)
             for gi_handle in self._array("nvmlDeviceGetGpuInstances", *args):
@@ -308,8 +291,15 @@ class NvmlHardware:
                 gis.append((int(gi_info.id), int(gi_info.profileId), _placement(gi_info)))
         cis: dict[int, list[ComputeInstance]] = {}
         walked: dict[int, tuple[int, int]] = {}
-        for index, gi_id, ci_id, mig_uuid, spans in self._mig_walk(handle):
-            ci = ComputeInstance(id=ci_id, mig_uuid=mig_uuid, spans_gi=spans)
+        # Every MIG device, four calls each; empty indexes are skipped.
+        for index in range(self._max_mig_devices(handle)):
+            mig = self._mig_at(handle, index)
+            if mig is None:
+                continue
+            gi_id = int(self._c("nvmlDeviceGetGpuInstanceId", mig))
+            ci_id = int(self._c("nvmlDeviceGetComputeInstanceId", mig))
+            mig_uuid = self._text(self._c("nvmlDeviceGetUUID", mig))
+            ci = ComputeInstance(id=ci_id, mig_uuid=mig_uuid, spans_gi=self._spans_gi(mig))
             cis.setdefault(gi_id, []).append(ci)
             walked[index] = (gi_id, ci_id)
         self._walks[gpu] = walked
@@ -330,23 +320,6 @@ class NvmlHardware:
         attrs = self._c("nvmlDeviceGetAttributes", mig)
         return int(attrs.computeInstanceSliceCount) >= int(attrs.gpuInstanceSliceCount)
 
-    def _mig_walk(self, handle: Any) -> Iterator[tuple[int, int, int, str, bool]]:
-        """(index, GI ID, CI ID, MIG UUID, whether the CI spans its GI) of every MIG device;
-        empty indexes are skipped. Four calls per MIG device."""
-        for index in range(self._max_mig_devices(handle)):
-            mig = self._c(
-                "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
-            )
-            if mig is None:
-                continue
-            yield (
-                index,
-                int(self._c("nvmlDeviceGetGpuInstanceId", mig)),
-                int(self._c("nvmlDeviceGetComputeInstanceId", mig)),
-                self._text(self._c("nvmlDeviceGetUUID", mig)),
-                self._spans_gi(mig),
-            )
-
     def mig_device(self, mig_uuid: str) -> MigDevice | None:
         """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node.
 
@@ -355,15 +328,11 @@ class NvmlHardware:
         the handle kept here: compute, graphics and MPS processes; and `mig_modes` one, to warn
         of a pending MIG mode change).
         """
-        mig = self._c(
-            "nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND", "INVALID_ARGUMENT")
-        )
+        mig = self._c("nvmlDeviceGetHandleByUUID", mig_uuid, absent=_UNKNOWN)
         if mig is None:
             return None
         # A GPU UUID passed by mistake is not a MIG device: these calls refuse it.
-        gi_id = self._c(
-            "nvmlDeviceGetGpuInstanceId", mig, absent=("NOT_SUPPORTED", "INVALID_ARGUMENT")
-        )
+        gi_id = self._c("nvmlDeviceGetGpuInstanceId", mig, absent=_NOT_HERE)
         if gi_id is None:
             return None
         ci_id = int(self._c("nvmlDeviceGetComputeInstanceId", mig))
@@ -431,11 +400,13 @@ class NvmlHardware:
             profile_id = int(self._c("nvmlGpuInstanceGetInfo", gi_handle).profileId)
         else:
             gi_handle, profile_id = known
-        slices = self._gi_slices(gpu, profile_id)
+        info = _with_id(self._infos(gpu), profile_id)
+        if info is None:
+            raise UsageError(f"GPU {gpu} has no GPU instance profile with ID {profile_id}")
         ci_info = self._c(
             "nvmlGpuInstanceGetComputeInstanceProfileInfo",
             gi_handle,
-            FULL_CI_PROFILE_BY_SLICES[slices],
+            FULL_CI_PROFILE_BY_SLICES[int(info.sliceCount)],
             self._nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
             2,
         )
@@ -467,9 +438,7 @@ class NvmlHardware:
             first = [predicted] + [i for i in empty if i != predicted]
             order = [i for i in first if i < total] + [i for i in order if i not in first]
         for index in order:
-            mig = self._c(
-                "nvmlDeviceGetMigDeviceHandleByIndex", handle, index, absent=("NOT_FOUND",)
-            )
+            mig = self._mig_at(handle, index)
             if mig is None or int(self._c("nvmlDeviceGetGpuInstanceId", mig)) != gi_id:
                 continue
             if int(self._c("nvmlDeviceGetComputeInstanceId", mig)) == ci_id:
@@ -478,17 +447,9 @@ class NvmlHardware:
 
     def _max_mig_devices(self, handle: Any) -> int:
         key = ctypes.cast(handle, ctypes.c_void_p).value or 0
-        cached = self._max_mig.get(key)
-        if cached is None:
-            cached = int(self._c("nvmlDeviceGetMaxMigDeviceCount", handle))
-            self._max_mig[key] = cached
-        return cached
-
-    def _gi_slices(self, gpu: int, profile_id: int) -> int:
-        info = _with_id(self._infos(gpu), profile_id)
-        if info is not None:
-            return int(info.sliceCount)
-        raise UsageError(f"GPU {gpu} has no GPU instance profile with ID {profile_id}")
+        if key not in self._max_mig:
+            self._max_mig[key] = int(self._c("nvmlDeviceGetMaxMigDeviceCount", handle))
+        return self._max_mig[key]
 
     def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
         """`nvidia-smi mig -i GPU -gi GI -ci CI -dci`"""

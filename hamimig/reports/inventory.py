@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from hamimig.engine.facts import (
     Durable,
+    GpuFacts,
     Liveness,
     check_record,
     ci_created_by,
@@ -56,9 +57,7 @@ class _Claims:
     """One GPU's live layout, and what its records and intents account for, filled in as they
     are matched."""
 
-    gpu: Gpu
-    layout: tuple[GpuInstance, ...]
-    names: dict[int, str]
+    facts: GpuFacts
     durable: Durable
     records: set[str]
     intents: set[str]
@@ -75,11 +74,10 @@ def gpu_instances(
     `intents`."""
     if gpu.mig_mode is not MigMode.ENABLED:
         return []
-    names = {p.id: p.name for p in hw.profiles(gpu.index)}
-    claims = _Claims(gpu, hw.layout(gpu.index), names, durable, records, intents)
+    claims = _Claims(GpuFacts.listed(hw, gpu), durable, records, intents)
     _claim_recorded(claims)
     _claim_the_rest(node, claims)
-    out = [_with_count_of_cis(_with_processes(hw, v), claims.layout) for v in claims.views]
+    out = [_with_count_of_cis(_with_processes(hw, v), claims.facts.layout) for v in claims.views]
     out.sort(key=lambda v: (v.placement.start, v.gpu_instance_id or 0, v.compute_instance_id or 0))
     return out
 
@@ -102,9 +100,9 @@ def _intent_at(durable: Durable, gpu: Gpu, gi: GpuInstance) -> Intent | None:
 
 def _claim_recorded(claims: _Claims) -> None:
     """The views of records whose GI (with or without its CI) is live."""
-    gpu, durable = claims.gpu, claims.durable
+    gpu, durable = claims.facts.gpu, claims.durable
     for record in durable.on_gpu(gpu.uuid):
-        live = check_record(record, claims.layout, claims.names)
+        live = check_record(record, claims.facts.layout, claims.facts.names)
         if live.status is Liveness.COMPLETE:
             claims.pairs.add((record.gpu_instance_id, record.compute_instance_id))
         elif live.status is Liveness.GI_ONLY:
@@ -128,11 +126,11 @@ def _claim_the_rest(node: Node, claims: _Claims) -> None:
 
     An intent's Creating row stands only for what its request can have created
     (`ci_created_by`); any other live CI there gets its own Unmanaged row, so none is hidden."""
-    gpu, durable = claims.gpu, claims.durable
-    for gi in claims.layout:
+    gpu, durable = claims.facts.gpu, claims.durable
+    for gi in claims.facts.layout:
         if gi.id in claims.gis:
             continue
-        profile = claims.names.get(gi.profile_id, f"profile-{gi.profile_id}")
+        profile = claims.facts.names.get(gi.profile_id, f"profile-{gi.profile_id}")
         intent = _intent_at(durable, gpu, gi)
         cis = gi.compute_instances
         if intent is not None and intent.id not in claims.intents:
@@ -140,10 +138,10 @@ def _claim_the_rest(node: Node, claims: _Claims) -> None:
             claims.views.append(_intent_view(intent, gpu.index, gi))
             cis = tuple(ci for ci in cis if not ci_created_by(intent, gi, ci))
         elif not cis:
-            claims.views.append(_unmanaged(gpu, gi, profile, None, None))
+            claims.views.append(_unmanaged(gi, profile, None, None))
         for ci in cis:
             if (gi.id, ci.id) not in claims.pairs:
-                view = _unmanaged(gpu, gi, profile, ci.id, ci.mig_uuid)
+                view = _unmanaged(gi, profile, ci.id, ci.mig_uuid)
                 claims.views.append(_unreadable(node, view, durable))
 
 
@@ -166,12 +164,13 @@ def _with_processes(hw: MigHardware, view: InstanceView) -> InstanceView:
 
 
 def _unmanaged(
-    gpu: Gpu, gi: GpuInstance, profile: str, ci_id: int | None, mig_uuid: str | None
+    gi: GpuInstance, profile: str, ci_id: int | None, mig_uuid: str | None
 ) -> InstanceView:
+    """A live GI (with the CI `ci_id` and its MIG UUID, or none) that no record accounts for."""
     return InstanceView(
         mig_uuid=mig_uuid,
-        gpu_uuid=gpu.uuid,
-        gpu_index=gpu.index,
+        gpu_uuid=gi.gpu_uuid,
+        gpu_index=gi.gpu_index,
         profile=profile,
         placement=gi.placement,
         gpu_instance_id=gi.id,
@@ -302,16 +301,11 @@ def show_instance(node: Node, mig_uuid: str) -> InstanceDetail:
         raise NotFoundError(f"no MIG instance {mig_uuid} on this node and no record of it")
     else:
         name = hw.profile_name(live.gpu_index, live.profile_id) or f"profile-{live.profile_id}"
-        view = InstanceView(
-            mig_uuid=mig_uuid,
-            gpu_uuid=live.gpu_uuid,
-            gpu_index=live.gpu_index,
-            profile=name,
-            placement=live.placement,
-            gpu_instance_id=live.gpu_instance_id,
-            compute_instance_id=live.compute_instance_id,
-            state=State.UNMANAGED,
+        # The GI its MIG device lives in, as far as the device says (its CIs are not read).
+        gi = GpuInstance(
+            live.gpu_index, live.gpu_uuid, live.gpu_instance_id, live.profile_id, live.placement, ()
         )
+        view = _unmanaged(gi, name, live.compute_instance_id, mig_uuid)
         view = _with_count(hw, _unreadable(node, view, durable), mig_uuid)
     if live is not None:
         view = _with_count_of_cis(view, hw.layout(live.gpu_index))
@@ -346,8 +340,8 @@ def _record_without_mig_device(hw: MigHardware, record: Record) -> InstanceView:
     except UsageError:
         return _missing(record, -1)
     if gpu.mig_mode is MigMode.ENABLED:
-        names = {p.id: p.name for p in hw.profiles(gpu.index)}
-        live = check_record(record, hw.layout(gpu.index), names)
+        facts = GpuFacts.listed(hw, gpu)
+        live = check_record(record, facts.layout, facts.names)
         if live.status is Liveness.GI_ONLY:
             return record_view(record, gpu.index, error=live.detail)
     return _missing(record, gpu.index)

@@ -18,10 +18,9 @@ from hamimig.engine.facts import Durable, load_durable
 from hamimig.engine.idle_policy import idle_age_of
 from hamimig.engine.node import Node
 from hamimig.engine.results import InstanceView, Warning_
-from hamimig.errors import HamimigError, HardwareError, PathUnusable
+from hamimig.errors import HamimigError, HardwareError, PathUnusable, why
 from hamimig.hw.types import MigMode
 from hamimig.reports.doctor import run_checks
-from hamimig.reports.doctor.verdicts import why
 from hamimig.reports.inventory import list_instances
 from hamimig.reports.views import CheckStatus, InstanceList, Metrics
 from hamimig.store.counters import (

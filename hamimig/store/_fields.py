@@ -60,7 +60,7 @@ _UID = re.compile(r"[!-~]{1,128}")  # printable ASCII, no space: what any API se
 # bool is an int in Python but not in Go's decoder; 1.0 is a float here and an error there.
 _INT: Rule = (lambda v: isinstance(v, int) and not isinstance(v, bool), "must be an integer")
 _NATURAL: Rule = (lambda v: v >= 0, "must not be negative")
-_TEXT: Rule = (lambda v: isinstance(v, str) and v, "must be a non-empty string")
+TEXT: Rule = (lambda v: isinstance(v, str) and v, "must be a non-empty string")
 _STR_OR_NULL: Rule = (lambda v: isinstance(v, str), "must be a string or null")
 # Stricter than HAMi's "starts with MIG-": an identity we may act on must be exactly what a
 # driver prints, never something that could be a path or hide another string.
@@ -83,7 +83,7 @@ def check_placement(value: Any) -> Placement:
 
 
 check_opt_uint = check(*_UINT, optional=True)
-check_nonempty = check(_TEXT)
+check_nonempty = check(TEXT)
 check_opt_str = check(_STR_OR_NULL, optional=True)
 check_str = check((lambda v: isinstance(v, str), "must be a string"))
 check_opt_mig_uuid = check(_MIG, optional=True)
@@ -102,8 +102,8 @@ _SUBDOMAIN: Rule = (
     "{!r} is not a Kubernetes pod name",
 )
 _POD_UID: Rule = (lambda v: not v or _UID.fullmatch(v), "{!r} is not a pod UID")
-check_namespace = check(_TEXT, _LABEL)
-check_pod_name = check(_TEXT, _SUBDOMAIN)
+check_namespace = check(TEXT, _LABEL)
+check_pod_name = check(TEXT, _SUBDOMAIN)
 _check_uid = check(_STR_OR_NULL, _POD_UID, optional=True)
 
 
@@ -194,21 +194,20 @@ class Stored:
     def to_json(self) -> dict[str, Any]:
         return dumped(self)
 
-    @classmethod
-    def from_json(cls: type[T], doc: Any, where: str = "") -> T:
-        """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
-        return validated(cls, doc, where)
 
-
-def _not_json(constant: str) -> Any:
+def not_json(constant: str) -> Any:
     # Python's json reads NaN and Infinity; Go's encoding/json refuses the whole file, so HAMi
     # would not load a record that hamimig would act on.
     raise RecordError(f"it contains {constant}, which JSON does not allow")
 
 
-def json_object(data: bytes, what: str) -> dict[str, Any]:
+def versioned_json(
+    data: bytes, what: str, version: int, kind: str = "", reader: str = "this hamimig reads"
+) -> dict[str, Any]:
+    """`data` as a JSON object whose `version` is `version`; else a `RecordError` that calls the
+    file `what`, and its version `kind`'s (`what` unless given), which `reader` names."""
     try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=_not_json)
+        doc = json.loads(data.decode("utf-8"), parse_constant=not_json)
     except UnicodeDecodeError:
         raise RecordError(f"{what} is not UTF-8") from None
     except (json.JSONDecodeError, RecordError) as exc:
@@ -217,13 +216,15 @@ def json_object(data: bytes, what: str) -> dict[str, Any]:
         raise RecordError(f"{what} is nested too deeply") from None
     if not isinstance(doc, dict):
         raise RecordError(f"{what} is not a JSON object")
+    found = doc.get("version")
+    if isinstance(found, bool) or not isinstance(found, int) or found != version:
+        raise RecordError(f"unsupported {kind or what} version {found!r} ({reader} {version})")
     return doc
 
 
-def check_version(doc: dict[str, Any], expected: int, what: str, reader: str) -> None:
-    version = doc.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version != expected:
-        raise RecordError(f"unsupported {what} version {version!r} ({reader})")
+def json_bytes(doc: Any) -> bytes:
+    """A state file's bytes: `doc` indented by two, with a final newline."""
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
 
 def reason_of(exc: BaseException) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hamimig.errors import HardwareError, UsageError
-from hamimig.store._fields import uuid_digest
+from hamimig.store._fields import json_bytes, uuid_digest
 from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
 from hamimig.store.cdi_rules import dicts, edits_of, first_of, minimum_version, validate_spec
 from hamimig.store.files import FileOp, Problem, StoreFiles, describe_entry, no_faults
@@ -212,7 +212,7 @@ class CdiStore(StoreFiles):
 
     def render(self, dev: CdiDevice) -> bytes:
         """The exact bytes of the spec file: stable key order, 2-space indent, newline."""
-        return (json.dumps(self.spec_for(dev), indent=2) + "\n").encode("utf-8")
+        return json_bytes(self.spec_for(dev))
 
     def read(self, mig_uuid: str) -> Any:
         """The spec on disk parsed, or None when it is absent, not a regular file or not JSON."""

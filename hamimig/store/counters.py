@@ -18,17 +18,14 @@ Counting is bookkeeping, never part of an operation: a corrupt file reads as a P
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass, field
 
 from hamimig.errors import HamimigError
-from hamimig.store._fields import RecordError, check_uint, check_version, json_object, named
+from hamimig.store._fields import RecordError, check_uint, json_bytes, named, versioned_json
 from hamimig.store.files import Problem, SingleFile
-from hamimig.store.records import STATE_DIR_MODE
 
 COUNTERS_NAME = "counters.json"
 COUNTERS_VERSION = 1
-COUNTERS_MODE = 0o600
 
 NO_LABEL = ""
 """The key of an unlabelled counter's single value."""
@@ -66,9 +63,6 @@ class CounterValues:
         return self.timestamps.get(name, 0)
 
 
-_Stored = tuple[dict[str, dict[str, int]], dict[str, int]]
-
-
 MAX_VALUE = 2**53
 """The largest integer a Prometheus sample (a float64) holds exactly: a larger one is no count
 or time hamimig wrote, and printed it would not parse as a sample value."""
@@ -81,10 +75,9 @@ def _count(value: object, where: str) -> int:
     return number
 
 
-def decode_stored(data: bytes) -> _Stored:
+def decode_stored(data: bytes) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """The counters and the timestamps of a counters file."""
-    doc = json_object(data, "counters file")
-    check_version(doc, COUNTERS_VERSION, "counters", "this hamimig reads 1")
+    doc = versioned_json(data, "counters file", COUNTERS_VERSION, "counters")
     raw = doc.get("counters")
     if not isinstance(raw, dict):
         raise RecordError("counters must be an object")
@@ -103,9 +96,7 @@ def decode_stored(data: bytes) -> _Stored:
     return out, times
 
 
-def encode_counters(
-    values: dict[str, dict[str, int]], timestamps: dict[str, int] | None = None
-) -> bytes:
+def encode_counters(values: dict[str, dict[str, int]], timestamps: dict[str, int]) -> bytes:
     counters = {
         name: by_label[NO_LABEL] if set(by_label) == {NO_LABEL} else dict(sorted(by_label.items()))
         for name, by_label in sorted(values.items())
@@ -113,7 +104,7 @@ def encode_counters(
     doc: dict[str, object] = {"version": COUNTERS_VERSION, "counters": counters}
     if timestamps:
         doc["timestamps"] = {k: timestamps[k] for k in sorted(timestamps)}
-    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    return json_bytes(doc)
 
 
 class Counters(SingleFile):
@@ -121,16 +112,12 @@ class Counters(SingleFile):
 
     store = "counters"
     file_name = COUNTERS_NAME
-    file_mode = COUNTERS_MODE
-    dir_mode = STATE_DIR_MODE
     decides = False
 
     def load(self) -> CounterValues:
         """The current counts; an absent file is all zeros, an unusable one zeros and a Problem."""
-        loaded = self.read_one(decode_stored)
-        if isinstance(loaded, Problem):
-            return CounterValues(problem=loaded)
-        return CounterValues() if loaded is None else CounterValues(*loaded)
+        (values, timestamps), problem = self.read_or(decode_stored, lambda: ({}, {}))
+        return CounterValues(values, timestamps, problem)
 
     def bump(self, name: str, label: str | None = None, n: int = 1) -> None:
         """Add `n` to one counter and write the file atomically (0600).
@@ -142,14 +129,12 @@ class Counters(SingleFile):
         if not name or (label is not None and not label) or n < 0:
             raise ValueError(f"invalid counter {name!r}/{label!r} += {n}")
         loaded = self.load()
-        values = loaded.values
         key = NO_LABEL if label is None else label
-        by_label = values.setdefault(name, {})
+        by_label = loaded.values.setdefault(name, {})
         if by_label and (key == NO_LABEL) != (NO_LABEL in by_label):
             raise ValueError(f"counter {name!r} is used both with and without a label")
         by_label[key] = by_label.get(key, 0) + n
-        data = encode_counters(values, loaded.timestamps)
-        self.write_named(None, COUNTERS_NAME, data)
+        self.write_named(None, COUNTERS_NAME, encode_counters(loaded.values, loaded.timestamps))
 
     def set_timestamp(self, name: str, seconds: int) -> None:
         """Set one timestamp (Unix seconds) and write the file atomically (0600), keeping the

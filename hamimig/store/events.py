@@ -19,7 +19,6 @@ reader), and only a regular file is written or read.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -30,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hamimig.durations import parse_time
+from hamimig.store._fields import not_json
 from hamimig.store.files import (
+    STATE_FILE_MODE,
     Problem,
     StoreFiles,
     check_dir,
@@ -38,12 +39,10 @@ from hamimig.store.files import (
     open_dir,
     open_regular,
 )
-from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
 EVENTS_NAME = "events.jsonl"
 ROTATED_NAME = "events.jsonl.1"
-EVENTS_MODE = 0o600
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 MIN_MAX_BYTES = 4096
 MAX_MAX_BYTES = 1024 * 1024 * 1024
@@ -70,8 +69,6 @@ class EventJournal(StoreFiles):
     """`events.jsonl` and its one rotated predecessor in the state directory."""
 
     store = "events"
-    file_mode = EVENTS_MODE
-    dir_mode = STATE_DIR_MODE
     decides = False
 
     def owns(self, name: str) -> bool:
@@ -200,7 +197,9 @@ def _open_for_append(dir_fd: int) -> tuple[int, bool]:
     try:
         fd = os.open(EVENTS_NAME, _OPEN_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
-        fd = os.open(EVENTS_NAME, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, EVENTS_MODE, dir_fd=dir_fd)
+        fd = os.open(
+            EVENTS_NAME, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, STATE_FILE_MODE, dir_fd=dir_fd
+        )
         created = True
     except OSError as exc:
         if exc.errno == errno.ELOOP:
@@ -214,7 +213,7 @@ def _open_for_append(dir_fd: int) -> tuple[int, bool]:
             # A hard link planted at our name would have us append to another file.
             raise OSError(errno.EMLINK, "has other hard links (not written through)", EVENTS_NAME)
         if created:
-            os.fchmod(fd, EVENTS_MODE)  # the umask masked the open mode
+            os.fchmod(fd, STATE_FILE_MODE)  # the umask masked the open mode
     except BaseException:
         os.close(fd)
         raise
@@ -225,7 +224,7 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
     """(line number, content) of each line of `directory/name` up to its size when opened;
     content None for a line too long to be an event or a torn last line."""
     fd = open_regular(directory, name)
-    with contextlib.closing(os.fdopen(fd, "rb", buffering=65536)) as f:
+    with os.fdopen(fd, "rb", buffering=65536) as f:
         left = os.fstat(f.fileno()).st_size  # what is appended while reading is the next reader's
         number = 0
         raw = b"\n"
@@ -243,12 +242,6 @@ def _lines(directory: Path, name: str) -> Iterator[tuple[int, bytes | None]]:
                     yield number, raw
 
 
-def _no_constant(name: str) -> object:
-    """NaN and Infinity are not JSON: a line holding one is not an event (and echoing it would
-    make `-o json` output no strict parser reads)."""
-    raise ValueError(f"{name} is not JSON")
-
-
 def _finite(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):  # 1e999
@@ -262,7 +255,9 @@ def decode_event(raw: bytes | None) -> Event | None:
     if raw is None:
         return None
     try:
-        doc = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        # NaN and Infinity are not JSON: a line holding one is not an event (and echoing it
+        # would make `-o json` output no strict parser reads).
+        doc = json.loads(raw, parse_constant=not_json, parse_float=_finite)
     except (ValueError, RecursionError):  # RecursionError: a line nested a thousand deep
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("action"), str) or not doc["action"]:

@@ -42,7 +42,11 @@ neither HAMi's record loader nor a CDI runtime ever picks up a half-written file
 MAX_READ_BYTES = 4 * 1024 * 1024
 """Records, intents, queues and specs are a few hundred bytes; a huge file is not ours."""
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+STATE_DIR_MODE = 0o750
+STATE_FILE_MODE = 0o600
+"""The state directory's mode and its files': private to root (CDI's are 0755 and 0644)."""
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 T = TypeVar("T")
 
@@ -114,7 +118,9 @@ def ensure_dir(path: Path, mode: int) -> None:
     except NotADirectoryError:
         raise _not_usable(path, "a parent is not a directory") from None
     os.chmod(path, mode, follow_symlinks=False)
-    _fsync_parent(path)
+    # A new directory entry is durable only once its parent is synced (when it can be opened).
+    with contextlib.suppress(OSError, UsageError), open_dir(path.parent) as parent_fd:
+        os.fsync(parent_fd)
 
 
 def check_usable_dir(path: Path, what: str, create_parents: bool) -> None:
@@ -149,21 +155,11 @@ def check_usable_dir(path: Path, what: str, create_parents: bool) -> None:
         )
 
 
-def _fsync_parent(path: Path) -> None:
-    # A new directory entry is durable only once its parent is synced.
-    with contextlib.suppress(OSError):
-        fd = os.open(path.parent, _DIR_FLAGS)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 @contextlib.contextmanager
 def open_dir(directory: Path) -> Iterator[int]:
     """A descriptor of `directory` itself (never of a symlink's target), closed on exit."""
     try:
-        fd = os.open(directory, _DIR_FLAGS)
+        fd = os.open(directory, DIR_FLAGS)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise _not_usable(directory, "it is a symbolic link or not a directory") from None
@@ -190,8 +186,7 @@ def atomic_write(directory: Path, name: str, data: bytes, mode: int) -> None:
             try:
                 view = memoryview(data)
                 while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                    view = view[os.write(fd, view) :]
                 # The open mode was masked by the umask; chmod before fsync so that the mode
                 # is as durable as the content.
                 os.fchmod(fd, mode)
@@ -305,15 +300,6 @@ def read_input(path: Path) -> bytes:
     return _read_opened(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
 
 
-def list_names(directory: Path, prefix: str, suffix: str) -> list[str]:
-    """Sorted entry names in `directory` with that prefix and suffix; [] if it is absent."""
-    if not check_dir(directory):
-        return []
-    with open_dir(directory) as dir_fd:
-        names = os.listdir(dir_fd)
-    return sorted(n for n in names if n.startswith(prefix) and n.endswith(suffix))
-
-
 # --------------------------------------------------------------------------------------------
 # Reading our files, and what stores say about them
 
@@ -385,16 +371,17 @@ class StoreFiles:
     the state directory; the specs in the CDI directory), so that reports (doctor) ask the
     store instead of knowing its file names, modes and formats.
 
-    Subclasses set `store`, `file_mode` and `dir_mode` and say which names are theirs; writes
-    and removals go through `file_op`, named, so that the simulator can fail or crash exactly one.
+    Subclasses set `store` (and `file_mode` and `dir_mode` outside the state directory) and say
+    which names are theirs; writes and removals go through `file_op`, named, so that the
+    simulator can fail or crash exactly one.
     """
 
     store: ClassVar[str]
     prefix: ClassVar[str]
     suffix: ClassVar[str]
     """A store of many files owns the names with this prefix and suffix."""
-    file_mode: ClassVar[int]
-    dir_mode: ClassVar[int]
+    file_mode: ClassVar[int] = STATE_FILE_MODE
+    dir_mode: ClassVar[int] = STATE_DIR_MODE
     decides: ClassVar[bool] = True
     """Whether what the files say decides what hamimig does to instances (so that a file
     others could write is a forgery risk), rather than being bookkeeping."""
@@ -408,7 +395,10 @@ class StoreFiles:
 
     def names(self) -> list[str]:
         """The store's files by name, sorted; [] when the directory is absent."""
-        return list_names(self.directory, self.prefix, self.suffix)
+        if not check_dir(self.directory):
+            return []
+        with open_dir(self.directory) as dir_fd:
+            return sorted(n for n in os.listdir(dir_fd) if self.owns(n))
 
     def write_named(self, op: FileOpName | None, name: str, data: bytes) -> None:
         """Create or replace `name` atomically with the store's mode, creating the directory
@@ -457,12 +447,8 @@ class StoreFiles:
     def inspect_modes(self) -> list[ModeFinding]:
         """The store's regular files whose mode is not `file_mode` (anything but a regular file
         is the loader's problem, reported with its reason)."""
-        if not check_dir(self.directory):
-            return []
-        with open_dir(self.directory) as dir_fd:
-            names = sorted(n for n in os.listdir(dir_fd) if self.owns(n))
         found: list[ModeFinding] = []
-        for name in names:
+        for name in self.names():
             try:
                 st = os.lstat(self.directory / name)
             except FileNotFoundError:
@@ -488,6 +474,12 @@ class SingleFile(StoreFiles):
     def path(self) -> Path:
         return self.directory / self.file_name
 
-    def read_one(self, decode: Callable[[bytes], T]) -> T | Problem | None:
-        """The file decoded (`read_file`); None when it or the directory is absent."""
-        return self.read_file(self.file_name, decode) if check_dir(self.directory) else None
+    def read_or(
+        self, decode: Callable[[bytes], T], empty: Callable[[], T]
+    ) -> tuple[T, Problem | None]:
+        """The file decoded (`read_file`), `empty()` when it or the directory is absent;
+        `empty()` and the `Problem` when it cannot be used."""
+        loaded = self.read_file(self.file_name, decode) if check_dir(self.directory) else None
+        if isinstance(loaded, Problem):
+            return empty(), loaded
+        return empty() if loaded is None else loaded, None

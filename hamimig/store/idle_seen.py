@@ -12,21 +12,16 @@ Format (version 1): `{"version": 1, "seen": {"MIG-…": "2026-12-01T10:00:00.000
 
 from __future__ import annotations
 
-import json
-
 from hamimig.durations import parse_time
-from hamimig.store._fields import RecordError, check_mig_uuid, check_version, json_object, named
+from hamimig.store._fields import RecordError, check_mig_uuid, json_bytes, named, versioned_json
 from hamimig.store.files import Problem, SingleFile
-from hamimig.store.records import STATE_DIR_MODE
 
 IDLE_SEEN_NAME = "idle-seen.json"
 IDLE_SEEN_VERSION = 1
-IDLE_SEEN_MODE = 0o600
 
 
 def decode_idle_seen(data: bytes) -> dict[str, str]:
-    doc = json_object(data, "idle-seen file")
-    check_version(doc, IDLE_SEEN_VERSION, "idle-seen", "this hamimig reads 1")
+    doc = versioned_json(data, "idle-seen file", IDLE_SEEN_VERSION, "idle-seen")
     raw = doc.get("seen")
     if not isinstance(raw, dict):
         raise RecordError("seen must be an object from MIG UUID to time")
@@ -41,7 +36,7 @@ def decode_idle_seen(data: bytes) -> dict[str, str]:
 
 def encode_idle_seen(seen: dict[str, str]) -> bytes:
     doc = {"version": IDLE_SEEN_VERSION, "seen": {k: seen[k] for k in sorted(seen)}}
-    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    return json_bytes(doc)
 
 
 class IdleSeen(SingleFile):
@@ -49,15 +44,10 @@ class IdleSeen(SingleFile):
 
     store = "idle-seen"
     file_name = IDLE_SEEN_NAME
-    file_mode = IDLE_SEEN_MODE
-    dir_mode = STATE_DIR_MODE
 
     def load(self) -> tuple[dict[str, str], Problem | None]:
         """First-seen times by MIG UUID; an unusable file reads as empty, with its Problem."""
-        loaded = self.read_one(decode_idle_seen)
-        if isinstance(loaded, Problem):
-            return {}, loaded
-        return loaded or {}, None
+        return self.read_or(decode_idle_seen, dict)
 
     def save(self, seen: dict[str, str]) -> None:
         """Replace the file atomically (0600). Bookkeeping like the counters (losing a write

@@ -14,7 +14,6 @@ HAMi's record loader never sees them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
 from pathlib import Path
@@ -22,29 +21,27 @@ from typing import Annotated, Any
 
 from hamimig.hw.types import Placement
 from hamimig.store._fields import (
+    TEXT,
     Json,
     RecordError,
     Stored,
+    check,
     check_nonempty,
     check_opt_mig_uuid,
     check_opt_uint,
     check_placement,
     check_uint,
-    check_version,
-    json_object,
+    json_bytes,
     validated,
+    versioned_json,
 )
-from hamimig.store.files import (
-    Problem,
-    StoreFiles,
-)
-from hamimig.store.records import STATE_DIR_MODE, Owner, check_owner
+from hamimig.store.files import Problem, StoreFiles
+from hamimig.store.records import Owner, check_owner
 from hamimig.vocabulary import FileOpName
 
 INTENT_PREFIX = "intent-"
 INTENT_SUFFIX = ".json"
 INTENT_VERSION = 1
-INTENT_MODE = 0o600
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -59,11 +56,7 @@ def intent_file_name(intent_id: str) -> str:
     return f"{INTENT_PREFIX}{intent_id}{INTENT_SUFFIX}"
 
 
-def _intent_id(value: Any) -> str:
-    text: str = check_nonempty(value)
-    if not _ID_RE.match(text):
-        raise ValueError(f"{text!r} is not a valid intent ID")
-    return text
+_intent_id = check(TEXT, (lambda v: _ID_RE.match(v), "{!r} is not a valid intent ID"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,24 +80,17 @@ class Intent(Stored):
     def to_json(self) -> dict[str, Any]:
         return {"version": INTENT_VERSION, **super().to_json()}
 
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "") -> Intent:
-        """Raises ValueError (a `RecordError`) naming the first field that is wrong."""
-        if isinstance(doc, dict):
-            reads = f"this hamimig reads {INTENT_VERSION}"
-            check_version(doc, INTENT_VERSION, "intent", reads)
-        return validated(cls, doc, what="intent is not a JSON object")
-
 
 def encode_intent(intent: Intent) -> bytes:
-    data = (json.dumps(intent.to_json(), indent=2) + "\n").encode("utf-8")
+    data = json_bytes(intent.to_json())
     decode_intent(intent_file_name(intent.id), data)  # never journal what recovery cannot read
     return data
 
 
 def decode_intent(name: str, data: bytes) -> Intent:
     """Parse the intent stored under file name `name`; raises `RecordError` with the reason."""
-    intent = Intent.from_json(json_object(data, "intent"))
+    doc = versioned_json(data, "intent", INTENT_VERSION)
+    intent = validated(Intent, doc)
     if name != intent_file_name(intent.id):
         raise RecordError(f"file name does not match its id {intent.id}")
     return intent
@@ -115,8 +101,6 @@ class IntentStore(StoreFiles):
 
     store = "intent"
     prefix, suffix = INTENT_PREFIX, INTENT_SUFFIX
-    file_mode = INTENT_MODE
-    dir_mode = STATE_DIR_MODE
 
     def subject(self, name: str) -> str:
         """The intent's ID (what `forget --intent` takes), or the whole file name when what

@@ -24,14 +24,12 @@ import time
 from pathlib import Path
 
 from hamimig.errors import BusyError, UsageError
-from hamimig.store.files import check_dir, describe_entry, ensure_dir
-from hamimig.store.records import STATE_DIR_MODE
+from hamimig.store.files import DIR_FLAGS, STATE_DIR_MODE, check_dir, describe_entry, ensure_dir
 
 LOCK_NAME = "hamimig.lock"
 LOCK_MODE = 0o600
 POLL_SECONDS = 0.05
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -84,7 +82,7 @@ class NodeLock:
             if not check_dir(self.directory):
                 raise UsageError(f"state directory {self.directory} vanished")
             try:
-                fd = os.open(self.directory, _DIR_FLAGS)
+                fd = os.open(self.directory, DIR_FLAGS)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
                     continue  # swapped after check_dir: judge what is there now

@@ -8,7 +8,6 @@ the state directory, until the reconciler's retry succeeds.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -20,17 +19,15 @@ from hamimig.store._fields import (
     check_nonempty,
     check_str,
     check_uint,
-    check_version,
-    json_object,
+    json_bytes,
     validated,
+    versioned_json,
 )
 from hamimig.store.files import Problem, SingleFile
-from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import FileOpName
 
 QUEUE_NAME = "cdi-removal-queue.json"
 QUEUE_VERSION = 1
-QUEUE_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -44,13 +41,11 @@ class QueuedRemoval(Stored):
 
 
 def decode_queue(data: bytes) -> list[QueuedRemoval]:
-    doc = json_object(data, "removal queue")
-    check_version(doc, QUEUE_VERSION, "queue", "this hamimig reads 1")
+    doc = versioned_json(data, "removal queue", QUEUE_VERSION, "queue")
     raw = doc.get("removals")
     if not isinstance(raw, list):
         raise RecordError("removals must be a list")
-    what = "a queued removal must be an object"
-    removals = [validated(QueuedRemoval, item, what=what) for item in raw]
+    removals = [validated(QueuedRemoval, i, what="a queued removal must be an object") for i in raw]
     uuids = [r.mig_uuid for r in removals]
     if len(set(uuids)) != len(uuids):
         raise RecordError("a MIG UUID is queued twice")
@@ -59,7 +54,7 @@ def decode_queue(data: bytes) -> list[QueuedRemoval]:
 
 def encode_queue(removals: list[QueuedRemoval]) -> bytes:
     doc = {"version": QUEUE_VERSION, "removals": [r.to_json() for r in removals]}
-    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    return json_bytes(doc)
 
 
 class RemovalQueue(SingleFile):
@@ -67,15 +62,11 @@ class RemovalQueue(SingleFile):
 
     store = "cdi-removal-queue"
     file_name = QUEUE_NAME
-    file_mode = QUEUE_MODE
-    dir_mode = STATE_DIR_MODE
 
     def load(self) -> tuple[list[QueuedRemoval], list[Problem]]:
         """The queued removals in queue order; an unusable file is a Problem and an empty queue."""
-        loaded = self.read_one(decode_queue)
-        if isinstance(loaded, Problem):
-            return [], [loaded]
-        return loaded or [], []
+        removals, problem = self.read_or(decode_queue, lambda: [])
+        return removals, [] if problem is None else [problem]
 
     def _load_for_update(self) -> list[QueuedRemoval]:
         # Rewriting an unreadable queue would silently drop the removals it still holds; the

@@ -15,7 +15,6 @@ list problems as warnings and mutating ones refuse to run past them.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,21 +32,18 @@ from hamimig.store._fields import (
     check_pod_uid,
     check_time,
     check_uint,
-    check_version,
     dumped,
-    json_object,
+    json_bytes,
     read,
     uuid_digest,
     uuid_digest_like,
     validated,
+    versioned_json,
 )
 from hamimig.store._fields import (
     RecordError as RecordError,  # re-exported: callers catch it from here
 )
-from hamimig.store.files import (
-    Problem,
-    StoreFiles,
-)
+from hamimig.store.files import Problem, StoreFiles
 from hamimig.vocabulary import RECORD_STATES, FileOpName, State
 
 RECORD_PREFIX = "hami-owned-mig-"
@@ -56,8 +52,6 @@ LOADER_PREFIX = "hami-owned-"
 RECORD_SUFFIX = ".json"
 HAMI_VERSION = 1
 SCHEMA_VERSION = 1
-RECORD_MODE = 0o600
-STATE_DIR_MODE = 0o750
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,18 +64,14 @@ class Owner(Stored):
     container_index: Annotated[int, Json("containerIndex", check_uint)] = 0
     device_index: Annotated[int, Json("deviceIndex", check_uint)] = 0
 
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "owner") -> Owner:
-        """Raises ValueError (a `RecordError`) naming the first field that is wrong (under
-        `where`: `owner`, `hamimig.lastOwner`)."""
-        return validated(cls, doc, where)
-
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}[{self.container_index}/{self.device_index}]"
 
 
 def check_owner(where: str) -> Any:
-    return lambda doc: None if doc is None else Owner.from_json(doc, where)
+    """An owner's check: null, or an `Owner` whose wrong field is named under `where` (`owner`,
+    `hamimig.lastOwner`)."""
+    return lambda doc: None if doc is None else validated(Owner, doc, where)
 
 
 def _state(value: Any) -> State:
@@ -157,7 +147,7 @@ def encode_record(r: Record) -> bytes:
         **dumped(r),
         "hamimig": {"schemaVersion": SCHEMA_VERSION, **ours},
     }
-    data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    data = json_bytes(doc)
     decode_record(record_name(r.mig_uuid), data)
     return data
 
@@ -167,8 +157,7 @@ _OPTIONAL = ("idleSince", "lastOwner")
 
 def _decode_content(data: bytes) -> Record:
     """Everything HAMi and hamimig check except the file name (see `RecordStore.load`)."""
-    doc = json_object(data, "record")
-    check_version(doc, HAMI_VERSION, "record", "HAMi reads version 1")
+    doc = versioned_json(data, "record", HAMI_VERSION, reader="HAMi reads version")
     hami = read(Record, doc)
     if "hamimig" not in doc:
         # Written by HAMi: it has no lifecycle state, and HAMi restores such instances as idle.
@@ -218,8 +207,6 @@ class RecordStore(StoreFiles):
 
     store = "record"
     prefix, suffix = LOADER_PREFIX, RECORD_SUFFIX
-    file_mode = RECORD_MODE
-    dir_mode = STATE_DIR_MODE
 
     def subject(self, name: str) -> str:
         """`mig-<sha256>`: the record's name without HAMi's prefix and the suffix (the whole

@@ -15,7 +15,7 @@ from hamimig.engine.facts import Durable, load_durable
 from hamimig.engine.node import Node
 from hamimig.engine.podsource import PodSource
 from hamimig.engine.safety import decision_file_problems, default_cdi_dirs
-from hamimig.errors import HamimigError
+from hamimig.errors import HamimigError, why
 from hamimig.reports.doctor.cdi import check_cdi
 from hamimig.reports.doctor.hardware import check_hardware, check_mig_minors
 from hamimig.reports.doctor.recovery import with_recovery
@@ -27,7 +27,7 @@ from hamimig.reports.doctor.state import (
     check_idle_seen,
     check_state_dir,
 )
-from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, why
+from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok
 from hamimig.reports.views import Check, DoctorReport
 
 

@@ -15,7 +15,7 @@ from hamimig.config import Config
 from hamimig.engine.facts import Durable
 from hamimig.engine.node import Node
 from hamimig.engine.safety import cdi_conflicts, scan_cdi_dirs, unreadable_specs
-from hamimig.errors import HamimigError
+from hamimig.errors import HamimigError, why
 from hamimig.hw.types import MigMode
 from hamimig.reports.doctor.hardware import Live
 from hamimig.reports.doctor.verdicts import (
@@ -26,7 +26,6 @@ from hamimig.reports.doctor.verdicts import (
     ok,
     subject_of,
     warn,
-    why,
 )
 from hamimig.reports.views import Check, CheckStatus
 from hamimig.store.cdi import CdiDevice, CdiStore, spec_file_name

@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hamimig.config import Config
-from hamimig.engine.facts import Liveness, cdi_device_for, check_record
+from hamimig.engine.facts import GpuFacts, Liveness, cdi_device_for, check_record
 from hamimig.engine.node import Node
-from hamimig.errors import HamimigError
+from hamimig.errors import HamimigError, why
 from hamimig.hw.minors import MigMinors
-from hamimig.hw.types import Gpu, GpuInstance, MigHardware, MigMode
-from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, warn, why
+from hamimig.hw.types import Gpu, MigHardware, MigMode
+from hamimig.reports.doctor.verdicts import HARDWARE, fail, guarded, ok, warn
 from hamimig.reports.views import Check
 from hamimig.store.cdi import CdiDevice
 from hamimig.store.cdi_base import NONE
@@ -31,9 +31,7 @@ class Live:
     composes: bool = True
     """Whether specs are composed from the NVIDIA base (`cdi.baseSpec` is not none)."""
     gpus: list[Gpu] = field(default_factory=list)
-    _layouts: dict[int, tuple[tuple[GpuInstance, ...], dict[int, str]]] = field(
-        default_factory=dict
-    )
+    _layouts: dict[int, GpuFacts] = field(default_factory=dict)
 
     def needed_device(self, record: Record) -> CdiDevice | str:
         """What the record's live instance needs in its spec, or why that cannot be known."""
@@ -44,9 +42,9 @@ class Live:
         if gpu.mig_mode is not MigMode.ENABLED:
             return f"MIG is {gpu.mig_mode.value} on GPU {gpu.index}: its instance is not live"
         if gpu.index not in self._layouts:
-            names = {p.id: p.name for p in self.hw.profiles(gpu.index)}
-            self._layouts[gpu.index] = (self.hw.layout(gpu.index), names)
-        live = check_record(record, *self._layouts[gpu.index])
+            self._layouts[gpu.index] = GpuFacts.listed(self.hw, gpu)
+        facts = self._layouts[gpu.index]
+        live = check_record(record, facts.layout, facts.names)
         if live.status is not Liveness.COMPLETE:
             return f"its instance is not live ({live.detail})"
         ids = (record.gpu_instance_id, record.compute_instance_id)

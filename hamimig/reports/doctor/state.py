@@ -14,14 +14,14 @@ from pathlib import Path
 from hamimig.engine.facts import Durable, forget_line
 from hamimig.engine.node import Node
 from hamimig.engine.safety import parent_problem
-from hamimig.reports.doctor.verdicts import HARDWARE, fail, mode_text, ok, subject_of, warn, why
+from hamimig.errors import why
+from hamimig.reports.doctor.verdicts import HARDWARE, fail, mode_text, ok, subject_of, warn
 from hamimig.reports.views import Check
 from hamimig.store.counters import EVENTS_WRITE_FAILURES, Counters
 from hamimig.store.events import EventJournal
-from hamimig.store.files import StoreFiles
+from hamimig.store.files import STATE_DIR_MODE, StoreFiles
 from hamimig.store.idle_seen import IdleSeen
 from hamimig.store.lock import NodeLock
-from hamimig.store.records import STATE_DIR_MODE
 from hamimig.vocabulary import State
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hamimig.errors import HamimigError
+from hamimig.errors import HamimigError, why
 from hamimig.reports.views import Check, CheckStatus
 
 HARDWARE = 4
@@ -35,14 +35,6 @@ def fail(name: str, message: str, hint: str, exit_code: int = UNVERIFIABLE) -> C
     return Check(
         name=name, status=CheckStatus.FAIL, message=message, hint=hint, exit_code=exit_code
     )
-
-
-def why(exc: BaseException) -> str:
-    if isinstance(exc, HamimigError):
-        return exc.message
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
-    return str(exc)
 
 
 def guarded(name: str, checks: Callable[[], list[Check]]) -> list[Check]:
