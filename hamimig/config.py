@@ -279,14 +279,9 @@ _DECIMAL = re.compile(r"^[-+]?(0|[1-9][0-9]*)$")
 
 
 def _loader(yaml: Any) -> Any:
-    """PyYAML's safe loader, except that only plain decimal integers are integers, and a key
-    given twice in one mapping is refused (`hamimig.store.yamlload`).
-
-    YAML 1.1 also reads `1:30` as 90 (base 60), `010` as 8 and `0x10` as 16; an operator who
-    writes `idleTTL: 1:30` means an hour and a half, not 90 seconds, and a policy that destroys
-    instances must not guess. Every other integer form stays text, which the settings then
-    refuse or read in their own grammar (`010` as a duration is ten seconds).
-    """
+    """PyYAML's safe loader, refusing duplicate keys, where only plain decimals are integers
+    (docs/formats.md "Config"): an operator writing `idleTTL: 1:30` means an hour and a half,
+    not YAML 1.1's base-60 90, and a policy that destroys instances must not guess."""
 
     class Strict(refusing_duplicates(yaml.SafeLoader)):  # type: ignore[misc]
         pass

@@ -1,12 +1,7 @@
-"""Durations as operators write them (`90s`, `30m`, `2h`, `1h30m`, or plain seconds) and as
-hamimig prints them (`3h12m`), and RFC 3339 times.
-
-One grammar serves the idle policy's `idleTTL`, `reclaim --idle-older-than` and time windows
-of later commands, so that a value that works in one place works in all. It is a strict subset
-of Go's `time.ParseDuration` (whole numbers of hours, minutes and seconds, in that order), so a
-value copied from a Helm chart means the same here; fractions, `ms` and signs are refused rather
-than rounded, because a policy that destroys instances must not guess what its operator meant.
-This module imports nothing of hamimig, so that the config and every layer can use it.
+"""Durations as operators write them and hamimig prints them (docs/formats.md "Config"), and
+RFC 3339 times. One grammar everywhere, a strict subset of Go's `time.ParseDuration` so a value
+from a Helm chart means the same here; what it cannot say exactly is refused, not rounded, since
+a policy that destroys instances must not guess. Imports nothing of hamimig, so every layer can.
 """
 
 from __future__ import annotations

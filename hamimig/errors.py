@@ -110,12 +110,8 @@ class BusyError(HamimigError):
 
 
 class NvmlError(HardwareError):
-    """An NVML call failed; keeps the call and NVML's own error name and code.
-
-    The engine decides per call site whether a given NVML error is a conflict (for example
-    INSUFFICIENT_RESOURCES on create) or a hardware failure; the name and code let it do so
-    without string matching.
-    """
+    """An NVML call failed; keeps the call and NVML's error name and code, so each call site
+    tells a conflict (INSUFFICIENT_RESOURCES on create) from a failure without string matching."""
 
     def __init__(self, call: str, name: str, value: int, detail: str = "") -> None:
         text = f"NVML call {call} failed: {name} (code {value})"
@@ -128,11 +124,8 @@ class NvmlError(HardwareError):
 
 
 class GpuInstanceUnreadable(NvmlError):
-    """The GI exists, its ID is unknown; the caller must roll it back.
-
-    The create call succeeded but reading the new GI back failed, so the caller cannot treat
-    the failure like a refused create (nothing made): a GI now occupies the placement.
-    """
+    """The GI was created but could not be read back, so, unlike a refused create, a GI now
+    occupies the placement: the caller must roll it back."""
 
 
 class NvmlUnavailableError(HardwareError):

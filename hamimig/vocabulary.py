@@ -11,13 +11,9 @@ import enum
 
 
 class State(str, enum.Enum):
-    """An instance's lifecycle state.
-
-    A record holds one of `RECORD_STATES`; `Creating` lives in the intent journal (an allocation
-    in flight or crashed), and `Unmanaged`, `OrphanGI`, `Missing` and `Unreadable` exist only in
-    views: what `list` says of a live instance without a record, a record without its instance,
-    or a live instance whose record cannot be read (never written to a record).
-    """
+    """An instance's lifecycle state (docs/formats.md "States and actions"). A record holds one
+    of `RECORD_STATES`; `Creating` lives in the intent journal, and the rest exist only in
+    views, never written to a record."""
 
     CREATING = "Creating"
     ACTIVE = "Active"
@@ -35,11 +31,8 @@ RECORD_STATES: tuple[State, ...] = (State.ACTIVE, State.IDLE, State.RECLAIMING, 
 
 
 class ActionKind(str, enum.Enum):
-    """Every kind of step a mutating command plans and the executor applies.
-
-    The value is what `recover`, `adopt` and `reconcile` report as `action`; `allocate`,
-    `release`, `reclaim` and `forget` report their steps in their own result shapes.
-    """
+    """Every kind of step a mutating command plans and the executor applies; the value is the
+    `action` that `recover`, `adopt`, `reconcile` and the event journal report."""
 
     # allocate, release, reclaim, forget
     CREATE = "create"
@@ -72,10 +65,8 @@ class ActionKind(str, enum.Enum):
 
 
 class ActionResult(str, enum.Enum):
-    """What became of one step of recover, adopt or reconcile (`result` in its action object;
-    in a dry run, what would): applied (`done`), nothing to change (`unchanged`: a preserve,
-    a restore that found the record as it should be), left alone on purpose (`skipped`), or
-    refused by the hardware or the disk (`failed`, with its `error`)."""
+    """What became of one step of recover, adopt or reconcile (`result` in its action object,
+    docs/formats.md "States and actions"); in a dry run, what would."""
 
     DONE = "done"
     UNCHANGED = "unchanged"
@@ -84,11 +75,8 @@ class ActionResult(str, enum.Enum):
 
 
 class Outcome(str, enum.Enum):
-    """What a command did to one instance it reports (`outcome` in its Instance object; in a
-    dry run, what it would do): allocate made a new one, handed out an Idle one, or found the
-    slot already holding its instance; release moved it to Idle; reclaim destroyed it; forget
-    dropped its record. `unchanged`: nothing changed (the slot already held it, it was
-    already released). `failed`: its step failed."""
+    """What a command did to one instance it reports (`outcome` in its Instance object,
+    docs/formats.md "JSON results"); in a dry run, what it would do."""
 
     CREATED = "created"
     REUSED = "reused"
@@ -102,11 +90,8 @@ class Outcome(str, enum.Enum):
 
 
 class FileOpName(str, enum.Enum):
-    """Every durable-state file operation the store performs through its `file_op` hook.
-
-    The store names each write or removal with one of these, and the simulator's file faults
-    (`sim fault add --op`) target them by value; one list keeps the two from drifting apart.
-    """
+    """Every durable-state file operation the store performs through its `file_op` hook, named
+    here once so the store and the simulator's file faults (`sim fault add --op`) never drift."""
 
     RECORD_WRITE = "record.write"
     RECORD_REMOVE = "record.remove"

@@ -36,12 +36,9 @@ from hamimig.vocabulary import ActionKind, Outcome, State
 def allocate(
     node: Node, request: AllocateRequest, source: PodSource, dry_run: bool = False
 ) -> Allocation:
-    """Plan (`plan_allocation`), then execute the plan; a dry run plans the same steps on a
-    snapshot read without the node lock and reports them, changing nothing.
-
-    The pods are read under the lock: an Idle or Error instance that another pod's
-    annotation claims is neither handed out nor destroyed to make room. The result warns when
-    the GPU's next reset will disable MIG, destroying the instance with the rest."""
+    """Plan (`plan_allocation`), then execute the plan (a dry run only reports it). The pods
+    are read under the lock, so an instance another pod's annotation claims is neither handed
+    out nor destroyed to make room."""
     reclaimed: tuple[str, ...] = ()
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=True, dry_run=dry_run)
@@ -210,14 +207,9 @@ def _plan_reuse(
     request: AllocateRequest,
     holds: PodHolds,
 ) -> Step | None:
-    """The exact Idle match to hand out, verified live, with the spec it needs.
-
-    Verification reads that one instance (at most ten NVML calls, and three more to see that
-    no compute, graphics or MPS process runs on it), never the node's layout. A busy match, or
-    one whose spec is missing and cannot be composed, is passed over and stays Idle and cached;
-    so is one that another pod's annotation claims (the create path then names that pod as a
-    blocker).
-    """
+    """The exact Idle match to hand out, verified live with its spec, reading only that one
+    instance, never the node's layout (docs/performance.md's budget). A busy, claimed or
+    spec-less match is passed over and stays Idle."""
     gpu_ref = request.gpu
     hw = node.hardware()
     cdi = node.cdi()
@@ -257,11 +249,9 @@ def _plan_reuse(
 
 
 def _require_base(node: Node) -> tuple[BaseSpec | None, int | None]:
-    """Refuse (exit 2) an allocation whose new spec could not be composed: no usable NVIDIA
-    base spec, or no capability nodes' major (without it no spec can be composed, and finding
-    that out after the GI and CI exist would create and destroy an instance on every request).
-    Checked once, before any hardware change, so a refusal leaves no GI or CI behind; the base
-    and the major are what the creation then composes from (None: it composes none)."""
+    """Refuse (exit 2) an allocation whose new spec could not be composed (no usable base spec,
+    no capability major), before any hardware change: found after, it would create and destroy
+    an instance on every request. Returns what the creation composes from."""
     cdi = node.cdi()
     if cdi is None or not cdi.lookup().composes:
         return None, None
@@ -331,15 +321,9 @@ def _plan_creation(
 
 
 def _stale_specs(node: Node, durable: Durable, gpu: Gpu, dry_run: bool) -> list[QueuedRemoval]:
-    """Before any creation the real run retries every queued CDI removal, and refuses (exit 4,
-    before any NVML call) while one still queued names the target GPU's device node: these.
-    A dry run applies none, so it cannot know whether one fails again: it names each it would
-    retry whose spec names that node, which the real run would then refuse.
-
-    A destroyed instance whose spec could not be removed leaves that spec published, and the
-    driver gives the next instance at its slot the same GI and CI IDs: the stale spec's
-    capability device nodes would then be the new tenant's.
-    """
+    """The queued CDI removals whose spec names the target GPU's device node, which block a
+    creation (docs/formats.md "The CDI removal queue": a stale spec's capability nodes would be
+    the next tenant's). A dry run retries none, so it names each such one it would retry."""
     cdi = node.cdi()
     if cdi is None or not durable.removals:
         return []

@@ -1,11 +1,5 @@
-"""The one place that changes the node: `apply(node, step)` carries out a planned step.
-
-Planners (allocate, release, reclaim, reconcile, recovery, forget) decide; this module acts,
-in a crash-safe order (docs/design.md "Crash safety"): before every hardware mutation the
-durable state already says what is about to happen. Creation journals an intent before the
-GI, updates it before the CI and again before the CDI spec; destruction marks the record
-Reclaiming before the CI and GI go. CDI specs are removed only after the hardware is gone,
-and a failed removal is queued.
+"""The one place that changes the node: planners decide, `apply(node, step)` acts, in the
+crash-safe order of docs/design.md "Crash safety".
 
 Every record write and removal is here and asks the transition table first, so no command can
 move an instance between states the lifecycle does not allow.
@@ -87,13 +81,9 @@ def set_state(node: Node, record: Record, target: State, **changes: object) -> R
 
 
 class StepFailed(HardwareError):
-    """A step the hardware or the disk refused. `tracked`: it left a consistent state that
-    hamimig tracks and `reconcile` retries (an instance kept in Error, a queued CDI removal, an
-    orphan GI preserved), on which the device plugin may start; otherwise (an interrupted
-    allocation that still cannot be undone) recovery has failed. For the event journal:
-    `record`, the record a refused destroy left in Error (never reused); `made`, the instance
-    a failed allocation had created before it was rolled back (None: it failed before its CI
-    existed)."""
+    """A step the hardware or the disk refused. `tracked`: it left a state `reconcile` retries
+    (Error, a queued removal, a kept orphan GI), so the device plugin may still start; else
+    recovery has failed. `record` and `made` tell the event journal what the step left."""
 
     def __init__(
         self,
@@ -240,11 +230,8 @@ def _drop_intent(node: Node, intent: Intent) -> None:
 
 
 def rollback_intent(node: Node, intent: Intent) -> None:
-    """Destroy what an allocation created (CI, GI), then its CDI spec, then the intent.
-
-    If the hardware refuses, the intent stays so that recovery can finish the job, and the
-    error says so.
-    """
+    """Destroy what an allocation created (CI, GI), then its CDI spec, then the intent; if the
+    hardware refuses, the intent stays so that recovery can finish the job."""
     hw = node.hardware()
     gi_id = intent.gpu_instance_id
     try:
@@ -299,14 +286,9 @@ class Applied:
 
 
 def apply(node: Node, step: Step) -> Applied:
-    """Carry out one planned step. A step on a `Where` only reports: it changes nothing.
-
-    Every step that changed something, and every step the hardware or the disk failed, is
-    logged to the event journal here, the one place all commands' changes pass through.
-
-    Raises `StepFailed` when the hardware or disk refuses part of it,
-    `HamimigError` or `OSError` when it could not be done at all.
-    """
+    """Carry out one planned step (one on a `Where` only reports), logging it here, the one
+    place all commands' changes pass through. `StepFailed` when the hardware or disk refuses
+    part of it; `HamimigError` or `OSError` when it could not be done at all."""
     if not step.changes:
         return Applied()
     if node.read_only:  # a dry run only reports its plan; reaching here is a bug
@@ -345,13 +327,10 @@ class Executed:
 
 
 def execute(node: Node, plan: Plan, dry_run: bool, tolerate_tracked: bool = False) -> Executed:
-    """Apply a verified plan's steps in order; a dry run only reports them.
-
-    The plan's failure policy decides what a failed step does: an `abort` plan (allocate, a
-    command on one instance) stops there and raises its error, an Error instance that still
-    cannot be destroyed in the way of the plan's creation as a conflict (exit 3); any other
-    plan goes on past it and reports it on its step. With `tolerate_tracked` (recovery) a
-    failure that left a tracked state behind is reported but does not fail the command."""
+    """Apply a verified plan's steps in order (a dry run only reports them). An `abort` plan
+    stops at a failed step and raises (an undestroyable Error instance in the way of its
+    creation as a conflict, exit 3); others go on and report it on the step. With
+    `tolerate_tracked` (recovery) a failure that left a tracked state does not fail the command."""
     actions: list[Action] = []
     results: list[Applied | HamimigError | OSError] = []
     failures = list(plan.failures)
@@ -476,11 +455,8 @@ def _release(node: Node, target: Target) -> Applied:
 
 
 def _destroy(node: Node, target: Target) -> Applied:
-    """Destroy a managed instance: Reclaiming, CI, GI, then CDI spec (queued on failure), then
-    the record; the note says what was deferred (a queued CDI removal).
-
-    Raises `StepFailed` (its `record` left in Error with the NVML error) when the hardware refuses.
-    """
+    """Destroy a managed instance in the crash-safe order; the note says what was deferred (a
+    queued CDI removal). `StepFailed`, its record left in Error, when the hardware refuses."""
     assert isinstance(target, Managed) and target.live is not None
     record, live, gpu_index = target.record, target.live, target.gpu_index
     hw = node.hardware()
@@ -554,12 +530,10 @@ def _roll_back(node: Node, target: Target) -> Applied:
 
 
 def _record_pair(node: Node, target: Target) -> Applied:
-    """Record a verified live pair as Active for its pod, or as Idle (adopted). An adopted
-    instance gets its record first, then its spec: a crash between them leaves a record whose
-    spec the next recovery writes, never a spec that no record accounts for. When no spec can
-    be composed (no NVIDIA spec, no nvidia-caps major) the adoption still stands and the note
-    says why there is no spec: the instance is never handed out without one, and a later
-    recover writes it (repair-cdi) once the node can."""
+    """Record a verified live pair as Active for its pod, or as Idle (adopted). Record first,
+    then spec: a crash between leaves a record whose spec recovery writes, never an unowned
+    spec. An adoption with no composable spec stands (the note says why); it is never handed
+    out without one, and a later `recover` writes it (repair-cdi)."""
     assert isinstance(target, Pair)
     record, gpu, gi, ci = target.record, target.gpu, target.gi, target.ci
     if _pair_as_recorded(node, target):  # already as it should be: a second run changes nothing
@@ -689,12 +663,9 @@ def _remove_orphan_spec(node: Node, target: Target) -> Applied:
 
 
 def _forget_record(node: Node, target: Target) -> Applied:
-    """Drop one record file and its CDI spec, never the hardware.
-
-    Order, so that a crash at any point leaves something a rerun or `reconcile` finishes: queue
-    the spec's removal, remove the record, remove the spec, drop the queue entry. Before the
-    record goes, a rerun of `forget` starts over; after, the queued removal is `reconcile`'s.
-    """
+    """Drop one record file and its CDI spec, never the hardware. Queue the spec's removal,
+    remove the record, the spec, the queue entry: before the record goes a rerun of `forget`
+    starts over; after, the queued removal is `reconcile`'s."""
     assert isinstance(target, Forgettable)
     if target.mig_uuid is None:
         return _forget_record_file(node, target)

@@ -74,15 +74,10 @@ def load_durable(node: Node) -> Durable:
 
 
 def load_for_mutation(node: Node, tidy: bool = False, dry_run: bool = False) -> Durable:
-    """Mutating commands refuse to run past any unreadable record, intent or queue (exit 5),
-    and on a node others can forge records on or shadow our CDI devices in (exit 5; a dry run
-    notes that refusal, `Node.refuse`, plans on and lists the findings as `warnings`).
-
-    With `tidy`, intents of allocations that had finished (their MIG UUID has a record on the
-    same GPU and placement: only the intent's removal failed) are set aside in `finished`, so
-    that they never block the GPU; `executor.tidy_finished` removes them once the command has
-    changed something.
-    """
+    """The durable state a mutating command may act on, refusing (exit 5) past any unreadable
+    file or an unsafe node (a dry run notes it and plans on). With `tidy`, intents of finished
+    allocations (only their removal failed) are set aside in `finished` so they never block
+    the GPU; `executor.tidy_finished` removes them once the command has changed something."""
     durable = load_durable(node)
     if durable.problems:
         first = durable.problems[0]
@@ -113,14 +108,9 @@ def same_slot(intent: Intent, gi: GpuInstance) -> bool:
 
 
 def created_by(intent: Intent, gi: GpuInstance) -> bool:
-    """Whether `gi` can be the GI that `intent`'s interrupted request created.
-
-    Same placement and profile, and either the GI ID the intent journaled (holding no compute
-    instance, or the one whose MIG UUID the intent journaled, or one when it journaled none),
-    or, when the request died before journaling a GI ID, a GI without compute instances: the CI
-    is created only after the GI ID is journaled, so a GI that holds one belongs to someone
-    else.
-    """
+    """Whether `gi` can be the GI that `intent`'s interrupted request created: same placement
+    and profile, and the journaled GI ID, or without one a GI holding no CI (the CI is created
+    only after the GI ID is journaled, so a GI holding one is someone else's)."""
     if not same_slot(intent, gi):
         return False
     if intent.gpu_instance_id is not None:
@@ -134,11 +124,9 @@ def created_by(intent: Intent, gi: GpuInstance) -> bool:
 
 
 def ci_created_by(intent: Intent, gi: GpuInstance, ci: ComputeInstance) -> bool:
-    """Whether the live CI `ci` of `gi` can be the one `intent`'s request created: `gi` is
-    the intent's (`created_by`), and `ci` has the MIG UUID the intent journaled, or, when the
-    request died before journaling one, any CI of that GI (the crash may have come between
-    creating the CI and journaling it). A CI with another MIG UUID is someone else's, even in
-    a GI with the journaled ID (the driver gives a slot's next GI the same ID)."""
+    """Whether the live CI `ci` of `gi` can be the one `intent`'s request created: the journaled
+    MIG UUID, or any CI when none was journaled. Another MIG UUID is someone else's even under
+    the journaled GI ID, since the driver gives a slot's next GI the same ID."""
     return created_by(intent, gi) and intent.mig_uuid in (None, ci.mig_uuid)
 
 

@@ -1,22 +1,8 @@
-"""`forget`: the supported way out when recovery refuses (exit 5) because of one file.
-
-Recovery fails closed: a record that does not match the hardware, a corrupt record or a leftover
-intent stops it, and before this command the only way on was to edit the state directory by
-hand. `forget` drops exactly one ownership record (with its CDI spec) or one intent and never
-touches the hardware, so a live instance whose record is forgotten becomes Unmanaged, which
-`list` shows and `recover` preserves.
-
-It deliberately does not verify anything against the hardware, and it does not refuse because
-some other file is unreadable: the named file is often the very one that does not verify. The
-one exception is an unreadable intent when forgetting a record (see `forget_record`).
-
-The record is the file at `record_name(uuid)`, read on its own rather than through the loader,
-so a record whose content is corrupt (or was written by a newer hamimig, or is a symlink) is
-still dropped by UUID. Its state cannot be read, so the Active check cannot apply to it; the
-result says it was unreadable and why. Since the MIG UUID of a corrupt record is often what
-cannot be read, a record is also named by its file name or by the whole CDI device name in it
-(`mig-<sha256>`, what `list` and doctor show): the file at that name is the one dropped,
-decoded or not.
+"""`forget`: the supported way out when recovery refuses (exit 5) because of one file, instead
+of a hand edit (docs/runbook.md "When recovery refuses"). It verifies nothing against the
+hardware and ignores other unreadable files (but an unreadable intent when forgetting a record),
+since the named file is often the one that does not verify; a record is read on its own, not
+through the loader, so a corrupt one is still dropped by UUID, file or device name.
 """
 
 from __future__ import annotations
@@ -226,12 +212,9 @@ def plan_forget_record(node: Node, mig_uuid: str) -> tuple[Forgotten, Step]:
 
 
 def plan_forget_file(node: Node, file: str, problem: Problem) -> tuple[Forgotten, Step]:
-    """Dropping the unreadable record file `file` (named by its file or device name), with the
-    CDI spec of the device its name holds; its MIG UUID is unknown. The caller holds the lock.
-
-    An intent naming an instance of that device name (or an unreadable intent, which might)
-    refuses it as it refuses forgetting by MIG UUID: a rollback could then destroy the
-    instance this record protected."""
+    """Dropping the unreadable record file `file` and its device's CDI spec, its MIG UUID
+    unknown; the caller holds the lock. An intent that names (or, unreadable, might name) that
+    device refuses it: a rollback could then destroy the instance this record protected."""
     records, cdi = node.records, node.cdi()
     device = forget_name(file) if forget_name(file) != file else None
     intents, intent_problems = node.intents.load()

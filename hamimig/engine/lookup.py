@@ -1,14 +1,6 @@
-"""Finding an instance from what an operator types: a MIG UUID, a unique prefix of one, or the
-CDI device name (`mig-<sha256>`, or `kind=mig-<sha256>` as a runtime resolves it) or a unique
-prefix of that (what `list`'s CDI column shows).
-
-A full MIG UUID is taken as it is, known to the node or not, so every command answers it
-exactly as before; only the other forms are looked up, among every MIG UUID the node knows:
-its usable records, the live MIG devices (Unmanaged ones too) and the intents that name one.
-Mutating commands resolve under the node lock, after loading the durable state, and need at
-least `MIN_MUTATING_DIGITS` hex digits after `MIG-` (or `mig-`): a prefix that happens to be
-unique today must not act on another instance tomorrow through a script that kept it. An
-old-form MIG UUID's digits are its GPU's, so those commands take one only whole.
+"""Finding an instance from what an operator types (docs/formats.md "MIG UUIDs"), so what
+`list` prints can be pasted back. Mutating commands need `MIN_MUTATING_DIGITS`: a prefix
+unique today must not act on another instance tomorrow through a script that kept it.
 """
 
 from __future__ import annotations

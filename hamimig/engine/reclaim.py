@@ -1,9 +1,6 @@
 """`reclaim`: destroying Idle and Error instances on request (by MIG UUID, on a GPU, in a
 placement window, or older than an age), never Active ones, never anything without a record,
 never one a pod's annotation claims or one with processes.
-
-A planner over one snapshot taken under the node lock (a dry run's without it); `executor`
-applies its steps.
 """
 
 from __future__ import annotations

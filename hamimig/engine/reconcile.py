@@ -1,9 +1,6 @@
-"""`reconcile`: the retry pass. With pods, release instances whose pods are gone; retry
-queued CDI removals; make specs current for verified records; retry destroying Error
-instances; then apply the idle policy.
-
-A planner over one snapshot taken under the node lock (a dry run's without it); `executor`
-applies its steps, going on past a failed one.
+"""`reconcile`: the retry pass, so what hamimig left tracked but unfinished (instances whose pods
+are gone, queued CDI removals, stale specs, Error instances, the idle policy) converges without
+an operator. Its plan goes on past a failed step.
 """
 
 from __future__ import annotations
@@ -45,11 +42,7 @@ from hamimig.engine.release import index_hint
 def reconcile(node: Node, dry_run: bool = False, source: PodSource | None = None) -> ActionReport:
     """One pass: with pods, release instances whose pods are gone; retry queued CDI removals;
     make specs current; retry destroying Error instances; then, with pods, apply the idle
-    policy. A dry run reads without the node lock.
-
-    A real pass that ran its plan to the end, failed steps and all, notes when it finished
-    (`counters.json`'s `lastReconcile`, `metrics`' `hamimig_last_reconcile_timestamp_seconds`);
-    a dry run or a pass refused before acting does not."""
+    policy. A real pass that ran its plan notes `lastReconcile` (docs/formats.md "Counters")."""
     with node.lock_unless(dry_run):
         durable = load_for_mutation(node, tidy=not dry_run, dry_run=dry_run)
         pods = None if source is None else source.load(node)
@@ -186,17 +179,10 @@ def _check_holders(
 
 
 def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
-    """Rewrite the specs of Active and Idle instances that no longer match the NVIDIA base
-    spec (a driver upgrade changes library paths), as reuse and recover do.
-
-    Only existing specs are looked at (a missing one is recover's `repair-cdi`). A spec is
-    compared with what its record says; one that differs is rewritten only once the record is
-    verified against the live instance, as a reuse verifies it (`check_live`: its MIG UUID
-    live on the recorded GPU with the recorded GI ID, CI ID, placement and profile, its compute
-    instance spanning its GPU instance). A record that disagrees would point the spec at the
-    device nodes of another tenant's instance: the pass refuses (exit 5). With no usable base
-    spec every spec is kept as it is, with a warning.
-    """
+    """Rewrite existing specs of Active and Idle instances that no longer match the base spec
+    (a driver upgrade; a missing one is recover's `repair-cdi`), only once the record is verified
+    live (`check_live`): a wrong record would point the spec at another tenant's device nodes, so
+    the pass refuses (exit 5)."""
     cdi = node.cdi()
     if cdi is None or not cdi.lookup().composes:
         return
@@ -253,14 +239,9 @@ def _plan_spec(plan: Plan, node: Node, cdi: CdiStore, record: Record) -> None:
 def _plan_destroy_retries(
     plan: Plan, node: Node, durable: Durable, pods: PodSnapshot | None
 ) -> None:
-    """Retry destroying Error (and unfinished Reclaiming) instances, oldest first; a busy one
-    is skipped, one that cannot be verified is a failure of this pass.
-
-    HAMi's plugin restores an Error record as Idle and may have handed its instance to a pod,
-    writing only the pod's annotation: one a pod claims is skipped, and without a pod list
-    fresh enough to say (`stale`) only instances no pod could use (no compute instance left)
-    are retried.
-    """
+    """Retry destroying Error (and unfinished Reclaiming) instances, oldest first, skipping busy
+    ones. HAMi's plugin may have handed an Error instance to a pod (annotation only), so one a
+    pod claims is skipped, and with a `stale` pod list only those without a CI are retried."""
     hw = node.hardware()
     why_unknown = "no pod list" if pods is None else stale(node, pods)
     holds = PodHolds.of(pods if why_unknown is None else None)

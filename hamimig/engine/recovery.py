@@ -1,12 +1,7 @@
-"""Startup recovery and adoption: plan everything, verify the whole plan, then execute.
-
-The order is what start-up needs (docs/design.md "The pipeline"): first the runtime
-identities that active pods reference, then the durable records reconciled with the live layout,
-then interrupted allocations, then instances nobody knows (kept unless adoption is on), then CDI
-files. Each phase is one function over one `_Survey` (the snapshot, the plan being built and
-what it has claimed so far). Anything that cannot be verified stops recovery before its first
-change (exit 5): changing uncertain hardware state is how one tenant's slice ends up with
-another.
+"""Startup recovery and adoption: plan everything, verify the whole plan, then execute, in the
+phase order of docs/design.md "The pipeline", each phase one function over one `_Survey`.
+Anything unverifiable stops recovery before its first change (exit 5): changing uncertain
+hardware state is how one tenant's slice ends up with another.
 """
 
 from __future__ import annotations
@@ -101,13 +96,9 @@ def plan_recovery(
     pairs_only: bool = False,
     pods_known: bool = True,
 ) -> Plan:
-    """Build and verify the whole plan; every refusal is collected in `plan.refusals`.
-
-    `pairs_only` is `adopt`: claim unmarked complete pairs (and pod-referenced ones), leave
-    records, intents and orphan GIs to `recover`. `pods_known` False is `doctor` without a
-    pod source: it plans as if no pod held anything, except that processes on an Active
-    instance are not held against it (they may well be its pod's).
-    """
+    """Build and verify the whole plan, every refusal collected. `pairs_only` is `adopt` (pairs
+    only; records, intents and orphan GIs are `recover`'s). `pods_known` False is `doctor`
+    without pods: processes on an Active instance are not held against it (likely its pod's)."""
     plan = Plan()
     gpus = _survey_gpus(node.hardware(), plan, only_gpu)
     holding = holding_pods(pods) if pods is not None else []
@@ -593,12 +584,8 @@ def _refused(plan: Plan, cdi: CdiStore, name: str, mig_uuid: str | None = None) 
 
 
 def _plan_cdi_files(survey: _Survey) -> None:
-    """Retry queued removals, and remove specs of ours nothing accounts for.
-
-    A spec without a record, intent or queued removal is left by a crash (an adoption between
-    its spec and its record) or by hand; HAMi's device plugin refuses to start on such a file,
-    and runtimes still offer its device. Recovery removes it.
-    """
+    """Retry queued removals, and remove specs of ours that no record, intent or queued removal
+    accounts for: HAMi's device plugin refuses to start on one, and runtimes still offer it."""
     cdi = survey.node.cdi()
     if cdi is None:
         return

@@ -1,9 +1,6 @@
 """`release`: an Active instance back to Idle once its pod is gone, keeping its GI/CI, MIG
-UUID and CDI spec for the next matching request.
-
-A planner over one snapshot taken under the node lock (a dry run's without it); `executor`
-applies its steps. Also the pieces `reclaim` shares: resolving a MIG UUID prefix and running a
-plan of one step per instance.
+UUID and CDI spec for the next matching request. Also the pieces `reclaim` shares: resolving a
+MIG UUID prefix and running a plan of one step per instance.
 """
 
 from __future__ import annotations
@@ -35,14 +32,8 @@ def index_hint(record: Record) -> int:
 
 
 def release(node: Node, target: ReleaseTarget, dry_run: bool = False) -> Release:
-    """Confirmed pod release: Active -> Idle. The GI/CI and CDI spec stay for reuse.
-
-    Releasing what is already released changes nothing and says so (outcome unchanged): an
-    Idle instance by MIG UUID, or a pod none of whose instances is Active any more but whose
-    last holder an Idle record names (`last_owner`).
-
-    A dry run plans the same steps without the lock and shows each instance as it would be
-    (Idle, no owner)."""
+    """Confirmed pod release: Active -> Idle, the GI/CI and CDI spec kept for reuse. Releasing
+    again is `unchanged`, not an error (docs/reference.md), so a retried release is safe."""
     if isinstance(target, ByUuid):
         check_reference(target.mig_uuid, mutating=True)
     with node.lock_unless(dry_run):
@@ -75,12 +66,9 @@ def _released_before(durable: Durable, target: ReleaseTarget) -> list[Record]:
 def execute_each(
     node: Node, plan: Plan, outcome: Outcome, notes: list[str] | None = None
 ) -> tuple[InstanceView, ...]:
-    """Execute a plan of independent steps (one per instance), each instance shown with
-    `outcome` as its step left its record (as its target found it, when the step wrote none).
-    One the hardware or the disk refuses is shown
-    `failed` with the error, as that step left it, while the others still run (a plan of
-    several goes on past a failed step): what did happen is reported, never lost behind the
-    error (the result exits 4). A plan of one aborts: its step fails as the command does."""
+    """Execute a plan of one step per instance, each shown with its `outcome`. A failed step is
+    shown `failed` and the others still run (exit 4), so what did happen is never lost behind
+    the error; a plan of one aborts, its step failing as the command does."""
     out: list[InstanceView] = []
     done = execute(node, plan, dry_run=False)
     for step, result in zip(plan.steps, done.results, strict=True):
@@ -132,15 +120,9 @@ def plan_release(durable: Durable, target: ReleaseTarget) -> Plan:
 
 
 def pod_records(durable: Durable, target: ByPod) -> tuple[list[Record], list[Record]]:
-    """The Active records a pod holds, and the Idle records it last held (`last_owner`), in
-    MIG UUID order; with the target's UID, only those of that incarnation (a record without a
-    UID may be any incarnation's, as `same_uid` says).
-
-    A pod recreated under the same name is another owner: when what could be the pod's
-    carries more than one identity (different UIDs, or a UID and none) and something of it is
-    still Active, which incarnation is meant cannot be known, so nothing is released (a
-    usage error naming the UIDs, as an ambiguous MIG UUID prefix is). Without anything
-    Active a release changes nothing whichever is meant."""
+    """The Active records a pod holds and the Idle ones it last held, in MIG UUID order; with a
+    UID, only that incarnation's. A pod recreated under its name is another owner, so with
+    several identities and something Active nothing is released (exit 2, naming the UIDs)."""
 
     def names_it(owner: Owner | None) -> bool:
         return (

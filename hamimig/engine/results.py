@@ -1,16 +1,8 @@
-"""Typed results of the lifecycle commands (allocate, release, reclaim, forget, recover,
-adopt, reconcile), with the camelCase JSON shapes docs/formats.md fixes.
+"""Typed results of the lifecycle commands, with the JSON shapes docs/formats.md fixes.
 
-Each result knows its `kind`, its exit status and how to become its JSON object; the CLI's
-renderer decides between that and a table, so no command module formats anything itself. The
-operator reports' results (list, show, profiles, doctor, metrics) build on these in
-hamimig/reports/views.py.
-
-Each JSON object is declared once, by its model's fields in the contract's order, with the
-JSON name as an explicit alias. A key that the contract leaves out when it has nothing to say
-(`warnings`, `notes`, an Instance object's `outcome`) is an `omitted_when_empty` field; every
-other key is always there, null when unknown. What a field alone cannot say (a summary
-counted from the actions) a result adds in `shape`.
+Each result knows its `kind`, exit status and JSON object, so no command module formats
+anything itself. Each object is declared once, by its fields in the contract's order with
+explicit aliases; a key the contract omits when empty is an `omitted_when_empty` field.
 """
 
 from __future__ import annotations
@@ -39,11 +31,8 @@ Json = dict[str, Any]
 
 class Result(Protocol):
     """What every command returns: a kind, its exit status, and the contract's JSON object.
-
-    `exit_code` is how a result that reports what it did and what still failed (recover,
-    reconcile, doctor) tells the CLI its status; results that cannot fail say 0. The CLI reads
-    it in one place, so no command needs a special case for its status.
-    """
+    `exit_code` lets a result that reports partial failure (recover, reconcile, doctor) set the
+    status, which the CLI reads in one place."""
 
     kind: ClassVar[str]
 
@@ -355,11 +344,9 @@ class SkippedGpu(Reported):
 
 
 class ActionReport(Shown):
-    """`recover` (kind Recovery), `adopt` (Adoption) and `reconcile` (Reconcile).
-
-    `failed` carries the error of a pass that could not finish everything; the CLI then exits
-    with `exit_code` (4) after printing the actions that did happen.
-    """
+    """`recover` (kind Recovery), `adopt` (Adoption) and `reconcile` (Reconcile). `failed`
+    carries the error of a pass that could not finish, so the actions that did happen are
+    still printed before exit 4."""
 
     kind: ClassVar[str] = "Reconcile"
     dry_run: bool = Field(alias="dryRun")
@@ -406,10 +393,7 @@ class ActionReport(Shown):
 
 class Forgotten(Reported):
     """One thing `forget` dropped (or would drop): a record with its CDI spec, or an intent.
-
-    `unreadable` says why the file could not be decoded (it is dropped by name all the same);
-    `state` is the record's state when it could be read.
-    """
+    `unreadable`: why it could not be decoded (dropped by name all the same)."""
 
     intent: str | None = None
     intent_file: str | None = Field(None, alias="intentFile")

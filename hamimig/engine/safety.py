@@ -1,13 +1,7 @@
-"""Refusing to act on a node whose durable state others can forge or shadow.
-
-Ownership records decide which instance belongs to whom. A state directory that other users
-can write (or that another user owns) lets them forge a record and have hamimig hand a tenant's
-slice to someone else; a foreign CDI spec that defines one of our device names makes runtimes
-drop or shadow the device a pod is given, and a file in a CDI directory that hamimig cannot
-parse might. The config decides too (adoption, the idle policy, what a spec gives a
-container). `doctor` fails such a node; mutating commands refuse it (exit 5: unsafe, not
-unusable), and dry runs and read-only commands carry the same findings as warnings so an
-operator sees them before acting.
+"""Refusing to act on a node whose durable state others can forge or shadow (docs/design.md
+"Trust model", docs/formats.md): a forged record hands a tenant's slice to someone else, and a
+foreign spec defining one of our device names makes runtimes drop or shadow a pod's device.
+One set of findings serves `doctor`, the refusals (exit 5) and every command's warnings.
 """
 
 from __future__ import annotations
@@ -45,15 +39,10 @@ class CdiScan:
 
 
 def read_any_spec(path: Path) -> Any:
-    """A spec file of anyone's, parsed as runtimes parse it (`read_spec_file`); None when
-    runtimes cannot load it either: it is gone (a link to nothing or in a loop) or it is a
-    directory (the reference loader skips those, and fails to read a link to one).
-
-    Read as the base-spec lookup reads files: non-blocking, a regular file of bounded size, a
-    bounded YAML expansion, so a FIFO, a huge file or an alias bomb planted in a CDI directory
-    can neither hang nor exhaust a command. ValueError (the reason) when it cannot be parsed
-    or is beyond those bounds: runtimes, which have no such bounds, may still load it.
-    """
+    """A spec file of anyone's, parsed as runtimes parse it; None when runtimes cannot load it
+    either (gone, or a directory). Read with bounds (non-blocking, size, YAML expansion) so a
+    FIFO or alias bomb planted there cannot hang a command; ValueError when beyond them, since
+    runtimes, which have no bounds, may still load it."""
     try:
         if stat.S_ISDIR(os.stat(path).st_mode):
             return None
@@ -136,11 +125,9 @@ def _ours(path: Path, cdi: CdiStore) -> bool:
 
 
 def holder_problem(directory: Path, holder: str, held: str) -> Warning_ | None:
-    """Why others could replace `held` (rename it away and put a forged one in its place, for
-    the state directory even while a command holds the lock on the old one): `directory`, which
-    holds it, is owned by neither root nor this user (its owner may rename anything in it,
-    sticky bit or not) or is group- or world-writable without the sticky bit. None when it is
-    fine or absent; a directory that cannot be looked at fails closed."""
+    """Why others could replace `held` through `directory` (rename it away and put a forged one
+    there, even while a command holds the lock on the old one); None when fine or absent. Its
+    owner may rename anything in it, sticky bit or not; one not inspectable fails closed."""
     harm = f"can replace {held}"
     return _loose(directory, holder, harm, f"others {harm}", holder=True)
 
@@ -198,13 +185,9 @@ def path_problem(path: Path, what: str) -> Warning_ | None:
 def _loose(
     path: Path, what: str, owner_harm: str, mode_harm: str, holder: bool = False
 ) -> Warning_ | None:
-    """Owned by neither root nor this user (its owner may do anything to it), or group- or
-    world-writable (for a `holder` directory with the sticky bit, others may only add their own
-    files): the warning naming `what`, what that lets them do, and the fix.
-
-    A `holder` directory is followed if it is a link and named with its path, and its sticky
-    bit is fine; a file that decides is not followed (a link is refused by the stores
-    themselves). Absent is fine; beyond inspection fails closed."""
+    """The warning, naming `what` and the fix, when others own or can write it. A `holder`
+    directory is followed if a link, and its sticky bit is fine (others may only add their own
+    files); a file is not followed (the stores refuse links). Uninspectable fails closed."""
     try:
         st = os.stat(path) if holder else os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -228,11 +211,9 @@ def _loose(
 
 
 def config_problems(path: Path) -> list[Warning_ | None]:
-    """The config decides adoption, the idle policy and what a container gets (cdi.kind,
-    cdi.baseSpec): the file read (a link followed, as a ConfigMap mount is one) is guarded as
-    a record is, and the directories holding it and the link as the state directory's parent
-    is. They are checked when the file is absent too: whoever can write the directory can put
-    a config there, and take it away again once a command has read it."""
+    """The config decides adoption, the idle policy and what a container gets, so it is guarded
+    as a record is, its directories as the state directory's parent, also when absent: whoever
+    can write there can put a config in and take it away once a command has read it."""
     real = Path(os.path.realpath(path))
     found = [path_problem(real, "the config file")]
     for directory in dict.fromkeys((Path(os.path.abspath(path)).parent, real.parent)):

@@ -1,12 +1,6 @@
-"""What the event journal says about one applied step: the executor's only way to log.
-
-`executor.apply` calls `log_step` after every step that changed something, or that failed
-after touching the node, so every lifecycle change from every command is logged in one place
-and in one shape. The event names the instance as the step saw it (MIG UUID, GPU, profile,
-placement, pod), the state it left the record in, what happened to its CDI spec, and why.
-
-Logging is bookkeeping: an event that cannot be appended is counted
-(`hamimig_events_write_failures_total`) and the step stands.
+"""What the event journal says about one applied step (docs/formats.md "Event journal"): the
+executor's only way to log, so every command's changes are logged in one place and one shape.
+Logging is bookkeeping: a failed append is counted and the step stands.
 """
 
 from __future__ import annotations

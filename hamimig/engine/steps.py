@@ -1,10 +1,7 @@
-"""Plans as plain data: what a mutating command will do, step by step, before it does any of it.
-
-Every mutating command (allocate, release, reclaim, reconcile, recover, adopt, forget) is a
-planner that reads one snapshot of the node and returns `Step`s: a kind from the vocabulary, the
-target it acts on (values only: records, intents, live identities, the spec to write) and the
-reason. `executor.apply` is the only code that carries a step out, so a dry run is the plan
-printed, and every record write passes one transition table (docs/design.md "The pipeline").
+"""Plans as plain data: what a mutating command will do, step by step, before it does any of it,
+so a dry run is the plan printed and `executor.apply` is the only code that acts
+(docs/design.md "The pipeline"). A step's target is values only: records, intents, live
+identities, the spec to write.
 """
 
 from __future__ import annotations
@@ -229,12 +226,9 @@ class Step:
 
 @dataclass
 class Plan:
-    """The steps to take, the GPUs not looked at, and every reason to take none of them.
-
-    Planning collects every refusal rather than stopping at the first, so that `doctor` can
-    list them all and an operator fixes the node in one round. `failures` are problems found
-    while planning that block only their own step (reconcile goes on with the rest and exits 4).
-    """
+    """The steps to take, the GPUs not looked at, and every refusal (all of them, so an operator
+    fixes the node in one round). `failures` block only their own step: reconcile goes on with
+    the rest and exits 4."""
 
     steps: list[Step] = field(default_factory=list)
     skipped: list[SkippedGpu] = field(default_factory=list)

@@ -1,10 +1,6 @@
-"""The capability device nodes' numbers and modes, as the driver publishes them.
-
-A composed spec declares each capability node fully (type, major, minor, mode) so that a runtime
-creates it in the container without looking at the host's `/dev`, as NVIDIA's own specs do. The
-major is the `nvidia-caps` character major in `/proc/devices`; the minor comes from `mig-minors`
-(hw/minors.py); the mode from the capability's `access` file under
-`/proc/driver/nvidia/capabilities` (`DeviceFileMode`, decimal).
+"""The capability device nodes' numbers and modes, as the driver publishes them (docs/cdi.md):
+a composed spec declares each node fully, as NVIDIA's own specs do, so a runtime creates it in
+the container without looking at the host's `/dev`.
 """
 
 from __future__ import annotations

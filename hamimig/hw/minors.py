@@ -21,10 +21,7 @@ _ENTRY = re.compile(r"^[ \t]*(\S+)[ \t]+([0-9]+)[ \t]*$", re.MULTILINE | re.ASCI
 
 def parse_mig_minors(text: str, source: str = "mig-minors") -> dict[str, int]:
     """The table; `HardwareError` naming the first line that is not `<capability> <minor>`.
-
-    The driver's file has thousands of lines (32 GPUs x 15 GIs x 9 capabilities): one regular
-    expression reads them when every line is well formed, the loop below finds what is not.
-    """
+    The file has thousands of lines, so one regex reads a well-formed one; the loop finds faults."""
     if text not in _PARSED:  # a text that fails to parse raises and is not kept
         table = _parse(text, source)
         _PARSED.clear()

@@ -1,12 +1,8 @@
-"""`MigHardware` over NVML: the one place that imports pynvml.
-
-`NvmlHardware` takes a pynvml-like module object, so the same code runs against NVIDIA's
-bindings on a GPU node and against the simulated module (`hw/sim.py`) everywhere else. Every
-NVML error becomes an `NvmlError` naming the call and NVML's error name and code. Each method
-notes the `nvidia-smi` command that reads or does the same, for operators cross-checking us.
-
-Call economy matters (the lifecycle's budgets count NVML calls): handles, GPU facts and profile
-tables are cached for the life of one `NvmlHardware`, i.e. one command; the live layout never is.
+"""`MigHardware` over NVML: the one place that imports pynvml, taking a pynvml-like module so the
+same code runs on NVIDIA's bindings and on the simulator (`hw/sim.py`). Each method notes its
+`nvidia-smi` equivalent, for operators cross-checking us. NVML calls are budgeted
+(docs/performance.md): handles, GPU facts and profiles are cached for one command; the live
+layout never is.
 """
 
 from __future__ import annotations
@@ -274,10 +270,8 @@ class NvmlHardware:
 
     def layout(self, gpu: int) -> tuple[GpuInstance, ...]:
         """`nvidia-smi mig -i GPU -lgi` and `-lci`, with MIG UUIDs as `nvidia-smi -L` shows them.
-
-        GIs are enumerated per profile (so GIs without a CI are seen); MIG UUIDs come from the
-        MIG device handles, which exist only for GI/CI pairs.
-        """
+        GIs are enumerated per profile, so GIs without a CI are seen too: MIG device handles
+        exist only for GI/CI pairs."""
         info = self.gpu(gpu)
         if info.mig_mode is not MigMode.ENABLED:
             return ()
@@ -321,13 +315,9 @@ class NvmlHardware:
         return int(attrs.computeInstanceSliceCount) >= int(attrs.gpuInstanceSliceCount)
 
     def mig_device(self, mig_uuid: str) -> MigDevice | None:
-        """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node.
-
-        Ten calls: the lifecycle verifies an instance before every reuse in eleven NVML calls
-        (see `profile_name` for the eleventh; `instance_process_count` then costs three more on
-        the handle kept here: compute, graphics and MPS processes; and `mig_modes` one, to warn
-        of a pending MIG mode change).
-        """
+        """`nvidia-smi -i MIG-UUID -L`: one instance read back directly, no scan of the node, in
+        ten calls of a reuse's budget (docs/performance.md); the handle is kept for
+        `instance_process_count`."""
         mig = self._c("nvmlDeviceGetHandleByUUID", mig_uuid, absent=_UNKNOWN)
         if mig is None:
             return None
@@ -424,11 +414,8 @@ class NvmlHardware:
 
     def _find_mig_uuid(self, gpu: int, handle: Any, gi_id: int, ci_id: int) -> str | None:
         """The MIG UUID of one GI/CI pair. NVML has no direct lookup, so walk the MIG devices,
-        reading the CI ID and UUID only where the GI ID matches (2 calls per other device).
-
-        The most likely indexes go first: where the new pair sorts among the devices the last
-        layout scan saw (drivers list them in GI order), then the indexes that were empty.
-        """
+        likeliest index first (drivers list them in GI order, so where the new pair sorts among
+        the last scan's, then the empty ones), reading CI ID and UUID only on a GI ID match."""
         total = self._max_mig_devices(handle)
         order = list(range(total))
         seen = self._walks.pop(gpu, None)
@@ -475,11 +462,8 @@ class NvmlHardware:
 
     def instance_process_count(self, mig_uuid: str) -> int:
         """The processes on a MIG device, as HAMi counts them: compute, graphics and MPS compute
-        processes (`nvidia-smi -i MIG-UUID`'s process rows), each PID once.
-
-        Three calls when `mig_device` has just read the instance back (its handle is kept); 0
-        for an instance that is gone.
-        """
+        processes (`nvidia-smi -i MIG-UUID`'s rows), each PID once; three calls after
+        `mig_device` (its handle is kept), 0 for an instance that is gone."""
         mig = self._mig_handles.get(mig_uuid)
         if mig is None:
             mig = self._c("nvmlDeviceGetHandleByUUID", mig_uuid, absent=("NOT_FOUND",))
@@ -488,12 +472,10 @@ class NvmlHardware:
         return len(self._process_ids(mig))
 
     def _process_ids(self, handle: Any) -> set[int]:
-        """The PIDs of every process on a GPU or MIG device. The compute list must be read; the
-        graphics and MPS lists may be absent (NOT_SUPPORTED or FUNCTION_NOT_FOUND, e.g. a MIG
-        device without graphics, or bindings and drivers that lack the call), which means no
-        process of that kind. Any other error raises, so the caller counts the device busy.
-        A call the bindings lack, and pynvml's `NVMLLibraryMismatchError` (what its unversioned
-        process calls raise for a driver without the `_v3` symbol), are FUNCTION_NOT_FOUND."""
+        """The PIDs of every process on a GPU or MIG device. Graphics and MPS lists may be absent
+        (NOT_SUPPORTED, FUNCTION_NOT_FOUND: no such process); any other error raises, so the
+        device counts busy. A missing binding and pynvml's `NVMLLibraryMismatchError` (a driver
+        without the `_v3` symbol) count as FUNCTION_NOT_FOUND."""
         pids: set[int] = set()
         mismatch = getattr(self._nv, "NVMLLibraryMismatchError", ())
         for call in (_COMPUTE_PROCESSES, *_OPTIONAL_PROCESS_LISTS):

@@ -138,11 +138,8 @@ class CapabilityMinors:
 
 
 class MigHardware(Protocol):
-    """Exactly what the lifecycle needs from a MIG-capable node.
-
-    GPU arguments are NVML indexes. Implementations raise `NvmlError` for a failed NVML call
-    and `UsageError` for an unknown GPU; they never return partial results.
-    """
+    """Exactly what the lifecycle needs from a MIG-capable node, GPUs by NVML index.
+    Implementations raise `NvmlError` or `UsageError` (unknown GPU), never partial results."""
 
     def driver_version(self) -> str: ...
 

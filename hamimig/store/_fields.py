@@ -1,17 +1,8 @@
-"""The checked fields every JSON file in the state directory is declared with, and their reader.
-
-Each file format is a dataclass whose fields say, in their annotation, their JSON name and their
-check (`Annotated[int, Json("gpuInstanceID", check_uint)]`); one reader (`validated`) and one
-writer (`dumped`) follow the declaration. The checks mirror what Go's `encoding/json` would accept
-for HAMi's typed struct fields (no bools or floats for ints), so that hamimig never accepts a
-record that HAMi would read differently, and the first complaint names its field so a Problem
-tells the operator what to fix. A missing field without a default is read as null (its check says
-why it is needed); a field with one is checked only when present. Construction in code stays a
-plain dataclass call: a file is checked when read, and when written (its encoder reads its own
-output back).
-
-Not pydantic: every TAB reads the records, and a TAB must not import it (nor pay for building
-models); the checks' texts are the contract either way.
+"""The checked fields every JSON file in the state directory is declared with, and their reader
+and writer (docs/design.md "Declared data"). The checks mirror Go's `encoding/json` for HAMi's
+typed fields, so hamimig never accepts a record HAMi would read differently, and the first
+complaint names its field. A file is checked when read and when written, not when built.
+Not pydantic: every TAB reads the records and must not import it.
 """
 
 from __future__ import annotations

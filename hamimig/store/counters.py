@@ -1,18 +1,7 @@
-"""Lifecycle event counters kept durably in the state directory (`counters.json`).
-
-`hamimig metrics` exports them as Prometheus counters, so they must survive every process (each
-CLI call is one) and every reboot of the tool: one small JSON file, replaced atomically under the
-node lock that every mutating command already holds. The name does not start with `hami-owned-`,
-so HAMi's record loader never looks at it.
-
-Format (version 1): `{"version": 1, "counters": {"creations": 3, "failures": {"allocate": 1}},
-"timestamps": {"lastReconcile": 1767225600}}`: a counter without labels is an integer, a labelled
-one an object from label value to integer; `timestamps` (optional; older versions ignore it) holds
-Unix seconds that are set, not counted (`lastReconcile`: the last `reconcile` pass that ran its
-plan to the end), kept apart so that no sum of the counters ever adds a time to them.
-
-Counting is bookkeeping, never part of an operation: a corrupt file reads as a Problem and zeros
-(Prometheus treats the drop as a counter reset), and the engine ignores a failed write.
+"""Lifecycle counters kept durably in `counters.json` (docs/formats.md "Counters"), since each
+CLI call is one process and `metrics` must export counts that outlive it. Timestamps are kept
+apart so no sum of the counters ever adds a time. Bookkeeping: a corrupt file reads as zeros (a
+counter reset to Prometheus), and a failed write never fails an operation.
 """
 
 from __future__ import annotations
@@ -120,12 +109,9 @@ class Counters(SingleFile):
         return CounterValues(values, timestamps, problem)
 
     def bump(self, name: str, label: str | None = None, n: int = 1) -> None:
-        """Add `n` to one counter and write the file atomically (0600).
-
-        Callers hold the node lock, so read-modify-write cannot lose another process's count.
-        An unreadable file starts again from zero rather than blocking the count forever.
-        Raises OSError (or UsageError for an unusable state directory) when the write fails.
-        """
+        """Add `n` to one counter and write the file atomically; callers hold the node lock, so
+        no count is lost. An unreadable file starts again from zero rather than blocking the
+        count forever. OSError (UsageError for an unusable state directory) when it fails."""
         if not name or (label is not None and not label) or n < 0:
             raise ValueError(f"invalid counter {name!r}/{label!r} += {n}")
         loaded = self.load()

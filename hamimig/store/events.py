@@ -1,20 +1,8 @@
-"""The event journal: one JSON line per lifecycle change, `events.jsonl` in the state directory.
-
-It answers "why did my instance disappear (or move)?" after the fact, so it must outlive the
-process that acted and be cheap to write. Writers append under the node lock that every
-mutating command holds, with O_APPEND and fsync, one `write` per event. A crash mid-write can
-leave a torn last line; the next writer first ends it with a newline, so only the torn event is
-lost, never the next one, and readers skip (and report) any line that is not an event.
-
-The journal is bookkeeping, not durable state: nothing hamimig decides reads it, a failed append
-never fails or undoes the step it describes (the engine counts it), and a crash between a step
-and its event loses only the event. It is rotated when an append would take it past
-`events.maxBytes`: the current file becomes `events.jsonl.1` (replacing the older one) and a new
-file starts, so the journal holds at most about twice that.
-
-Nothing here follows a symlink: the directory is opened with O_NOFOLLOW and the files relative to
-it, with O_NOFOLLOW and O_NONBLOCK (a FIFO planted at the name neither hangs a writer nor a
-reader), and only a regular file is written or read.
+"""The event journal, `events.jsonl` (docs/formats.md "Event journal"): it answers "why did my
+instance disappear?" after the fact, so it outlives the process and is cheap to write.
+Bookkeeping, not durable state: nothing hamimig decides reads it (docs/design.md "Crash
+safety"). Files are opened relative to the directory with O_NOFOLLOW and O_NONBLOCK, so a
+planted link or FIFO neither redirects nor hangs a writer or reader.
 """
 
 from __future__ import annotations
@@ -121,11 +109,9 @@ class EventJournal(StoreFiles):
     def read(
         self, select: Callable[[Event], bool] | None = None, last: int | None = None
     ) -> JournalRead:
-        """The events `select` keeps (every one without it), the rotated file's first, and of
-        those only the `last` N: the journal is streamed, never held whole. A line that is not
-        an event is skipped and counted, a file that cannot be read is a Problem. Takes no
-        lock: a reader may miss an event being appended right now, never see half of one (a
-        last line without its newline is skipped as torn)."""
+        """The events `select` keeps, oldest first, only the `last` N: streamed, never held
+        whole. Takes no lock: a reader may miss an event being appended, never see half of one
+        (a last line without its newline is skipped as torn)."""
         if not check_dir(self.directory):
             return JournalRead((), ())
         events: deque[Event] = deque(maxlen=last)

@@ -1,18 +1,8 @@
-"""Atomic, symlink-safe file I/O for the state and CDI directories.
-
-Every durable change hamimig makes is one of two operations: replace a whole file, or remove
-one. Both must survive a crash at any instant (docs/design.md "Crash safety"): a reader sees
-either the old file or the new one, never a torn write, and once the call returns the change is
-on disk. So a write goes to a temp file in the same directory, is fsynced, renamed over the
-destination, and the directory is fsynced so the rename itself is durable.
-
-The directories are shared with HAMi's device plugin (records) and with container runtimes (CDI)
-and usually live on a hostPath mount, so nothing here follows a symlink it did not expect: the
-directory is opened with O_NOFOLLOW and every file operation is relative to that descriptor, so a
-directory swapped for a link between two calls cannot redirect a write.
-
-Faults are injected through a `FileOp` hook rather than by monkeypatching, so that the simulator
-can fail or "crash" exactly one named operation in a real subprocess.
+"""Atomic, symlink-safe file I/O for the state and CDI directories (docs/design.md "Crash
+safety"): every durable change is a whole-file replace or a remove that survives a crash. The
+directories are shared (HAMi, runtimes, a hostPath), so every operation is relative to a
+directory opened with O_NOFOLLOW: one swapped for a link cannot redirect a write. Faults go
+through a `FileOp` hook so the simulator can fail one named operation.
 """
 
 from __future__ import annotations
@@ -81,11 +71,8 @@ def _not_usable(path: Path, why: str) -> UsageError:
 
 
 def check_dir(path: Path) -> bool:
-    """True if `path` is a real directory, False if it is absent.
-
-    Raises `UsageError` for anything else (a symlink, a file), which docs/formats.md makes a usage
-    error (exit 2) rather than something to work around.
-    """
+    """True if `path` is a real directory, False if it is absent; `UsageError` (exit 2,
+    docs/formats.md) for anything else, rather than something to work around."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -100,12 +87,9 @@ def check_dir(path: Path) -> bool:
 
 
 def ensure_dir(path: Path, mode: int) -> None:
-    """Create `path` (and parents) if missing; the leaf gets exactly `mode`.
-
-    The mode matters (records are private to root: 0750), and mkdir's mode is masked by the umask,
-    so the leaf is chmodded after creation. An existing directory keeps its mode: an operator or
-    a hostPath mount may have chosen it deliberately.
-    """
+    """Create `path` (and parents) if missing, the leaf chmodded to exactly `mode` since mkdir's
+    is masked by the umask. An existing directory keeps its mode: an operator or a hostPath mount
+    may have chosen it deliberately."""
     if check_dir(path):
         return
     try:
@@ -124,14 +108,9 @@ def ensure_dir(path: Path, mode: int) -> None:
 
 
 def check_usable_dir(path: Path, what: str, create_parents: bool) -> None:
-    """Refuse (UsageError) a directory hamimig could not write, before anything is changed.
-
-    A command that finds out only at its first write that the directory is a file, a symlink or
-    read-only has by then created a GI and CI it can neither record nor hand out. A missing
-    directory is fine when it can be created: its parent exists and is writable, or, where
-    `create_parents` allows a whole tree (the default paths on a fresh node), the nearest existing
-    ancestor is. A typo'd deep path is refused rather than created.
-    """
+    """Refuse (UsageError) a directory hamimig could not write (docs/formats.md "Files"), before
+    anything is changed: found at the first write, a GI and CI would exist that can be neither
+    recorded nor handed out."""
     try:
         exists = check_dir(path)
     except UsageError as exc:
@@ -171,12 +150,8 @@ def open_dir(directory: Path) -> Iterator[int]:
 
 
 def atomic_write(directory: Path, name: str, data: bytes, mode: int) -> None:
-    """Replace `directory/name` with `data` so that a crash leaves the old or the new file.
-
-    A symlink at the destination is replaced by the file, never written through, because
-    `os.replace` renames over the link itself. On failure the temp file is removed and the
-    OSError re-raised; the destination keeps its previous content.
-    """
+    """Replace `directory/name` with `data` so that a crash leaves the old or the new file. A
+    symlink there is replaced, never written through (`os.replace` renames over the link)."""
     _check_name(name)
     with open_dir(directory) as dir_fd:
         tmp = f"{TEMP_PREFIX}{name}-{secrets.token_hex(8)}"
@@ -227,11 +202,8 @@ _NOT_REGULAR = (
 
 
 def describe_entry(directory: Path, name: str) -> str | None:
-    """Why `directory/name` cannot be one of our files (a symlink, a FIFO...), or None if regular.
-
-    Loaders call this before reading so that a problem says what the entry is instead of a bare
-    errno, and so that a symlink is reported without its target ever being touched.
-    """
+    """Why `directory/name` cannot be one of our files (a symlink, a FIFO...), or None if regular,
+    so a problem names what the entry is, and a link's target is never touched."""
     mode = os.lstat(directory / name).st_mode
     if stat.S_ISREG(mode):
         return None
@@ -240,12 +212,9 @@ def describe_entry(directory: Path, name: str) -> str | None:
 
 
 def read_regular(directory: Path, name: str) -> bytes:
-    """The content of `directory/name`, refusing anything but a regular file.
-
-    O_NOFOLLOW refuses a symlink (ELOOP) and O_NONBLOCK keeps a FIFO planted at our name from
-    hanging the process on open; fstat then checks what was actually opened, which also covers
-    an entry swapped between a caller's lstat and this open. Raises OSError or ValueError.
-    """
+    """The content of `directory/name`, refusing anything but a regular file: O_NOFOLLOW, and
+    O_NONBLOCK so a planted FIFO cannot hang the open; fstat checks what was opened, which also
+    covers an entry swapped after a caller's lstat."""
     return _read_opened(open_regular(directory, name))
 
 
@@ -292,11 +261,9 @@ def _read_opened(fd: int) -> bytes:
 
 
 def read_input(path: Path) -> bytes:
-    """An input file an operator points hamimig at (the config, NVIDIA's CDI spec): symlinks
-    are followed (a ConfigMap mount is one), but only a regular file of at most
-    `MAX_READ_BYTES` is read, and a FIFO or a device such as /dev/zero is refused rather than
-    hanging the command or filling its memory. Raises FileNotFoundError when it is absent, and
-    OSError or ValueError (the reason) when it cannot be used."""
+    """An input file an operator points hamimig at (the config, NVIDIA's CDI spec): links are
+    followed (a ConfigMap mount is one), but only a bounded regular file is read, so a FIFO or
+    /dev/zero cannot hang the command or fill its memory."""
     return _read_opened(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
 
 
@@ -306,14 +273,8 @@ def read_input(path: Path) -> bytes:
 
 @dataclass(frozen=True)
 class Problem:
-    """A file hamimig could not use, and why; `file` is the full path.
-
-    The rest says where the problem sits, for reports that name it: `store` is the store the file
-    belongs to (`record`, `intent`, `cdi-removal-queue`, `counters`, `cdi-spec`), `subject`
-    which of its files (empty for a store of one file), and `io` whether the operating system
-    refused the read (a hardware or I/O matter) rather than the file being wrong. They do not
-    take part in equality: two problems are the same when file and reason are.
-    """
+    """A file hamimig could not use, and why. `store`, `subject` and `io` (the OS refused the
+    read, rather than the file being wrong) place it for reports; equality is file and reason."""
 
     file: str
     reason: str
@@ -323,13 +284,9 @@ class Problem:
 
 
 def read_entry(directory: Path, name: str, decode: Callable[[bytes], T]) -> T | Problem | None:
-    """One of our files, decoded; a `Problem` saying why it cannot be used; or None when it is
-    absent (also when it vanished between listing and reading: nothing to report).
-
-    Every loader reads through here, so that each says the same thing about a symlink, a FIFO,
-    an unreadable file or bad content, and none of them can forget a case. `decode` raises
-    ValueError for bad content and never returns None (None means absent).
-    """
+    """One of our files decoded, a `Problem`, or None when absent (or vanished since listing).
+    Every loader reads through here, so none can forget a case; `decode` raises ValueError for
+    bad content and never returns None."""
     path = str(directory / name)
     try:
         why = describe_entry(directory, name)
@@ -367,14 +324,9 @@ class ModeFinding:
 
 
 class StoreFiles:
-    """What a store knows about its own files (records, intents, the queue and the counters in
-    the state directory; the specs in the CDI directory), so that reports (doctor) ask the
-    store instead of knowing its file names, modes and formats.
-
-    Subclasses set `store` (and `file_mode` and `dir_mode` outside the state directory) and say
-    which names are theirs; writes and removals go through `file_op`, named, so that the
-    simulator can fail or crash exactly one.
-    """
+    """What a store knows about its own files, so reports (doctor) ask the store instead of
+    knowing its names, modes and formats. Writes and removals go through `file_op`, named, so
+    the simulator can fail or crash exactly one."""
 
     store: ClassVar[str]
     prefix: ClassVar[str]

@@ -1,13 +1,6 @@
-"""When the idle policy first saw each of HAMi's own Idle records (`idle-seen.json`).
-
-A record hamimig writes carries `idleSince`; a record HAMi's device plugin wrote has no
-`"hamimig"` key, and hamimig never rewrites it just to start a clock (HAMi must keep reading it
-as it wrote it). Its idle age therefore counts from the first policy pass that saw it unheld,
-kept here by MIG UUID. Losing the file only restarts those clocks: the policy then waits
-longer before it reclaims, never shorter. The name does not start with `hami-owned-`, so HAMi's
-record loader never reads it.
-
-Format (version 1): `{"version": 1, "seen": {"MIG-…": "2026-12-01T10:00:00.000+00:00"}}`.
+"""When the idle policy first saw each of HAMi's own Idle records (docs/formats.md "Idle-seen
+times"): those carry no `idleSince`, and hamimig never rewrites them just to start a clock.
+Losing the file only restarts those clocks, so the policy waits longer, never shorter.
 """
 
 from __future__ import annotations

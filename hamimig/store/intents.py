@@ -1,14 +1,7 @@
-"""The intent journal: what an allocation is about to do to the hardware, written first.
-
-An allocation creates a GI, then a CI, then a CDI spec and a record. A crash in between leaves
-hardware that no record explains; without a journal, recovery could not tell hamimig's half-made
-instance from a foreign one and would have to preserve it forever. So before the first hardware
-mutation the engine writes an intent (GPU, profile, placement, requesting owner), updates it as
-IDs become known, and removes it once the record exists. Recovery undoes whatever an intent's
-request created that has no record (docs/design.md "Crash safety").
-
-Intent files live in the state directory under names that do not start with `hami-owned-`, so
-HAMi's record loader never sees them.
+"""The intent journal: what an allocation is about to do to the hardware, written first
+(docs/design.md "Crash safety"), so recovery can tell hamimig's half-made instance from a
+foreign one instead of preserving it forever. Names never start `hami-owned-`, so HAMi's record
+loader never sees them.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""The node lock: one mutating hamimig process at a time.
-
-Two processes planning against the same snapshot would both see a placement free and both
-create, or both reclaim one instance. An advisory `flock` serialises them; the kernel drops it
-when the process dies (even by kill -9), so a crash never leaves a stale lock behind, unlike a PID
-file. It does not serialise HAMi's device plugin, which does not take it (docs/formats.md, "The
-node lock").
-
-The lock is taken on the state directory itself, not only on a file in it: anyone who can write
-the directory can delete or replace `hamimig.lock`, after which a newcomer would create and lock
-a fresh file while the holder still works under the old one, and both would hand out the same
-Idle instance. The directory cannot be swapped under its own descriptor, and every record lives
-in it. `hamimig.lock` is still locked after the directory, so older hamimig versions, which lock
-only the file, keep excluding us and we them. Neither is ever unlinked.
+"""The node lock (docs/formats.md "The node lock"): two processes planning on one snapshot
+would both create at a free placement. A `flock`, which the kernel drops even on kill -9, so a
+crash leaves no stale lock. Taken on the state directory itself, since a replaced `hamimig.lock`
+would let two holders in; the file is locked too, for older versions. Neither is ever unlinked.
 """
 
 from __future__ import annotations
@@ -34,11 +24,8 @@ _FILE_FLAGS = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOE
 
 
 class NodeLock:
-    """Context manager holding the exclusive lock; waits up to `timeout` seconds for it.
-
-    Polling with LOCK_NB rather than a blocking flock keeps the wait bounded without signals
-    (alarm-based timeouts would interfere with the caller's own signal handling).
-    """
+    """Context manager holding the exclusive lock; waits up to `timeout` seconds for it, polling
+    with LOCK_NB, since an alarm-based timeout would interfere with the caller's signals."""
 
     def __init__(self, directory: Path, timeout: float = 60.0) -> None:
         self.directory = directory

@@ -1,9 +1,6 @@
-"""The persisted queue of CDI spec removals that failed.
-
-A spec is removed only after its GI/CI is destroyed (docs/formats.md "CDI specs"). If that removal
-fails, the instance is already gone and its record about to be, so nothing else would remember
-that a stale spec still advertises a device that no longer exists. The queue remembers it, in
-the state directory, until the reconciler's retry succeeds.
+"""The persisted queue of CDI spec removals that failed (docs/formats.md "The CDI removal
+queue"): the instance and its record are gone by then, so nothing else would remember that a
+stale spec still advertises a device that no longer exists.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""HAMi v1 ownership records: one file per dynamic MIG instance, readable by HAMi itself.
-
-The record is the proof that an instance belongs to HAMi (HAMi must be the only controller of the
-node's MIG layout), so its format is HAMi's, byte for byte in the fields HAMi reads
-(docs/formats.md "Ownership records"). hamimig keeps its own lifecycle fields (state, owner,
-timestamps, error, CDI device) under one extra top-level key, `"hamimig"`, which HAMi's Go
-decoder ignores; a record that HAMi wrote has no such key and counts as Idle.
-
-Loading follows HAMi's loader rules, and is stricter only where leniency would let hamimig act on
-an instance whose identity it cannot prove (missing numeric fields, two files claiming one UUID):
-an unreadable record is reported as a `Problem`, never guessed at, because read-only commands
-list problems as warnings and mutating ones refuse to run past them.
+"""HAMi v1 ownership records (docs/formats.md "Ownership records"): HAMi's format, so HAMi's
+device plugin and hamimig can take turns on one node. Loading is stricter than HAMi's only where
+leniency would let hamimig act on an identity it cannot prove; an unreadable record is a
+`Problem`, never guessed at.
 """
 
 from __future__ import annotations
@@ -134,13 +126,8 @@ def forget_name(name: str) -> str:
 
 
 def encode_record(r: Record) -> bytes:
-    """HAMi's v1 fields plus the `"hamimig"` key, as written to disk.
-
-    The output is decoded again before it is returned, so hamimig can never write a record that
-    its own loader (and therefore HAMi's, which is laxer) would refuse on the next start.
-    `idleSince` and `lastOwner` are written only while set (only while Idle): readers of schema
-    1 that predate them ignore the keys.
-    """
+    """HAMi's v1 fields plus the `"hamimig"` key, as written to disk, decoded again before it is
+    returned so hamimig never writes a record its own loader (or HAMi's, laxer) would refuse."""
     ours = {k: v for k, v in dumped(r, "hamimig").items() if v is not None or k not in _OPTIONAL}
     doc = {
         "version": HAMI_VERSION,
@@ -184,15 +171,9 @@ def _check_name_matches(name: str, record: Record) -> None:
 
 
 def decode_record(name: str, data: bytes) -> Record:
-    """Parse the record stored under file name `name`; raises `RecordError` with the reason.
-
-    HAMi's loader rules (docs/formats.md "Ownership records"): a JSON object, version 1, a
-    `MIG-` UUID, non-empty parent GPU and profile, a non-zero placement size, and the file name
-    derived from the UUID.
-    Unknown top-level keys are ignored as Go's decoder ignores them. Where Go would silently
-    default a missing or null number to 0, this refuses instead: a GI or CI ID of 0 is a real ID,
-    and identity must be proven, not assumed.
-    """
+    """Parse the record stored under file name `name` by HAMi's loader rules (docs/formats.md
+    "Ownership records"); `RecordError` with the reason. A missing number is refused, not read
+    as Go's 0: a GI or CI ID of 0 is a real ID."""
     record = _decode_content(data)
     _check_name_matches(name, record)
     return record
@@ -238,10 +219,7 @@ class RecordStore(StoreFiles):
 
     def load(self) -> tuple[dict[str, Record], list[Problem]]:
         """Every usable record by MIG UUID, and every `hami-owned-*.json` that is not usable.
-
-        Two files claiming the same MIG UUID are both refused, even when only one has the right
-        name: which of them is the truth cannot be decided, so neither instance is touched.
-        """
+        Two files claiming one MIG UUID are both refused: which is the truth cannot be decided."""
         records: dict[str, Record] = {}
         claims: dict[str, list[tuple[str, Record]]] = {}
         found, problems = self.read_all(lambda _name, data: _decode_content(data))

@@ -1,16 +1,7 @@
-"""YAML that means one thing: a key given twice in one mapping is refused.
-
-PyYAML keeps the last of two equal keys, so a config with `adoptExistingMIGInstances: false`
-followed by a repeated `true` would turn adoption on while whoever reads the first line sees it
-off. Every YAML document hamimig reads (the config, a pod list, NVIDIA's CDI base spec) is loaded
-through a loader made by `refusing_duplicates` and `load`, so each one refuses such a document
-the same way, naming the key, where it is and both lines. JSON documents keep the last value, as
-Go's decoder does (docs/formats.md).
-
-The check costs one length comparison per mapping: a mapping built from N keys that holds N
-entries has no duplicate. Only a mapping that fails that test (or takes keys from a YAML merge
-key) is looked at key by key, and the path to it is found only once a duplicate is certain, by
-composing the document again (an error path: a pod list of 70 MB pays for it only when refused).
+"""YAML that means one thing: a key given twice in one mapping is refused (docs/formats.md
+"Config"), the same way for every YAML document hamimig reads, since PyYAML would silently keep
+the last. The check is one length comparison per mapping; the path to a duplicate is found only
+once one is certain, by composing again, so a 70 MB pod list pays only when refused.
 """
 
 from __future__ import annotations
@@ -55,12 +46,9 @@ def _check_pairs(loader: Any, pairs: list[Any]) -> None:
 
 @functools.cache
 def refusing_duplicates(base: type[Any]) -> type[Any]:
-    """A subclass of the PyYAML loader `base` whose mappings refuse a key given twice.
-
-    Keys merged in with `<<` are not duplicates: the keys the mapping gives itself override
-    them, as YAML defines. Two keys are the same when they load as equal values (`1` and
-    `1.0`, `yes` and `true` under YAML 1.1), because the second would replace the first.
-    """
+    """A subclass of the PyYAML loader `base` whose mappings refuse a key given twice. Keys are
+    the same when they load equal (`1` and `1.0`, `yes` and `true`), since the second would
+    replace the first; keys merged with `<<` are not duplicates."""
 
     construct = base.construct_mapping  # not `super()`: this runs for every mapping
 
