@@ -1,4 +1,4 @@
-"""`sim …`: build and manipulate a simulated node (README "Simulated node")."""
+"""`sim …`: build and manipulate a simulated node (docs/simulator.md)."""
 
 from __future__ import annotations
 
