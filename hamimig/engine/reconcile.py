@@ -25,7 +25,7 @@ from hamimig.engine.idle_policy import IdlePolicy, plan_idle_policy
 from hamimig.engine.node import Node
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
-from hamimig.engine.recovery import plan_queued_removals, two_holders
+from hamimig.engine.recovery import plan_queued_removals, refuse_foreign_spec, two_holders
 from hamimig.engine.results import ActionReport, Warning_
 from hamimig.engine.steps import Managed, Plan, Spec, Where
 from hamimig.errors import NOTHING_CHANGED, HamimigError, UnverifiableError, UsageError
@@ -194,8 +194,9 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
     verified against the live instance, as a reuse verifies it (`check_live`: its MIG UUID
     live on the recorded GPU with the recorded GI ID, CI ID, placement and profile, its compute
     instance spanning its GPU instance). A record that disagrees would point the spec at the
-    device nodes of another tenant's instance: the pass refuses (exit 5). With no usable base
-    spec every spec is kept as it is, with a warning.
+    device nodes of another tenant's instance: the pass refuses (exit 5), as it does when the
+    file at a record's spec name is not its spec by content (`CdiStore.foreign`), which is never
+    rewritten. With no usable base spec every spec is kept as it is, with a warning.
     """
     cdi = node.cdi()
     if cdi is None or not cdi.lookup().composes:
@@ -206,6 +207,8 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
 
 
 def _plan_spec(plan: Plan, node: Node, cdi: CdiStore, record: Record) -> None:
+    if refuse_foreign_spec(plan, cdi, record.mig_uuid):  # not its spec: never rewritten
+        return
     at = Where(record.mig_uuid, record.gpu_uuid, record.placement)
     hw = node.hardware()
     try:
