@@ -35,7 +35,7 @@ from tests.support.cdi import (
     spec_of,
     spec_path,
 )
-from tests.support.cli import Cli, allocate, allocated
+from tests.support.cli import Cli, allocate, allocated, refused
 from tests.support.node import node_dir, sim_state
 
 DATA = Path(__file__).parent / "data"
@@ -382,13 +382,16 @@ def test_a_hami_annotated_spec_for_the_same_device_is_consistent(cli: Cli) -> No
     assert path.read_bytes() == hami  # never rewritten: the two do not fight
 
 
-def test_annotations_for_another_device_are_not_consistent(cli: Cli) -> None:
+def test_annotations_for_another_device_are_not_this_instances_spec(cli: Cli) -> None:
+    """Not consistent, and not ours by content either (docs/formats.md "CDI specs"): the file
+    is never rewritten; reconcile refuses it (tests/test_cdi_removal_by_content.py)."""
     inst = allocate(cli, "ns/p", "1g.10gb")["instance"]
     path = spec_path(cli, inst["migUUID"])
     path.write_bytes(hami_annotated(cli, inst, mig_uuid="MIG-00000000-0000-4000-8000-000000000000"))
-    ran = cli.json("reconcile")
-    assert actions(ran.json(), "repair-cdi") == [inst["migUUID"]]
-    assert "annotations" not in spec_of(cli, inst["migUUID"])["devices"][0]
+    content = path.read_bytes()
+    message = refused(cli.json("reconcile"), 5, "unverifiable")
+    assert str(path) in message and "hami.io/mig-uuid annotation names" in message
+    assert path.read_bytes() == content
 
 
 def test_recover_removes_an_annotated_spec_nothing_accounts_for(cli: Cli) -> None:

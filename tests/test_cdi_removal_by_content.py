@@ -1,9 +1,15 @@
-"""A CDI spec is removed only when it is ours, by content (docs/formats.md "CDI specs").
+"""A CDI spec is removed or overwritten only when it is ours, by content (docs/formats.md
+"CDI specs").
 
 A file at our spec name whose kind differs, that does not define exactly one device named the
 instance's `mig-<sha256>`, whose `hami.io/mig-uuid` annotation names another instance, or that
 cannot be parsed is kept and reported: reclaim, forget and a queued removal's retry carry a
 warning, recover refuses (exit 5, nothing changed), doctor fails with a hint.
+
+Nor is such a file, when it parses, ever overwritten: a reuse of the Idle instance, recover's
+and reconcile's repair-cdi and an adoption refuse it (exit 5, nothing changed, a dry run
+alike), and `CdiStore.write` itself refuses it should a planner miss it. A damaged file (not
+JSON) at a spec name is no one's spec: it is rewritten, as before.
 """
 
 from __future__ import annotations
@@ -15,8 +21,20 @@ from typing import Any
 
 import pytest
 
-from hamimig.store.cdi import device_name, spec_file_name
-from tests.support.cli import Cli, allocated, fault, idle, ok, refused, sim
+from hamimig.store.cdi import DEFAULT_KIND, CdiDevice, build_spec, device_name, spec_file_name
+from tests.support.cli import (
+    Cli,
+    alloc,
+    allocated,
+    fault,
+    idle,
+    ok,
+    refused,
+    sim,
+    sim_create,
+)
+from tests.support.node import gpus
+from tests.support.pods import PodsFile, kube_pod
 from tests.support.unchanged import Unchanged
 
 OTHER = "MIG-00000000-1111-2222-3333-444444444444"
@@ -168,3 +186,174 @@ def test_recover_refuses_a_queued_removal_of_a_foreign_spec(cli: Cli, how: str) 
     assert str(path) in message and "not hamimig's" in message
     frozen.check()
     assert queue_entries(cli) == [mig]
+
+
+# ---------------------------------------------------------------------------------------------
+# Never overwritten: reuse, repair-cdi (recover, reconcile), adoption
+
+
+WRITE_CASES = sorted(how for how, change in FOREIGN.items() if change is not None)
+"""The files that parse and are demonstrably not the instance's spec (a damaged one is
+rewritten: `test_a_damaged_spec_of_its_own_is_rewritten`)."""
+DRY = [pytest.param((), id="run"), pytest.param(("--dry-run",), id="dry-run")]
+
+
+def never_overwritten(cli: Cli, path: Path, message: str) -> None:
+    assert str(path) in message and "not hamimig's" in message, message
+    assert "never overwritten" in message and "nothing was changed" in message, message
+
+
+@pytest.mark.parametrize("dry", DRY)
+@pytest.mark.parametrize("how", WRITE_CASES)
+def test_reuse_refuses_an_idle_instance_whose_spec_is_foreign(
+    cli: Cli, how: str, dry: tuple[str, ...]
+) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    path = plant(cli, mig, how)
+    frozen = Unchanged(cli)
+    message = refused(alloc(cli, "ns/b", "1g.10gb", "0", "0", *dry), 5, "unverifiable")
+    assert f"cannot reuse {mig}" in message
+    never_overwritten(cli, path, message)
+    frozen.check()
+
+
+@pytest.mark.parametrize("dry", DRY)
+@pytest.mark.parametrize("how", WRITE_CASES)
+def test_recover_refuses_to_repair_a_foreign_spec(cli: Cli, how: str, dry: tuple[str, ...]) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    path = plant(cli, mig, how)
+    frozen = Unchanged(cli)
+    message = refused(cli.json("recover", "--assume-no-pods", *dry), 5, "unverifiable")
+    never_overwritten(cli, path, message)
+    assert mig in message
+    frozen.check()
+
+
+def test_recover_refuses_to_repair_the_foreign_spec_of_an_active_instance(
+    cli: Cli, pods_file: PodsFile
+) -> None:
+    mig = allocated(cli, "ns/a", "1g.10gb", "0")
+    path = plant(cli, mig, "kind")
+    pods = pods_file(kube_pod("ns/a"))  # its owner pod still holds it: restore-active
+    frozen = Unchanged(cli)
+    never_overwritten(cli, path, refused(cli.json("recover", "--pods", pods), 5, "unverifiable"))
+    frozen.check()
+
+
+@pytest.mark.parametrize("dry", DRY)
+@pytest.mark.parametrize("how", WRITE_CASES)
+def test_reconcile_refuses_to_rewrite_a_foreign_spec(
+    cli: Cli, how: str, dry: tuple[str, ...]
+) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    path = plant(cli, mig, how)
+    frozen = Unchanged(cli)
+    message = refused(cli.json("reconcile", *dry), 5, "unverifiable")
+    never_overwritten(cli, path, message)
+    frozen.check()
+
+
+@pytest.mark.parametrize("how", WRITE_CASES)
+def test_doctor_fails_on_the_foreign_spec_of_an_instance_with_a_hint(cli: Cli, how: str) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    path = plant(cli, mig, how)
+    ran = cli.json("doctor")
+    assert ran.exit_code == 5
+    [spec] = [c for c in ran.json()["checks"] if c["name"].startswith("cdi-spec/")]
+    assert spec["status"] == "fail" and str(path) in spec["message"], spec
+    assert "out of the CDI directory" in spec["hint"] and "repair-cdi" not in spec["hint"], spec
+
+
+ADOPTIONS = [
+    pytest.param(("recover", "--assume-no-pods", "--adopt"), id="recover-adopt"),
+    pytest.param(("adopt", "--exclusive-owner", "--assume-no-pods"), id="adopt"),
+    pytest.param(("adopt", "--exclusive-owner", "--assume-no-pods", "--dry-run"), id="adopt-dry"),
+]
+
+
+@pytest.mark.parametrize("command", ADOPTIONS)
+@pytest.mark.parametrize("how", ["kind", "annotation"])
+def test_adoption_refuses_to_overwrite_a_foreign_spec(
+    cli: Cli, how: str, command: tuple[str, ...]
+) -> None:
+    mig = sim_create(cli, "1g.10gb", "0")["migUUID"]
+    ours = build_spec(DEFAULT_KIND, CdiDevice(mig, 0, 1, 2))
+    cli.cdi_dir.mkdir(mode=0o755)
+    (cli.cdi_dir / spec_file_name(mig)).write_text(json.dumps(ours))
+    path = plant(cli, mig, how)
+    frozen = Unchanged(cli)
+    never_overwritten(cli, path, refused(cli.json(*command), 5, "unverifiable"))
+    frozen.check()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(
+            ("allocate", "--pod", "ns/b", "--gpu", "0", "--profile", "1g.10gb"), id="reuse"
+        ),
+        pytest.param(("recover", "--assume-no-pods"), id="recover"),
+        pytest.param(("reconcile",), id="reconcile"),
+    ],
+)
+@pytest.mark.parametrize("damage", [b'{"cdiVersion": "0.3.0", "kind": ', b"{}\n", b"[]"])
+def test_a_damaged_spec_of_its_own_is_rewritten(
+    cli: Cli, command: tuple[str, ...], damage: bytes
+) -> None:
+    """Not JSON, or naming no kind (truncated): nobody's spec, so the command repairs it."""
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    path = cli.cdi_dir / spec_file_name(mig)
+    path.write_bytes(damage)
+    ok(cli.json(*command))
+    assert json.loads(path.read_text())["kind"] == DEFAULT_KIND
+    assert [d["name"] for d in json.loads(path.read_text())["devices"]] == [device_name(mig)]
+
+
+# The last line of defence: the store refuses the write should a planner let it through.
+
+
+def test_a_reuse_planned_past_a_foreign_spec_still_never_overwrites_it(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    path = plant(cli, mig, "kind")
+    monkeypatch.setattr("hamimig.engine.allocate._refuse_foreign_spec", lambda cdi, mig: None)
+    frozen = Unchanged(cli)
+    message = refused(alloc(cli, "ns/b", "1g.10gb", "0"), 5, "unverifiable")
+    assert str(path) in message and "is not overwritten" in message, message
+    frozen.check()  # still Idle, its file as it was
+
+
+def test_a_repair_planned_past_a_foreign_spec_fails_and_keeps_it(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    path = plant(cli, mig, "kind")
+    content = path.read_bytes()
+    monkeypatch.setattr("hamimig.engine.recovery.refuse_foreign_spec", lambda *args: False)
+    ran = cli.json("recover", "--assume-no-pods")
+    assert ran.exit_code == 4, (ran.stdout, ran.stderr)
+    [repair] = [a for a in ran.json()["actions"] if a["action"] == "repair-cdi"]
+    assert repair["result"] == "failed" and repair["error"]["code"] == "unverifiable", repair
+    assert str(path) in repair["error"]["message"]
+    assert path.read_bytes() == content
+
+
+def test_a_creation_whose_spec_name_holds_a_foreign_file_is_rolled_back(tmp_path: Path) -> None:
+    """A driver before R470 names an instance by its place, so the next instance at a slot
+    has the MIG UUID (and the spec name) of the last one: a file planted there is kept, and
+    the allocation is undone."""
+    cli = Cli(tmp_path / "old" / "node.json", tmp_path / "state", tmp_path / "cdi")
+    ok(cli.json("sim", "init", "--model", "A100-SXM4-40GB", "--driver-version", "460.91.03"))
+    mig = idle(cli, "ns/a", "1g.10gb", "0")
+    path = plant(cli, mig, "kind", name="copy.json")
+    ok(cli.json("reclaim", "--mig-uuid", mig))
+    path = path.rename(cli.cdi_dir / spec_file_name(mig))
+    content, layout = path.read_bytes(), gpus(cli)
+    ran = alloc(cli, "ns/b", "1g.10gb", "0")
+    assert ran.exit_code == 4, (ran.stdout, ran.stderr)
+    message = ran.json()["error"]["message"]
+    assert "rolled back" in message and str(path) in message, message
+    assert path.read_bytes() == content
+    assert gpus(cli) == layout
+    assert ok(cli.json("list"))["instances"] == []

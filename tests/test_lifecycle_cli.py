@@ -39,6 +39,7 @@ from tests.support.cli import (
     instances,
     ok,
     owners_running,
+    refused,
     run_hamimig,
     sim,
     sim_create,
@@ -48,6 +49,7 @@ from tests.support.files import lifecycle_files
 from tests.support.node import gpus, live, node_dir
 from tests.support.nvml import call_diff, calls, mutating
 from tests.support.records import intent_files, record, record_path, sha
+from tests.support.unchanged import Unchanged
 
 QUEUE_NAME = "cdi-removal-queue.json"
 
@@ -412,7 +414,7 @@ def test_different_profile_at_same_placement_is_not_reused(cli: Cli) -> None:
     assert gpus(cli)[0]["gpuInstances"][0]["profileId"] == 20
 
 
-@pytest.mark.parametrize("damage", ["missing", "tampered", "other-device"])
+@pytest.mark.parametrize("damage", ["missing", "unparsable"])
 def test_reuse_repairs_the_cdi_spec(cli: Cli, damage: str) -> None:
     a = idle(cli, "ns/old", "1g.10gb", "4")
     b = allocated(cli, "ns/other", "1g.10gb", "5")
@@ -420,11 +422,9 @@ def test_reuse_repairs_the_cdi_spec(cli: Cli, damage: str) -> None:
     path = spec_path(cli, a)
     if damage == "missing":
         path.unlink()
-    elif damage == "tampered":
-        path.write_text('{"cdiVersion": "0.3.0", "kind": "x/y", "devices": []}\n')
+    else:  # damaged, not someone else's spec: rewritten
+        path.write_text('{"cdiVersion": "0.3.0", "kind": "x/y", "devices": [\n')
         path.chmod(0o600)
-    else:
-        path.write_bytes(spec_path(cli, b).read_bytes())
     counted = calls(cli)
     data = ok(alloc(cli, "ns/new", "1g.10gb", "4"))
     assert (data["instance"]["migUUID"], data["reused"]) == (a, True)
@@ -432,6 +432,25 @@ def test_reuse_repairs_the_cdi_spec(cli: Cli, damage: str) -> None:
     assert path.read_bytes() == expected
     assert mode(path) == 0o644
     assert sorted(lifecycle_files(cli.cdi_dir)) == sorted([path.name, spec_path(cli, b).name])
+
+
+@pytest.mark.parametrize("foreign", ["tampered", "other-device"])
+def test_reuse_never_overwrites_a_file_that_is_not_the_instances_spec(
+    cli: Cli, foreign: str
+) -> None:
+    """Another kind, or another instance's spec (docs/formats.md "CDI specs"): the instance
+    is not handed out and the file is kept (tests/test_cdi_removal_by_content.py)."""
+    a = idle(cli, "ns/old", "1g.10gb", "4")
+    b = allocated(cli, "ns/other", "1g.10gb", "5")
+    path = spec_path(cli, a)
+    if foreign == "tampered":
+        path.write_text('{"cdiVersion": "0.3.0", "kind": "x/y", "devices": []}\n')
+    else:
+        path.write_bytes(spec_path(cli, b).read_bytes())
+    frozen = Unchanged(cli)
+    message = refused(alloc(cli, "ns/new", "1g.10gb", "4"), 5, "unverifiable")
+    assert f"cannot reuse {a}" in message and str(path) in message
+    frozen.check()
 
 
 def test_failed_cdi_repair_leaves_the_instance_idle(cli: Cli) -> None:

@@ -29,6 +29,7 @@ from hamimig.store.cdi import (
     DEFAULT_KIND,
     CdiDevice,
     CdiStore,
+    ForeignSpec,
     build_spec,
     device_name,
     minimum_version,
@@ -173,6 +174,31 @@ def test_a_symlinked_spec_never_matches(tmp_path: Path) -> None:
     assert not store.path_of(MIG).is_symlink()
     assert store.matches(DEV)
     assert target.read_bytes() == store.render(DEV)
+
+
+def test_write_never_replaces_a_file_that_is_not_the_instances_spec(tmp_path: Path) -> None:
+    """The last line of defence (planners refuse first): a file at the spec's name that parses
+    and is not this instance's spec is kept, and the write refuses (exit 5)."""
+    store = CdiStore(tmp_path)
+    store.write(DEV)
+    path = store.path_of(MIG)
+    other = json.loads(path.read_text())
+    other["devices"][0]["annotations"] = {"hami.io/mig-uuid": "MIG-someone-else"}
+    other["cdiVersion"] = "0.6.0"
+    path.write_text(json.dumps(other))
+    content = path.read_bytes()
+    assert store.foreign(MIG) == "its hami.io/mig-uuid annotation names 'MIG-someone-else'"
+    with pytest.raises(ForeignSpec) as refused:
+        store.write(DEV)
+    assert refused.value.exit_code == 5
+    assert str(path) in refused.value.message and "not overwritten" in refused.value.message
+    assert path.read_bytes() == content
+    # A damaged file (not JSON, or naming no kind) is nobody's spec: it is rewritten.
+    for damaged in ("{", "{}", '{"devices": []}', "[]"):
+        path.write_text(damaged)
+        assert store.foreign(MIG) is None
+        store.write(DEV)
+        assert store.matches(DEV)
 
 
 def test_list_ours(tmp_path: Path) -> None:

@@ -24,9 +24,16 @@ from hamimig.engine.podsource import PodSource, load_fresh
 from hamimig.engine.requests import AllocateRequest
 from hamimig.engine.results import Allocation, InstanceView, Warning_, record_view
 from hamimig.engine.steps import Handout, Managed, NewInstance, Plan, Spec, Step, Target
-from hamimig.errors import ConflictError, HardwareError, NvmlError, UnverifiableError, UsageError
+from hamimig.errors import (
+    NOTHING_CHANGED,
+    ConflictError,
+    HardwareError,
+    NvmlError,
+    UnverifiableError,
+    UsageError,
+)
 from hamimig.hw.types import Gpu, MigMode
-from hamimig.store.cdi import device_node_paths
+from hamimig.store.cdi import CdiStore, device_node_paths
 from hamimig.store.cdi_base import BaseSpec
 from hamimig.store.queue import QueuedRemoval
 from hamimig.store.records import Record
@@ -209,7 +216,8 @@ def _plan_reuse(
 ) -> Step | None:
     """The exact Idle match to hand out, verified live with its spec, reading only that one
     instance, never the node's layout (docs/performance.md's budget). A busy, claimed or
-    spec-less match is passed over and stays Idle."""
+    spec-less match is passed over and stays Idle; one that cannot be verified, or whose spec
+    name holds a file that is not its spec by content, is refused (exit 5)."""
     gpu_ref = request.gpu
     hw = node.hardware()
     cdi = node.cdi()
@@ -234,6 +242,7 @@ def _plan_reuse(
         _allowed(node, live.gpu_index, request.profile, model=None)
         spec, kept, name = None, None, record.cdi_device
         if cdi is not None:
+            _refuse_foreign_spec(cdi, record.mig_uuid)
             ids = (live.gpu_uuid, live.gpu_minor, live.gpu_instance_id, live.compute_instance_id)
             dev = cdi_device_for(node, record.mig_uuid, *ids)
             name = cdi.qualified_name(record.mig_uuid)
@@ -246,6 +255,20 @@ def _plan_reuse(
         target = Handout(record, live, request.owner, spec, name, record.mig_uuid in queued, kept)
         return Step(ActionKind.REUSE, target, "exact Idle match")
     return None
+
+
+def _refuse_foreign_spec(cdi: CdiStore, mig_uuid: str) -> None:
+    """Refuse (exit 5) to hand out an Idle instance whose spec name holds a file that is not its
+    spec by content (`CdiStore.foreign`), as an instance that cannot be verified is refused:
+    that file is never overwritten, nor handed to a pod as the instance's spec, and passing the
+    instance over would let the creation reclaim it instead."""
+    why = cdi.foreign(mig_uuid)
+    if why is not None:
+        raise UnverifiableError(
+            f"cannot reuse {mig_uuid}: {cdi.path_of(mig_uuid)} is not hamimig's CDI spec of "
+            f"it ({why}) and is never overwritten; move it out of the CDI directory if it is "
+            f"not hamimig's; {NOTHING_CHANGED}"
+        )
 
 
 def _require_base(node: Node) -> tuple[BaseSpec | None, int | None]:

@@ -22,7 +22,7 @@ from hamimig.engine.idle_policy import IdlePolicy, plan_idle_policy
 from hamimig.engine.node import Node
 from hamimig.engine.ownership import PodHolds, holding_pods, owned_by
 from hamimig.engine.podsource import PodSource, changed_after, stale, stale_warning
-from hamimig.engine.recovery import plan_queued_removals, two_holders
+from hamimig.engine.recovery import plan_queued_removals, refuse_foreign_spec, two_holders
 from hamimig.engine.results import ActionReport, Warning_
 from hamimig.engine.steps import Managed, Plan, Spec, Where
 from hamimig.errors import NOTHING_CHANGED, HamimigError, UnverifiableError, UsageError
@@ -182,7 +182,7 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
     """Rewrite existing specs of Active and Idle instances that no longer match the base spec
     (a driver upgrade; a missing one is recover's `repair-cdi`), only once the record is verified
     live (`check_live`): a wrong record would point the spec at another tenant's device nodes, so
-    the pass refuses (exit 5)."""
+    the pass refuses (exit 5), as it does for a file at the spec name that is not the spec."""
     cdi = node.cdi()
     if cdi is None or not cdi.lookup().composes:
         return
@@ -192,6 +192,8 @@ def _plan_spec_refresh(plan: Plan, node: Node, durable: Durable) -> None:
 
 
 def _plan_spec(plan: Plan, node: Node, cdi: CdiStore, record: Record) -> None:
+    if refuse_foreign_spec(plan, cdi, record.mig_uuid):  # not its spec: never rewritten
+        return
     at = Where(record.mig_uuid, record.gpu_uuid, record.placement)
     hw = node.hardware()
     try:

@@ -255,6 +255,8 @@ def _activate(survey: _Survey, pair: Pair, held_by: str) -> None:
     survey.plan.add(kind, pair, f"verified live and held by {held_by}")
     if pair.record is not None:
         _plan_cdi_repair(survey, pair.gpu, pair.gi, pair.ci)
+    else:  # the adoption writes its spec
+        _refuse_foreign_spec(survey, pair.ci.mig_uuid)
 
 
 # --------------------------------------------------------------------------------------------
@@ -509,6 +511,7 @@ def _plan_unmarked(
             f"unmarked complete GI/CI pair ({name}, GI {gi.id}, CI {ci.id}); adoption is enabled"
         )
         survey.plan.add(ActionKind.ADOPT_IDLE, Pair(gpu.gpu, gi, ci, name, None, None), reason)
+        _refuse_foreign_spec(survey, ci.mig_uuid)  # the adoption writes its spec
         return
     kept = "processes run on it, so it is not adopted" if adopt else "adoption is not enabled"
     why = shared_gi_reason(gi) if gi.shared else f"no ownership record; {kept}"
@@ -571,6 +574,24 @@ def plan_queued_removals(
         plan.add(ActionKind.RETRY_CDI_REMOVAL, Spec(item.mig_uuid), reason)
 
 
+def refuse_foreign_spec(plan: Plan, cdi: CdiStore, mig_uuid: str) -> bool:
+    """Refuse the file at the spec name of `mig_uuid` when the step planned for it would
+    overwrite it and it is demonstrably not the instance's spec (`CdiStore.foreign`): it is not
+    ours to replace. A damaged file (unreadable, not JSON) is not refused: it is rewritten."""
+    why = cdi.foreign(mig_uuid)
+    if why is not None:
+        plan.refuse(
+            f"{cdi.path_of(mig_uuid)} is not hamimig's CDI spec of {mig_uuid} ({why}) and is "
+            "never overwritten; move it out of the CDI directory if it is not hamimig's"
+        )
+    return why is not None
+
+
+def _refuse_foreign_spec(survey: _Survey, mig_uuid: str) -> bool:
+    cdi = survey.node.cdi()
+    return cdi is not None and refuse_foreign_spec(survey.plan, cdi, mig_uuid)
+
+
 def _refused(plan: Plan, cdi: CdiStore, name: str, mig_uuid: str | None = None) -> bool:
     """Refuse the file at our spec name `name` when it is not ours: HAMi's startup refuses
     it too, and it is not ours to remove."""
@@ -605,9 +626,10 @@ def _plan_cdi_files(survey: _Survey) -> None:
 
 
 def _plan_cdi_repair(survey: _Survey, gpu: Gpu, gi: GpuInstance, ci: ComputeInstance) -> None:
-    """Report a kept instance's missing or different CDI spec, and rewrite it."""
+    """Report a kept instance's missing or different CDI spec, and rewrite it; refuse a file
+    at its name that is not its spec (`refuse_foreign_spec`), kept or compared alike."""
     cdi = survey.node.cdi()
-    if cdi is None:
+    if cdi is None or refuse_foreign_spec(survey.plan, cdi, ci.mig_uuid):
         return
     dev = cdi_device_for(survey.node, ci.mig_uuid, gpu.uuid, gpu.minor, gi.id, ci.id)
     try:

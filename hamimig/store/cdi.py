@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hamimig.errors import HardwareError, UsageError
+from hamimig.errors import HardwareError, UnverifiableError, UsageError
 from hamimig.store._fields import json_bytes, uuid_digest
 from hamimig.store.cdi_base import NONE, BaseLookup, BaseSpec, canonical
 from hamimig.store.cdi_rules import dicts, edits_of, first_of, minimum_version, validate_spec
@@ -147,8 +147,9 @@ def device_node_paths(spec: Any) -> set[str]:
 # The store
 
 
-class ForeignSpec(Exception):
-    """A file at our spec name whose content is not the instance's spec: it is kept."""
+class ForeignSpec(UnverifiableError):
+    """A file at our spec name whose content is not the instance's spec: it is kept, never
+    removed nor overwritten (exit 5 where it stops a command)."""
 
 
 class CdiStore(StoreFiles):
@@ -274,9 +275,32 @@ class CdiStore(StoreFiles):
         return True
 
     def write(self, dev: CdiDevice) -> str:
-        """Create or replace the spec atomically (0644); returns the qualified device name."""
+        """Create or replace the spec atomically (0644); returns the qualified device name.
+
+        Raises `ForeignSpec` (and writes nothing) when the file it would replace is not this
+        instance's spec by content (`foreign`): planners refuse that case before any change,
+        so this is the last line of defence."""
+        why = self.foreign(dev.mig_uuid)
+        if why is not None:
+            raise ForeignSpec(
+                f"{self.path_of(dev.mig_uuid)} is not overwritten: it is not hamimig's spec of "
+                f"{dev.mig_uuid} ({why}); move it out of the CDI directory if it is not hamimig's"
+            )
         self.write_named(FileOpName.CDI_WRITE, spec_file_name(dev.mig_uuid), self.render(dev))
         return self.qualified_name(dev.mig_uuid)
+
+    def foreign(self, mig_uuid: str) -> str | None:
+        """Why the file at the spec name of `mig_uuid` must never be overwritten: it parses as a
+        JSON object that names a kind, and `not_ours` rejects it (another kind, another device,
+        several devices, another instance's `hami.io/mig-uuid`). None when nothing is there,
+        when it is this instance's spec, or when it is damaged (not a regular file, unreadable,
+        not a JSON object, or one naming no kind, such as a spec truncated to `{}`): nobody's
+        spec can be told from it, and the command that finds it rewrites it (repair-cdi, a
+        reuse), as a damaged spec of the instance always was."""
+        found = self.read_file(spec_file_name(mig_uuid), _json_document)
+        if found is None or isinstance(found, Problem) or not isinstance(found.get("kind"), str):
+            return None
+        return self._not_the_spec(found, device_name(mig_uuid), mig_uuid)
 
     def not_ours(self, name: str, mig_uuid: str | None = None) -> str | None:
         """Why the file at spec name `name` is not its instance's spec, or None when it is (or
@@ -289,6 +313,10 @@ class CdiStore(StoreFiles):
         if isinstance(found, Problem):
             return found.reason
         wanted = self.subject(name) if mig_uuid is None else device_name(mig_uuid)
+        return self._not_the_spec(found, wanted, mig_uuid)
+
+    def _not_the_spec(self, found: dict[str, Any], wanted: str, mig_uuid: str | None) -> str | None:
+        """Why the parsed spec `found` is not the spec of device `wanted` (`not_ours`)."""
         if found.get("kind") != self.kind:
             return f"its kind is {found.get('kind')!r}, not {self.kind!r}"
         devices = found["devices"] if isinstance(found.get("devices"), list) else []

@@ -221,6 +221,12 @@ def _check_spec(
             return warn(check, f"{path}: belongs to an allocation in flight (an intent)", hint)
         orphan = f"orphan spec: no record names the device of {path}, yet runtimes still offer it"
         return warn(check, orphan, f"if no container uses it, remove {path}")
+    foreign = cdi.foreign(record.mig_uuid)
+    if foreign is not None:
+        never = "no command overwrites it (recover, reconcile and a reuse of it refuse it)"
+        return fail(
+            check, f"{path} is not hamimig's spec of {record.mig_uuid} ({foreign}): {never}", move
+        )
     what = f"valid, for {record.mig_uuid}"
     if live.hw is None:
         return ok(check, f"{what} (not compared with the hardware: NVML unavailable)")
