@@ -191,7 +191,7 @@ def test_write_never_replaces_a_file_that_is_not_the_instances_spec(tmp_path: Pa
     with pytest.raises(ForeignSpec) as refused:
         store.write(DEV)
     assert refused.value.exit_code == 5
-    assert str(path) in refused.value.message and "not overwritten" in refused.value.message
+    assert str(path) in refused.value.message and "never overwritten" in refused.value.message
     assert path.read_bytes() == content
     # A damaged file (not JSON, or naming no kind) is nobody's spec: it is rewritten.
     for damaged in ("{", "{}", '{"devices": []}', "[]"):

@@ -262,13 +262,9 @@ def _refuse_foreign_spec(cdi: CdiStore, mig_uuid: str) -> None:
     spec by content (`CdiStore.foreign`), as an instance that cannot be verified is refused:
     that file is never overwritten, nor handed to a pod as the instance's spec, and passing the
     instance over would let the creation reclaim it instead."""
-    why = cdi.foreign(mig_uuid)
-    if why is not None:
-        raise UnverifiableError(
-            f"cannot reuse {mig_uuid}: {cdi.path_of(mig_uuid)} is not hamimig's CDI spec of "
-            f"it ({why}) and is never overwritten; move it out of the CDI directory if it is "
-            f"not hamimig's; {NOTHING_CHANGED}"
-        )
+    refusal = cdi.overwrite_refusal(mig_uuid)
+    if refusal is not None:
+        raise UnverifiableError(f"cannot reuse {mig_uuid}: {refusal}; {NOTHING_CHANGED}")
 
 
 def _require_base(node: Node) -> tuple[BaseSpec | None, int | None]:

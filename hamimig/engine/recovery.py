@@ -578,13 +578,10 @@ def refuse_foreign_spec(plan: Plan, cdi: CdiStore, mig_uuid: str) -> bool:
     """Refuse the file at the spec name of `mig_uuid` when the step planned for it would
     overwrite it and it is demonstrably not the instance's spec (`CdiStore.foreign`): it is not
     ours to replace. A damaged file (unreadable, not JSON) is not refused: it is rewritten."""
-    why = cdi.foreign(mig_uuid)
-    if why is not None:
-        plan.refuse(
-            f"{cdi.path_of(mig_uuid)} is not hamimig's CDI spec of {mig_uuid} ({why}) and is "
-            "never overwritten; move it out of the CDI directory if it is not hamimig's"
-        )
-    return why is not None
+    refusal = cdi.overwrite_refusal(mig_uuid)
+    if refusal is not None:
+        plan.refuse(refusal)
+    return refusal is not None
 
 
 def _refuse_foreign_spec(survey: _Survey, mig_uuid: str) -> bool:

@@ -278,14 +278,11 @@ class CdiStore(StoreFiles):
         """Create or replace the spec atomically (0644); returns the qualified device name.
 
         Raises `ForeignSpec` (and writes nothing) when the file it would replace is not this
-        instance's spec by content (`foreign`): planners refuse that case before any change,
-        so this is the last line of defence."""
-        why = self.foreign(dev.mig_uuid)
-        if why is not None:
-            raise ForeignSpec(
-                f"{self.path_of(dev.mig_uuid)} is not overwritten: it is not hamimig's spec of "
-                f"{dev.mig_uuid} ({why}); move it out of the CDI directory if it is not hamimig's"
-            )
+        instance's spec by content: planners refuse that case before any change, so this is
+        the last line of defence."""
+        refusal = self.overwrite_refusal(dev.mig_uuid)
+        if refusal is not None:
+            raise ForeignSpec(refusal)
         self.write_named(FileOpName.CDI_WRITE, spec_file_name(dev.mig_uuid), self.render(dev))
         return self.qualified_name(dev.mig_uuid)
 
@@ -301,6 +298,16 @@ class CdiStore(StoreFiles):
         if found is None or isinstance(found, Problem) or not isinstance(found.get("kind"), str):
             return None
         return self._not_the_spec(found, device_name(mig_uuid), mig_uuid)
+
+    def overwrite_refusal(self, mig_uuid: str) -> str | None:
+        """The one refusal, for planners and `write` alike, of a file `foreign` rejects."""
+        why = self.foreign(mig_uuid)
+        if why is None:
+            return None
+        return (
+            f"{self.path_of(mig_uuid)} is not hamimig's CDI spec of {mig_uuid} ({why}) and is "
+            "never overwritten; move it out of the CDI directory if it is not hamimig's"
+        )
 
     def not_ours(self, name: str, mig_uuid: str | None = None) -> str | None:
         """Why the file at spec name `name` is not its instance's spec, or None when it is (or
